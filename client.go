@@ -1,0 +1,89 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is what dlock needs of a Redis client. Every go-redis v9 client
+// has it (*redis.Client, *redis.ClusterClient, the failover client, and so
+// redis.UniversalClient); tests wrap it to count calls or inject faults.
+type Redis interface {
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// Client makes locks on one Redis deployment. It owns one watchdog
+// goroutine, which renews every auto-renewed lease and signals lost ones,
+// and, once a Lock has had to wait, one pub/sub connection that wakes
+// waiters when a lock is released.
+//
+// A Client is safe for concurrent use. Close it when done: Close stops
+// both goroutines and ends the leases still held.
+type Client struct {
+	rdb     Redis
+	prefix  string
+	publish string // PUBLISH or SPUBLISH
+
+	life   context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wd     *watchdog
+	hub    *hub
+
+	closeOnce sync.Once
+}
+
+// New returns a Client that takes its locks on rdb. It starts the
+// watchdog goroutine; call Close to stop it. New returns an error wrapping
+// ErrInvalidArgument when rdb is nil or an option is invalid.
+func New(rdb Redis, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, invalid("nil Redis client")
+	}
+	cfg := clientConfig{prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if !validPrefix(cfg.prefix) {
+		return nil, invalid("key prefix %q: must be non-empty, without '{' or '}'", cfg.prefix)
+	}
+	if !cfg.shardOK {
+		_, cfg.sharded = rdb.(*redis.ClusterClient)
+	}
+	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH"}
+	if cfg.sharded {
+		c.publish = "SPUBLISH"
+	}
+	c.life, c.cancel = context.WithCancel(context.Background())
+	c.hub = newHub(rdb, cfg.sharded)
+	c.wd = newWatchdog(c)
+	go c.wd.run(c.life)
+	return c, nil
+}
+
+// Close stops the Client's watchdog and pub/sub connection and waits for
+// them to exit. Waits in progress return ErrClosed; leases still held end
+// with Err ErrClosed and are not released: their locks expire after their
+// TTL. Unlock what you hold before closing. Close does not close the Redis
+// client. It is safe to call more than once.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		<-c.wd.done
+		c.hub.close()
+	})
+	return nil
+}
+
+// closed reports whether Close has been called.
+func (c *Client) closed() bool { return c.life.Err() != nil }
+
+// keys returns the Redis names of the lock called name.
+func (c *Client) keys(name string) keys { return newKeys(c.prefix, name) }

@@ -1,0 +1,72 @@
+// Package dlock provides distributed locks on Redis: a reentrant mutex
+// whose every hold carries a fencing token, a lease that tells its holder
+// the moment it may have been lost, renewal by a batched watchdog, and
+// waits that are woken by the release instead of polling.
+//
+// # Quick start
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	c, err := dlock.New(rdb, dlock.WithPrefix("myapp"))
+//	if err != nil { ... }
+//	defer c.Close()
+//
+//	lease, err := c.Mutex("orders/42").Lock(ctx) // waits; ctx bounds the wait
+//	if err != nil { ... }
+//	defer lease.Unlock(context.Background())
+//	work(lease.Context(ctx), lease.Fence())   // cancelled if the lease is lost
+//
+// # Guarantees
+//
+// On one Redis server (or a primary with no failover):
+//
+//   - At most one owner holds a lock at a time, as long as the server
+//     keeps its data. Acquire, re-entry, release and renewal are each one
+//     Lua script; time is the server's (PEXPIRE, PTTL), never a client
+//     clock.
+//   - Owners are 128-bit random tokens: nobody releases or extends a lock
+//     it does not hold.
+//   - Fencing tokens (Lease.Fence) increase strictly from one owner of a
+//     lock name to the next; the counter never expires.
+//   - A lease ends, closing Done and cancelling its Context, when a renewal
+//     finds the lock gone or someone else's, or when no renewal has been
+//     confirmed by its local deadline: the start of the last confirmed
+//     request + TTL − (TTL/100 + 2 ms), on the monotonic clock. Because the
+//     server's expiry counts from when it received that request, the
+//     holder is told before the server can give the lock to another owner,
+//     provided the two clocks run at rates within 1% of each other.
+//   - Acquires are idempotent: go-redis retries a call whose reply was lost,
+//     and a retried acquire that had already succeeded reports success.
+//     An acquire that fails or is cancelled with its outcome unknown
+//     releases what it may have taken before returning.
+//
+// # Failure model
+//
+// What a lock on Redis does not protect against, said plainly:
+//
+//   - A holder that stops (GC pause, SIGSTOP, a swapped-out VM) longer than
+//     its lease, and then acts without looking at Err or Done. Nothing
+//     client-side can stop a paused process from resuming its work; the
+//     fencing token can: the protected resource rejects a fence lower than
+//     one it has seen. Use it for anything that must be exact.
+//   - Redis replication is asynchronous: when a primary fails over, a lock
+//     it granted may be missing on the promoted replica, and a second owner
+//     may acquire it. A restart without persistence does the same, and
+//     also resets the fencing counter; with appendfsync always both
+//     survive.
+//   - Renewal needs Redis: a holder cut off from it loses its lease at its
+//     local deadline, even if the server kept the lock.
+//
+// # Ownership and re-entry
+//
+// A Lease is the owner, not a goroutine. Lease.Context returns a context
+// carrying the lease; a Lock of the same lock given that context (or a
+// context derived from it) re-enters: the hold count goes up and the same
+// fence comes back. Any other context waits like any other owner.
+//
+// # Errors
+//
+// Errors match the sentinels ErrNotObtained, ErrNotHeld, ErrLeaseLost,
+// ErrUnlocked, ErrClosed and ErrInvalidArgument under errors.Is; a wait
+// that its context ended also matches ctx.Err(). Redis errors are
+// returned wrapped.
+package dlock

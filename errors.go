@@ -1,0 +1,53 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Check them with errors.Is: the errors that dlock returns
+// wrap them with detail (the lock's name, the Redis error behind them).
+var (
+	// ErrNotObtained means the lock is held by another owner: a TryLock
+	// found it taken, or a Lock's wait ended (its context was cancelled or
+	// timed out) before the lock came free. An error from a wait that ended
+	// with its context also matches ctx.Err() under errors.Is.
+	ErrNotObtained = errors.New("dlock: lock not obtained")
+
+	// ErrNotHeld means the caller does not hold the lock it tried to
+	// release, extend or inspect: the lease was already unlocked, or lost.
+	ErrNotHeld = errors.New("dlock: lock not held")
+
+	// ErrLeaseLost is a lease's Err once it may have ended without an
+	// Unlock: a renewal found the key gone or owned by another, no renewal
+	// was confirmed before the lease's local deadline, or a fixed lease ran
+	// out. Another owner may hold the lock from that moment on.
+	ErrLeaseLost = errors.New("dlock: lease lost")
+
+	// ErrUnlocked is a lease's Err after its Unlock succeeded.
+	ErrUnlocked = errors.New("dlock: lease unlocked")
+
+	// ErrClosed is returned by calls on a closed Client, and is the Err of
+	// leases that were still held when their Client was closed.
+	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrInvalidArgument is wrapped by every error about bad input: an
+	// empty lock name, a TTL out of range, a nil context or client.
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+)
+
+// invalid returns an error wrapping ErrInvalidArgument with a description.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// waitEnded is the error of a wait cut short by its context: it matches
+// ErrNotObtained and the context's error.
+func waitEnded(name string, ctxErr error) error {
+	return fmt.Errorf("%w: %q: %w", ErrNotObtained, name, ctxErr)
+}
+
+// redisErr wraps an error from Redis with what dlock was doing.
+func redisErr(op, name string, err error) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}

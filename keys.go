@@ -1,0 +1,61 @@
+package dlock
+
+import (
+	"strings"
+)
+
+// keys names everything one lock uses in Redis. All of it carries the same
+// hash tag, {<escaped name>}, so that on a Redis Cluster the lock's keys and
+// its channel live in one slot and one script may touch them all.
+type keys struct {
+	name    string // the user's lock name, for messages
+	lock    string // <prefix>:{<name>}        the lock itself
+	fence   string // <prefix>:{<name>}:fence  fencing counter, never expires
+	channel string // <prefix>:{<name>}:ch     release notifications
+}
+
+func newKeys(prefix, name string) keys {
+	base := prefix + ":{" + escapeTag(name) + "}"
+	return keys{
+		name:    name,
+		lock:    base,
+		fence:   base + ":fence",
+		channel: base + ":ch",
+	}
+}
+
+// tagEscaper makes any name safe inside a hash tag: Redis takes the tag to
+// end at the first '}', so braces are escaped, and '%' too so that the
+// mapping stays one-to-one (two names never share a key).
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+func escapeTag(name string) string { return tagEscaper.Replace(name) }
+
+// hashSlot is the Redis Cluster slot of a key (CRC16/XMODEM of its hash tag,
+// mod 16384). The library does not need it to work; tests use it to show
+// that a lock's keys share one slot.
+func hashSlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// validPrefix reports whether a key prefix can be used: a brace in it would
+// move the hash tag out of the lock's name.
+func validPrefix(p string) bool {
+	return p != "" && !strings.ContainsAny(p, "{}")
+}

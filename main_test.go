@@ -1,0 +1,88 @@
+package dlock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// srv is the package's shared redis-server; tests use fresh lock names.
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(helperMain(mode))
+	}
+	var err error
+	srv, err = redistest.Start(redistest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	srv.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newRedis returns a go-redis client of s, closed when the test ends.
+func newRedis(t testing.TB, s *redistest.Server, opts ...func(*redis.Options)) *redis.Client {
+	t.Helper()
+	rdb := s.Client(opts...)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// newClient returns a dlock Client on rdb, closed when the test ends.
+func newClient(t testing.TB, rdb dlock.Redis, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// client returns a dlock Client on the shared server with its own connection.
+func client(t testing.TB, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	return newClient(t, newRedis(t, srv), opts...)
+}
+
+// lockName returns a name no other test uses.
+func lockName(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strings.ReplaceAll(t.Name(), "/", ".") + "-" + hex.EncodeToString(b[:])
+}
+
+func mustLock(t testing.TB, m *dlock.Mutex, ctx context.Context, opts ...dlock.LockOption) *dlock.Lease {
+	t.Helper()
+	l, err := m.Lock(ctx, opts...)
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", m.Name(), err)
+	}
+	return l
+}
+
+func unlock(t testing.TB, l *dlock.Lease) {
+	t.Helper()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock(%q): %v", l.Name(), err)
+	}
+}

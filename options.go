@@ -1,0 +1,89 @@
+package dlock
+
+import (
+	"time"
+)
+
+// DefaultTTL is the lease of a lock taken without WithTTL or WithLease: it
+// lives 30 s and is renewed every 10 s until it is unlocked.
+const DefaultTTL = 30 * time.Second
+
+// DefaultPrefix starts every key dlock writes, unless WithPrefix says
+// otherwise.
+const DefaultPrefix = "dlock"
+
+// minTTL is the shortest lease Redis can express (PEXPIRE counts in ms).
+const minTTL = time.Millisecond
+
+// Option configures a Client.
+type Option func(*clientConfig)
+
+type clientConfig struct {
+	prefix  string
+	sharded bool
+	shardOK bool // sharded was set explicitly
+}
+
+// WithPrefix sets the prefix of every key and channel the Client uses:
+// "<prefix>:{<name>}" for a lock named name. Default: "dlock". The prefix
+// must be non-empty and must not contain '{' or '}'.
+func WithPrefix(prefix string) Option {
+	return func(c *clientConfig) { c.prefix = prefix }
+}
+
+// WithShardedPubSub chooses sharded pub/sub (SPUBLISH, SSUBSCRIBE, Redis 7+)
+// for wake-ups. Default: on for a *redis.ClusterClient, off otherwise; set
+// it when a wrapper hides a cluster client.
+func WithShardedPubSub(on bool) Option {
+	return func(c *clientConfig) { c.sharded, c.shardOK = on, true }
+}
+
+// LockOption configures one lock: pass it to Client.Mutex to set the
+// handle's default, or to Lock or TryLock for one call.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	ttl   time.Duration
+	renew bool
+}
+
+var defaultLock = lockConfig{ttl: DefaultTTL, renew: true}
+
+// WithTTL gives the lease a time to live of d, renewed by the Client's
+// watchdog every d/3 until Unlock. Default: DefaultTTL (30 s). A shorter
+// TTL frees a crashed holder's lock sooner and costs more renewals. d must
+// be at least 1 ms.
+func WithTTL(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.ttl, c.renew = d, true }
+}
+
+// WithLease gives the lease a fixed time to live of d with no renewal: the
+// lock frees itself d after it was taken (or last extended), and the
+// lease's Done closes just before that, with Err ErrLeaseLost. d must be at
+// least 1 ms.
+func WithLease(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.ttl, c.renew = d, false }
+}
+
+func (c lockConfig) with(opts []LockOption) lockConfig {
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+func (c lockConfig) validate() error {
+	if c.ttl < minTTL {
+		return invalid("lease TTL %v is below 1ms", c.ttl)
+	}
+	return nil
+}
+
+// drift is the margin a holder keeps between its local deadline and the
+// server's expiry: 1% of the TTL for clock-rate differences plus 2 ms for
+// timer and scheduling slack.
+func drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}

@@ -1,0 +1,91 @@
+package dlock
+
+import (
+	"context"
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
+
+// script is one embedded Lua script, run by its SHA1 (EVALSHA) and sent
+// whole (EVAL) only when the server does not have it: after a restart, a
+// SCRIPT FLUSH, or on a node that never saw it.
+type script struct {
+	src string
+	sha string
+}
+
+func loadScript(name string) script {
+	b, err := scriptFiles.ReadFile("scripts/" + name)
+	if err != nil {
+		panic("dlock: missing embedded script " + name)
+	}
+	sum := sha1.Sum(b)
+	return script{src: string(b), sha: hex.EncodeToString(sum[:])}
+}
+
+var (
+	lockScript   = loadScript("lock.lua")
+	unlockScript = loadScript("unlock.lua")
+	renewScript  = loadScript("renew.lua")
+	ttlScript    = loadScript("ttl.lua")
+)
+
+// run runs the script: one round trip when the server has it cached, two
+// when it answers NOSCRIPT.
+func (s script) run(ctx context.Context, r Redis, keys []string, args ...any) *redis.Cmd {
+	cmd := r.EvalSha(ctx, s.sha, keys, args...)
+	if isNoScript(cmd.Err()) {
+		cmd = r.Eval(ctx, s.src, keys, args...)
+	}
+	return cmd
+}
+
+// call is one script invocation in a batch.
+type call struct {
+	s    script
+	keys []string
+	args []any
+}
+
+// runBatch sends the calls in one pipeline (go-redis splits a cluster
+// pipeline per node). Calls that meet NOSCRIPT are sent again with their
+// source in a second pipeline, so a flushed script cache costs one extra
+// round trip, not a lost lease. The result has one command per call; each
+// carries its own error.
+func runBatch(ctx context.Context, r Redis, calls []call) []*redis.Cmd {
+	out := make([]*redis.Cmd, len(calls))
+	_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			out[i] = p.EvalSha(ctx, c.s.sha, c.keys, c.args...)
+		}
+		return nil
+	})
+	var again []int
+	for i, cmd := range out {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return out
+	}
+	_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range again {
+			c := calls[i]
+			out[i] = p.Eval(ctx, c.s.src, c.keys, c.args...)
+		}
+		return nil
+	})
+	return out
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
