@@ -1,0 +1,244 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// recorder is a go-redis hook that records every command a client sends:
+// single commands, and each pipeline as one round trip.
+type recorder struct {
+	mu    sync.Mutex
+	calls [][]string // one entry per round trip: the command names in it
+}
+
+func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.add([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.add(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (r *recorder) add(cmds []redis.Cmder) {
+	var names []string
+	for _, c := range cmds {
+		switch n := strings.ToLower(c.Name()); n {
+		case "hello", "client", "auth", "select", "ping":
+			// connection set-up and health checks, not lock traffic
+		default:
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, names)
+	r.mu.Unlock()
+}
+
+// take returns the round trips recorded since the last take.
+func (r *recorder) take() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	calls := r.calls
+	r.calls = nil
+	return calls
+}
+
+// countedClient returns a dlock Client whose Redis traffic rec records.
+func countedClient(t *testing.T) (*dlock.Client, *recorder) {
+	rdb := newRedis(t, srv)
+	rec := &recorder{}
+	rdb.AddHook(rec)
+	return newClient(t, rdb), rec
+}
+
+func TestUncontendedIsOneRoundTripEach(t *testing.T) {
+	ctx := context.Background()
+	c, rec := countedClient(t)
+	m := c.Mutex(lockName(t))
+	unlock(t, mustLock(t, m, ctx)) // loads the scripts
+	rec.take()
+
+	l := mustLock(t, m, ctx)
+	if calls := rec.take(); len(calls) != 1 || len(calls[0]) != 1 || calls[0][0] != "evalsha" {
+		t.Fatalf("uncontended Lock sent %v; want exactly one evalsha", calls)
+	}
+	unlock(t, l)
+	if calls := rec.take(); len(calls) != 1 || len(calls[0]) != 1 || calls[0][0] != "evalsha" {
+		t.Fatalf("Unlock sent %v; want exactly one evalsha", calls)
+	}
+	l, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, l)
+	if calls := rec.take(); len(calls) != 2 {
+		t.Fatalf("TryLock+Unlock sent %v; want two round trips", calls)
+	}
+}
+
+func TestWatchdogRenewsInOnePipelinePerTick(t *testing.T) {
+	ctx := context.Background()
+	c, rec := countedClient(t)
+	const n, ttl = 8, 300 * time.Millisecond
+	var leases []*dlock.Lease
+	for i := range n {
+		leases = append(leases, mustLock(t, c.Mutex(lockName(t)+string(rune('a'+i))), ctx, dlock.WithTTL(ttl)))
+	}
+	rec.take()
+	time.Sleep(3 * ttl) // let a few ticks pass; counts are checked, not timing
+	calls := rec.take()
+	if len(calls) < 3 {
+		t.Fatalf("%d renewal round trips in 3 TTLs; want at least 3 (one per TTL/3 tick)", len(calls))
+	}
+	for _, call := range calls {
+		if len(call) != n {
+			t.Fatalf("a renewal round trip carried %d commands %v; want all %d leases in one pipeline", len(call), call, n)
+		}
+	}
+	for _, l := range leases {
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease lost: %v", err)
+		}
+		unlock(t, l)
+	}
+}
+
+func TestNoScriptAfterFlush(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	admin := newRedis(t, srv)
+	m := c.Mutex(lockName(t))
+	unlock(t, mustLock(t, m, ctx))
+
+	// A single call after SCRIPT FLUSH falls back to EVAL.
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 200 * time.Millisecond
+	l := mustLock(t, m, ctx, dlock.WithTTL(ttl))
+
+	// Pipelined renewals after SCRIPT FLUSH fall back too: the lease
+	// survives several renewals with the cache flushed before each.
+	for range 4 {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl / 2)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost across SCRIPT FLUSH: %v", err)
+	}
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, l)
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	closed, err := dlock.New(newRedis(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = closed.Close()
+	var nilCtx context.Context
+	var nilMutex *dlock.Mutex
+	tests := []struct {
+		name string
+		run  func() error
+		want error
+	}{
+		{"nil redis", func() error { _, err := dlock.New(nil); return err }, dlock.ErrInvalidArgument},
+		{"empty prefix", func() error { _, err := dlock.New(newRedis(t, srv), dlock.WithPrefix("")); return err }, dlock.ErrInvalidArgument},
+		{"brace in prefix", func() error { _, err := dlock.New(newRedis(t, srv), dlock.WithPrefix("a{b")); return err }, dlock.ErrInvalidArgument},
+		{"empty name", func() error { _, err := c.Mutex("").Lock(ctx); return err }, dlock.ErrInvalidArgument},
+		{"empty name try", func() error { _, err := c.Mutex("").TryLock(ctx); return err }, dlock.ErrInvalidArgument},
+		{"nil mutex", func() error { _, err := nilMutex.Lock(ctx); return err }, dlock.ErrInvalidArgument},
+		{"zero ttl", func() error { _, err := c.Mutex("x").Lock(ctx, dlock.WithTTL(0)); return err }, dlock.ErrInvalidArgument},
+		{"negative ttl", func() error { _, err := c.Mutex("x").Lock(ctx, dlock.WithTTL(-time.Second)); return err }, dlock.ErrInvalidArgument},
+		{"sub-ms ttl", func() error { _, err := c.Mutex("x").Lock(ctx, dlock.WithTTL(time.Microsecond)); return err }, dlock.ErrInvalidArgument},
+		{"sub-ms lease", func() error { _, err := c.Mutex("x").TryLock(ctx, dlock.WithLease(999*time.Microsecond)); return err }, dlock.ErrInvalidArgument},
+		{"bad handle default", func() error { _, err := c.Mutex("x", dlock.WithLease(0)).Lock(ctx); return err }, dlock.ErrInvalidArgument},
+		{"nil ctx lock", func() error { _, err := c.Mutex("x").Lock(nilCtx); return err }, dlock.ErrInvalidArgument},
+		{"nil ctx trylock", func() error { _, err := c.Mutex("x").TryLock(nilCtx); return err }, dlock.ErrInvalidArgument},
+		{"use after close", func() error { _, err := closed.Mutex("x").Lock(ctx); return err }, dlock.ErrClosed},
+		{"try after close", func() error { _, err := closed.Mutex("x").TryLock(ctx); return err }, dlock.ErrClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.run(); !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+
+	// Lease calls with bad input.
+	l := mustLock(t, c.Mutex(lockName(t)), ctx)
+	if err := l.Unlock(nilCtx); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("Unlock(nil) = %v", err)
+	}
+	if err := l.Extend(nilCtx, time.Second); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("Extend(nil, 1s) = %v", err)
+	}
+	if err := l.Extend(ctx, -1); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("Extend(-1) = %v", err)
+	}
+	if _, err := l.TTL(nilCtx); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("TTL(nil) = %v", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("bad calls ended the lease: %v", err)
+	}
+	unlock(t, l)
+	// A nil parent for Context is treated as Background, not a panic.
+	if l.Context(nilCtx).Err() == nil {
+		t.Fatal("context of an unlocked lease not cancelled")
+	}
+}
+
+func TestNamesNeedNoEscapingByTheCaller(t *testing.T) {
+	ctx := context.Background()
+	a, b := client(t), client(t)
+	suffix := lockName(t)
+	names := []string{
+		"{", "}", "}{", "{a}", "a}b{c", "with space", "new\nline", "tab\there",
+		"日本語のロック", "emoji 🔒", "%7B", "%", "a:{b}:c", strings.Repeat("x", 1000),
+	}
+	var held []*dlock.Lease
+	for _, n := range names {
+		n += suffix
+		l, err := a.Mutex(n).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", n, err)
+		}
+		if _, err := b.Mutex(n).TryLock(ctx); err == nil || !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("name %q does not exclude: second TryLock = %v", n, err)
+		}
+		held = append(held, l)
+	}
+	// Every name got its own lock: none of them collided.
+	for _, l := range held {
+		unlock(t, l)
+	}
+}
+

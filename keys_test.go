@@ -1,0 +1,89 @@
+package dlock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestHashSlot(t *testing.T) {
+	tests := []struct {
+		key  string
+		want int
+	}{
+		{"123456789", 12739}, // CRC16/XMODEM check value 0x31C3
+		{"", 0},
+		{"{123456789}.x", 12739},
+		{"a{123456789}b{c}", 12739},
+		{"{}123456789", hashSlot("{}123456789")}, // empty tag: whole key
+	}
+	for _, tt := range tests {
+		if got := hashSlot(tt.key); got != tt.want {
+			t.Errorf("hashSlot(%q) = %d, want %d", tt.key, got, tt.want)
+		}
+	}
+	if hashSlot("{}123456789") == 12739 {
+		t.Error("an empty hash tag must not count as a tag")
+	}
+}
+
+func TestKeysShareOneSlot(t *testing.T) {
+	names := []string{"orders/42", "{", "}", "a}b", "{x}", "%7D", "with space", "new\nline", "日本"} // "" is refused by Lock
+	for _, n := range names {
+		k := newKeys("p", n)
+		s := hashSlot(k.lock)
+		if hashSlot(k.fence) != s || hashSlot(k.channel) != s {
+			t.Errorf("name %q: keys %q %q %q in different slots", n, k.lock, k.fence, k.channel)
+		}
+		// The tag is exactly the escaped name.
+		if want := hashSlot("{" + escapeTag(n) + "}"); s != want {
+			t.Errorf("name %q: slot %d, want the slot of its escaped name %d", n, s, want)
+		}
+	}
+}
+
+func TestEscapeIsOneToOne(t *testing.T) {
+	names := []string{"a}", "a%7D", "a%257D", "{", "%7B", "%", "%25", "a", ""}
+	seen := map[string]string{}
+	for _, n := range names {
+		e := escapeTag(n)
+		if o, dup := seen[e]; dup {
+			t.Fatalf("names %q and %q both escape to %q", o, n, e)
+		}
+		seen[e] = n
+		for _, r := range e {
+			if r == '{' || r == '}' {
+				t.Fatalf("escaped %q still has a brace: %q", n, e)
+			}
+		}
+	}
+}
+
+func TestValidPrefix(t *testing.T) {
+	for p, want := range map[string]bool{"dlock": true, "my:app": true, "": false, "a{": false, "}": false} {
+		if validPrefix(p) != want {
+			t.Errorf("validPrefix(%q) = %v", p, !want)
+		}
+	}
+}
+
+func TestDriftAndRetry(t *testing.T) {
+	if d := drift(30 * time.Second); d != 302*time.Millisecond {
+		t.Errorf("drift(30s) = %v, want 302ms", d)
+	}
+	if d := drift(100 * time.Millisecond); d != 3*time.Millisecond {
+		t.Errorf("drift(100ms) = %v, want 3ms", d)
+	}
+	tests := []struct {
+		pttl int64
+		want time.Duration
+	}{
+		{1500, 1500 * time.Millisecond},
+		{0, 0},
+		{-1, time.Minute}, // a key without expiry: retry after our TTL
+	}
+	for _, tt := range tests {
+		if got := retryAfter(tt.pttl, time.Minute); got != tt.want {
+			t.Errorf("retryAfter(%d) = %v, want %v", tt.pttl, got, tt.want)
+		}
+	}
+}
