@@ -241,4 +241,3 @@ func TestNamesNeedNoEscapingByTheCaller(t *testing.T) {
 		unlock(t, l)
 	}
 }
-
