@@ -1,10 +1,211 @@
 package dlock_test
 
-// helperEnv, when set, makes the test binary a helper process (a lock
-// holder or contender in a test about several processes) instead of
-// running tests. Its value is the helper's mode.
-const helperEnv = "DLOCK_TEST_HELPER"
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/history"
+	"github.com/redis/go-redis/v9"
+)
+
+// The test binary doubles as the helper processes of the tests about
+// several processes: with helperEnv set, TestMain runs helperMain instead
+// of the tests. Settings come in the environment.
+const (
+	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold
+	addrEnv    = "DLOCK_TEST_ADDR"   // redis-server address
+	nameEnv    = "DLOCK_TEST_NAME"   // lock name
+	ttlEnv     = "DLOCK_TEST_TTL"    // lease TTL (time.Duration)
+	outEnv     = "DLOCK_TEST_OUT"    // contend: file for the history
+	roundsEnv  = "DLOCK_TEST_ROUNDS" // contend: acquisitions per goroutine
+	workersEnv = "DLOCK_TEST_GOROUTINES"
+)
 
 func helperMain(mode string) int {
-	return 2
+	ctx := context.Background()
+	ttl, _ := time.ParseDuration(os.Getenv(ttlEnv))
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(addrEnv)})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	m := c.Mutex(os.Getenv(nameEnv), dlock.WithTTL(ttl))
+	switch mode {
+	case "contend":
+		err = helperContend(ctx, rdb, m)
+	case "hold":
+		err = helperHold(ctx, rdb, m)
+	default:
+		err = fmt.Errorf("unknown helper mode %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	return 0
+}
+
+// helperContend runs goroutines that each take the lock rounds times, do
+// a lost-update-prone increment under it, and record their critical
+// sections; the history goes to the file named by outEnv.
+func helperContend(ctx context.Context, rdb *redis.Client, m *dlock.Mutex) error {
+	rounds, _ := strconv.Atoi(os.Getenv(roundsEnv))
+	workers, _ := strconv.Atoi(os.Getenv(workersEnv))
+	counter := history.NewCounter(rdb, m.Name()+":counter")
+	var rec history.Recorder
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("p%d/g%d", os.Getpid(), g)
+			for range rounds {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				exit := rec.Enter(who, l.Fence())
+				err = counter.Increment(ctx, 200*time.Microsecond)
+				exit()
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	f, err := os.Create(os.Getenv(outEnv))
+	if err != nil {
+		return err
+	}
+	if _, err := rec.WriteTo(f); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// fencedSet is the protected resource of the pause test: it stores a
+// value only with a fence at least as high as any it has stored.
+var fencedSet = redis.NewScript(`
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < cur then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1`)
+
+// helperHold takes the lock, prints "locked <fence>", then acts as owner
+// every few milliseconds — a fenced write, done only while its lease says
+// it is held — until it learns the lease is lost: it prints "lost" then.
+// A write the fence rejects prints "rejected".
+func helperHold(ctx context.Context, rdb *redis.Client, m *dlock.Mutex) error {
+	l, err := m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("locked %d\n", l.Fence())
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		if err := l.Err(); err != nil {
+			fmt.Printf("lost %v\n", err)
+			return nil
+		}
+		ok, err := fencedSet.Run(ctx, rdb, []string{m.Name() + ":store"}, l.Fence()).Int()
+		if err != nil {
+			return err
+		}
+		if ok == 0 {
+			fmt.Println("rejected")
+		}
+	}
+	return nil
+}
+
+// helper is a running helper process.
+type helper struct {
+	cmd   *exec.Cmd
+	lines chan string // its stdout, a line at a time; closed at exit
+}
+
+// startHelper starts the test binary as a helper process in mode, with
+// env added to its environment. It is killed when the test ends.
+func startHelper(t *testing.T, mode string, env ...string) *helper {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(env, helperEnv+"="+mode)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{cmd: cmd, lines: make(chan string, 64)}
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for range h.lines {
+		}
+		_ = cmd.Wait()
+	})
+	return h
+}
+
+// expect waits for the helper's next line and checks its first word.
+func (h *helper) expect(t *testing.T, word string, within time.Duration) string {
+	t.Helper()
+	select {
+	case line, ok := <-h.lines:
+		if !ok {
+			t.Fatalf("helper exited before saying %q", word)
+		}
+		if !strings.HasPrefix(line, word) {
+			t.Fatalf("helper said %q, want %q", line, word)
+		}
+		return line
+	case <-time.After(within):
+		t.Fatalf("helper did not say %q within %v", word, within)
+	}
+	return ""
+}
+
+func fenceOf(t *testing.T, line string) int64 {
+	t.Helper()
+	f, err := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+	if err != nil {
+		t.Fatalf("no fence in %q", line)
+	}
+	return f
 }
