@@ -1,0 +1,161 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// proxied returns a go-redis client that reaches the shared server through
+// a fault proxy, with a short read timeout so that a delayed reply is a
+// lost one.
+func proxied(t *testing.T, retries int) (*redis.Client, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond,
+		MaxRetries: retries, PoolSize: 2})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, p
+}
+
+func TestAmbiguousAcquireRetriedReportsSuccess(t *testing.T) {
+	// Bounded: a retry wrongly seen as "held by another" would wait out
+	// the lock's 30 s TTL.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rdb, p := proxied(t, 3)
+	c := newClient(t, rdb)
+	unlock(t, mustLock(t, c.Mutex(lockName(t)+"-warm"), ctx)) // scripts loaded, connection up
+	name := lockName(t)
+	admin := newRedis(t, srv)
+
+	// The server runs the acquire, its reply is held back past the read
+	// timeout, go-redis sends the call again: the retry must find the lock
+	// already ours and say so, counting it once.
+	p.DelayNextReply(300 * time.Millisecond)
+	l := mustLock(t, c.Mutex(name), ctx)
+	hold, err := admin.HGetAll(ctx, "dlock:{"+name+"}").Result()
+	if err != nil || len(hold) != 1 || hold[l.Token()] != "1" {
+		t.Fatalf("after a retried acquire the lock is %v (%v); want {%s: 1}", hold, err, l.Token())
+	}
+	if f, _ := admin.Get(ctx, "dlock:{"+name+"}:fence").Int64(); f != l.Fence() || f != 1 {
+		t.Fatalf("fence counter %d, lease fence %d; want both 1 (one acquisition)", f, l.Fence())
+	}
+	unlock(t, l)
+	if n, _ := admin.Exists(ctx, "dlock:{"+name+"}").Result(); n != 0 {
+		t.Fatal("lock still held after Unlock")
+	}
+}
+
+func TestAmbiguousAcquireFailedCleansUp(t *testing.T) {
+	ctx := context.Background()
+	rdb, p := proxied(t, -1) // no retries: the lost reply is an error
+	c := newClient(t, rdb)
+	unlock(t, mustLock(t, c.Mutex(lockName(t)+"-warm"), ctx))
+	name := lockName(t)
+	admin := newRedis(t, srv)
+
+	p.DelayNextReply(300 * time.Millisecond)
+	_, err := c.Mutex(name).Lock(ctx)
+	if err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock with its reply lost = %v; want the Redis error", err)
+	}
+	// The script ran on the server; the failed acquire must have undone it.
+	if n, _ := admin.Exists(ctx, "dlock:{"+name+"}").Result(); n != 0 {
+		t.Fatal("a failed acquire left the lock held by nobody")
+	}
+	if f, _ := admin.Get(ctx, "dlock:{"+name+"}:fence").Int64(); f != 1 {
+		t.Fatalf("fence counter %d; want 1: the acquire did run", f)
+	}
+	unlock(t, mustLock(t, c.Mutex(name), ctx))
+}
+
+func TestPartitionedHolderIsToldBeforeExpiry(t *testing.T) {
+	ctx := context.Background()
+	rdb, p := proxied(t, 3)
+	c := newClient(t, rdb)
+	const ttl = 400 * time.Millisecond
+	name := lockName(t)
+	l := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(ttl))
+	admin := newRedis(t, srv)
+	p.Blackhole(true)
+	<-l.Done()
+	// Told at the local deadline: the server still has the lock.
+	pttl, err := admin.PTTL(ctx, "dlock:{"+name+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pttl <= 0 {
+		t.Fatalf("the holder learned of the loss only after the server expired the lock (pttl %v)", pttl)
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+	p.Blackhole(false)
+	// The next owner gets a higher fence.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l2 := mustLock(t, client(t).Mutex(name), wctx)
+	if l2.Fence() <= l.Fence() {
+		t.Fatalf("fence %d after %d", l2.Fence(), l.Fence())
+	}
+	unlock(t, l2)
+}
+
+func TestServerRestartWithoutPersistence(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	c := newClient(t, newRedis(t, s))
+	const ttl = 300 * time.Millisecond
+	l := mustLock(t, c.Mutex(lockName(t)), ctx, dlock.WithTTL(ttl))
+	if err := s.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + 2*time.Second):
+		t.Fatal("holder not told that a restart without persistence dropped its lock")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+}
+
+func TestServerRestartWithAOF(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{AOF: true})
+	c := newClient(t, newRedis(t, s))
+	name := lockName(t)
+	first := mustLock(t, c.Mutex(name), ctx)
+	unlock(t, first)
+	held := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(3*time.Second))
+	if err := s.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	// The lock and its fence counter survive a restart with appendfsync
+	// always: the lease is still held after a renewal, and the next owner's
+	// fence is higher.
+	ttl, err := held.TTL(ctx)
+	if err != nil {
+		t.Fatalf("lease after an AOF restart: %v", err)
+	}
+	if ttl <= 0 {
+		t.Fatalf("TTL %v", ttl)
+	}
+	unlock(t, held)
+	next := mustLock(t, c.Mutex(name), ctx)
+	if next.Fence() <= held.Fence() || held.Fence() <= first.Fence() {
+		t.Fatalf("fences %d, %d, %d across a restart; want strictly increasing", first.Fence(), held.Fence(), next.Fence())
+	}
+	unlock(t, next)
+}

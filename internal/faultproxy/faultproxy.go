@@ -1,0 +1,299 @@
+// Package faultproxy is a TCP proxy that injects network faults between a
+// client and a server, typically a redis-server in tests.
+//
+// Faults can be changed at any time and affect both live and new
+// connections: added latency on replies, a one-shot delayed reply, a
+// blackhole that silently drops traffic, abrupt connection resets and a
+// "down" mode that refuses service. Close stops every goroutine the proxy
+// started before it returns.
+package faultproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	bufSize     = 32 << 10
+	queueLen    = 1024 // server→client chunks buffered per connection
+	dialTimeout = 5 * time.Second
+)
+
+// Proxy forwards connections accepted on a loopback port to an upstream
+// address. Its methods are safe for concurrent use.
+type Proxy struct {
+	upstream string
+	ln       net.Listener
+	ctx      context.Context // cancelled by Close; aborts pending dials
+	cancel   context.CancelFunc
+
+	latency   atomic.Int64 // time.Duration added to every reply chunk
+	delayNext atomic.Int64 // one-shot time.Duration for the next reply chunk
+	blackhole atomic.Bool
+
+	mu     sync.Mutex
+	links  map[*link]struct{}
+	down   bool
+	closed bool
+
+	wg        sync.WaitGroup // every goroutine started by the proxy
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New starts a proxy for upstream (host:port) listening on a free
+// loopback port.
+func New(upstream string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{
+		upstream: upstream,
+		ln:       ln,
+		ctx:      ctx,
+		cancel:   cancel,
+		links:    make(map[*link]struct{}),
+	}
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// Addr returns the address clients should connect to.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetLatency delays every server→client chunk by d, measured from the time
+// the chunk arrived from upstream. Order is preserved and chunks are still
+// read from upstream while earlier ones wait, so pipelined replies are not
+// delayed cumulatively. Zero removes the latency.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// DelayNextReply delays the next server→client chunk, on whichever
+// connection it arrives, by d on top of any latency; later chunks on that
+// connection queue behind it. Subsequent chunks are not affected.
+func (p *Proxy) DelayNextReply(d time.Duration) { p.delayNext.Store(int64(d)) }
+
+// Blackhole, while on, makes the proxy read and discard all bytes in both
+// directions. Connections stay open, so clients see timeouts rather than
+// errors.
+func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// ResetAll abruptly closes all current connections (with a TCP RST) on both
+// the client and the upstream side.
+func (p *Proxy) ResetAll() {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	for _, l := range links {
+		l.close(true)
+	}
+}
+
+// SetDown, when on, resets all current connections and makes the proxy
+// accept and immediately reset new ones, as if the server were gone. When
+// off, new connections are proxied again.
+func (p *Proxy) SetDown(on bool) {
+	p.mu.Lock()
+	p.down = on
+	p.mu.Unlock()
+	if on {
+		p.ResetAll()
+	}
+}
+
+// Conns returns the number of open client connections.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
+}
+
+// Close stops the listener, resets all connections and waits until every
+// goroutine of the proxy has exited. It is idempotent.
+func (p *Proxy) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		p.cancel()
+		p.closeErr = p.ln.Close()
+		p.ResetAll()
+		p.wg.Wait()
+	})
+	return p.closeErr
+}
+
+// serve accepts client connections until the listener is closed.
+func (p *Proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient failure such as running out of descriptors.
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		p.mu.Lock()
+		refuse := p.down || p.closed
+		if !refuse {
+			p.wg.Add(1)
+		}
+		p.mu.Unlock()
+		if refuse {
+			abort(c)
+			continue
+		}
+		go p.handle(c)
+	}
+}
+
+// handle dials upstream for a new client connection and starts pumping.
+func (p *Proxy) handle(client net.Conn) {
+	defer p.wg.Done()
+	d := net.Dialer{Timeout: dialTimeout}
+	server, err := d.DialContext(p.ctx, "tcp", p.upstream)
+	if err != nil {
+		abort(client)
+		return
+	}
+	l := &link{p: p, client: client, server: server, done: make(chan struct{})}
+	p.mu.Lock()
+	if p.down || p.closed {
+		p.mu.Unlock()
+		abort(client)
+		abort(server)
+		return
+	}
+	p.links[l] = struct{}{}
+	p.wg.Add(3)
+	p.mu.Unlock()
+
+	q := make(chan chunk, queueLen)
+	go l.clientToServer()
+	go l.readServer(q)
+	go l.writeClient(q)
+}
+
+// link is one proxied connection: a client connection and its upstream.
+type link struct {
+	p      *Proxy
+	client net.Conn
+	server net.Conn
+	done   chan struct{} // closed by close
+	once   sync.Once
+}
+
+// chunk is a piece of server→client data with the time it arrived.
+type chunk struct {
+	data    []byte
+	arrived time.Time
+	extra   time.Duration // one-shot delay taken by this chunk
+}
+
+// close shuts both sides of the link down, with a TCP RST if abortive, and
+// forgets it. It is safe to call more than once and from any goroutine.
+func (l *link) close(abortive bool) {
+	l.once.Do(func() {
+		if abortive {
+			abort(l.client)
+			abort(l.server)
+		} else {
+			l.client.Close()
+			l.server.Close()
+		}
+		close(l.done)
+		l.p.mu.Lock()
+		delete(l.p.links, l)
+		l.p.mu.Unlock()
+	})
+}
+
+// clientToServer copies client→server bytes, dropping them while the
+// proxy is blackholed.
+func (l *link) clientToServer() {
+	defer l.p.wg.Done()
+	buf := make([]byte, bufSize)
+	for {
+		n, err := l.client.Read(buf)
+		if n > 0 && !l.p.blackhole.Load() {
+			if _, werr := l.server.Write(buf[:n]); werr != nil {
+				l.close(true)
+				return
+			}
+		}
+		if err != nil {
+			l.close(false)
+			return
+		}
+	}
+}
+
+// readServer reads server→client chunks, stamps them and queues them for
+// writeClient. Chunks read while blackholed are dropped. It closes q when
+// upstream is done so that writeClient can deliver what is queued.
+func (l *link) readServer(q chan<- chunk) {
+	defer l.p.wg.Done()
+	defer close(q)
+	buf := make([]byte, bufSize)
+	for {
+		n, err := l.server.Read(buf)
+		if n > 0 && !l.p.blackhole.Load() {
+			c := chunk{
+				data:    bytes.Clone(buf[:n]),
+				arrived: time.Now(),
+				extra:   time.Duration(l.p.delayNext.Swap(0)),
+			}
+			select {
+			case q <- c:
+			case <-l.done:
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// writeClient delivers queued chunks to the client once their delay has
+// passed, then closes the link when the queue ends.
+func (l *link) writeClient(q <-chan chunk) {
+	defer l.p.wg.Done()
+	defer l.close(false)
+	for c := range q {
+		due := c.arrived.Add(time.Duration(l.p.latency.Load()) + c.extra)
+		if wait := time.Until(due); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+				return
+			}
+		}
+		if _, err := l.client.Write(c.data); err != nil {
+			return
+		}
+	}
+}
+
+// abort closes c with a TCP RST instead of an orderly FIN where possible.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
+}

@@ -1,0 +1,345 @@
+package faultproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// setup starts a redis-server and a proxy in front of it.
+func setup(t *testing.T) (*redistest.Server, *Proxy) {
+	t.Helper()
+	srv := redistest.StartT(t, redistest.Options{})
+	p, err := New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv, p
+}
+
+// client returns a go-redis client through p without retries, so that each
+// fault is seen by exactly one call.
+func client(t *testing.T, p *Proxy, readTimeout time.Duration) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:        p.Addr(),
+		MaxRetries:  -1,
+		PoolSize:    1,
+		ReadTimeout: readTimeout,
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// raw is a plain TCP connection speaking inline RESP commands.
+type raw struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *raw {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &raw{Conn: c, r: bufio.NewReader(c)}
+}
+
+func (c *raw) send(t *testing.T, cmd string) {
+	t.Helper()
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// line reads one reply line, waiting at most d.
+func (c *raw) line(d time.Duration) (string, error) {
+	c.SetReadDeadline(time.Now().Add(d))
+	s, err := c.r.ReadString('\n')
+	return strings.TrimRight(s, "\r\n"), err
+}
+
+func waitConns(t *testing.T, p *Proxy, want int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for p.Conns() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("Conns() = %d, want %d", p.Conns(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPing(t *testing.T) {
+	_, p := setup(t)
+	c := client(t, p, time.Second)
+	ctx := ctxT(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET = %q, %v", v, err)
+	}
+	if n := p.Conns(); n != 1 {
+		t.Fatalf("Conns() = %d, want 1", n)
+	}
+	c.Close()
+	waitConns(t, p, 0)
+}
+
+func TestLargeValue(t *testing.T) {
+	_, p := setup(t)
+	c := client(t, p, time.Second)
+	ctx := ctxT(t)
+	big := strings.Repeat("x", 1<<20)
+	if err := c.Set(ctx, "big", big, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "big").Result(); err != nil || v != big {
+		t.Fatalf("GET big: len %d, %v", len(v), err)
+	}
+}
+
+func TestLatency(t *testing.T) {
+	_, p := setup(t)
+	c := client(t, p, time.Second)
+	ctx := ctxT(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const d = 50 * time.Millisecond
+	p.SetLatency(d) // affects the live connection
+	start := time.Now()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < d {
+		t.Fatalf("PING took %v, want >= %v", el, d)
+	}
+	p.SetLatency(0)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLatencyPipelined checks that a delayed chunk does not hold up reading
+// later chunks: two replies that arrive gap apart are delivered gap apart,
+// not one latency apart.
+func TestLatencyPipelined(t *testing.T) {
+	_, p := setup(t)
+	const lat, gap = 300 * time.Millisecond, 150 * time.Millisecond
+	p.SetLatency(lat)
+	c := dialRaw(t, p.Addr())
+	start := time.Now()
+	c.send(t, "PING")
+	time.Sleep(gap)
+	c.send(t, "ECHO x")
+	for _, want := range []string{"+PONG", "$1", "x"} {
+		if got, err := c.line(2 * time.Second); err != nil || got != want {
+			t.Fatalf("read %q, %v; want %q", got, err, want)
+		}
+	}
+	el := time.Since(start)
+	if el < lat+gap || el >= 2*lat-30*time.Millisecond {
+		t.Fatalf("two replies took %v, want about %v", el, lat+gap)
+	}
+}
+
+func TestDelayNextReply(t *testing.T) {
+	_, p := setup(t)
+	c := client(t, p, 100*time.Millisecond)
+	ctx := ctxT(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.DelayNextReply(400 * time.Millisecond)
+	if err := c.Ping(ctx).Err(); !isTimeout(err) {
+		t.Fatalf("delayed PING: %v, want a timeout", err)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after the delayed one: %v", err)
+	}
+}
+
+func TestResetAll(t *testing.T) {
+	_, p := setup(t)
+
+	rc := dialRaw(t, p.Addr())
+	rc.send(t, "PING")
+	if got, err := rc.line(time.Second); err != nil || got != "+PONG" {
+		t.Fatalf("PING: %q, %v", got, err)
+	}
+	c := client(t, p, time.Second)
+	ctx := ctxT(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitConns(t, p, 2)
+
+	p.ResetAll()
+	if n := p.Conns(); n != 0 {
+		t.Fatalf("Conns() after ResetAll = %d", n)
+	}
+	if _, err := rc.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("read on a reset connection: %v, want reset/EOF", err)
+	}
+	// go-redis either fails this call or notices the dead connection and
+	// reconnects; either way the call after it works.
+	err := c.Ping(ctx).Err()
+	t.Logf("first PING after ResetAll: %v", err)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after reconnect: %v", err)
+	}
+}
+
+func TestBlackhole(t *testing.T) {
+	_, p := setup(t)
+	c := client(t, p, 100*time.Millisecond)
+	ctx := ctxT(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc := dialRaw(t, p.Addr())
+
+	p.Blackhole(true)
+	if err := c.Ping(ctx).Err(); !isTimeout(err) {
+		t.Fatalf("PING through blackhole: %v, want a timeout", err)
+	}
+	rc.send(t, "ECHO lost")
+	if got, err := rc.line(150 * time.Millisecond); !isTimeout(err) {
+		t.Fatalf("raw read through blackhole: %q, %v; want a timeout", got, err)
+	}
+
+	p.Blackhole(false)
+	// The raw connection stayed open; its dropped command left no reply.
+	rc.send(t, "ECHO kept")
+	for _, want := range []string{"$4", "kept"} {
+		if got, err := rc.line(time.Second); err != nil || got != want {
+			t.Fatalf("raw read after blackhole: %q, %v; want %q", got, err, want)
+		}
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after blackhole: %v", err)
+	}
+}
+
+func TestSetDown(t *testing.T) {
+	_, p := setup(t)
+	c := client(t, p, time.Second)
+	ctx := ctxT(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc := dialRaw(t, p.Addr())
+	waitConns(t, p, 2)
+
+	p.SetDown(true)
+	if _, err := rc.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("read on a connection reset by SetDown: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := c.Ping(ctx).Err(); err == nil {
+			t.Fatalf("PING %d while down succeeded", i)
+		}
+	}
+	rc2 := dialRaw(t, p.Addr()) // accepted, then closed at once
+	if _, err := rc2.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("read on a connection made while down: %v", err)
+	}
+	if n := p.Conns(); n != 0 {
+		t.Fatalf("Conns() while down = %d", n)
+	}
+
+	p.SetDown(false)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after SetDown(false): %v", err)
+	}
+}
+
+func TestUpstreamGone(t *testing.T) {
+	srv, p := setup(t)
+	c := client(t, p, time.Second)
+	ctx := ctxT(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitConns(t, p, 0)
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING with upstream killed succeeded")
+	}
+	if err := srv.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after upstream restart: %v", err)
+	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	srv := redistest.StartT(t, redistest.Options{})
+	opt := goleak.IgnoreCurrent()
+
+	p, err := New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Leave connections busy in every state: a reply waiting out a long
+	// latency, a blackholed one and an idle one.
+	p.SetLatency(time.Hour)
+	busy := dialRaw(t, p.Addr())
+	busy.send(t, "PING")
+	idle := dialRaw(t, p.Addr())
+	waitConns(t, p, 2)
+	time.Sleep(20 * time.Millisecond) // let the PING reply reach the proxy
+
+	start := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("Close took %v", el)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", p.Addr(), 200*time.Millisecond); err == nil {
+		t.Fatal("proxy still accepts connections after Close")
+	}
+	busy.Close()
+	idle.Close()
+	goleak.VerifyNone(t, opt)
+}
