@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
 		os.Exit(1)
 	}
+	redisAddr = srv.Addr()
 	code := m.Run()
 	srv.Close()
 	if code == 0 {

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command: installs redis-server when it is missing (the tests
+# start real servers), then vets and runs every test with the race detector,
+# in the library module and in the benchmark module.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "test.sh: redis-server not found; installing it with apt-get" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+fi
+
+go vet ./...
+go test -race -count=1 -timeout 15m ./...
+
+# The benchmarks live in their own module; make sure they build and vet.
+[ ! -f bench/go.mod ] || (cd bench && go vet ./... && go test -race -count=1 -run '^$' ./...)
