@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -178,7 +179,7 @@ func (m *Mutex) reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	h.op.Lock()
 	defer h.op.Unlock()
 	if err := outer.Err(); err != nil {
-		return nil, errors.Join(ErrNotHeld, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	h.mu.Lock()
 	count, ttl, epoch := h.count+1, h.ttl, h.epoch
@@ -194,11 +195,11 @@ func (m *Mutex) reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	if len(res) < 1 || res[0] != 1 {
 		err := lost(m.k.name, "the lock was no longer held at re-entry")
 		h.end(err)
-		return nil, errors.Join(ErrNotHeld, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	l, err := h.newLease()
 	if err != nil {
-		return nil, errors.Join(ErrNotHeld, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	h.mu.Lock()
 	h.count = count

@@ -58,7 +58,7 @@ func (h *hub) join(ctx context.Context, name string) (*waiter, error) {
 		return nil, ErrClosed
 	}
 	if h.ps == nil {
-		h.open(ctx)
+		h.open()
 	}
 	ch := h.waiting[name]
 	if ch == nil {
@@ -135,8 +135,9 @@ func (ch *channel) wakeAll() {
 }
 
 // open starts the pub/sub connection and its receive loop. h.mu is held.
-func (h *hub) open(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
+func (h *hub) open() {
+	// The connection outlives the wait that opened it: it is the Client's.
+	ctx := context.Background()
 	if h.sharded {
 		h.ps = h.rdb.SSubscribe(ctx)
 	} else {
