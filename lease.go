@@ -13,6 +13,7 @@ import (
 type hold struct {
 	c     *Client
 	k     keys
+	p     protocol
 	token string
 	fence int64
 	renew bool // the watchdog renews it
@@ -32,8 +33,8 @@ type hold struct {
 	err       error // why the hold ended; nil while held
 }
 
-func newHold(c *Client, k keys, token string, fence int64, cfg lockConfig, start time.Time) *hold {
-	h := &hold{c: c, k: k, token: token, fence: fence, renew: cfg.renew, count: 1,
+func newHold(c *Client, k keys, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
+	h := &hold{c: c, k: k, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
 		ttl: cfg.ttl, leases: make(map[*Lease]struct{})}
 	h.confirmed(start, cfg.ttl)
 	return h
@@ -225,15 +226,14 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		if !isUnlocked(err) {
 			// Lost: if the key is still ours (a pause outlived the
 			// deadline, say), free it now rather than at its expiry.
-			_ = h.c.release(ctx, h.k, h.token)
+			_ = h.p.release(h.token, 0).run(ctx, h.c.rdb).Err()
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	h.mu.Lock()
 	left := h.count - 1
 	h.mu.Unlock()
-	res, err := unlockScript.run(ctx, h.c.rdb, []string{h.k.lock},
-		h.token, left, h.k.channel, h.c.publish).Int64()
+	res, err := h.p.release(h.token, left).run(ctx, h.c.rdb).Int64()
 	if err != nil {
 		return redisErr("unlock", h.k.name, err)
 	}
@@ -274,7 +274,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	start := time.Now()
-	ok, err := renewScript.run(ctx, h.c.rdb, []string{h.k.lock}, h.token, d.Milliseconds()).Int64()
+	ok, err := h.p.renew(h.token, d).run(ctx, h.c.rdb).Int64()
 	if err != nil {
 		return redisErr("extend", h.k.name, err)
 	}
@@ -304,7 +304,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.Err(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	ms, err := ttlScript.run(ctx, h.c.rdb, []string{h.k.lock}, h.token).Int64()
+	ms, err := h.p.ttl(h.token).run(ctx, h.c.rdb).Int64()
 	if err != nil {
 		return 0, redisErr("ttl", h.k.name, err)
 	}

@@ -47,11 +47,16 @@ func (s script) run(ctx context.Context, r Redis, keys []string, args ...any) *r
 	return cmd
 }
 
-// call is one script invocation in a batch.
+// call is one script invocation: a script with its keys and arguments.
 type call struct {
 	s    script
 	keys []string
 	args []any
+}
+
+// run runs the call on its own (see script.run).
+func (c call) run(ctx context.Context, r Redis) *redis.Cmd {
+	return c.s.run(ctx, r, c.keys, c.args...)
 }
 
 // runBatch sends the calls in one pipeline (go-redis splits a cluster

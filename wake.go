@@ -39,6 +39,7 @@ type channel struct {
 // waiter is one waiting acquire.
 type waiter struct {
 	name  string
+	token string          // the owner token it is trying to acquire with
 	ready <-chan struct{} // closed once the subscription is confirmed
 	wake  chan struct{}   // a release was published (buffer of one)
 }
@@ -51,7 +52,7 @@ func newHub(rdb Redis, sharded bool) *hub {
 // join registers a waiter on the named channel, subscribing to it if it
 // is the channel's first waiter here. It does not wait for the
 // subscription: the waiter's ready channel closes when it is confirmed.
-func (h *hub) join(ctx context.Context, name string) (*waiter, error) {
+func (h *hub) join(name, token string) (*waiter, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -67,13 +68,14 @@ func (h *hub) join(ctx context.Context, name string) (*waiter, error) {
 		h.unconfirmed[name]++
 		// An error here is a broken connection; go-redis resubscribes on
 		// reconnect and the waiter's lease-bounded timer covers the gap.
+		ctx := context.Background()
 		if h.sharded {
 			_ = h.ps.SSubscribe(ctx, name)
 		} else {
 			_ = h.ps.Subscribe(ctx, name)
 		}
 	}
-	w := &waiter{name: name, ready: ch.ready, wake: make(chan struct{}, 1)}
+	w := &waiter{name: name, token: token, ready: ch.ready, wake: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
 }
@@ -184,8 +186,9 @@ func (h *hub) confirmed(name string) {
 }
 
 // notify handles a release published on a lock's channel: "all" wakes
-// every local waiter (a read lock or a permit count changed), anything
-// else wakes one.
+// every local waiter (a read lock or a permit count changed), "one" wakes
+// one, and anything else is the token of the one waiter whose turn it is
+// (a fair lock's head), woken if it waits here.
 func (h *hub) notify(name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -193,10 +196,20 @@ func (h *hub) notify(name, payload string) {
 	if ch == nil {
 		return
 	}
-	if payload == "all" {
+	switch payload {
+	case "all":
 		ch.wakeAll()
-	} else {
+	case "one":
 		ch.wakeOne()
+	default:
+		for _, w := range ch.waiters {
+			if w.token == payload {
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
 	}
 }
 

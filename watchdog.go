@@ -141,7 +141,7 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	calls := make([]call, len(rs))
 	shortest := rs[0].ttl
 	for i, r := range rs {
-		calls[i] = call{renewScript, []string{r.h.k.lock}, []any{r.h.token, r.ttl.Milliseconds()}}
+		calls[i] = r.h.p.renew(r.h.token, r.ttl)
 		shortest = min(shortest, r.ttl)
 	}
 	// No point waiting for a reply past the soonest deadline.
