@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,7 +22,7 @@ import (
 // several processes: with helperEnv set, TestMain runs helperMain instead
 // of the tests. Settings come in the environment.
 const (
-	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold
+	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold, fairwait
 	addrEnv    = "DLOCK_TEST_ADDR"   // redis-server address
 	nameEnv    = "DLOCK_TEST_NAME"   // lock name
 	ttlEnv     = "DLOCK_TEST_TTL"    // lease TTL (time.Duration)
@@ -47,6 +48,8 @@ func helperMain(mode string) int {
 		err = helperContend(ctx, rdb, m)
 	case "hold":
 		err = helperHold(ctx, rdb, m)
+	case "fairwait":
+		err = helperFairWait(ctx, c.FairMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
@@ -142,10 +145,46 @@ func helperHold(ctx context.Context, rdb *redis.Client, m *dlock.Mutex) error {
 	return nil
 }
 
+// helperFairWait reads "wait <id>" lines on stdin; for each it waits for
+// the fair lock in a goroutine, prints "granted <id> <fence>" when it has
+// it, and unlocks. It returns when stdin is closed and every wait is over.
+func helperFairWait(ctx context.Context, f *dlock.FairMutex) error {
+	var wg sync.WaitGroup
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		id, ok := strings.CutPrefix(sc.Text(), "wait ")
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := f.Lock(ctx)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "helper:", err)
+				return
+			}
+			fmt.Printf("granted %s %d\n", id, l.Fence())
+			_ = l.Unlock(ctx)
+		}()
+	}
+	wg.Wait()
+	return sc.Err()
+}
+
 // helper is a running helper process.
 type helper struct {
 	cmd   *exec.Cmd
+	stdin io.WriteCloser
 	lines chan string // its stdout, a line at a time; closed at exit
+}
+
+// send writes a line to the helper's stdin.
+func (h *helper) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := fmt.Fprintln(h.stdin, line); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startHelper starts the test binary as a helper process in mode, with
@@ -163,10 +202,14 @@ func startHelper(t *testing.T, mode string, env ...string) *helper {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &helper{cmd: cmd, lines: make(chan string, 64)}
+	h := &helper{cmd: cmd, stdin: in, lines: make(chan string, 64)}
 	go func() {
 		defer close(h.lines)
 		sc := bufio.NewScanner(out)

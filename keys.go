@@ -12,6 +12,8 @@ type keys struct {
 	lock    string // <prefix>:{<name>}        the lock itself
 	fence   string // <prefix>:{<name>}:fence  fencing counter, never expires
 	channel string // <prefix>:{<name>}:ch     release notifications
+	queue   string // <prefix>:{<name>}:queue  waiters: token -> arrival
+	alive   string // <prefix>:{<name>}:alive  waiters: token -> place expiry
 }
 
 func newKeys(prefix, name string) keys {
@@ -21,6 +23,8 @@ func newKeys(prefix, name string) keys {
 		lock:    base,
 		fence:   base + ":fence",
 		channel: base + ":ch",
+		queue:   base + ":queue",
+		alive:   base + ":alive",
 	}
 }
 

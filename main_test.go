@@ -72,7 +72,7 @@ func lockName(t testing.TB) string {
 	return strings.ReplaceAll(t.Name(), "/", ".") + "-" + hex.EncodeToString(b[:])
 }
 
-func mustLock(t testing.TB, m *dlock.Mutex, ctx context.Context, opts ...dlock.LockOption) *dlock.Lease {
+func mustLock(t testing.TB, m dlock.Locker, ctx context.Context, opts ...dlock.LockOption) *dlock.Lease {
 	t.Helper()
 	l, err := m.Lock(ctx, opts...)
 	if err != nil {

@@ -43,11 +43,26 @@ func WithShardedPubSub(on bool) Option {
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
-	ttl   time.Duration
-	renew bool
+	ttl      time.Duration
+	renew    bool
+	queueTTL time.Duration
 }
 
-var defaultLock = lockConfig{ttl: DefaultTTL, renew: true}
+var defaultLock = lockConfig{ttl: DefaultTTL, renew: true, queueTTL: DefaultQueueTTL}
+
+// DefaultQueueTTL is how long a waiter's place in a queue (FairMutex, a
+// writer waiting on an RWMutex) outlives the waiter's last sign of life.
+const DefaultQueueTTL = 3 * time.Second
+
+// WithQueueTTL sets how long a waiter's place in a queue — the FairMutex
+// queue, or a writer's claim on an RWMutex — lives without a sign of life.
+// A waiter renews its place every d/3 while it waits, so a waiter that was
+// killed is skipped at most d + d/3 after its last renewal. Default:
+// DefaultQueueTTL (3 s). Shorter skips dead waiters sooner and costs more
+// renewals. d must be at least 3 ms. Other locks ignore it.
+func WithQueueTTL(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.queueTTL = d }
+}
 
 // WithTTL gives the lease a time to live of d, renewed by the Client's
 // watchdog every d/3 until Unlock. Default: DefaultTTL (30 s). A shorter
@@ -77,6 +92,9 @@ func (c lockConfig) with(opts []LockOption) lockConfig {
 func (c lockConfig) validate() error {
 	if c.ttl < minTTL {
 		return invalid("lease TTL %v is below 1ms", c.ttl)
+	}
+	if c.queueTTL < 3*minTTL {
+		return invalid("queue TTL %v is below 3ms", c.queueTTL)
 	}
 	return nil
 }

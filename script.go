@@ -21,13 +21,19 @@ type script struct {
 	sha string
 }
 
-func loadScript(name string) script {
-	b, err := scriptFiles.ReadFile("scripts/" + name)
-	if err != nil {
-		panic("dlock: missing embedded script " + name)
+// loadScript joins the named files, a library's helpers first, into one
+// script.
+func loadScript(names ...string) script {
+	var src []byte
+	for _, name := range names {
+		b, err := scriptFiles.ReadFile("scripts/" + name)
+		if err != nil {
+			panic("dlock: missing embedded script " + name)
+		}
+		src = append(src, b...)
 	}
-	sum := sha1.Sum(b)
-	return script{src: string(b), sha: hex.EncodeToString(sum[:])}
+	sum := sha1.Sum(src)
+	return script{src: string(src), sha: hex.EncodeToString(sum[:])}
 }
 
 var (
@@ -35,6 +41,10 @@ var (
 	unlockScript = loadScript("unlock.lua")
 	renewScript  = loadScript("renew.lua")
 	ttlScript    = loadScript("ttl.lua")
+
+	fairLockScript   = loadScript("lib_queue.lua", "fair_lock.lua")
+	fairUnlockScript = loadScript("lib_queue.lua", "fair_unlock.lua")
+	fairLeaveScript  = loadScript("lib_queue.lua", "fair_leave.lua")
 )
 
 // run runs the script: one round trip when the server has it cached, two
