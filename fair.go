@@ -63,7 +63,7 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if outer := leaseFrom(ctx, m.c, m.k.lock); outer != nil {
+	if outer := leaseFrom(ctx, m.c, m.k.lock, ""); outer != nil {
 		return reenter(ctx, outer)
 	}
 	c, k := m.c, m.k

@@ -14,6 +14,7 @@ type keys struct {
 	channel string // <prefix>:{<name>}:ch     release notifications
 	queue   string // <prefix>:{<name>}:queue  waiters: token -> arrival
 	alive   string // <prefix>:{<name>}:alive  waiters: token -> place expiry
+	readers string // <prefix>:{<name>}:readers  RWMutex: reader -> hold expiry
 }
 
 func newKeys(prefix, name string) keys {
@@ -25,6 +26,7 @@ func newKeys(prefix, name string) keys {
 		channel: base + ":ch",
 		queue:   base + ":queue",
 		alive:   base + ":alive",
+		readers: base + ":readers",
 	}
 }
 

@@ -14,6 +14,7 @@ type hold struct {
 	c     *Client
 	k     keys
 	p     protocol
+	side  string // "" for a mutex; "r" or "w" for an RWMutex's read or write hold
 	token string
 	fence int64
 	renew bool // the watchdog renews it
@@ -162,10 +163,12 @@ func (l *Lease) finish(err error) {
 }
 
 // leaseKey is how a context carries a lease for re-entry: one key per
-// Client and lock, so locks nested in one another do not hide each other.
+// Client, lock and side (read or write), so locks nested in one another do
+// not hide each other.
 type leaseKey struct {
 	c    *Client
 	lock string
+	side string
 }
 
 // Context returns a context derived from parent that is cancelled when
@@ -197,12 +200,12 @@ func (l *Lease) Context(parent context.Context) context.Context {
 			l.mu.Unlock()
 		})
 	}
-	return context.WithValue(ctx, leaseKey{l.h.c, l.h.k.lock}, l)
+	return context.WithValue(ctx, leaseKey{l.h.c, l.h.k.lock, l.h.side}, l)
 }
 
-// leaseFrom returns the lease that ctx carries for the lock, if any.
-func leaseFrom(ctx context.Context, c *Client, lock string) *Lease {
-	l, _ := ctx.Value(leaseKey{c, lock}).(*Lease)
+// leaseFrom returns the lease that ctx carries for the lock's side, if any.
+func leaseFrom(ctx context.Context, c *Client, lock, side string) *Lease {
+	l, _ := ctx.Value(leaseKey{c, lock, side}).(*Lease)
 	return l
 }
 

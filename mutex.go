@@ -74,7 +74,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if outer := leaseFrom(ctx, m.c, m.k.lock); outer != nil {
+	if outer := leaseFrom(ctx, m.c, m.k.lock, ""); outer != nil {
 		return reenter(ctx, outer)
 	}
 	p := mutexProto{m.k, m.c.publish}

@@ -46,6 +46,7 @@ type lockConfig struct {
 	ttl      time.Duration
 	renew    bool
 	queueTTL time.Duration
+	readers  bool // RWMutex: readers first
 }
 
 var defaultLock = lockConfig{ttl: DefaultTTL, renew: true, queueTTL: DefaultQueueTTL}
@@ -78,6 +79,16 @@ func WithTTL(d time.Duration) LockOption {
 // least 1 ms.
 func WithLease(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.ttl, c.renew = d, false }
+}
+
+// WithReaderPreference lets an RWMutex's readers in while writers wait.
+// Default: off — once a writer waits, new readers queue behind it, so a
+// steady stream of readers cannot starve writers. With it, readers never
+// wait for waiting writers, and writers may starve. Pass it to
+// Client.RWMutex so that every reader of the handle uses it. Other locks
+// ignore it.
+func WithReaderPreference() LockOption {
+	return func(c *lockConfig) { c.readers = true }
 }
 
 func (c lockConfig) with(opts []LockOption) lockConfig {

@@ -45,6 +45,12 @@ var (
 	fairLockScript   = loadScript("lib_queue.lua", "fair_lock.lua")
 	fairUnlockScript = loadScript("lib_queue.lua", "fair_unlock.lua")
 	fairLeaveScript  = loadScript("lib_queue.lua", "fair_leave.lua")
+
+	rwReadScript   = loadScript("lib_queue.lua", "lib_rw.lua", "rw_read.lua")
+	rwWriteScript  = loadScript("lib_queue.lua", "lib_rw.lua", "rw_write.lua")
+	rwUnlockScript = loadScript("lib_queue.lua", "lib_rw.lua", "rw_unlock.lua")
+	rwRenewScript  = loadScript("lib_queue.lua", "lib_rw.lua", "rw_renew.lua")
+	rwTTLScript    = loadScript("lib_queue.lua", "lib_rw.lua", "rw_ttl.lua")
 )
 
 // run runs the script: one round trip when the server has it cached, two

@@ -1,0 +1,189 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// RWMutex is a read-write lock: many readers at once, or one writer. Each
+// read or write acquire returns its own Lease — renewed, lost-signalled
+// and fenced like a Mutex's (every reader and writer gets a fence of its
+// own, so a writer's fence is above every earlier holder's).
+//
+// Policy: writers first. Once a writer waits, new readers queue behind it,
+// so a steady stream of readers cannot starve writers; writers among
+// themselves are served in arrival order, each keeping a place in a queue
+// that expires when the writer stops renewing it (WithQueueTTL), as in
+// FairMutex. WithReaderPreference, given to Client.RWMutex, lets readers
+// in while writers wait instead.
+//
+// Every reader's hold expires on its own: a crashed reader blocks writers
+// for at most its own TTL, whatever the other readers' TTLs.
+//
+// Re-entry goes through the lease's context for both sides. A writer may
+// read inside its write lock (RLock with the write lease's context); when
+// it then unlocks the write lease while still reading, the lock becomes a
+// read lock: a downgrade. A reader cannot upgrade: Lock with a read
+// lease's context returns an error matching ErrInvalidArgument rather than
+// wait for itself forever.
+//
+// RWMutex is a Locker for its write side; RLocker gives the read side. A
+// handle is safe for concurrent use.
+type RWMutex struct {
+	c    *Client
+	k    keys
+	opts []LockOption
+}
+
+// RWMutex returns the handle of the read-write lock called name. opts set
+// the handle's defaults for every acquire (WithTTL, WithLease,
+// WithQueueTTL, WithReaderPreference).
+func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
+	return &RWMutex{c: c, k: c.keys(name), opts: opts}
+}
+
+// Name returns the lock's name.
+func (rw *RWMutex) Name() string { return rw.k.name }
+
+func (rw *RWMutex) order() string { return rw.k.lock }
+
+// RLock takes a read hold, waiting while a writer holds the lock or (with
+// the default policy) waits for it. Woken when a writer releases; bounded
+// by the holder's lease. It returns the same errors as Mutex.Lock.
+func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
+	return rw.acquire(ctx, "r", true, opts)
+}
+
+// TryRLock makes one attempt at a read hold and returns an error matching
+// ErrNotObtained if it would have to wait.
+func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
+	return rw.acquire(ctx, "r", false, opts)
+}
+
+// Lock takes the write hold, waiting until no reader or writer holds the
+// lock and the writers that came before have had their turn. It returns
+// the same errors as Mutex.Lock.
+func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (*Lease, error) {
+	return rw.acquire(ctx, "w", true, opts)
+}
+
+// TryLock makes one attempt at the write hold, taking no place in the
+// writers' queue, and returns an error matching ErrNotObtained if the lock
+// is held or writers wait.
+func (rw *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
+	return rw.acquire(ctx, "w", false, opts)
+}
+
+// RLocker returns the read side of the lock as a Locker: its Lock and
+// TryLock are RLock and TryRLock.
+func (rw *RWMutex) RLocker() Locker { return readLocker{rw} }
+
+type readLocker struct{ rw *RWMutex }
+
+func (r readLocker) Lock(ctx context.Context, opts ...LockOption) (*Lease, error) {
+	return r.rw.RLock(ctx, opts...)
+}
+
+func (r readLocker) TryLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
+	return r.rw.TryRLock(ctx, opts...)
+}
+
+func (r readLocker) Name() string  { return r.rw.Name() }
+func (r readLocker) order() string { return r.rw.order() }
+
+func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []LockOption) (*Lease, error) {
+	if rw == nil {
+		return nil, invalid("nil RWMutex")
+	}
+	c, k := rw.c, rw.k
+	if err := checkCall(ctx, c, k.name); err != nil {
+		return nil, err
+	}
+	cfg := defaultLock.with(rw.opts).with(opts)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if outer := leaseFrom(ctx, c, k.lock, side); outer != nil {
+		return reenter(ctx, outer)
+	}
+	token := newToken()
+	if side == "r" {
+		if writer := leaseFrom(ctx, c, k.lock, "w"); writer != nil {
+			// A writer reading inside its write hold: same token.
+			token = writer.h.token
+		}
+	} else if leaseFrom(ctx, c, k.lock, "r") != nil {
+		return nil, invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
+	}
+	p := rwProto{k, side, c.publish}
+	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p,
+		keepAlive: cfg.queueTTL / 3,
+		attempt: func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
+			start := time.Now()
+			var cmd call
+			if side == "r" {
+				pref := "0"
+				if cfg.readers {
+					pref = "1"
+				}
+				cmd = call{rwReadScript, rw.keys(), []any{token, cfg.ttl.Milliseconds(), 0, pref}}
+			} else {
+				placeTTL := int64(0)
+				if queued {
+					placeTTL = cfg.queueTTL.Milliseconds()
+				}
+				cmd = call{rwWriteScript, rw.keys(), []any{token, cfg.ttl.Milliseconds(), 0, placeTTL, k.channel, c.publish}}
+			}
+			res, err := fenceReply("lock", k.name, cmd.run(ctx, c.rdb))
+			if err != nil {
+				return nil, 0, err
+			}
+			if res[0] != 1 {
+				return nil, retryAfter(res[1], cfg.ttl), nil
+			}
+			h := newHold(c, k, p, token, res[1], cfg, start)
+			h.side = side
+			l, err := c.newLease(ctx, h)
+			return l, 0, err
+		}}
+	if side == "w" {
+		a.abandon = func(ctx context.Context) {
+			_ = fairLeaveScript.run(ctx, c.rdb, []string{k.lock, k.queue, k.alive},
+				token, k.channel, c.publish).Err()
+		}
+	}
+	return a.run(ctx, wait)
+}
+
+// keys are the acquire scripts' keys.
+func (rw *RWMutex) keys() []string {
+	return []string{rw.k.lock, rw.k.fence, rw.k.readers, rw.k.queue, rw.k.alive}
+}
+
+// rwProto is the Redis side of a read or write hold of an RWMutex.
+type rwProto struct {
+	k       keys
+	side    string
+	publish string
+}
+
+func (p rwProto) reenter(token string, count int, ttl time.Duration) call {
+	if p.side == "r" {
+		return call{rwReadScript, []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive},
+			[]any{token, ttl.Milliseconds(), count, "1"}}
+	}
+	return call{rwWriteScript, []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive},
+		[]any{token, ttl.Milliseconds(), count, 0, p.k.channel, p.publish}}
+}
+
+func (p rwProto) release(token string, left int) call {
+	return call{rwUnlockScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, left, p.k.channel, p.publish}}
+}
+
+func (p rwProto) renew(token string, ttl time.Duration) call {
+	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, ttl.Milliseconds()}}
+}
+
+func (p rwProto) ttl(token string) call {
+	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, p.side}}
+}

@@ -1,0 +1,58 @@
+-- lib_rw.lua: helpers shared by the read-write lock's scripts. Not a
+-- script by itself: it is put in front of them (after lib_queue.lua).
+--
+-- The lock is one hash:
+--   mode      'read' or 'write' while anyone holds it
+--   w:<tok>   the writer's hold count
+--   r:<tok>   a reader's hold count (a writer may also read: same token)
+--   f:<tok>   the holder's fence
+-- and a sorted set 'readers': token -> when that reader's hold expires
+-- (server ms), so that each reader expires on its own. The hash's own
+-- PEXPIRE covers the longest hold.
+
+-- stretch makes key live at least ttl ms more.
+local function stretch(key, ttl)
+  if redis.call('PTTL', key) < tonumber(ttl) then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+-- forget_reader drops a reader's hold fields.
+local function forget_reader(lock, readers, tok)
+  redis.call('HDEL', lock, 'r:' .. tok)
+  redis.call('ZREM', readers, tok)
+  if redis.call('HEXISTS', lock, 'w:' .. tok) == 0 then
+    redis.call('HDEL', lock, 'f:' .. tok)
+  end
+end
+
+-- settle frees the lock when its last holder is gone; it returns true if
+-- it did.
+local function settle(lock, readers)
+  if redis.call('HGET', lock, 'mode') == 'read' and redis.call('ZCARD', readers) == 0 then
+    redis.call('DEL', lock)
+    return true
+  end
+  return false
+end
+
+-- expire_readers drops the readers whose hold has expired (crashed or cut
+-- off), freeing the lock if they were the last.
+local function expire_readers(lock, readers, now)
+  local dead = redis.call('ZRANGEBYSCORE', readers, '-inf', now)
+  for _, d in ipairs(dead) do
+    forget_reader(lock, readers, d)
+  end
+  if #dead > 0 then
+    settle(lock, readers)
+  end
+end
+
+-- reader_wait is how long until the first reader's hold expires, in ms.
+local function reader_wait(readers, now)
+  local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
+  if first[2] then
+    return math.max(tonumber(first[2]) - now, 0)
+  end
+  return 0
+end

@@ -1,0 +1,20 @@
+-- rw_ttl.lua: how long a read or write hold has left, as the server sees it.
+--
+-- KEYS[1]  lock hash (see lib_rw.lua)
+-- KEYS[2]  readers: token -> hold expiry (server ms)
+-- ARGV[1]  owner token
+-- ARGV[2]  'r' for a read hold, 'w' for the write hold
+--
+-- Returns  ms left, or -3 when the caller holds nothing
+local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+if redis.call('HEXISTS', lock, side .. ':' .. tok) == 0 then
+  return -3
+end
+if side == 'r' then
+  local left = tonumber(redis.call('ZSCORE', readers, tok) or '0') - now_ms()
+  if left <= 0 then
+    return -3
+  end
+  return left
+end
+return redis.call('PTTL', lock)

@@ -1,0 +1,38 @@
+-- rw_unlock.lua: release read or write holds of the read-write lock.
+--
+-- KEYS[1]  lock hash (see lib_rw.lua)
+-- KEYS[2]  readers: token -> hold expiry (server ms)
+-- ARGV[1]  owner token
+-- ARGV[2]  'r' for a read hold, 'w' for the write hold
+-- ARGV[3]  holds to leave: n >= 1 keeps n; 0 releases the hold
+-- ARGV[4]  channel, ARGV[5] publish command (PUBLISH or SPUBLISH)
+--
+-- Returns  1 done, -1 the caller holds nothing
+--
+-- When the writer leaves while it still reads, the lock turns into a read
+-- lock (downgrade). Every release that lets others in publishes 'all':
+-- readers and writers wake, and the acquire scripts decide who goes first.
+local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local field = side .. ':' .. tok
+if redis.call('HEXISTS', lock, field) == 0 then
+  return -1
+end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('HSET', lock, field, ARGV[3])
+  return 1
+end
+if side == 'r' then
+  forget_reader(lock, readers, tok)
+  if settle(lock, readers) then
+    redis.call(ARGV[5], ARGV[4], 'all')
+  end
+  return 1
+end
+redis.call('HDEL', lock, field)
+if redis.call('HEXISTS', lock, 'r:' .. tok) == 1 then
+  redis.call('HSET', lock, 'mode', 'read')
+else
+  redis.call('DEL', lock)
+end
+redis.call(ARGV[5], ARGV[4], 'all')
+return 1
