@@ -29,6 +29,7 @@ type hold struct {
 	deadline  time.Time     // local: the lease may be gone after this
 	nextRenew time.Time     // when the watchdog renews it next
 	renewing  bool          // a renewal of it is in flight
+	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	epoch     int           // bumped by Extend: older renewals confirm nothing
 	leases    map[*Lease]struct{}
 	err       error // why the hold ended; nil while held
@@ -235,9 +236,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	left := h.count - 1
+	h.releasing = left == 0
 	h.mu.Unlock()
 	res, err := h.p.release(h.token, left).run(ctx, h.c.rdb).Int64()
 	if err != nil {
+		h.mu.Lock()
+		h.releasing = false
+		h.mu.Unlock()
 		return redisErr("unlock", h.k.name, err)
 	}
 	if res < 0 {
@@ -273,6 +278,8 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return invalid("lease TTL %v is below 1ms", d)
 	}
 	h := l.h
+	h.op.Lock() // after an Unlock in flight, not beside it
+	defer h.op.Unlock()
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -304,6 +311,8 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, invalid("nil context")
 	}
 	h := l.h
+	h.op.Lock() // after an Unlock in flight, not beside it
+	defer h.op.Unlock()
 	if err := l.Err(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}

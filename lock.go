@@ -84,15 +84,29 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
 	}
 
-	// Contended: subscribe to the lock's releases, then try again (a
-	// release may have come before the subscription), then sleep until a
-	// release or the holder's lease runs out, whichever comes first.
-	w, err := c.hub.join(a.channel, a.token)
+	err = c.waitLoop(ctx, a.name, a.channel, a.token, a.bound(next),
+		func(ctx context.Context) (bool, time.Duration, error) {
+			var next time.Duration
+			l, next, err = a.try(ctx, true)
+			return l != nil || err != nil, a.bound(next), err
+		})
+	return l, err
+}
+
+// waitLoop waits on a lock's channel until check reports done or fails.
+// It subscribes first, then checks (a release may have come before the
+// subscription), then sleeps until a notification or first/the next
+// bound that check returned, whichever is sooner, and checks again. When
+// ctx ends it returns an error matching ErrNotObtained and ctx.Err(); when
+// the Client closes, ErrClosed.
+func (c *Client) waitLoop(ctx context.Context, name, channel, token string, first time.Duration,
+	check func(context.Context) (done bool, next time.Duration, err error)) error {
+	w, err := c.hub.join(channel, token)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer c.hub.leave(w)
-	timer := time.NewTimer(a.bound(next))
+	timer := time.NewTimer(first)
 	defer timer.Stop()
 	ready := w.ready
 	for {
@@ -102,15 +116,15 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		case <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, waitEnded(a.name, ctx.Err())
+			return waitEnded(name, ctx.Err())
 		case <-c.life.Done():
-			return nil, ErrClosed
+			return ErrClosed
 		}
-		l, next, err := a.try(ctx, true)
-		if l != nil || err != nil {
-			return l, err
+		done, next, err := check(ctx)
+		if done || err != nil {
+			return err
 		}
-		timer.Reset(a.bound(next))
+		timer.Reset(next)
 	}
 }
 

@@ -178,7 +178,7 @@ func (w *watchdog) apply(rs []renewal) {
 		case r.ok:
 			// Extend ran meanwhile and set the schedule itself.
 		}
-		gone := h.err == nil && r.err == nil && !r.ok
+		gone := h.err == nil && r.err == nil && !r.ok && !h.releasing
 		h.mu.Unlock()
 		if gone {
 			h.end(lost(h.k.name, "renewal found the lock gone or held by another owner"))
