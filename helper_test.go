@@ -48,6 +48,8 @@ func helperMain(mode string) int {
 		err = helperContend(ctx, rdb, m)
 	case "hold":
 		err = helperHold(ctx, rdb, m)
+	case "semaphore":
+		err = helperSemaphore(ctx, rdb, c.Semaphore(m.Name(), 3, dlock.WithTTL(ttl)))
 	case "fairwait":
 		err = helperFairWait(ctx, c.FairMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
 	default:
@@ -170,6 +172,42 @@ func helperFairWait(ctx context.Context, f *dlock.FairMutex) error {
 	}
 	wg.Wait()
 	return sc.Err()
+}
+
+// helperSemaphore runs goroutines that each take one permit rounds times
+// and count themselves in a Redis counter while they hold it; a count above
+// the capacity (3) is an error.
+func helperSemaphore(ctx context.Context, rdb *redis.Client, s *dlock.Semaphore) error {
+	rounds, _ := strconv.Atoi(os.Getenv(roundsEnv))
+	workers, _ := strconv.Atoi(os.Getenv(workersEnv))
+	inside := s.Name() + ":inside"
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := s.Acquire(ctx, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n := rdb.Incr(ctx, inside).Val(); n > 3 {
+					errs <- fmt.Errorf("%d holders inside a semaphore of 3", n)
+				}
+				time.Sleep(time.Millisecond)
+				rdb.Decr(ctx, inside)
+				if err := l.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // helper is a running helper process.

@@ -15,6 +15,9 @@ type keys struct {
 	queue   string // <prefix>:{<name>}:queue  waiters: token -> arrival
 	alive   string // <prefix>:{<name>}:alive  waiters: token -> place expiry
 	readers string // <prefix>:{<name>}:readers  RWMutex: reader -> hold expiry
+	leases  string // <prefix>:{<name>}:leases   Semaphore: holder -> hold expiry
+	permits string // <prefix>:{<name>}:permits  Semaphore: capacity, never expires
+	ids     string // <prefix>:{<name>}:ids      Latch: ids that counted down
 }
 
 func newKeys(prefix, name string) keys {
@@ -27,6 +30,9 @@ func newKeys(prefix, name string) keys {
 		queue:   base + ":queue",
 		alive:   base + ":alive",
 		readers: base + ":readers",
+		leases:  base + ":leases",
+		permits: base + ":permits",
+		ids:     base + ":ids",
 	}
 }
 

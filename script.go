@@ -42,16 +42,30 @@ var (
 	renewScript  = loadScript("renew.lua")
 	ttlScript    = loadScript("ttl.lua")
 
-	fairLockScript   = loadScript("lib_queue.lua", "fair_lock.lua")
-	fairUnlockScript = loadScript("lib_queue.lua", "fair_unlock.lua")
-	fairLeaveScript  = loadScript("lib_queue.lua", "fair_leave.lua")
+	fairLockScript   = queueScript("fair_lock.lua")
+	fairUnlockScript = queueScript("fair_unlock.lua")
+	fairLeaveScript  = queueScript("fair_leave.lua")
 
-	rwReadScript   = loadScript("lib_queue.lua", "lib_rw.lua", "rw_read.lua")
-	rwWriteScript  = loadScript("lib_queue.lua", "lib_rw.lua", "rw_write.lua")
-	rwUnlockScript = loadScript("lib_queue.lua", "lib_rw.lua", "rw_unlock.lua")
-	rwRenewScript  = loadScript("lib_queue.lua", "lib_rw.lua", "rw_renew.lua")
-	rwTTLScript    = loadScript("lib_queue.lua", "lib_rw.lua", "rw_ttl.lua")
+	rwReadScript   = rwScript("rw_read.lua")
+	rwWriteScript  = rwScript("rw_write.lua")
+	rwUnlockScript = rwScript("rw_unlock.lua")
+	rwRenewScript  = rwScript("rw_renew.lua")
+	rwTTLScript    = rwScript("rw_ttl.lua")
+
+	semAcquireScript = semScript("sem_acquire.lua")
+	semReleaseScript = semScript("sem_release.lua")
+	semRenewScript   = semScript("sem_renew.lua")
+	semTTLScript     = semScript("sem_ttl.lua")
+	semPermitsScript = semScript("sem_permits.lua")
+
+	latchSetScript  = loadScript("latch_set.lua")
+	latchDownScript = loadScript("latch_down.lua")
 )
+
+// The scripts of each family, with the helpers they share in front.
+func queueScript(name string) script { return loadScript("lib.lua", "lib_queue.lua", name) }
+func rwScript(name string) script    { return loadScript("lib.lua", "lib_queue.lua", "lib_rw.lua", name) }
+func semScript(name string) script   { return loadScript("lib.lua", "lib_sem.lua", name) }
 
 // run runs the script: one round trip when the server has it cached, two
 // when it answers NOSCRIPT.

@@ -1,18 +1,13 @@
 -- lib_queue.lua: helpers shared by the scripts of queued locks (fair
 -- mutex, write side of the read-write lock). Not a script by itself: it is
--- put in front of the scripts that use it when they are loaded.
+-- put in front of the scripts that use it when they are loaded, after
+-- lib.lua.
 --
 -- A queue is two sorted sets with the same members, the waiters' tokens:
 --   queue  score = arrival time (server µs): the order of the waiters
 --   alive  score = when the waiter's place expires (server ms); a waiter
 --          renews it by trying again; one that stops (killed, gave up
 --          without saying so) is dropped by the next script to look.
-
--- now_ms is the server's time in milliseconds.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- arrival_us is the server's time in microseconds, as an exact integer
 -- string (a Lua number would be printed with only 14 significant digits).

@@ -1,5 +1,5 @@
 -- lib_rw.lua: helpers shared by the read-write lock's scripts. Not a
--- script by itself: it is put in front of them (after lib_queue.lua).
+-- script by itself: it is put in front of them (after lib.lua and lib_queue.lua).
 --
 -- The lock is one hash:
 --   mode      'read' or 'write' while anyone holds it
@@ -9,13 +9,6 @@
 -- and a sorted set 'readers': token -> when that reader's hold expires
 -- (server ms), so that each reader expires on its own. The hash's own
 -- PEXPIRE covers the longest hold.
-
--- stretch makes key live at least ttl ms more.
-local function stretch(key, ttl)
-  if redis.call('PTTL', key) < tonumber(ttl) then
-    redis.call('PEXPIRE', key, ttl)
-  end
-end
 
 -- forget_reader drops a reader's hold fields.
 local function forget_reader(lock, readers, tok)

@@ -1,0 +1,44 @@
+-- sem_acquire.lua: take n permits of the semaphore.
+--
+-- KEYS[1]  holders hash (see lib_sem.lua)
+-- KEYS[2]  fence counter (never expires)
+-- KEYS[3]  leases: token -> hold expiry (server ms)
+-- KEYS[4]  capacity (never expires)
+-- ARGV[1]  owner token
+-- ARGV[2]  lease TTL in milliseconds
+-- ARGV[3]  permits wanted, n >= 1
+-- ARGV[4]  capacity to set if the semaphore has none yet
+--
+-- Returns  {1, fence}    held (idempotent: a retried call answers the same)
+--          {0, wait}     not enough free: try again within wait ms at the
+--                        latest (when the first hold would expire)
+--          {-2, cap}     n is above the capacity: it can never be granted
+local holders, fence, leases, cap_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local tok, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+expire_holders(holders, leases, now)
+
+if redis.call('HEXISTS', holders, 'p:' .. tok) == 1 then
+  redis.call('ZADD', leases, now + ttl, tok)
+  stretch(holders, ttl)
+  stretch(leases, ttl)
+  return {1, tonumber(redis.call('HGET', holders, 'f:' .. tok))}
+end
+local cap = capacity(cap_key, ARGV[4])
+if n > cap then
+  return {-2, cap}
+end
+if used(holders) + n > cap then
+  local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+  local wait = ttl
+  if first[2] then
+    wait = math.max(tonumber(first[2]) - now, 0)
+  end
+  return {0, wait}
+end
+local f = redis.call('INCR', fence)
+redis.call('HSET', holders, 'p:' .. tok, n, 'f:' .. tok, f)
+redis.call('ZADD', leases, now + ttl, tok)
+stretch(holders, ttl)
+stretch(leases, ttl)
+return {1, f}

@@ -1,0 +1,23 @@
+-- sem_permits.lua: read, and optionally set, the semaphore's capacity.
+--
+-- KEYS[1]  holders hash (see lib_sem.lua)
+-- KEYS[2]  leases: token -> hold expiry (server ms)
+-- KEYS[3]  capacity (never expires)
+-- ARGV[1]  capacity to set if the semaphore has none yet
+-- ARGV[2]  new capacity, or 0 to leave it as it is
+-- ARGV[3]  channel, ARGV[4] publish command (PUBLISH or SPUBLISH)
+--
+-- Returns  {capacity, permits held}
+--
+-- Lowering the capacity below what is held takes nothing away: new
+-- acquires wait until enough is given back. Raising it wakes the waiters.
+expire_holders(KEYS[1], KEYS[2], now_ms())
+local cap = capacity(KEYS[3], ARGV[1])
+if tonumber(ARGV[2]) > 0 then
+  redis.call('SET', KEYS[3], ARGV[2])
+  if tonumber(ARGV[2]) > cap then
+    redis.call(ARGV[4], ARGV[3], 'all')
+  end
+  cap = tonumber(ARGV[2])
+end
+return {cap, used(KEYS[1])}

@@ -1,0 +1,15 @@
+-- sem_release.lua: give a holder's permits back and wake the waiters.
+--
+-- KEYS[1]  holders hash (see lib_sem.lua)
+-- KEYS[2]  leases: token -> hold expiry (server ms)
+-- ARGV[1]  owner token
+-- ARGV[2]  holds to leave (permits are not re-entrant: always 0)
+-- ARGV[3]  channel, ARGV[4] publish command (PUBLISH or SPUBLISH)
+--
+-- Returns  1 done, -1 the caller holds nothing
+if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
+  return -1
+end
+drop(KEYS[1], KEYS[2], ARGV[1])
+redis.call(ARGV[4], ARGV[3], 'all')
+return 1

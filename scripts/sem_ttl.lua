@@ -1,0 +1,15 @@
+-- sem_ttl.lua: how long a holder's permits have left.
+--
+-- KEYS[1]  holders hash (see lib_sem.lua)
+-- KEYS[2]  leases: token -> hold expiry (server ms)
+-- ARGV[1]  owner token
+--
+-- Returns  ms left, or -3 when the caller holds nothing
+if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
+  return -3
+end
+local left = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or '0') - now_ms()
+if left <= 0 then
+  return -3
+end
+return left

@@ -1,0 +1,166 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Semaphore hands out up to a capacity of permits. Each Acquire of n
+// permits returns a Lease — renewed by the watchdog, lost-signalled and
+// fenced like a lock's — and the permits come back when it is released,
+// or on their own when its holder stops renewing them (a crashed holder
+// does not leak permits).
+//
+// The capacity lives in Redis ("<prefix>:{<name>}:permits", never
+// expires). The permits given to Client.Semaphore set it only if the
+// semaphore has none yet; SetPermits changes it.
+//
+// Not fair: a release wakes every waiter and whoever fits goes first, so
+// a waiter for many permits may wait behind a stream of small ones.
+// A handle is safe for concurrent use.
+type Semaphore struct {
+	c       *Client
+	k       keys
+	permits int
+	opts    []LockOption
+}
+
+// Semaphore returns the handle of the semaphore called name, whose
+// capacity is permits unless the semaphore already has one in Redis.
+// opts set the handle's defaults (WithTTL, WithLease).
+func (c *Client) Semaphore(name string, permits int, opts ...LockOption) *Semaphore {
+	return &Semaphore{c: c, k: c.keys(name), permits: permits, opts: opts}
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.k.name }
+
+// Acquire takes n permits, waiting until that many are free or ctx ends.
+// The wait is woken by releases and capacity increases, and bounded by the
+// earliest holder's lease. When ctx ends first it returns an error matching
+// ErrNotObtained and ctx.Err() and holds nothing. n must be between 1 and
+// the capacity (ErrInvalidArgument otherwise). Other errors: ErrClosed and
+// wrapped Redis errors.
+func (s *Semaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Lease, error) {
+	return s.acquire(ctx, n, true, opts)
+}
+
+// TryAcquire takes n permits if that many are free, in one round trip,
+// and returns an error matching ErrNotObtained otherwise.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...LockOption) (*Lease, error) {
+	return s.acquire(ctx, n, false, opts)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOption) (*Lease, error) {
+	if s == nil {
+		return nil, invalid("nil Semaphore")
+	}
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, invalid("semaphore %q: %d permits asked for; want at least 1", s.k.name, n)
+	}
+	cfg := defaultLock.with(s.opts).with(opts)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c, k := s.c, s.k
+	p := semProto{k, c.publish}
+	token := newToken()
+	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p,
+		attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+			start := time.Now()
+			res, err := fenceReply("acquire", k.name, semAcquireScript.run(ctx, c.rdb,
+				[]string{k.lock, k.fence, k.leases, k.permits}, token, cfg.ttl.Milliseconds(), n, s.permits))
+			if err != nil {
+				return nil, 0, err
+			}
+			switch res[0] {
+			case 1:
+				l, err := c.newLease(ctx, newHold(c, k, p, token, res[1], cfg, start))
+				return l, 0, err
+			case -2:
+				return nil, 0, invalid("semaphore %q: %d permits asked for; its capacity is %d", k.name, n, res[1])
+			}
+			return nil, retryAfter(res[1], cfg.ttl), nil
+		}}
+	return a.run(ctx, wait)
+}
+
+func (s *Semaphore) check(ctx context.Context) error {
+	if err := checkCall(ctx, s.c, s.k.name); err != nil {
+		return err
+	}
+	if s.permits < 1 {
+		return invalid("semaphore %q: capacity %d; want at least 1", s.k.name, s.permits)
+	}
+	return nil
+}
+
+// SetPermits sets the capacity to n (at least 1), one round trip. Permits
+// already held stay held: after lowering the capacity below them, new
+// acquires wait until enough are given back. Raising it wakes the
+// waiters.
+func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
+	if s == nil {
+		return invalid("nil Semaphore")
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if n < 1 {
+		return invalid("semaphore %q: capacity %d; want at least 1", s.k.name, n)
+	}
+	_, _, err := s.info(ctx, n)
+	return err
+}
+
+// Permits returns the capacity and how many permits are free now (zero
+// or less when the capacity was lowered below what is held), one round
+// trip.
+func (s *Semaphore) Permits(ctx context.Context) (capacity, free int, err error) {
+	if s == nil {
+		return 0, 0, invalid("nil Semaphore")
+	}
+	if err := s.check(ctx); err != nil {
+		return 0, 0, err
+	}
+	capacity, used, err := s.info(ctx, 0)
+	return capacity, capacity - used, err
+}
+
+func (s *Semaphore) info(ctx context.Context, set int) (capacity, used int, err error) {
+	k := s.k
+	res, err := semPermitsScript.run(ctx, s.c.rdb, []string{k.lock, k.leases, k.permits},
+		s.permits, set, k.channel, s.c.publish).Int64Slice()
+	if err != nil {
+		return 0, 0, redisErr("permits", k.name, err)
+	}
+	if len(res) != 2 {
+		return 0, 0, redisErr("permits", k.name, errors.New("unexpected script reply"))
+	}
+	return int(res[0]), int(res[1]), nil
+}
+
+// semProto is the Redis side of a semaphore hold.
+type semProto struct {
+	k       keys
+	publish string
+}
+
+// reenter is never used: permits are not re-entrant.
+func (p semProto) reenter(token string, _ int, ttl time.Duration) call { return p.renew(token, ttl) }
+
+func (p semProto) release(token string, left int) call {
+	return call{semReleaseScript, []string{p.k.lock, p.k.leases}, []any{token, left, p.k.channel, p.publish}}
+}
+
+func (p semProto) renew(token string, ttl time.Duration) call {
+	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds()}}
+}
+
+func (p semProto) ttl(token string) call {
+	return call{semTTLScript, []string{p.k.lock, p.k.leases}, []any{token}}
+}

@@ -1,0 +1,259 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+func TestSemaphoreNeverMoreThanN(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	const permits, workers, rounds = 3, 12, 6
+	var inside, peak atomic.Int32
+	var wg sync.WaitGroup
+	clients := []*dlock.Client{client(t), client(t), client(t)}
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := clients[i%len(clients)].Semaphore(name, permits)
+			for range rounds {
+				l, err := s.Acquire(ctx, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := inside.Add(1)
+				for {
+					p := peak.Load()
+					if n <= p || peak.CompareAndSwap(p, n) {
+						break
+					}
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > permits {
+		t.Fatalf("%d holders at once with %d permits", p, permits)
+	}
+	if p := peak.Load(); p < 2 {
+		t.Fatalf("peak %d: the permits were never shared, the test proves nothing", p)
+	}
+}
+
+func TestSemaphoreAcrossProcesses(t *testing.T) {
+	name := lockName(t)
+	var hs []*helper
+	for range 4 {
+		hs = append(hs, startHelper(t, "semaphore", addrEnv+"="+srv.Addr(), nameEnv+"="+name,
+			ttlEnv+"=2s", roundsEnv+"=8", workersEnv+"=4"))
+	}
+	for i, h := range hs {
+		if err := h.cmd.Wait(); err != nil {
+			t.Fatalf("helper %d: %v (see its stderr above)", i, err)
+		}
+	}
+}
+
+func TestSemaphoreWeightsAndCapacity(t *testing.T) {
+	ctx := context.Background()
+	s := client(t).Semaphore(lockName(t), 4)
+	a, err := s.TryAcquire(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx, 2); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("3+2 of 4: %v", err)
+	}
+	b, err := s.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("3+1 of 4: %v", err)
+	}
+	if capacity, free, err := s.Permits(ctx); capacity != 4 || free != 0 || err != nil {
+		t.Fatalf("Permits = %d, %d, %v; want 4, 0", capacity, free, err)
+	}
+	// Lowering the capacity takes nothing away; raising it lets waiters in.
+	if err := s.SetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, b)
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("acquired above the lowered capacity: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := s.Acquire(wctx, 2)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(30 * time.Millisecond) // let it wait; correct either way
+	if err := s.SetPermits(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after the capacity grew: %v", err)
+	}
+	unlock(t, a)
+	if err := a.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second release: %v", err)
+	}
+}
+
+func TestSemaphoreBadInput(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	s := c.Semaphore(lockName(t), 2)
+	for _, n := range []int{0, -1, 3} {
+		if _, err := s.Acquire(ctx, n); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("Acquire(%d) of 2: %v, want ErrInvalidArgument", n, err)
+		}
+	}
+	if _, err := c.Semaphore(lockName(t), 0).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("capacity 0: %v", err)
+	}
+	if err := s.SetPermits(ctx, 0); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("SetPermits(0): %v", err)
+	}
+	if _, err := c.Semaphore("", 1).Acquire(ctx, 1); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("empty name: %v", err)
+	}
+}
+
+func TestSemaphoreCrashReturnsPermits(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	crashed, err := dlock.New(newRedis(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.Semaphore(name, 2).Acquire(ctx, 2, dlock.WithTTL(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	_ = crashed.Close() // no more renewals, no release: a crash
+	s := client(t).Semaphore(name, 2)
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("permits free while the crashed holder's lease lasts: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := s.Acquire(wctx, 2)
+	if err != nil {
+		t.Fatalf("the crashed holder's permits never came back: %v", err)
+	}
+	unlock(t, l)
+}
+
+func TestSemaphoreRenewedAndFenced(t *testing.T) {
+	ctx := context.Background()
+	s := client(t).Semaphore(lockName(t), 2)
+	const ttl = 200 * time.Millisecond
+	a := mustAcquire(t, s, 1, dlock.WithTTL(ttl))
+	b := mustAcquire(t, s, 1, dlock.WithTTL(ttl))
+	if a.Fence() == b.Fence() {
+		t.Fatal("two holders share a fence")
+	}
+	time.Sleep(4 * ttl)
+	if a.Err() != nil || b.Err() != nil {
+		t.Fatalf("renewed permits lost: %v %v", a.Err(), b.Err())
+	}
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("renewed permits expired: %v", err)
+	}
+	if left, err := a.TTL(ctx); err != nil || left <= 0 || left > ttl {
+		t.Fatalf("TTL %v %v", left, err)
+	}
+	unlock(t, a)
+	unlock(t, b)
+}
+
+func mustAcquire(t *testing.T, s *dlock.Semaphore, n int, opts ...dlock.LockOption) *dlock.Lease {
+	t.Helper()
+	l, err := s.Acquire(context.Background(), n, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestLatch(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	l := client(t).Latch(name)
+	if ok, err := l.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
+		t.Fatalf("TrySetCount = %v, %v", ok, err)
+	}
+	if ok, _ := l.TrySetCount(ctx, 5, time.Minute); ok {
+		t.Fatal("a second TrySetCount replaced the count")
+	}
+	const waiters = 4
+	done := make(chan error, waiters)
+	for range waiters {
+		go func() {
+			// The latch lives a minute: only the notification is quick.
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			done <- client(t).Latch(name).Wait(wctx)
+		}()
+	}
+	if n, err := l.CountDownOnce(ctx, "worker-1"); n != 2 || err != nil {
+		t.Fatalf("CountDownOnce = %d, %v", n, err)
+	}
+	if n, _ := l.CountDownOnce(ctx, "worker-1"); n != 2 {
+		t.Fatalf("the same id counted twice: %d left", n)
+	}
+	if n, _ := l.CountDown(ctx); n != 1 {
+		t.Fatalf("CountDown left %d", n)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a waiter returned before zero: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if n, _ := l.CountDown(ctx); n != 0 {
+		t.Fatalf("CountDown left %d", n)
+	}
+	for range waiters {
+		if err := <-done; err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	}
+	if n, err := l.Count(ctx); n != 0 || err != nil {
+		t.Fatalf("Count after zero = %d, %v", n, err)
+	}
+	if n, _ := l.CountDown(ctx); n != 0 {
+		t.Fatal("counting down an open latch")
+	}
+	// Bad input.
+	if _, err := l.TrySetCount(ctx, 0, time.Minute); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("count 0: %v", err)
+	}
+	if _, err := l.TrySetCount(ctx, 1, 0); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("ttl 0: %v", err)
+	}
+	if _, err := l.CountDownOnce(ctx, ""); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("empty id: %v", err)
+	}
+	// A cancelled wait.
+	_, _ = l.TrySetCount(ctx, 1, time.Minute)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(cctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timed-out Wait: %v", err)
+	}
+}
