@@ -29,6 +29,7 @@ type Client struct {
 	rdb     Redis
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
+	sharded bool   // a cluster: sharded pub/sub, keys of one lock per slot
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -57,7 +58,7 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if !cfg.shardOK {
 		_, cfg.sharded = rdb.(*redis.ClusterClient)
 	}
-	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH"}
+	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH", sharded: cfg.sharded}
 	if cfg.sharded {
 		c.publish = "SPUBLISH"
 	}

@@ -105,16 +105,23 @@ func lost(name, why string) error {
 // A Lease is safe for concurrent use: any goroutine may watch Done, read
 // Err, or call Unlock (only the first Unlock releases).
 type Lease struct {
-	h    *hold
-	done chan struct{}
+	h     *hold    // nil for the lease of a set (LockAll)
+	parts []*Lease // a set's leases, in locking order
+	done  chan struct{}
 
-	mu      sync.Mutex
-	err     error
-	cancels map[*int]context.CancelCauseFunc // contexts from Context
+	mu    sync.Mutex
+	err   error
+	onEnd map[*int]func(error) // run when the lease ends: contexts, sets
 }
 
-// Name is the name of the lock the lease holds.
-func (l *Lease) Name() string { return l.h.k.name }
+// Name is the name of the lock the lease holds; for a set (LockAll), the
+// names of its locks, in locking order, joined by ", ".
+func (l *Lease) Name() string {
+	if l.h == nil {
+		return setName(l.parts)
+	}
+	return l.h.k.name
+}
 
 // Token is the random 128-bit owner token under which the lease holds the
 // lock in Redis (hex). Leases taken by re-entry share their outer lease's
@@ -126,8 +133,18 @@ func (l *Lease) Token() string { return l.h.token }
 // Redis does not expire). Pass it to the resource the lock protects and
 // have the resource refuse a fence lower than one it has seen: that stops
 // a holder that lost its lease without knowing it (paused, partitioned)
-// from acting as owner. Re-entry returns the outer lease's fence.
-func (l *Lease) Fence() int64 { return l.h.fence }
+// from acting as owner. Re-entry returns the outer lease's fence. A set's
+// fence is that of its first lock: fences of different locks do not
+// compare, so pass each resource the fence of its own lock (see Parts).
+func (l *Lease) Fence() int64 { return l.first().h.fence }
+
+// first is the lease itself, or a set's first part.
+func (l *Lease) first() *Lease {
+	if l.h == nil {
+		return l.parts[0]
+	}
+	return l
+}
 
 // Done returns a channel that is closed when the lease ends: after Unlock,
 // or as soon as the lease may have been lost. When it is closed, Err says
@@ -140,7 +157,15 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 // itself, so it never reports nil once the deadline has passed, even before
 // the watchdog has run.
 func (l *Lease) Err() error {
-	l.h.expireIfLate(time.Now())
+	if l.h == nil {
+		for _, p := range l.parts {
+			if err := p.Err(); err != nil {
+				l.finish(err)
+			}
+		}
+	} else {
+		l.h.expireIfLate(time.Now())
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -154,12 +179,35 @@ func (l *Lease) finish(err error) {
 		return
 	}
 	l.err = err
-	cancels := l.cancels
-	l.cancels = nil
+	onEnd := l.onEnd
+	l.onEnd = nil
 	close(l.done)
 	l.mu.Unlock()
-	for _, cancel := range cancels {
-		cancel(err)
+	for _, f := range onEnd {
+		f(err)
+	}
+}
+
+// whenDone runs f with the lease's Err when the lease ends (at once if it
+// has), and returns a func that forgets f.
+func (l *Lease) whenDone(f func(error)) (forget func()) {
+	id := new(int)
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		f(err)
+		return func() {}
+	}
+	if l.onEnd == nil {
+		l.onEnd = make(map[*int]func(error))
+	}
+	l.onEnd[id] = f
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.onEnd, id)
+		l.mu.Unlock()
 	}
 }
 
@@ -183,23 +231,18 @@ func (l *Lease) Context(parent context.Context) context.Context {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	id := new(int)
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		cancel(l.err)
-	} else {
-		if l.cancels == nil {
-			l.cancels = make(map[*int]context.CancelCauseFunc)
+	forget := l.whenDone(cancel)
+	context.AfterFunc(ctx, forget) // once the context ends on its own
+	return l.carry(ctx)
+}
+
+// carry returns ctx carrying the lease, or a set's parts, for re-entry.
+func (l *Lease) carry(ctx context.Context) context.Context {
+	if l.h == nil {
+		for _, p := range l.parts {
+			ctx = p.carry(ctx)
 		}
-		l.cancels[id] = cancel
-		l.mu.Unlock()
-		// Forget the cancel func once the context ends on its own.
-		context.AfterFunc(ctx, func() {
-			l.mu.Lock()
-			delete(l.cancels, id)
-			l.mu.Unlock()
-		})
+		return ctx
 	}
 	return context.WithValue(ctx, leaseKey{l.h.c, l.h.k.lock, l.h.side}, l)
 }
@@ -222,6 +265,9 @@ func leaseFrom(ctx context.Context, c *Client, lock, side string) *Lease {
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
+	}
+	if l.h == nil {
+		return l.unlockSet(ctx)
 	}
 	h := l.h
 	h.op.Lock()
@@ -277,6 +323,9 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d < minTTL {
 		return invalid("lease TTL %v is below 1ms", d)
 	}
+	if l.h == nil {
+		return l.extendSet(ctx, d)
+	}
 	h := l.h
 	h.op.Lock() // after an Unlock in flight, not beside it
 	defer h.op.Unlock()
@@ -309,6 +358,9 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, invalid("nil context")
+	}
+	if l.h == nil {
+		return l.ttlSet(ctx)
 	}
 	h := l.h
 	h.op.Lock() // after an Unlock in flight, not beside it
