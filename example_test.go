@@ -97,3 +97,107 @@ func ExampleLease_Done() {
 	}
 	// Output: true
 }
+
+func ExampleFairMutex() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
+	defer c.Close()
+
+	// Waiters are served in arrival order; a waiter that dies is skipped
+	// within the queue TTL (here 2 s) instead of stalling the queue.
+	f := c.FairMutex("printer", dlock.WithQueueTTL(2*time.Second))
+	lease, err := f.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("printing, fence > 0:", lease.Fence() > 0)
+	_ = lease.Unlock(ctx)
+	// Output: printing, fence > 0: true
+}
+
+func ExampleRWMutex() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
+	defer c.Close()
+
+	rw := c.RWMutex("config")
+	r1, _ := rw.RLock(ctx)
+	r2, _ := rw.RLock(ctx) // readers share the lock
+	_, err := rw.TryLock(ctx)
+	fmt.Println("writer while reading:", errors.Is(err, dlock.ErrNotObtained))
+	_ = r1.Unlock(ctx)
+	_ = r2.Unlock(ctx)
+
+	w, _ := rw.Lock(ctx)
+	// Read inside the write lock, then release the write: a downgrade.
+	r, _ := rw.RLock(w.Context(ctx))
+	_ = w.Unlock(ctx)
+	r3, err := rw.TryRLock(ctx)
+	fmt.Println("reader after downgrade:", err)
+	_ = r.Unlock(ctx)
+	_ = r3.Unlock(ctx)
+	// Output:
+	// writer while reading: true
+	// reader after downgrade: <nil>
+}
+
+func ExampleSemaphore() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
+	defer c.Close()
+
+	// At most 3 concurrent calls to a rate-limited API, across all nodes.
+	api := c.Semaphore("partner-api", 3)
+	lease, err := api.Acquire(ctx, 2) // a heavy call takes 2 permits
+	if err != nil {
+		panic(err)
+	}
+	capacity, free, _ := api.Permits(ctx)
+	fmt.Println(capacity, free)
+	_ = lease.Unlock(ctx) // a crashed holder's permits come back at its TTL
+	// Output: 3 1
+}
+
+func ExampleLatch() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
+	defer c.Close()
+
+	l := c.Latch("shards-loaded")
+	_, _ = l.TrySetCount(ctx, 2, time.Hour)
+	for _, shard := range []string{"shard-1", "shard-2", "shard-2"} {
+		_, _ = l.CountDownOnce(ctx, shard) // shard-2 counts once
+	}
+	fmt.Println(l.Wait(ctx))
+	// Output: <nil>
+}
+
+func ExampleLockAll() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
+	defer c.Close()
+
+	// Move money between two accounts: both or neither, in a fixed order
+	// whatever the argument order, so transfers never deadlock.
+	set, err := dlock.LockAll(ctx, c.Mutex("accounts/9"), c.Mutex("accounts/3"))
+	if err != nil {
+		panic(err)
+	}
+	for _, p := range set.Parts() {
+		fmt.Println(p.Name())
+	}
+	_ = set.Unlock(ctx)
+	// Output:
+	// accounts/3
+	// accounts/9
+}
