@@ -1,7 +1,24 @@
-// Package dlock provides distributed locks on Redis: a reentrant mutex
-// whose every hold carries a fencing token, a lease that tells its holder
-// the moment it may have been lost, renewal by a batched watchdog, and
-// waits that are woken by the release instead of polling.
+// Package dlock provides distributed locks on Redis: every hold carries a
+// fencing token and a lease that tells its holder the moment it may have
+// been lost; leases are renewed by a batched watchdog; waits are woken by
+// the release instead of polling.
+//
+// The family:
+//
+//   - Mutex: reentrant, one owner at a time (Client.Mutex).
+//   - FairMutex: reentrant, granted in arrival order across processes; a
+//     dead waiter is skipped within a bounded time (Client.FairMutex).
+//   - RWMutex: shared readers or one writer, writers first, each reader
+//     expiring on its own, downgrade from write to read (Client.RWMutex).
+//   - Semaphore: leased, fenced permits that come back when their holder
+//     stops renewing them (Client.Semaphore).
+//   - Latch: a count-down latch whose waiters are woken at zero
+//     (Client.Latch).
+//   - LockAll: all or nothing over any set of the locks, in a fixed order,
+//     with one lease for the set.
+//
+// Every acquire returns a *Lease; Mutex, FairMutex and both sides of an
+// RWMutex are Lockers.
 //
 // # Quick start
 //
