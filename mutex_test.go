@@ -274,27 +274,33 @@ func TestLeaseLostWhenKeyVanishes(t *testing.T) {
 }
 
 func TestWakeOnRelease(t *testing.T) {
-	ctx := context.Background()
-	name := lockName(t)
-	holder := mustLock(t, client(t).Mutex(name), ctx) // 30 s TTL
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		// Without the release notification this wait would last the
-		// holder's whole 30 s TTL and fail the test's 10 s bound.
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := client(t).Mutex(name).Lock(wctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	// Let the waiter fail its first attempt and subscribe (sampling only:
-	// the test is correct whatever the interleaving).
-	time.Sleep(50 * time.Millisecond)
-	unlock(t, holder)
-	if l := <-got; l != nil {
-		unlock(t, l)
+	for _, sharded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pubsub", true: "sharded"}[sharded], func(t *testing.T) {
+			ctx := context.Background()
+			name := lockName(t)
+			opt := dlock.WithShardedPubSub(sharded)
+			holder := mustLock(t, client(t, opt).Mutex(name), ctx) // 30 s TTL
+			got := make(chan *dlock.Lease, 1)
+			waiter := client(t, opt)
+			go func() {
+				// Without the release notification this wait would last
+				// the holder's whole 30 s TTL and fail the 10 s bound.
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				l, err := waiter.Mutex(name).Lock(wctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			// Let the waiter fail its first attempt and subscribe
+			// (sampling only: correct whatever the interleaving).
+			time.Sleep(50 * time.Millisecond)
+			unlock(t, holder)
+			if l := <-got; l != nil {
+				unlock(t, l)
+			}
+		})
 	}
 }
 

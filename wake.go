@@ -7,22 +7,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// hub wakes waiting acquires when their lock is released. It holds one
-// pub/sub connection per Client, opened by the first wait, subscribed to
-// the channels of the locks that have waiters here and to no others.
+// hub wakes waiting acquires when their lock is released. It subscribes
+// only to the channels of locks that have waiters here, and unsubscribes
+// when the last one leaves.
+//
+// On a single node (PUBLISH/SUBSCRIBE) one pub/sub connection per Client
+// carries every channel. With sharded pub/sub (a cluster: SPUBLISH and
+// SSUBSCRIBE, where a channel lives on the node of its slot) each waited
+// channel has a connection of its own to that node, for as long as it has
+// waiters.
 //
 // A notification is only a hint: a waiter also wakes when the holder's
-// lease would have run out, so a message lost to a reconnect costs at most
-// that lease's remaining time.
+// lease would have run out, so a message lost to a reconnect or a failover
+// costs at most that lease's remaining time.
 type hub struct {
 	rdb     Redis
 	sharded bool
 
-	mu      sync.Mutex
-	ps      *redis.PubSub
-	done    chan struct{} // closed when the receive loop exits
-	closed  bool
-	waiting map[string]*channel
+	mu       sync.Mutex
+	shared   *redis.PubSub // single node: the one connection
+	closed   bool
+	waiting  map[string]*channel
+	receives sync.WaitGroup // receive loops
 	// unconfirmed counts SUBSCRIBE commands sent per channel whose
 	// confirmation has not come back; it outlives a channel's waiters, so
 	// that a late confirmation of an old subscription is not taken as one
@@ -34,6 +40,7 @@ type hub struct {
 type channel struct {
 	waiters []*waiter // in arrival order
 	ready   chan struct{}
+	conn    *redis.PubSub
 }
 
 // waiter is one waiting acquire.
@@ -58,21 +65,25 @@ func (h *hub) join(name, token string) (*waiter, error) {
 	if h.closed {
 		return nil, ErrClosed
 	}
-	if h.ps == nil {
-		h.open()
-	}
 	ch := h.waiting[name]
 	if ch == nil {
 		ch = &channel{ready: make(chan struct{})}
 		h.waiting[name] = ch
 		h.unconfirmed[name]++
-		// An error here is a broken connection; go-redis resubscribes on
-		// reconnect and the waiter's lease-bounded timer covers the gap.
+		// The connection belongs to the Client, not to this wait.
 		ctx := context.Background()
 		if h.sharded {
-			_ = h.ps.SSubscribe(ctx, name)
+			// A connection to the channel's node; go-redis subscribes as
+			// it connects.
+			ch.conn = h.open(h.rdb.SSubscribe(ctx, name))
 		} else {
-			_ = h.ps.Subscribe(ctx, name)
+			if h.shared == nil {
+				h.shared = h.open(h.rdb.Subscribe(ctx))
+			}
+			ch.conn = h.shared
+			// An error here is a broken connection; go-redis resubscribes
+			// on reconnect and the waiter's timer covers the gap.
+			_ = h.shared.Subscribe(ctx, name)
 		}
 	}
 	w := &waiter{name: name, token: token, ready: ch.ready, wake: make(chan struct{}, 1)}
@@ -107,12 +118,13 @@ func (h *hub) leave(w *waiter) {
 	if h.closed {
 		return
 	}
-	ctx := context.Background()
 	if h.sharded {
-		_ = h.ps.SUnsubscribe(ctx, w.name)
-	} else {
-		_ = h.ps.Unsubscribe(ctx, w.name)
+		// Its receive loop ends when the connection is closed.
+		_ = ch.conn.Close()
+		delete(h.unconfirmed, w.name)
+		return
 	}
+	_ = h.shared.Unsubscribe(context.Background(), w.name)
 }
 
 // wakeOne wakes the first waiter that has no wake-up pending.
@@ -126,49 +138,51 @@ func (ch *channel) wakeOne() {
 	}
 }
 
-// wakeAll wakes every waiter.
-func (ch *channel) wakeAll() {
+// wake wakes the waiters that match: every one, or those with the token.
+func (ch *channel) wake(token string) {
 	for _, w := range ch.waiters {
-		select {
-		case w.wake <- struct{}{}:
-		default:
+		if token == "" || w.token == token {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
-// open starts the pub/sub connection and its receive loop. h.mu is held.
-func (h *hub) open() {
-	// The connection outlives the wait that opened it: it is the Client's.
-	ctx := context.Background()
-	if h.sharded {
-		h.ps = h.rdb.SSubscribe(ctx)
-	} else {
-		h.ps = h.rdb.Subscribe(ctx)
-	}
-	h.done = make(chan struct{})
-	msgs := h.ps.ChannelWithSubscriptions()
-	go h.receive(msgs)
+// open starts the receive loop of a pub/sub connection. h.mu is held.
+func (h *hub) open(ps *redis.PubSub) *redis.PubSub {
+	msgs := ps.ChannelWithSubscriptions()
+	h.receives.Add(1)
+	go func() {
+		defer h.receives.Done()
+		h.receive(ps, msgs)
+	}()
+	return ps
 }
 
-// receive dispatches confirmations and messages until the pub/sub
-// connection is closed.
-func (h *hub) receive(msgs <-chan any) {
-	defer close(h.done)
+// receive dispatches confirmations and messages until the connection is
+// closed.
+func (h *hub) receive(c *redis.PubSub, msgs <-chan any) {
 	for m := range msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				h.confirmed(m.Channel)
+				h.confirmed(c, m.Channel)
 			}
 		case *redis.Message:
-			h.notify(m.Channel, m.Payload)
+			h.notify(c, m.Channel, m.Payload)
 		}
 	}
 }
 
-func (h *hub) confirmed(name string) {
+func (h *hub) confirmed(c *redis.PubSub, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	ch := h.waiting[name]
+	if ch == nil || ch.conn != c {
+		return // an old connection's news
+	}
 	if n := h.unconfirmed[name]; n > 1 {
 		h.unconfirmed[name] = n - 1
 		return
@@ -176,12 +190,10 @@ func (h *hub) confirmed(name string) {
 	// The last SUBSCRIBE sent is confirmed (or this is a resubscription
 	// after a reconnect): every release from now on reaches us.
 	delete(h.unconfirmed, name)
-	if ch := h.waiting[name]; ch != nil {
-		select {
-		case <-ch.ready:
-		default:
-			close(ch.ready)
-		}
+	select {
+	case <-ch.ready:
+	default:
+		close(ch.ready)
 	}
 }
 
@@ -189,38 +201,39 @@ func (h *hub) confirmed(name string) {
 // every local waiter (a read lock or a permit count changed), "one" wakes
 // one, and anything else is the token of the one waiter whose turn it is
 // (a fair lock's head), woken if it waits here.
-func (h *hub) notify(name, payload string) {
+func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[name]
-	if ch == nil {
+	if ch == nil || ch.conn != c {
 		return
 	}
 	switch payload {
 	case "all":
-		ch.wakeAll()
+		ch.wake("")
 	case "one":
 		ch.wakeOne()
 	default:
-		for _, w := range ch.waiters {
-			if w.token == payload {
-				select {
-				case w.wake <- struct{}{}:
-				default:
-				}
-			}
-		}
+		ch.wake(payload)
 	}
 }
 
-// close closes the pub/sub connection and waits for the receive loop.
+// close closes every pub/sub connection and waits for the receive loops.
 func (h *hub) close() {
 	h.mu.Lock()
 	h.closed = true
-	ps, done := h.ps, h.done
-	h.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close()
-		<-done
+	var conns []*redis.PubSub
+	if h.shared != nil {
+		conns = append(conns, h.shared)
 	}
+	for _, ch := range h.waiting {
+		if h.sharded {
+			conns = append(conns, ch.conn)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	h.receives.Wait()
 }
