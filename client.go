@@ -30,6 +30,7 @@ type Client struct {
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
 	sharded bool   // a cluster: sharded pub/sub, keys of one lock per slot
+	sync    replicaSync
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -55,10 +56,13 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if !validPrefix(cfg.prefix) {
 		return nil, invalid("key prefix %q: must be non-empty, without '{' or '}'", cfg.prefix)
 	}
+	if err := cfg.sync.validate(); err != nil {
+		return nil, err
+	}
 	if !cfg.shardOK {
 		_, cfg.sharded = rdb.(*redis.ClusterClient)
 	}
-	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH", sharded: cfg.sharded}
+	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH", sharded: cfg.sharded, sync: cfg.sync}
 	if cfg.sharded {
 		c.publish = "SPUBLISH"
 	}

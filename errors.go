@@ -31,6 +31,11 @@ var (
 	// leases that were still held when their Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
+	// ErrReplicaSync means fewer replicas than WithReplicaSync asks for
+	// acknowledged a grant in time. An acquire that fails with it has been
+	// released.
+	ErrReplicaSync = errors.New("dlock: not acknowledged by enough replicas")
+
 	// ErrInvalidArgument is wrapped by every error about bad input: an
 	// empty lock name, a TTL out of range, a nil context or client.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")

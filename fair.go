@@ -77,9 +77,9 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 				placeTTL = cfg.queueTTL.Milliseconds()
 			}
 			start := time.Now()
-			res, err := fenceReply("lock", k.name, fairLockScript.run(ctx, c.rdb,
+			res, err := fenceReply("lock", k.name, c.grant(ctx, call{fairLockScript,
 				[]string{k.lock, k.fence, k.queue, k.alive},
-				token, cfg.ttl.Milliseconds(), placeTTL, k.channel, c.publish))
+				[]any{token, cfg.ttl.Milliseconds(), placeTTL, k.channel, c.publish}}))
 			if err != nil {
 				return nil, 0, err
 			}

@@ -333,7 +333,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	start := time.Now()
-	ok, err := h.p.renew(h.token, d).run(ctx, h.c.rdb).Int64()
+	ok, err := h.c.grant(ctx, h.p.renew(h.token, d)).Int64()
 	if err != nil {
 		return redisErr("extend", h.k.name, err)
 	}

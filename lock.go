@@ -208,7 +208,7 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	count, ttl, epoch := h.count+1, h.ttl, h.epoch
 	h.mu.Unlock()
 	start := time.Now()
-	res, err := h.p.reenter(h.token, count, ttl).run(ctx, h.c.rdb).Int64Slice()
+	res, err := h.c.grant(ctx, h.p.reenter(h.token, count, ttl)).Int64Slice()
 	if err != nil {
 		// The hold count in Redis may or may not be count now; the next
 		// re-entry or unlock sets it to the right value again.

@@ -125,7 +125,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	blocked := 0 // the mutex that was held, to wait on
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
 		start := time.Now()
-		res, err := lockAllScript.run(ctx, c.rdb, keys, args...).Int64Slice()
+		res, err := c.grant(ctx, call{lockAllScript, keys, args}).Int64Slice()
 		if err == nil && (len(res) < 1 || (res[0] == 1 && len(res) != len(ms)+1) || (res[0] == 0 && len(res) != 3)) {
 			err = errors.New("unexpected script reply")
 		}
@@ -178,7 +178,7 @@ func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) {
 	for i, m := range ms {
 		calls[i] = mutexProto{m.k, c.publish}.release(token, 0)
 	}
-	runBatch(ctx, c.rdb, calls)
+	runBatch(ctx, c.rdb, calls, replicaSync{})
 }
 
 // releaseAll unlocks leases after a failed LockAll, even if ctx has ended.

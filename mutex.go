@@ -83,7 +83,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 		attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
 			start := time.Now()
 			res, err := fenceReply("lock", m.k.name,
-				lockScript.run(ctx, m.c.rdb, []string{m.k.lock, m.k.fence}, token, cfg.ttl.Milliseconds(), 0))
+				m.c.grant(ctx, call{lockScript, []string{m.k.lock, m.k.fence}, []any{token, cfg.ttl.Milliseconds(), 0}}))
 			if err != nil {
 				return nil, 0, err
 			}

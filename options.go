@@ -22,6 +22,7 @@ type clientConfig struct {
 	prefix  string
 	sharded bool
 	shardOK bool // sharded was set explicitly
+	sync    replicaSync
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:

@@ -134,7 +134,7 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 				}
 				cmd = call{rwWriteScript, rw.keys(), []any{token, cfg.ttl.Milliseconds(), 0, placeTTL, k.channel, c.publish}}
 			}
-			res, err := fenceReply("lock", k.name, cmd.run(ctx, c.rdb))
+			res, err := fenceReply("lock", k.name, c.grant(ctx, cmd))
 			if err != nil {
 				return nil, 0, err
 			}

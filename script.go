@@ -94,13 +94,18 @@ func (c call) run(ctx context.Context, r Redis) *redis.Cmd {
 // runBatch sends the calls in one pipeline (go-redis splits a cluster
 // pipeline per node). Calls that meet NOSCRIPT are sent again with their
 // source in a second pipeline, so a flushed script cache costs one extra
-// round trip, not a lost lease. The result has one command per call; each
-// carries its own error.
-func runBatch(ctx context.Context, r Redis, calls []call) []*redis.Cmd {
+// round trip, not a lost lease. With replica sync, each pipeline ends with
+// a WAIT on its connection (one node only: see Client.grant). The result
+// has one command per call; each carries its own error.
+func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
+	var wait *redis.Cmd
 	_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
 			out[i] = p.EvalSha(ctx, c.s.sha, c.keys, c.args...)
+		}
+		if sync.replicas > 0 {
+			wait = p.Do(ctx, "WAIT", sync.replicas, sync.timeout.Milliseconds())
 		}
 		return nil
 	})
@@ -110,16 +115,21 @@ func runBatch(ctx context.Context, r Redis, calls []call) []*redis.Cmd {
 			again = append(again, i)
 		}
 	}
-	if len(again) == 0 {
-		return out
+	if len(again) > 0 {
+		_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				c := calls[i]
+				out[i] = p.Eval(ctx, c.s.src, c.keys, c.args...)
+			}
+			if sync.replicas > 0 {
+				wait = p.Do(ctx, "WAIT", sync.replicas, sync.timeout.Milliseconds())
+			}
+			return nil
+		})
 	}
-	_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, i := range again {
-			c := calls[i]
-			out[i] = p.Eval(ctx, c.s.src, c.keys, c.args...)
-		}
-		return nil
-	})
+	if sync.replicas > 0 {
+		sync.check(wait, out)
+	}
 	return out
 }
 

@@ -72,8 +72,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p,
 		attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
 			start := time.Now()
-			res, err := fenceReply("acquire", k.name, semAcquireScript.run(ctx, c.rdb,
-				[]string{k.lock, k.fence, k.leases, k.permits}, token, cfg.ttl.Milliseconds(), n, s.permits))
+			res, err := fenceReply("acquire", k.name, c.grant(ctx, call{semAcquireScript,
+				[]string{k.lock, k.fence, k.leases, k.permits}, []any{token, cfg.ttl.Milliseconds(), n, s.permits}}))
 			if err != nil {
 				return nil, 0, err
 			}

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+
+	"github.com/redis/go-redis/v9"
 	"sync"
 	"time"
 )
@@ -148,7 +150,15 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	bctx, cancel := context.WithTimeout(ctx, shortest)
 	defer cancel()
 	start := time.Now()
-	cmds := runBatch(bctx, w.c.rdb, calls)
+	var cmds []*redis.Cmd
+	if _, cluster := w.c.rdb.(*redis.ClusterClient); cluster && w.c.sync.replicas > 0 {
+		// WAIT must follow each write on its node's connection.
+		for _, cl := range calls {
+			cmds = append(cmds, w.c.grant(bctx, cl))
+		}
+	} else {
+		cmds = runBatch(bctx, w.c.rdb, calls, w.c.sync)
+	}
 	for i, cmd := range cmds {
 		rs[i].start = start
 		v, err := cmd.Int64()

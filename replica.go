@@ -1,0 +1,88 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithReplicaSync makes every grant wait until replicas replicas have
+// acknowledged it, for up to timeout: after an acquire, a re-entry, an
+// Extend and each renewal, the Client sends WAIT replicas timeout on the
+// connection that carried the write. An acquire that fewer replicas
+// acknowledge is released and fails with an error matching ErrReplicaSync;
+// a renewal that fewer acknowledge confirms nothing (the lease is lost at
+// its deadline if that goes on).
+//
+// It narrows the failover hole of asynchronous replication: a lock that a
+// replica has acknowledged survives that replica's promotion. It does not
+// close it: WAIT does not make Redis consistent (a replica that
+// acknowledged may not be the one promoted, and data may still be lost on
+// a failover), and every grant costs up to a replication round trip more.
+//
+// Default: off. replicas must be at least 1 and timeout at least 1 ms. On
+// a cluster, the write and its WAIT go to the master of the lock's slot,
+// and renewals are sent one lock at a time rather than in a pipeline.
+func WithReplicaSync(replicas int, timeout time.Duration) Option {
+	return func(c *clientConfig) { c.sync = replicaSync{replicas, timeout} }
+}
+
+// replicaSync is the WAIT that follows a grant; replicas 0 means none.
+type replicaSync struct {
+	replicas int
+	timeout  time.Duration
+}
+
+func (s replicaSync) validate() error {
+	if s == (replicaSync{}) {
+		return nil
+	}
+	if s.replicas < 1 {
+		return invalid("replica sync: %d replicas; want at least 1", s.replicas)
+	}
+	if s.timeout < minTTL {
+		return invalid("replica sync: timeout %v is below 1ms", s.timeout)
+	}
+	return nil
+}
+
+// grant runs a call that grants or extends a hold: with replica sync, WAIT
+// follows it on the same connection, and too few acknowledgements turn a
+// successful reply into an error matching ErrReplicaSync.
+func (c *Client) grant(ctx context.Context, cl call) *redis.Cmd {
+	if c.sync.replicas == 0 {
+		return cl.run(ctx, c.rdb)
+	}
+	r := c.rdb
+	if cc, ok := r.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, cl.keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		r = node
+	}
+	return runBatch(ctx, r, []call{cl}, c.sync)[0]
+}
+
+// check checks a WAIT reply and marks the batch's successful commands
+// as failed when too few replicas acknowledged.
+func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {
+	acked, err := wait.Int64()
+	if err == nil && acked >= int64(s.replicas) {
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrReplicaSync, acked, s.replicas, s.timeout)
+	} else {
+		err = fmt.Errorf("%w: WAIT: %w", ErrReplicaSync, err)
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil {
+			cmd.SetErr(err)
+		}
+	}
+}
