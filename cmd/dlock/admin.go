@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Usage lines and limits of inspect and unlock.
+const (
+	inspectSynopsis = "dlock inspect [--redis URL] [--prefix P] NAME"
+	unlockSynopsis  = "dlock unlock [--redis URL] [--prefix P] NAME"
+	// adminTimeout bounds inspect and unlock, connection included.
+	adminTimeout = 10 * time.Second
+)
+
+// adminArgs parses the command line shared by inspect and unlock. It
+// returns the lock's keys and name, or ok false and the exit status.
+func adminArgs(cmd, synopsis string, args []string, stdout, stderr io.Writer) (url, name string, k lockKeys, code int, ok bool) {
+	fs := newFlags(cmd)
+	fs.StringVar(&url, "redis", defaultRedisURL, "the Redis `URL`")
+	prefix := fs.String("prefix", dlock.DefaultPrefix, "key `prefix` of the lock")
+	if code, ok := parseFlags(fs, synopsis, args, stdout, stderr); !ok {
+		return "", "", k, code, false
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		return "", "", k, usageError(stderr, synopsis, "want exactly one lock NAME, got %q", fs.Args()), false
+	}
+	if err := checkPrefix(*prefix); err != nil {
+		return "", "", k, usageError(stderr, synopsis, "%v", err), false
+	}
+	name = fs.Arg(0)
+	return url, name, keysFor(*prefix, name), exitOK, true
+}
+
+// lockState is what Redis holds for one lock.
+type lockState struct {
+	kind   string           // the lock key's type: "none" when not held, "hash" when held
+	owners map[string]int64 // owner token -> hold count
+	pttl   time.Duration    // -1 ns: no expiry; -2 ns: no key
+	fence  int64            // last fencing token issued; 0: none yet
+}
+
+// inspectCmd is "dlock inspect": it shows whether the lock NAME is held,
+// by which owner tokens with which hold counts, its time to live, and its
+// fencing counter. It reads the keys the library writes, in one MULTI.
+func inspectCmd(args []string, stdout, stderr io.Writer) int {
+	url, name, k, code, ok := adminArgs("inspect", inspectSynopsis, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	rdb, err := dial(ctx, url)
+	if err != nil {
+		complain(stderr, "%v", err)
+		return exitFail
+	}
+	defer rdb.Close()
+	st, err := readLock(ctx, rdb, k)
+	if err != nil {
+		complain(stderr, "inspect %q: %v", name, err)
+		return exitFail
+	}
+
+	fmt.Fprintf(stdout, "lock %q (key %s)\n", name, k.lock)
+	switch st.kind {
+	case "none":
+		fmt.Fprintln(stdout, "  held:   no")
+	case "hash":
+		fmt.Fprintf(stdout, "  held:   yes, by %d owner%s\n", len(st.owners), plural(len(st.owners)))
+		for _, tok := range slices.Sorted(maps.Keys(st.owners)) {
+			fmt.Fprintf(stdout, "  owner:  %s  hold count %d\n", tok, st.owners[tok])
+		}
+		fmt.Fprintf(stdout, "  ttl:    %s\n", formatPTTL(st.pttl))
+	default:
+		complain(stderr, "key %s is a %s, not a dlock lock (a hash)", k.lock, st.kind)
+		return exitFail
+	}
+	if st.fence == 0 {
+		fmt.Fprintf(stdout, "  fence:  none issued yet (%s)\n", k.fence)
+	} else {
+		fmt.Fprintf(stdout, "  fence:  %d, the last one issued (%s)\n", st.fence, k.fence)
+	}
+	return exitOK
+}
+
+// readLock reads the lock's hash, its PTTL and its fencing counter as one
+// atomic snapshot.
+func readLock(ctx context.Context, rdb *redis.Client, k lockKeys) (lockState, error) {
+	var (
+		kind   *redis.StatusCmd
+		owners *redis.MapStringStringCmd
+		pttl   *redis.DurationCmd
+		fence  *redis.StringCmd
+	)
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		kind = p.Type(ctx, k.lock)
+		owners = p.HGetAll(ctx, k.lock) // WRONGTYPE if it is no hash: kind says so
+		pttl = p.PTTL(ctx, k.lock)
+		fence = p.Get(ctx, k.fence)
+		return nil
+	})
+	st := lockState{kind: kind.Val(), pttl: pttl.Val()}
+	if kind.Err() != nil {
+		return st, kind.Err()
+	}
+	if err != nil && !errors.Is(err, redis.Nil) && st.kind == "hash" {
+		return st, err
+	}
+	if st.kind == "hash" {
+		st.owners = make(map[string]int64)
+		for tok, n := range owners.Val() {
+			st.owners[tok], _ = strconv.ParseInt(n, 10, 64)
+		}
+	}
+	if err := fence.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return st, fmt.Errorf("fence %s: %w", k.fence, err)
+	}
+	if v := fence.Val(); v != "" {
+		st.fence, _ = strconv.ParseInt(v, 10, 64)
+	}
+	return st, nil
+}
+
+// forceUnlock deletes a lock whatever its owner, atomically with reading
+// what it deletes, and wakes the lock's waiters as a release would.
+//
+// KEYS[1]  lock hash: owner token -> hold count
+// ARGV[1]  the lock's release channel
+//
+// Returns  {0}                    no such key: nothing deleted
+//
+//	{-1, type}             the key is no hash: nothing deleted
+//	{1, pttl, owners...}   deleted; owners as HGETALL gives them
+var forceUnlock = redis.NewScript(`
+local t = redis.call('TYPE', KEYS[1])
+t = t.ok or t
+if t == 'none' then
+  return {0}
+end
+if t ~= 'hash' then
+  return {-1, t}
+end
+local reply = {1, redis.call('PTTL', KEYS[1])}
+for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do
+  reply[#reply + 1] = v
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], 'all')
+return reply
+`)
+
+// unlockCmd is "dlock unlock": it deletes the lock NAME whoever holds it,
+// says what it deleted, and wakes the lock's waiters. The holder's lease
+// ends at its next renewal. The fencing counter stays: fences never go
+// back.
+func unlockCmd(args []string, stdout, stderr io.Writer) int {
+	url, name, k, code, ok := adminArgs("unlock", unlockSynopsis, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	rdb, err := dial(ctx, url)
+	if err != nil {
+		complain(stderr, "%v", err)
+		return exitFail
+	}
+	defer rdb.Close()
+	res, err := forceUnlock.Run(ctx, rdb, []string{k.lock}, k.channel).Slice()
+	if err != nil {
+		complain(stderr, "unlock %q: %v", name, err)
+		return exitFail
+	}
+	switch status, _ := res[0].(int64); status {
+	case 0:
+		fmt.Fprintf(stdout, "lock %q is not held (no key %s): nothing deleted\n", name, k.lock)
+		return exitOK
+	case -1:
+		complain(stderr, "key %s is a %v, not a dlock lock (a hash): nothing deleted", k.lock, res[1])
+		return exitFail
+	}
+	pttl, _ := res[1].(int64)
+	fmt.Fprintf(stdout, "deleted lock %q (key %s), which had %s left\n", name, k.lock,
+		formatPTTL(time.Duration(pttl)*time.Millisecond))
+	for i := 2; i+1 < len(res); i += 2 {
+		fmt.Fprintf(stdout, "  owner:  %v  hold count %v: loses its lease at its next renewal\n", res[i], res[i+1])
+	}
+	fmt.Fprintf(stdout, "waiters were woken; the fence counter %s is kept (fences never go back)\n", k.fence)
+	return exitOK
+}
+
+// formatPTTL formats a PTTL reply: a duration, or what -1 and -2 mean.
+func formatPTTL(d time.Duration) string {
+	switch {
+	case d == -1 || d == -time.Millisecond: // go-redis's PTTL, the script's
+		return "no expiry (not set by dlock)"
+	case d < 0:
+		return "gone"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// plural returns "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

@@ -1,0 +1,206 @@
+// Command dlock is the command-line face of the dlock library.
+//
+//	dlock demo                          see the lock at work (no setup needed)
+//	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock
+//	dlock inspect NAME                  show who holds a lock
+//	dlock unlock NAME                   force-delete a lock (admin)
+//
+// "go run ./cmd/dlock demo" starts its own throwaway redis-server (or, when
+// none is installed, an embedded one), lets several processes contend for
+// one lock, and checks the recorded history for overlapping critical
+// sections, fencing-token order and lost updates.
+//
+// The commands are implemented by run, which takes its arguments and
+// output streams as parameters and returns the exit status, so that the
+// tests drive the CLI in-process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// main runs the command line and exits with its status.
+func main() {
+	// go-redis logs its dial retries; dlock reports the error itself.
+	redis.SetLogger(quietLogger{})
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// quietLogger discards go-redis's internal log lines.
+type quietLogger struct{}
+
+// Printf discards its arguments.
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// Exit statuses shared by the commands (run also passes its child's on).
+const (
+	exitOK          = 0
+	exitFail        = 1   // the command ran and failed, or the demo's check failed
+	exitUsage       = 2   // bad command line
+	exitInterrupted = 130 // SIGINT or SIGTERM ended the command (128 + SIGINT)
+)
+
+// defaultRedisURL is where run, inspect and unlock look without --redis.
+const defaultRedisURL = "redis://127.0.0.1:6379"
+
+// command is one subcommand of the CLI.
+type command struct {
+	name    string
+	summary string
+	fn      func(args []string, stdout, stderr io.Writer) int
+	hidden  bool // internal: not listed in the usage
+}
+
+// commands lists the subcommands in the order the usage shows them.
+var commands = []command{
+	{name: "demo", summary: "show the lock at work: processes contend for one lock, then the history is checked", fn: demoCmd},
+	{name: "run", summary: "run a command while holding a lock; stop it if the lock is lost", fn: runCmd},
+	{name: "inspect", summary: "show a lock's holders, time to live and fencing counter", fn: inspectCmd},
+	{name: "unlock", summary: "force-delete a lock (admin); its holder finds out at its next renewal", fn: unlockCmd},
+	{name: workerCommand, fn: demoWorkerCmd, hidden: true},
+}
+
+// run executes the command line args (without the program name), writing
+// to stdout and stderr, and returns the process exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.fn(args[1:], stdout, stderr)
+		}
+	}
+	complain(stderr, "unknown command %q\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+// synopses are the one-line forms of the public commands, for the usage.
+var synopses = []string{
+	"dlock demo    [--workers 4] [--rounds 5] [--redis URL] [--prefix dlock-demo]",
+	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] NAME -- CMD [ARGS...]",
+	"dlock inspect [--redis URL] [--prefix P] NAME",
+	"dlock unlock  [--redis URL] [--prefix P] NAME",
+}
+
+// usage writes the overview of all public commands to w.
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "dlock: distributed locks on Redis, with fencing tokens and lease-loss signals")
+	fmt.Fprintln(w, "\nusage:")
+	for _, s := range synopses {
+		fmt.Fprintln(w, "  "+s)
+	}
+	fmt.Fprintln(w, "\ncommands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range commands {
+		if !c.hidden {
+			fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n--redis defaults to %s (demo: a server of its own).\n", defaultRedisURL)
+	fmt.Fprintln(w, `Run "dlock COMMAND -h" for a command's flags.`)
+}
+
+// newFlags returns an empty flag set for the named command.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parseFlags prints what is needed, where
+	return fs
+}
+
+// parseFlags parses args into fs. It returns ok when the command should go
+// on; otherwise code is the exit status: 0 after -h (the command's usage
+// went to stdout), 2 after a bad flag (error and usage to stderr).
+func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return exitOK, true
+	case errors.Is(err, flag.ErrHelp):
+		printFlags(fs, synopsis, stdout)
+		return exitOK, false
+	default:
+		complain(stderr, "%v", err)
+		printFlags(fs, synopsis, stderr)
+		return exitUsage, false
+	}
+}
+
+// printFlags writes a command's synopsis and flags to w. Flags without a
+// usage text are internal and not shown.
+func printFlags(fs *flag.FlagSet, synopsis string, w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n\nflags:\n", synopsis)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage == "" {
+			return
+		}
+		kind, text := flag.UnquoteUsage(f)
+		if kind != "" {
+			kind = " " + kind
+		}
+		fmt.Fprintf(w, "  --%s%s\n    \t%s", f.Name, kind, text)
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// usageError reports a bad command line and returns the usage exit status.
+func usageError(stderr io.Writer, synopsis, format string, a ...any) int {
+	complain(stderr, "%s\nusage: %s", fmt.Sprintf(format, a...), synopsis)
+	return exitUsage
+}
+
+// complain writes one error line to w. It starts with "dlock: ", once:
+// the library's errors already do.
+func complain(w io.Writer, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	if !strings.HasPrefix(msg, "dlock: ") {
+		msg = "dlock: " + msg
+	}
+	fmt.Fprintln(w, msg)
+}
+
+// tagEscaper escapes a lock name the way the library does before putting
+// it inside a hash tag: '{' and '}' would end the tag early, and '%' is
+// escaped too so that two names never map to the same key.
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// lockKeys are the Redis names of one lock, as the library makes them.
+type lockKeys struct {
+	lock    string // <prefix>:{<name>}: hash of owner token -> hold count
+	fence   string // <prefix>:{<name>}:fence: last fencing token issued
+	channel string // <prefix>:{<name>}:ch: release notifications
+}
+
+// keysFor returns the keys of the lock called name under prefix.
+func keysFor(prefix, name string) lockKeys {
+	base := prefix + ":{" + tagEscaper.Replace(name) + "}"
+	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":ch"}
+}
+
+// checkPrefix rejects a prefix the library would refuse.
+func checkPrefix(p string) error {
+	if p == "" || strings.ContainsAny(p, "{}") {
+		return fmt.Errorf("--prefix %q: must be non-empty, without '{' or '}'", p)
+	}
+	return nil
+}
