@@ -75,8 +75,10 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 
 // Close stops the Client's watchdog and pub/sub connection and waits for
 // them to exit. Waits in progress return ErrClosed; leases still held end
-// with Err ErrClosed and are not released: their locks expire after their
-// TTL. Unlock what you hold before closing. Close does not close the Redis
+// with Err ErrClosed and are not released by Close: their locks expire
+// after their TTL. Unlock what you hold before closing (an Unlock after
+// Close still releases the lock, returning an error matching ErrNotHeld
+// and ErrClosed, as long as the Redis client is open). Close does not close the Redis
 // client. It is safe to call more than once.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {

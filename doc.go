@@ -72,6 +72,9 @@
 //     survive.
 //   - Renewal needs Redis: a holder cut off from it loses its lease at its
 //     local deadline, even if the server kept the lock.
+//   - A lock deleted behind its holder's back (an administrator, a
+//     FLUSHALL) is noticed at the holder's next renewal, up to TTL/3 later;
+//     meanwhile another owner may take it. Fencing covers that window too.
 //
 // # Ownership and re-entry
 //

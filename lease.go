@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -89,7 +90,11 @@ func (h *hold) expireIfLate(now time.Time) {
 	late := h.err == nil && !now.Before(h.deadline)
 	h.mu.Unlock()
 	if late {
-		h.end(lost(h.k.name, "no renewal confirmed before its deadline"))
+		why := "no renewal confirmed before its deadline"
+		if !h.renew {
+			why = "its fixed lease ran out"
+		}
+		h.end(lost(h.k.name, why))
 	}
 }
 
@@ -308,7 +313,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 }
 
 func isUnlocked(err error) bool {
-	return err == ErrUnlocked
+	return errors.Is(err, ErrUnlocked)
 }
 
 // Extend sets the lease's time to live to d from now, as one round trip;

@@ -62,6 +62,11 @@ type Server struct {
 	port int
 	args []string
 
+	// cmdline, if set, builds the command line instead of serverArgs
+	// (cluster nodes and Sentinel processes). It is fixed once the server
+	// has started, so Restart reuses it.
+	cmdline func(aof bool) []string
+
 	mu     sync.Mutex
 	p      *proc // current process; nil before the first launch
 	closed bool
@@ -71,6 +76,14 @@ type Server struct {
 // directory and waits until it answers PING. If the chosen port is taken by
 // the time the server binds it, Start retries with another one.
 func Start(opts Options) (*Server, error) {
+	return start(opts, nil)
+}
+
+// start is Start with a hook that runs before every launch attempt, once
+// the port for that attempt has been chosen. The hook may set s.cmdline or
+// write files into s.dir; an error from it ends the attempt like a port
+// clash when it wraps errPortInUse, and aborts Start otherwise.
+func start(opts Options, prepare func(s *Server) error) (*Server, error) {
 	bin, err := exec.LookPath(serverBinary)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoServer, err)
@@ -85,6 +98,14 @@ func Start(opts Options) (*Server, error) {
 		s.port, err = freePort()
 		if err != nil {
 			continue
+		}
+		if prepare != nil {
+			if err = prepare(s); err != nil {
+				if errors.Is(err, errPortInUse) {
+					continue
+				}
+				break
+			}
 		}
 		if err = s.launch(opts.AOF); !errors.Is(err, errPortInUse) {
 			break
@@ -255,11 +276,23 @@ func (s *Server) Log() string {
 	return s.p.log()
 }
 
+// running reports whether the server process has been started and has not
+// exited. A paused server is running.
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p != nil && !s.p.exited()
+}
+
 // launch starts a process for s and waits until it is ready. It must be
 // called with s.mu held or before s is shared.
 func (s *Server) launch(aof bool) error {
 	addr := s.Addr()
-	p, err := startProc(s.bin, serverArgs(s.port, s.dir, aof, s.args), s.dir, filepath.Join(s.dir, logName))
+	args := serverArgs(s.port, s.dir, aof, s.args)
+	if s.cmdline != nil {
+		args = s.cmdline(aof)
+	}
+	p, err := startProc(s.bin, args, s.dir, filepath.Join(s.dir, logName))
 	if err != nil {
 		return err
 	}
@@ -318,6 +351,23 @@ func waitReady(p *proc, addr string) error {
 		}
 		time.Sleep(pollInterval)
 	}
+}
+
+// freePorts returns n distinct free loopback ports (see freePort).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	seen := map[int]bool{}
+	for len(ports) < n {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
 }
 
 // freePort asks the kernel for a free loopback port. The port is released
