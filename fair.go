@@ -102,7 +102,7 @@ type fairProto struct {
 	mutexProto
 }
 
-func (p fairProto) release(token string, left int) call {
+func (p fairProto) release(token string, left int) op {
 	return call{fairUnlockScript, []string{p.k.lock, p.k.queue, p.k.alive},
 		[]any{token, left, p.k.channel, p.publish}}
 }

@@ -2,10 +2,12 @@ package dlock
 
 import (
 	"context"
+
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"time"
 )
 
@@ -34,10 +36,16 @@ type Locker interface {
 //	renew    1 renewed, 0 not held
 //	ttl      milliseconds left, -3 not held
 type protocol interface {
-	reenter(token string, count int, ttl time.Duration) call
-	release(token string, left int) call
-	renew(token string, ttl time.Duration) call
-	ttl(token string) call
+	reenter(token string, count int, ttl time.Duration) op
+	release(token string, left int) op
+	renew(token string, ttl time.Duration) op
+	ttl(token string) op
+}
+
+// op is one operation on Redis with an integer or array reply: a script
+// call, or, without scripts, a transaction (see plain.go).
+type op interface {
+	run(ctx context.Context, r Redis) *redis.Cmd
 }
 
 // attemptFunc makes one acquire attempt. It returns the lease when the

@@ -176,7 +176,7 @@ func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) {
 	defer cancel()
 	calls := make([]call, len(ms))
 	for i, m := range ms {
-		calls[i] = mutexProto{m.k, c.publish}.release(token, 0)
+		calls[i] = mutexProto{m.k, c.publish}.unlock(token, 0)
 	}
 	runBatch(ctx, c.rdb, calls, replicaSync{})
 }

@@ -102,18 +102,21 @@ type mutexProto struct {
 	publish string
 }
 
-func (p mutexProto) reenter(token string, count int, ttl time.Duration) call {
+func (p mutexProto) reenter(token string, count int, ttl time.Duration) op {
 	return call{lockScript, []string{p.k.lock, p.k.fence}, []any{token, ttl.Milliseconds(), count}}
 }
 
-func (p mutexProto) release(token string, left int) call {
+func (p mutexProto) release(token string, left int) op { return p.unlock(token, left) }
+
+// unlock is the script call behind release.
+func (p mutexProto) unlock(token string, left int) call {
 	return call{unlockScript, []string{p.k.lock}, []any{token, left, p.k.channel, p.publish}}
 }
 
-func (p mutexProto) renew(token string, ttl time.Duration) call {
+func (p mutexProto) renew(token string, ttl time.Duration) op {
 	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds()}}
 }
 
-func (p mutexProto) ttl(token string) call {
+func (p mutexProto) ttl(token string) op {
 	return call{ttlScript, []string{p.k.lock}, []any{token}}
 }

@@ -51,9 +51,10 @@ func (s replicaSync) validate() error {
 // grant runs a call that grants or extends a hold: with replica sync, WAIT
 // follows it on the same connection, and too few acknowledgements turn a
 // successful reply into an error matching ErrReplicaSync.
-func (c *Client) grant(ctx context.Context, cl call) *redis.Cmd {
-	if c.sync.replicas == 0 {
-		return cl.run(ctx, c.rdb)
+func (c *Client) grant(ctx context.Context, o op) *redis.Cmd {
+	cl, ok := o.(call)
+	if c.sync.replicas == 0 || !ok {
+		return o.run(ctx, c.rdb)
 	}
 	r := c.rdb
 	if cc, ok := r.(*redis.ClusterClient); ok {

@@ -167,7 +167,7 @@ type rwProto struct {
 	publish string
 }
 
-func (p rwProto) reenter(token string, count int, ttl time.Duration) call {
+func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 	if p.side == "r" {
 		return call{rwReadScript, []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive},
 			[]any{token, ttl.Milliseconds(), count, "1"}}
@@ -176,14 +176,14 @@ func (p rwProto) reenter(token string, count int, ttl time.Duration) call {
 		[]any{token, ttl.Milliseconds(), count, 0, p.k.channel, p.publish}}
 }
 
-func (p rwProto) release(token string, left int) call {
+func (p rwProto) release(token string, left int) op {
 	return call{rwUnlockScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, left, p.k.channel, p.publish}}
 }
 
-func (p rwProto) renew(token string, ttl time.Duration) call {
+func (p rwProto) renew(token string, ttl time.Duration) op {
 	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, ttl.Milliseconds()}}
 }
 
-func (p rwProto) ttl(token string) call {
+func (p rwProto) ttl(token string) op {
 	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, p.side}}
 }

@@ -151,16 +151,16 @@ type semProto struct {
 }
 
 // reenter is never used: permits are not re-entrant.
-func (p semProto) reenter(token string, _ int, ttl time.Duration) call { return p.renew(token, ttl) }
+func (p semProto) reenter(token string, _ int, ttl time.Duration) op { return p.renew(token, ttl) }
 
-func (p semProto) release(token string, left int) call {
+func (p semProto) release(token string, left int) op {
 	return call{semReleaseScript, []string{p.k.lock, p.k.leases}, []any{token, left, p.k.channel, p.publish}}
 }
 
-func (p semProto) renew(token string, ttl time.Duration) call {
+func (p semProto) renew(token string, ttl time.Duration) op {
 	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds()}}
 }
 
-func (p semProto) ttl(token string) call {
+func (p semProto) ttl(token string) op {
 	return call{semTTLScript, []string{p.k.lock, p.k.leases}, []any{token}}
 }

@@ -140,10 +140,14 @@ func (w *watchdog) snapshot() []*hold {
 
 // renew renews a batch in one pipeline and hands the outcomes to the loop.
 func (w *watchdog) renew(ctx context.Context, rs []renewal) {
-	calls := make([]call, len(rs))
+	ops := make([]op, len(rs))
+	calls := make([]call, 0, len(rs)) // the scripts among them, to batch
 	shortest := rs[0].ttl
 	for i, r := range rs {
-		calls[i] = r.h.p.renew(r.h.token, r.ttl)
+		ops[i] = r.h.p.renew(r.h.token, r.ttl)
+		if cl, ok := ops[i].(call); ok {
+			calls = append(calls, cl)
+		}
 		shortest = min(shortest, r.ttl)
 	}
 	// No point waiting for a reply past the soonest deadline.
@@ -151,13 +155,15 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	defer cancel()
 	start := time.Now()
 	var cmds []*redis.Cmd
-	if _, cluster := w.c.rdb.(*redis.ClusterClient); cluster && w.c.sync.replicas > 0 {
-		// WAIT must follow each write on its node's connection.
-		for _, cl := range calls {
-			cmds = append(cmds, w.c.grant(bctx, cl))
-		}
-	} else {
+	_, cluster := w.c.rdb.(*redis.ClusterClient)
+	if len(calls) == len(ops) && !(cluster && w.c.sync.replicas > 0) {
 		cmds = runBatch(bctx, w.c.rdb, calls, w.c.sync)
+	} else {
+		// Transactions (no scripts) cannot share a pipeline, and on a
+		// cluster WAIT must follow each write on its node's connection.
+		for _, o := range ops {
+			cmds = append(cmds, w.c.grant(bctx, o))
+		}
 	}
 	for i, cmd := range cmds {
 		rs[i].start = start
