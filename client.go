@@ -16,6 +16,11 @@ type Redis interface {
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+
+	// Used without scripts (WithoutScripts) and for WAIT.
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
 }
 
 // Client makes locks on one Redis deployment. It owns one watchdog
@@ -31,6 +36,8 @@ type Client struct {
 	publish string // PUBLISH or SPUBLISH
 	sharded bool   // a cluster: sharded pub/sub, keys of one lock per slot
 	sync    replicaSync
+	plain   bool // WithoutScripts
+	cas     casDetector
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -59,10 +66,14 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if err := cfg.sync.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.noScripts && cfg.sync != (replicaSync{}) {
+		return nil, invalid("WithoutScripts and WithReplicaSync cannot be combined")
+	}
 	if !cfg.shardOK {
 		_, cfg.sharded = rdb.(*redis.ClusterClient)
 	}
-	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH", sharded: cfg.sharded, sync: cfg.sync}
+	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH", sharded: cfg.sharded, sync: cfg.sync,
+		plain: cfg.noScripts}
 	if cfg.sharded {
 		c.publish = "SPUBLISH"
 	}

@@ -63,11 +63,11 @@ func (r *recorder) take() [][]string {
 }
 
 // countedClient returns a dlock Client whose Redis traffic rec records.
-func countedClient(t *testing.T) (*dlock.Client, *recorder) {
+func countedClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *recorder) {
 	rdb := newRedis(t, srv)
 	rec := &recorder{}
 	rdb.AddHook(rec)
-	return newClient(t, rdb), rec
+	return newClient(t, rdb, opts...), rec
 }
 
 func TestUncontendedIsOneRoundTripEach(t *testing.T) {

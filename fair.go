@@ -59,6 +59,9 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 	if err := checkCall(ctx, m.c, m.k.name); err != nil {
 		return nil, err
 	}
+	if m.c.plain {
+		return nil, errNeedsScripts("FairMutex")
+	}
 	cfg := defaultLock.with(m.opts).with(opts)
 	if err := cfg.validate(); err != nil {
 		return nil, err

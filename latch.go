@@ -143,5 +143,11 @@ func (l *Latch) check(ctx context.Context) error {
 	if l == nil {
 		return invalid("nil Latch")
 	}
-	return checkCall(ctx, l.c, l.k.name)
+	if err := checkCall(ctx, l.c, l.k.name); err != nil {
+		return err
+	}
+	if l.c.plain {
+		return errNeedsScripts("Latch")
+	}
+	return nil
 }

@@ -75,10 +75,20 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 		return nil, err
 	}
 	if outer := leaseFrom(ctx, m.c, m.k.lock, ""); outer != nil {
+		if m.c.plain {
+			return nil, errNeedsScripts("re-entry")
+		}
 		return reenter(ctx, outer)
 	}
-	p := mutexProto{m.k, m.c.publish}
 	token := newToken()
+	if m.c.plain {
+		a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token, p: plainProto{m.k, m.c},
+			attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+				return m.plainAttempt(ctx, token, cfg)
+			}}
+		return a.run(ctx, wait)
+	}
+	p := mutexProto{m.k, m.c.publish}
 	a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token, p: p,
 		attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
 			start := time.Now()

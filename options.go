@@ -19,10 +19,11 @@ const minTTL = time.Millisecond
 type Option func(*clientConfig)
 
 type clientConfig struct {
-	prefix  string
-	sharded bool
-	shardOK bool // sharded was set explicitly
-	sync    replicaSync
+	prefix    string
+	sharded   bool
+	shardOK   bool // sharded was set explicitly
+	sync      replicaSync
+	noScripts bool
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:

@@ -99,6 +99,9 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 	if err := checkCall(ctx, c, k.name); err != nil {
 		return nil, err
 	}
+	if c.plain {
+		return nil, errNeedsScripts("RWMutex")
+	}
 	cfg := defaultLock.with(rw.opts).with(opts)
 	if err := cfg.validate(); err != nil {
 		return nil, err

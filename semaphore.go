@@ -93,6 +93,9 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if err := checkCall(ctx, s.c, s.k.name); err != nil {
 		return err
 	}
+	if s.c.plain {
+		return errNeedsScripts("Semaphore")
+	}
 	if s.permits < 1 {
 		return invalid("semaphore %q: capacity %d; want at least 1", s.k.name, s.permits)
 	}

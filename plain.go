@@ -1,0 +1,244 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithoutScripts makes the Client use no Lua, for proxies and managed
+// services that forbid EVAL. Only Mutex works then, as a plain lock that
+// is not re-entrant:
+//
+//   - acquire is one MULTI/EXEC transaction: INCR of the fence counter,
+//     SET key token NX PX ttl, and a read of the key (one round trip; the
+//     fence is the INCR's, taken atomically with the grant);
+//   - release and renewal compare the owner and act in one step: DELEX /
+//     SET IFEQ where the server has them (Redis 8.4), DELIFEQ / SET IFEQ
+//     (Valkey 9), and otherwise WATCH, GET, MULTI, DEL or PEXPIRE, EXEC;
+//   - renewals are sent one lease at a time, not in one pipeline.
+//
+// Leases, loss signalling, fencing, waits woken by pub/sub and ownership
+// checks are as with scripts. The lock key is a string, not a hash: every
+// client of one lock must agree on the mode. FairMutex, RWMutex,
+// Semaphore, Latch and re-entry need scripts: their calls return an error
+// matching errors.ErrUnsupported. WithReplicaSync cannot be combined with
+// it (New returns an error).
+func WithoutScripts() Option {
+	return func(c *clientConfig) { c.noScripts = true }
+}
+
+// errNeedsScripts is returned by what cannot work without Lua.
+func errNeedsScripts(what string) error {
+	return fmt.Errorf("dlock: %s needs Lua scripts, and the client was made WithoutScripts: %w",
+		what, errors.ErrUnsupported)
+}
+
+// casMode is how a plain lock compares and acts without scripts.
+type casMode int
+
+const (
+	casWatch   casMode = iota // WATCH / GET / MULTI ... EXEC
+	casDelex                  // Redis 8.4: DELEX key IFEQ v, SET key v IFEQ v PX ttl
+	casDelifeq                // Valkey 9: DELIFEQ key v, SET key v IFEQ v PX ttl
+)
+
+// pickCAS chooses the mode from the commands the server knows (lower
+// case names).
+func pickCAS(known map[string]bool) casMode {
+	switch {
+	case known["delex"]:
+		return casDelex
+	case known["delifeq"]:
+		return casDelifeq
+	}
+	return casWatch
+}
+
+// casDetector asks the server once which commands it has.
+type casDetector struct {
+	once sync.Once
+	mode casMode
+}
+
+func (d *casDetector) get(ctx context.Context, r Redis) casMode {
+	d.once.Do(func() {
+		known := map[string]bool{}
+		// COMMAND INFO answers nil for a name it does not know.
+		res, err := r.Do(ctx, "COMMAND", "INFO", "delex", "delifeq").Slice()
+		if err == nil {
+			for _, v := range res {
+				if info, ok := v.([]any); ok && len(info) > 0 {
+					if name, ok := info[0].(string); ok {
+						known[strings.ToLower(name)] = true
+					}
+				}
+			}
+		}
+		d.mode = pickCAS(known)
+	})
+	return d.mode
+}
+
+// plainAttempt is one acquire of a Mutex without scripts.
+func (m *Mutex) plainAttempt(ctx context.Context, token string, cfg lockConfig) (*Lease, time.Duration, error) {
+	c, k := m.c, m.k
+	start := time.Now()
+	var fence *redis.IntCmd
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		fence = p.Incr(ctx, k.fence)
+		p.SetNX(ctx, k.lock, token, cfg.ttl)
+		get = p.Get(ctx, k.lock)
+		pttl = p.PTTL(ctx, k.lock)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, redisErr("lock", k.name, err)
+	}
+	if get.Val() != token {
+		ms := int64(-1)
+		if d := pttl.Val(); d >= 0 {
+			ms = d.Milliseconds()
+		}
+		return nil, retryAfter(ms, cfg.ttl), nil
+	}
+	// Ours — by this transaction, or by an earlier one whose reply was lost
+	// and that go-redis sent again: then the fence of this one, still above
+	// every earlier owner's.
+	l, err := c.newLease(ctx, newHold(c, k, plainProto{k, c}, token, fence.Val(), cfg, start))
+	return l, 0, err
+}
+
+// plainProto is the Redis side of a Mutex hold without scripts.
+type plainProto struct {
+	k keys
+	c *Client
+}
+
+// plainOp is a transaction with the integer reply of the protocol.
+type plainOp func(ctx context.Context, r Redis) (int64, error)
+
+func (f plainOp) run(ctx context.Context, r Redis) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	v, err := f(ctx, r)
+	if err != nil {
+		cmd.SetErr(err)
+	} else {
+		cmd.SetVal(v)
+	}
+	return cmd
+}
+
+func (p plainProto) reenter(string, int, time.Duration) op {
+	return plainOp(func(context.Context, Redis) (int64, error) { return 0, errNeedsScripts("re-entry") })
+}
+
+// release deletes the key if it still holds token, and tells waiters.
+func (p plainProto) release(token string, _ int) op {
+	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
+		var deleted bool
+		switch p.c.cas.get(ctx, r) {
+		case casDelex:
+			n, err := r.Do(ctx, "DELEX", p.k.lock, "IFEQ", token).Int64()
+			deleted = n == 1
+			if err != nil {
+				return 0, err
+			}
+		case casDelifeq:
+			n, err := r.Do(ctx, "DELIFEQ", p.k.lock, token).Int64()
+			deleted = n == 1
+			if err != nil {
+				return 0, err
+			}
+		default:
+			var err error
+			deleted, err = compareAndDo(ctx, r, p.k.lock, token, func(p redis.Pipeliner, key string) {
+				p.Del(ctx, key)
+			})
+			if err != nil {
+				return 0, err
+			}
+		}
+		if !deleted {
+			return -1, nil
+		}
+		// A lost message costs a waiter at most the lease it was told.
+		_ = r.Do(ctx, strings.ToLower(p.c.publish), p.k.channel, "one").Err()
+		return 1, nil
+	})
+}
+
+// renew sets the key's TTL if it still holds token.
+func (p plainProto) renew(token string, ttl time.Duration) op {
+	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
+		if p.c.cas.get(ctx, r) != casWatch {
+			err := r.Do(ctx, "SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()).Err()
+			if errors.Is(err, redis.Nil) {
+				return 0, nil
+			}
+			return 1, err
+		}
+		ok, err := compareAndDo(ctx, r, p.k.lock, token, func(p redis.Pipeliner, key string) {
+			p.PExpire(ctx, key, ttl)
+		})
+		if ok {
+			return 1, err
+		}
+		return 0, err
+	})
+}
+
+// ttl returns the key's PTTL if it holds token, else -3.
+func (p plainProto) ttl(token string) op {
+	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
+		var get *redis.StringCmd
+		var pttl *redis.DurationCmd
+		_, err := r.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+			get = pl.Get(ctx, p.k.lock)
+			pttl = pl.PTTL(ctx, p.k.lock)
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		if get.Val() != token {
+			return -3, nil
+		}
+		return pttl.Val().Milliseconds(), nil
+	})
+}
+
+// compareAndDo runs act on key in a transaction if key holds want, with
+// WATCH so that a change between the read and EXEC aborts it (and it is
+// tried again). It reports whether act ran.
+func compareAndDo(ctx context.Context, r Redis, key, want string, act func(redis.Pipeliner, string)) (bool, error) {
+	for range 5 {
+		done := false
+		err := r.Watch(ctx, func(tx *redis.Tx) error {
+			v, err := tx.Get(ctx, key).Result()
+			if errors.Is(err, redis.Nil) || (err == nil && v != want) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				act(p, key)
+				return nil
+			})
+			done = err == nil
+			return err
+		}, key)
+		if !errors.Is(err, redis.TxFailedErr) {
+			return done, err
+		}
+	}
+	return false, fmt.Errorf("dlock: %q kept changing during compare-and-set", key)
+}

@@ -1,0 +1,94 @@
+package dlock
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestPickCAS(t *testing.T) {
+	tests := []struct {
+		known map[string]bool
+		want  casMode
+	}{
+		{map[string]bool{}, casWatch},
+		{map[string]bool{"delex": true}, casDelex},
+		{map[string]bool{"delifeq": true}, casDelifeq},
+		{map[string]bool{"delex": true, "delifeq": true}, casDelex},
+		{map[string]bool{"set": true}, casWatch},
+	}
+	for _, tt := range tests {
+		if got := pickCAS(tt.known); got != tt.want {
+			t.Errorf("pickCAS(%v) = %v, want %v", tt.known, got, tt.want)
+		}
+	}
+}
+
+func TestCASDetectionOnThisServer(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	defer rdb.Close()
+	var d casDetector
+	// Redis 7 has neither DELEX nor DELIFEQ.
+	if m := d.get(context.Background(), rdb); m != casWatch {
+		t.Fatalf("mode %v on Redis 7; want the WATCH path", m)
+	}
+}
+
+// meddler is a Redis whose Watch lets another client write the watched key
+// after WATCH and before the transaction's read — a concurrent change.
+type meddler struct {
+	*redis.Client
+	other   *redis.Client
+	value   string
+	meddles int // how many transactions to meddle with
+}
+
+func (m *meddler) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
+	return m.Client.Watch(ctx, func(tx *redis.Tx) error {
+		if m.meddles > 0 {
+			m.meddles--
+			m.other.Set(ctx, keys[0], m.value, 0)
+		}
+		return fn(tx)
+	}, keys...)
+}
+
+func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb, other := s.Client(), s.Client()
+	defer rdb.Close()
+	defer other.Close()
+	del := func(p redis.Pipeliner, key string) { p.Del(ctx, key) }
+
+	// The key is rewritten with the same value between WATCH and EXEC: the
+	// EXEC aborts, the compare runs again and then succeeds.
+	rdb.Set(ctx, "k1", "mine", 0)
+	m := &meddler{Client: rdb, other: other, value: "mine", meddles: 1}
+	if ok, err := compareAndDo(ctx, m, "k1", "mine", del); !ok || err != nil {
+		t.Fatalf("after a harmless concurrent write: %v, %v; want deleted", ok, err)
+	}
+	if m.meddles != 0 || rdb.Exists(ctx, "k1").Val() != 0 {
+		t.Fatal("the meddling did not happen, or the key is still there")
+	}
+
+	// Another owner takes the key between WATCH and EXEC: nothing is done.
+	rdb.Set(ctx, "k2", "mine", 0)
+	m = &meddler{Client: rdb, other: other, value: "theirs", meddles: 1}
+	if ok, err := compareAndDo(ctx, m, "k2", "mine", del); ok || err != nil {
+		t.Fatalf("after another owner took the key: %v, %v; want not done", ok, err)
+	}
+	if v := rdb.Get(ctx, "k2").Val(); v != "theirs" {
+		t.Fatalf("the other owner's key was touched: %q", v)
+	}
+
+	// A key that changes every time gives up with an error, not a loop.
+	rdb.Set(ctx, "k3", "mine", 0)
+	m = &meddler{Client: rdb, other: other, value: "mine", meddles: 100}
+	if ok, err := compareAndDo(ctx, m, "k3", "mine", del); ok || err == nil {
+		t.Fatalf("a key that never settles: %v, %v; want an error", ok, err)
+	}
+}
