@@ -42,7 +42,9 @@ type Client struct {
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wd     *watchdog
-	hub    *hub
+	hubs   []*hub  // wake-ups: one per Redis node (one but for a quorum)
+	q      *quorum // RedLock over independent masters (NewQuorum)
+	drift  drift
 
 	closeOnce sync.Once
 }
@@ -54,34 +56,54 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
 	}
-	cfg := clientConfig{prefix: DefaultPrefix}
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.shardOK {
+		_, cfg.sharded = rdb.(*redis.ClusterClient)
+	}
+	return start(rdb, []Redis{rdb}, cfg), nil
+}
+
+// configure applies and checks the options.
+func configure(opts []Option) (clientConfig, error) {
+	cfg := clientConfig{prefix: DefaultPrefix, drift: defaultDrift}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
 	if !validPrefix(cfg.prefix) {
-		return nil, invalid("key prefix %q: must be non-empty, without '{' or '}'", cfg.prefix)
+		return clientConfig{}, invalid("key prefix %q: must be non-empty, without '{' or '}'", cfg.prefix)
 	}
 	if err := cfg.sync.validate(); err != nil {
-		return nil, err
+		return clientConfig{}, err
+	}
+	if err := cfg.drift.validate(); err != nil {
+		return clientConfig{}, err
 	}
 	if cfg.noScripts && cfg.sync != (replicaSync{}) {
-		return nil, invalid("WithoutScripts and WithReplicaSync cannot be combined")
+		return clientConfig{}, invalid("WithoutScripts and WithReplicaSync cannot be combined")
 	}
-	if !cfg.shardOK {
-		_, cfg.sharded = rdb.(*redis.ClusterClient)
-	}
+	return cfg, nil
+}
+
+// start makes a Client on rdb (nil for a quorum) with a hub per node, and
+// starts its watchdog.
+func start(rdb Redis, nodes []Redis, cfg clientConfig) *Client {
 	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH", sharded: cfg.sharded, sync: cfg.sync,
-		plain: cfg.noScripts}
+		plain: cfg.noScripts, drift: cfg.drift}
 	if cfg.sharded {
 		c.publish = "SPUBLISH"
 	}
+	for _, n := range nodes {
+		c.hubs = append(c.hubs, newHub(n, cfg.sharded))
+	}
 	c.life, c.cancel = context.WithCancel(context.Background())
-	c.hub = newHub(rdb, cfg.sharded)
 	c.wd = newWatchdog(c)
 	go c.wd.run(c.life)
-	return c, nil
+	return c
 }
 
 // Close stops the Client's watchdog and pub/sub connection and waits for
@@ -95,7 +117,9 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		<-c.wd.done
-		c.hub.close()
+		for _, h := range c.hubs {
+			h.close()
+		}
 	})
 	return nil
 }

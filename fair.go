@@ -62,6 +62,9 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 	if m.c.plain {
 		return nil, errNeedsScripts("FairMutex")
 	}
+	if m.c.q != nil {
+		return nil, errNotOnQuorum("FairMutex")
+	}
 	cfg := defaultLock.with(m.opts).with(opts)
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -67,10 +67,10 @@ func TestValidPrefix(t *testing.T) {
 }
 
 func TestDriftAndRetry(t *testing.T) {
-	if d := drift(30 * time.Second); d != 302*time.Millisecond {
+	if d := defaultDrift.of(30 * time.Second); d != 302*time.Millisecond {
 		t.Errorf("drift(30s) = %v, want 302ms", d)
 	}
-	if d := drift(100 * time.Millisecond); d != 3*time.Millisecond {
+	if d := defaultDrift.of(100 * time.Millisecond); d != 3*time.Millisecond {
 		t.Errorf("drift(100ms) = %v, want 3ms", d)
 	}
 	tests := []struct {

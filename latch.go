@@ -149,5 +149,8 @@ func (l *Latch) check(ctx context.Context) error {
 	if l.c.plain {
 		return errNeedsScripts("Latch")
 	}
+	if l.c.q != nil {
+		return errNotOnQuorum("Latch")
+	}
 	return nil
 }

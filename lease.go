@@ -47,7 +47,7 @@ func newHold(c *Client, k keys, p protocol, token string, fence int64, cfg lockC
 // server will not expire it before start+ttl, and the local deadline keeps
 // a drift margin below that. Call with h.mu held, or before h is shared.
 func (h *hold) confirmed(start time.Time, ttl time.Duration) {
-	if d := start.Add(ttl - drift(ttl)); d.After(h.deadline) {
+	if d := start.Add(ttl - h.c.drift.of(ttl)); d.After(h.deadline) {
 		h.deadline = d
 	}
 	h.nextRenew = start.Add(ttl / 3)

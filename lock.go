@@ -109,19 +109,26 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 // the Client closes, ErrClosed.
 func (c *Client) waitLoop(ctx context.Context, name, channel, token string, first time.Duration,
 	check func(context.Context) (done bool, next time.Duration, err error)) error {
-	w, err := c.hub.join(channel, token)
-	if err != nil {
-		return err
+	// One wake channel, however many nodes may publish the release.
+	wake := make(chan struct{}, 1)
+	var ready <-chan struct{}
+	for _, h := range c.hubs {
+		w, err := h.join(channel, token, wake)
+		if err != nil {
+			return err
+		}
+		defer h.leave(w)
+		if ready == nil {
+			ready = w.ready // the first node's is enough to know
+		}
 	}
-	defer c.hub.leave(w)
 	timer := time.NewTimer(first)
 	defer timer.Stop()
-	ready := w.ready
 	for {
 		select {
 		case <-ready:
 			ready = nil // closed now; once is enough
-		case <-w.wake:
+		case <-wake:
 		case <-timer.C:
 		case <-ctx.Done():
 			return waitEnded(name, ctx.Err())

@@ -81,7 +81,7 @@ func isNilLocker(l Locker) bool {
 // all: plain mutexes of one Client, on a single node.
 func oneScript(lockers []Locker) ([]*Mutex, bool) {
 	first, ok := lockers[0].(*Mutex)
-	if !ok || first.c.sharded || first.c.plain {
+	if !ok || first.c.sharded || first.c.plain || first.c.q != nil {
 		return nil, false
 	}
 	ms := make([]*Mutex, len(lockers))

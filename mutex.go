@@ -81,6 +81,13 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 		return reenter(ctx, outer)
 	}
 	token := newToken()
+	if q := m.c.q; q != nil {
+		a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token, p: quorumProto{q, m.k, m.c.publish},
+			attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+				return q.attempt(ctx, m.c, m.k, token, cfg)
+			}}
+		return a.run(ctx, wait)
+	}
 	if m.c.plain {
 		a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token, p: plainProto{m.k, m.c},
 			attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {

@@ -24,6 +24,8 @@ type clientConfig struct {
 	shardOK   bool // sharded was set explicitly
 	sync      replicaSync
 	noScripts bool
+	drift     drift
+	quorum    quorumConfig
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:
@@ -113,8 +115,32 @@ func (c lockConfig) validate() error {
 }
 
 // drift is the margin a holder keeps between its local deadline and the
-// server's expiry: 1% of the TTL for clock-rate differences plus 2 ms for
-// timer and scheduling slack.
-func drift(ttl time.Duration) time.Duration {
-	return ttl/100 + 2*time.Millisecond
+// server's expiry: a share of the TTL for clock-rate differences plus a
+// fixed slack for timers and scheduling.
+type drift struct {
+	factor float64
+	extra  time.Duration
+}
+
+// defaultDrift is 1% of the TTL plus 2 ms, as RedLock's analysis uses.
+var defaultDrift = drift{0.01, 2 * time.Millisecond}
+
+func (d drift) of(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*d.factor) + d.extra
+}
+
+func (d drift) validate() error {
+	if d.factor < 0 || d.factor >= 1 || d.extra < 0 {
+		return invalid("clock drift %v of the TTL + %v: want a factor in [0, 1) and a non-negative extra", d.factor, d.extra)
+	}
+	return nil
+}
+
+// WithClockDrift sets the margin every lease keeps between its local
+// deadline and the server's expiry: factor × TTL + extra. Default: 0.01 ×
+// TTL + 2 ms. Raise it where clocks may run at rates further apart, or
+// where a process may stall between reading the clock and acting. For a
+// quorum (NewQuorum) the same margin is taken off a lock's validity.
+func WithClockDrift(factor float64, extra time.Duration) Option {
+	return func(c *clientConfig) { c.drift = drift{factor, extra} }
 }

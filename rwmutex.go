@@ -102,6 +102,9 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 	if c.plain {
 		return nil, errNeedsScripts("RWMutex")
 	}
+	if c.q != nil {
+		return nil, errNotOnQuorum("RWMutex")
+	}
 	cfg := defaultLock.with(rw.opts).with(opts)
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -61,7 +61,8 @@ var (
 	latchSetScript  = loadScript("latch_set.lua")
 	latchDownScript = loadScript("latch_down.lua")
 
-	lockAllScript = loadScript("lock_all.lua")
+	lockAllScript  = loadScript("lock_all.lua")
+	fenceMaxScript = loadScript("fence_max.lua")
 )
 
 // The scripts of each family, with the helpers they share in front.

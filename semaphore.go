@@ -96,6 +96,9 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if s.c.plain {
 		return errNeedsScripts("Semaphore")
 	}
+	if s.c.q != nil {
+		return errNotOnQuorum("Semaphore")
+	}
 	if s.permits < 1 {
 		return invalid("semaphore %q: capacity %d; want at least 1", s.k.name, s.permits)
 	}

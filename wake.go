@@ -48,7 +48,7 @@ type waiter struct {
 	name  string
 	token string          // the owner token it is trying to acquire with
 	ready <-chan struct{} // closed once the subscription is confirmed
-	wake  chan struct{}   // a release was published (buffer of one)
+	wake  chan struct{}   // a release was published (buffer of one; may be shared by hubs)
 }
 
 func newHub(rdb Redis, sharded bool) *hub {
@@ -59,7 +59,7 @@ func newHub(rdb Redis, sharded bool) *hub {
 // join registers a waiter on the named channel, subscribing to it if it
 // is the channel's first waiter here. It does not wait for the
 // subscription: the waiter's ready channel closes when it is confirmed.
-func (h *hub) join(name, token string) (*waiter, error) {
+func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -86,7 +86,7 @@ func (h *hub) join(name, token string) (*waiter, error) {
 			_ = h.shared.Subscribe(ctx, name)
 		}
 	}
-	w := &waiter{name: name, token: token, ready: ch.ready, wake: make(chan struct{}, 1)}
+	w := &waiter{name: name, token: token, ready: ch.ready, wake: wake}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
 }

@@ -1,0 +1,353 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// quorum is the RedLock side of a Client made by NewQuorum: N independent
+// masters, of which a majority must agree.
+type quorum struct {
+	nodes   []Redis
+	timeout time.Duration // per node and call
+	jitter  time.Duration // most random delay between contended rounds
+}
+
+type quorumConfig struct {
+	timeout time.Duration
+	jitter  time.Duration
+}
+
+// DefaultNodeTimeout bounds each node's part of a quorum call.
+const DefaultNodeTimeout = 50 * time.Millisecond
+
+// WithNodeTimeout bounds each node's part of a quorum call (NewQuorum):
+// a node that has not answered by then counts as failed for that call.
+// Default: DefaultNodeTimeout (50 ms). Keep it far below the TTL: time
+// spent acquiring is taken off the lock's validity. go-redis honours it on
+// the socket only with ContextTimeoutEnabled in the node's options; without
+// that a slow node still delays the call (the validity check stays right).
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *clientConfig) { c.quorum.timeout = d }
+}
+
+// WithRetryJitter sets the most random delay a quorum waiter adds before
+// trying again after a round in which nobody won a majority, so that
+// competing clients do not split the votes forever. Default: 50 ms.
+func WithRetryJitter(d time.Duration) Option {
+	return func(c *clientConfig) { c.quorum.jitter = d }
+}
+
+// NewQuorum returns a Client whose Mutex is the RedLock algorithm over
+// independent Redis masters (no replication between them; at least one,
+// three or five in practice):
+//
+//   - acquire runs on every node at once, each bounded by the node timeout;
+//     it succeeds when a majority granted it and the time spent leaves a
+//     validity of TTL − elapsed − drift > 0; otherwise it is released on
+//     every node, those whose reply was lost included;
+//   - the fence is the highest of the majority's counters, first written
+//     back to every node of the majority, so that any later majority —
+//     which shares a node with this one — counts on from it;
+//   - renewal, re-entry, TTL and release go to every node and count a
+//     majority; the lease is lost when a majority can no longer be renewed
+//     or its local deadline passes;
+//   - a contended round waits for a release (each node publishes it) or the
+//     holder's lease, plus a random jitter; a round that finds a majority of
+//     nodes unreachable fails at once with a *QuorumError.
+//
+// Only Mutex (and LockAll of Mutexes, lock by lock) works on a quorum; the
+// other primitives return an error matching errors.ErrUnsupported.
+//
+// A node restarted without persistence forgets the locks it granted and
+// can give them a second time: keep a restarted node out of the quorum for
+// at least the longest TTL in use (the "delayed restart" rule), or run it
+// with appendfsync always.
+func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, invalid("NewQuorum of no nodes")
+	}
+	rs := make([]Redis, len(nodes))
+	for i, n := range nodes {
+		if any(n) == nil {
+			return nil, invalid("NewQuorum: node %d is nil", i)
+		}
+		rs[i] = n
+	}
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
+		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
+	}
+	q := &quorum{nodes: rs, timeout: cfg.quorum.timeout, jitter: cfg.quorum.jitter}
+	if q.timeout == 0 {
+		q.timeout = DefaultNodeTimeout
+	}
+	if q.jitter == 0 {
+		q.jitter = 50 * time.Millisecond
+	}
+	if q.timeout < 0 || q.jitter < 0 {
+		return nil, invalid("NewQuorum: negative node timeout or jitter")
+	}
+	c := start(nil, rs, cfg)
+	c.q = q
+	return c, nil
+}
+
+// majority is how many nodes make a quorum.
+func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
+
+// fanout runs the call made by mk for each node on all nodes at once, each
+// bounded by the node timeout, and returns every node's reply.
+func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) call) []*redis.Cmd {
+	out := make([]*redis.Cmd, len(q.nodes))
+	var wg sync.WaitGroup
+	for _, i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nctx, cancel := context.WithTimeout(ctx, q.timeout)
+			defer cancel()
+			out[i] = mk(i).run(nctx, q.nodes[i])
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// all lists every node.
+func (q *quorum) all() []int {
+	idx := make([]int, len(q.nodes))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// NodeError is one node's failure in a quorum call.
+type NodeError struct {
+	Node int // index in the slice given to NewQuorum
+	Err  error
+}
+
+func (e NodeError) Error() string { return fmt.Sprintf("node %d: %v", e.Node, e.Err) }
+
+// Unwrap returns the node's error.
+func (e NodeError) Unwrap() error { return e.Err }
+
+// QuorumError is returned when a quorum call could not reach a majority of
+// nodes. errors.As finds it; Nodes says what each failed node answered,
+// and errors.Is looks through them (for context.DeadlineExceeded, say).
+type QuorumError struct {
+	Op      string // "lock", "unlock", "renew", "ttl"
+	Name    string
+	OK      int // nodes that did what was asked
+	Needed  int // the majority
+	Failing []NodeError
+}
+
+func (e *QuorumError) Error() string {
+	parts := make([]string, len(e.Failing))
+	for i, n := range e.Failing {
+		parts[i] = n.Error()
+	}
+	return fmt.Sprintf("dlock: %s %q: %d of %d nodes needed answered (%s)",
+		e.Op, e.Name, e.OK, e.Needed, strings.Join(parts, "; "))
+}
+
+// Unwrap returns the nodes' errors.
+func (e *QuorumError) Unwrap() []error {
+	errs := make([]error, len(e.Failing))
+	for i, n := range e.Failing {
+		errs[i] = n
+	}
+	return errs
+}
+
+// tally sorts a fan-out's replies: ok nodes, nodes that answered "no", and
+// failed nodes.
+type tally struct {
+	ok, no []int
+	failed []NodeError
+	vals   map[int][]int64 // the replies of ok and no nodes
+}
+
+func (q *quorum) tally(cmds []*redis.Cmd, nodes []int, isOK func([]int64) bool) tally {
+	t := tally{vals: map[int][]int64{}}
+	for _, i := range nodes {
+		v, err := cmds[i].Int64Slice()
+		if err != nil {
+			// Replies that are a plain integer (renew, unlock, ttl).
+			if n, nerr := cmds[i].Int64(); nerr == nil {
+				v, err = []int64{n}, nil
+			}
+		}
+		if err != nil {
+			t.failed = append(t.failed, NodeError{i, err})
+			continue
+		}
+		t.vals[i] = v
+		if isOK(v) {
+			t.ok = append(t.ok, i)
+		} else {
+			t.no = append(t.no, i)
+		}
+	}
+	return t
+}
+
+// outcome says what a tally means: yes (a majority did it), no (a
+// majority can no longer do it), or an error (too many failed nodes).
+func (q *quorum) outcome(t tally, op, name string) (bool, error) {
+	if len(t.ok) >= q.majority() {
+		return true, nil
+	}
+	if len(t.no) > len(q.nodes)-q.majority() {
+		return false, nil
+	}
+	return false, &QuorumError{Op: op, Name: name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
+}
+
+// attempt is one RedLock round for a Mutex.
+func (q *quorum) attempt(ctx context.Context, c *Client, k keys, token string, cfg lockConfig) (*Lease, time.Duration, error) {
+	start := time.Now()
+	nodes := q.all()
+	t := q.tally(q.fanout(ctx, nodes, func(int) call {
+		return call{lockScript, []string{k.lock, k.fence}, []any{token, cfg.ttl.Milliseconds(), 0}}
+	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == 1 })
+	validity := cfg.ttl - time.Since(start) - c.drift.of(cfg.ttl)
+	if len(t.ok) >= q.majority() && validity > 0 {
+		if fence, err := q.raiseFences(ctx, k, t); err == nil {
+			p := quorumProto{q, k, c.publish}
+			l, err := c.newLease(ctx, newHold(c, k, p, token, fence, cfg, start))
+			return l, 0, err
+		}
+	}
+	// No majority, or no time left: give back what was granted (and what
+	// may have been, where the reply was lost).
+	_ = quorumProto{q, k, c.publish}.release(token, 0).run(ctx, nil).Err()
+	if len(t.failed) > len(q.nodes)-q.majority() {
+		return nil, 0, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
+	}
+	// Held elsewhere: wait for the soonest holder's lease to end, or a
+	// release; a split vote: retry soon. Either way add jitter.
+	wait := time.Duration(0)
+	for _, i := range t.no {
+		if v := t.vals[i]; len(v) == 2 && v[0] == 0 {
+			if d := retryAfter(v[1], cfg.ttl); wait == 0 || d < wait {
+				wait = d
+			}
+		}
+	}
+	if len(t.ok) > 0 {
+		wait = 0 // we won some votes: someone else did too; try again soon
+	}
+	return nil, wait + rand.N(q.jitter+1), nil
+}
+
+// raiseFences writes the highest fence of the granting nodes back to all
+// of them, and returns it once a majority holds at least that value.
+func (q *quorum) raiseFences(ctx context.Context, k keys, t tally) (int64, error) {
+	var fence int64
+	for _, i := range t.ok {
+		fence = max(fence, t.vals[i][1])
+	}
+	res := q.tally(q.fanout(ctx, t.ok, func(int) call {
+		return call{fenceMaxScript, []string{k.fence}, []any{fence}}
+	}), t.ok, func(v []int64) bool { return len(v) == 1 && v[0] >= fence })
+	if len(res.ok) < q.majority() {
+		return 0, &QuorumError{Op: "fence", Name: k.name, OK: len(res.ok), Needed: q.majority(), Failing: res.failed}
+	}
+	return fence, nil
+}
+
+// quorumProto is the Redis side of a RedLock hold: every call goes to all
+// nodes and counts a majority.
+type quorumProto struct {
+	q       *quorum
+	k       keys
+	publish string
+}
+
+// quorumOp fans a Mutex protocol call out to every node and folds the
+// replies into one reply of the same convention.
+type quorumOp struct {
+	p    quorumProto
+	op   string
+	mk   func(node int) call
+	isOK func([]int64) bool
+	fold func(t tally, ok bool) any
+}
+
+func (o quorumOp) run(ctx context.Context, _ Redis) *redis.Cmd {
+	q := o.p.q
+	nodes := q.all()
+	t := q.tally(q.fanout(ctx, nodes, o.mk), nodes, o.isOK)
+	ok, err := q.outcome(t, o.op, o.p.k.name)
+	cmd := redis.NewCmd(ctx)
+	if err != nil {
+		cmd.SetErr(err)
+	} else {
+		cmd.SetVal(o.fold(t, ok))
+	}
+	return cmd
+}
+
+func (p quorumProto) mutex() mutexProto { return mutexProto{p.k, p.publish} }
+
+func (p quorumProto) reenter(token string, count int, ttl time.Duration) op {
+	return quorumOp{p, "lock", func(int) call { return p.mutex().reenter(token, count, ttl).(call) },
+		func(v []int64) bool { return len(v) == 2 && v[0] == 1 },
+		func(t tally, ok bool) any {
+			if !ok {
+				return []any{int64(-1)}
+			}
+			return []any{int64(1), int64(0)}
+		}}
+}
+
+func (p quorumProto) release(token string, left int) op {
+	return quorumOp{p, "unlock", func(int) call { return p.mutex().unlock(token, left) },
+		func(v []int64) bool { return v[0] == 1 },
+		func(t tally, ok bool) any { return map[bool]int64{true: 1, false: -1}[ok] }}
+}
+
+func (p quorumProto) renew(token string, ttl time.Duration) op {
+	return quorumOp{p, "renew", func(int) call { return p.mutex().renew(token, ttl).(call) },
+		func(v []int64) bool { return v[0] == 1 },
+		func(t tally, ok bool) any { return map[bool]int64{true: 1, false: 0}[ok] }}
+}
+
+// ttl is how long a majority still holds the lock: the majority-th
+// longest of the nodes' PTTLs.
+func (p quorumProto) ttl(token string) op {
+	return quorumOp{p, "ttl", func(int) call { return p.mutex().ttl(token).(call) },
+		func(v []int64) bool { return v[0] >= 0 },
+		func(t tally, ok bool) any {
+			if !ok {
+				return int64(-3)
+			}
+			left := make([]int64, 0, len(t.ok))
+			for _, i := range t.ok {
+				left = append(left, t.vals[i][0])
+			}
+			slices.Sort(left)
+			slices.Reverse(left)
+			return left[p.q.majority()-1]
+		}}
+}
+
+// errNotOnQuorum is returned by the primitives a quorum does not offer.
+func errNotOnQuorum(what string) error {
+	return fmt.Errorf("dlock: %s is not available on a quorum (NewQuorum): %w", what, errors.ErrUnsupported)
+}

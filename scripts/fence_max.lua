@@ -1,0 +1,15 @@
+-- fence_max.lua: raise a fence counter to at least a value (RedLock:
+-- after a majority is held, every node of it is brought up to the highest
+-- fence, so that any later majority, which overlaps this one, counts on).
+--
+-- KEYS[1]  fence counter (never expires)
+-- ARGV[1]  the value to raise it to
+--
+-- Returns  the counter after the call
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1])
+if cur < want then
+  redis.call('SET', KEYS[1], want)
+  return want
+end
+return cur
