@@ -29,6 +29,7 @@ const (
 	outEnv     = "DLOCK_TEST_OUT"    // contend: file for the history
 	roundsEnv  = "DLOCK_TEST_ROUNDS" // contend: acquisitions per goroutine
 	workersEnv = "DLOCK_TEST_GOROUTINES"
+	addrsEnv   = "DLOCK_TEST_QUORUM" // comma-separated masters: a RedLock client
 )
 
 func helperMain(mode string) int {
@@ -37,6 +38,15 @@ func helperMain(mode string) int {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(addrEnv)})
 	defer rdb.Close()
 	c, err := dlock.New(rdb)
+	if addrs := os.Getenv(addrsEnv); addrs != "" {
+		var nodes []*redis.Client
+		for _, a := range strings.Split(addrs, ",") {
+			n := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+			defer n.Close()
+			nodes = append(nodes, n)
+		}
+		c, err = dlock.NewQuorum(nodes)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
