@@ -26,6 +26,7 @@ type watchdog struct {
 	mu     sync.Mutex
 	holds  map[*hold]struct{}
 	closed bool
+	next   time.Time // when the loop wakes next; zero while it is busy
 }
 
 // renewal is the outcome of renewing one hold.
@@ -56,7 +57,17 @@ func (w *watchdog) add(h *hold) bool {
 		return false
 	}
 	w.holds[h] = struct{}{}
-	w.kick()
+	// Wake the loop only if this hold needs it before the loop wakes
+	// anyway: an acquire costs no scheduling in the common case.
+	h.mu.Lock()
+	due := h.deadline
+	if h.renew && h.nextRenew.Before(due) {
+		due = h.nextRenew
+	}
+	h.mu.Unlock()
+	if w.next.IsZero() || due.Before(w.next) {
+		w.kick()
+	}
 	return true
 }
 
@@ -113,6 +124,9 @@ func (w *watchdog) run(ctx context.Context) {
 				w.renew(ctx, due)
 			}()
 		}
+		w.mu.Lock()
+		w.next = next
+		w.mu.Unlock()
 		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
@@ -124,6 +138,9 @@ func (w *watchdog) run(ctx context.Context) {
 			inflight = false
 			w.apply(rs)
 		}
+		w.mu.Lock()
+		w.next = time.Time{} // busy: adds kick until the next wait
+		w.mu.Unlock()
 	}
 }
 

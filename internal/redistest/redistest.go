@@ -3,8 +3,11 @@
 // Every server listens on a free loopback port, keeps its data in a fresh
 // temporary directory and is killed when the test binary exits (on Linux the
 // kernel delivers SIGKILL to it when its parent goes away). The process
-// plumbing lives in a small internal proc type so that multi-process
-// topologies (cluster, Sentinel) can be added on top of it later.
+// plumbing lives in a small internal proc type shared by the multi-process
+// topologies: StartCluster (Redis Cluster created with redis-cli) and
+// StartSentinel (a master, replicas and Sentinel processes). Their waits
+// poll the servers with short sleeps and are all bounded; on timeout they
+// report the last state observed.
 package redistest
 
 import (
