@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -38,6 +39,8 @@ type Client struct {
 	sync    replicaSync
 	plain   bool // WithoutScripts
 	cas     casDetector
+	// reloaded is when clusterHint last asked for a slot map (unix ns).
+	reloaded atomic.Int64
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc

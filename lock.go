@@ -149,6 +149,7 @@ func (a *acquisition) try(ctx context.Context, queued bool) (*Lease, time.Durati
 	if err == nil {
 		return l, next, nil
 	}
+	a.c.clusterHint(err)
 	if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
 		a.cleanup(ctx, func(ctx context.Context) {
 			_ = a.p.release(a.token, 0).run(ctx, a.c.rdb).Err()

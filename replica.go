@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,4 +87,21 @@ func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {
 			cmd.SetErr(err)
 		}
 	}
+}
+
+// clusterHint refreshes a cluster client's slot map after a failed call:
+// go-redis follows MOVED by itself, but after a master dies it keeps
+// dialling the dead node until its periodic reload (a minute). At most
+// one refresh a second, in the background.
+func (c *Client) clusterHint(err error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := c.reloaded.Load()
+	if now-last < int64(time.Second) || !c.reloaded.CompareAndSwap(last, now) {
+		return
+	}
+	go func() { cc.ReloadState(context.Background()) }()
 }

@@ -205,6 +205,7 @@ func (w *watchdog) apply(rs []renewal) {
 		case h.err != nil:
 		case r.err != nil:
 			// Unknown outcome: try again soon; the deadline still holds.
+			w.c.clusterHint(r.err)
 			h.nextRenew = now.Add(h.ttl / 10)
 		case r.ok && r.epoch == h.epoch:
 			h.confirmed(r.start, r.ttl)
