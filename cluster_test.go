@@ -81,7 +81,7 @@ func TestClusterEveryPrimitiveAcrossSlots(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		l, err := b.Mutex(base+"/wake").Lock(wctx)
+		l, err := b.Mutex(base + "/wake").Lock(wctx)
 		if err == nil {
 			err = l.Unlock(ctx)
 		}
