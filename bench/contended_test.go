@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// contendedGoroutines are the goroutine counts of the one-process runs of
+// BenchmarkContended.
+var contendedGoroutines = []int{16, 64}
+
+// BenchmarkContended measures goroutines taking turns at one lock. Each
+// loops: Lock (blocking), a tiny critical section, Unlock, and at once
+// Lock again. The g16 and g64 runs share one client per implementation in
+// this process; the procs4xg4 run spreads 16 goroutines over 4 worker
+// processes (this test binary, re-executed), each with its own client.
+//
+// b.N is the number of acquisitions: the run stops when the b.N-th one is
+// released, and Locks still waiting then are cancelled. Metrics:
+//
+//   - acq/s: acquisitions per second;
+//   - handoffs/s: acquisitions per second that went to another goroutine
+//     than the previous one, that is, the lock changing hands; a
+//     goroutine that takes the lock straight back after its Unlock while
+//     others wait makes acquisitions but no handoffs;
+//   - wait-p50/p99/max-ns: the time from calling Lock to its return, over
+//     the b.N acquisitions and the waits cut short at the end (counted up
+//     to that moment, so a starved goroutine shows);
+//   - stalls: how often no acquisition happened for stallAfter and every
+//     waiting Lock was cancelled and called again (0 for a working lock).
+func BenchmarkContended(b *testing.B) { runCases(b, contendedCases()) }
+
+func contendedCases() []benchCase {
+	var cs []benchCase
+	for _, g := range contendedGoroutines {
+		for _, name := range backendNames {
+			cs = append(cs, benchCase{"Contended", fmt.Sprintf("g%d", g), name, contended(name, g)})
+		}
+	}
+	for _, name := range backendNames {
+		cs = append(cs, benchCase{"Contended", fmt.Sprintf("procs%dxg%d", workerProcs, workerGoroutines),
+			name, contendedProcs(name, workerProcs, workerGoroutines)})
+	}
+	return cs
+}
+
+// contended returns the one-process benchmark of one implementation with g
+// goroutines.
+func contended(name string, g int) func(*testing.B) {
+	return func(b *testing.B) {
+		be := open(b, name)
+		warmUp(b, be, g)
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+
+		c := newContest(ctx, be, newKey("contended"), g)
+		waits := make([]time.Duration, b.N)
+		var count, progress atomic.Int64
+		progress.Store(time.Now().UnixNano())
+		done := make(chan struct{})
+		stalls := stallWatch(&progress, done, c.unstick)
+		res, err := c.run(b.ResetTimer, func(a acquisition) {
+			progress.Store(a.at.UnixNano())
+			k := count.Add(1)
+			if k <= int64(b.N) {
+				waits[k-1] = a.wait
+			}
+			if k == int64(b.N) {
+				b.StopTimer()
+				c.stop()
+			}
+		})
+		close(done)
+		if err != nil {
+			fatalf(b, "%s: %v", name, err)
+		}
+		// Switches are counted over every acquisition, a few more than b.N.
+		share := float64(res.switches) / float64(res.acquisitions)
+		reportContention(b, waits, res.unserved, share, stalls())
+	}
+}
+
+// reportContention reports the metrics of a contended run: waits of the
+// b.N acquisitions, waits cut short at the end, the share of acquisitions
+// that were handoffs, and the stalls.
+func reportContention(b *testing.B, waits, unserved []time.Duration, handoffShare float64, stalls int64) {
+	acq := perSecond(b, b.N)
+	b.ReportMetric(acq, "acq/s")
+	b.ReportMetric(acq*handoffShare, "handoffs/s")
+	summarize(append(waits, unserved...)).report(b, "wait")
+	b.ReportMetric(float64(stalls), "stalls")
+}
