@@ -159,3 +159,60 @@ func TestServerRestartWithAOF(t *testing.T) {
 	}
 	unlock(t, next)
 }
+
+func TestSlowLinkAndConnectionResets(t *testing.T) {
+	ctx := context.Background()
+	p, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	name := lockName(t)
+	const ttl = 400 * time.Millisecond
+
+	// A slow link (20 ms each way of the reply) costs time, not safety.
+	p.SetLatency(20 * time.Millisecond)
+	l := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(ttl))
+	time.Sleep(2 * ttl) // renewals over the slow link
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost over a slow link: %v", err)
+	}
+	p.SetLatency(0)
+
+	// Connections reset under a held lease: go-redis reconnects, the next
+	// renewals go through, and the lease lives on.
+	for range 3 {
+		p.ResetAll()
+		time.Sleep(ttl / 3)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost to connection resets: %v", err)
+	}
+	if _, err := client(t).Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("lock free while its lease lives: %v", err)
+	}
+	unlock(t, l)
+
+	// A waiter whose pub/sub connection is reset still gets the lock: the
+	// wait is bounded by the holder's lease.
+	holder := mustLock(t, client(t).Mutex(name), ctx, dlock.WithLease(300*time.Millisecond))
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.Mutex(name).Lock(wctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let it wait; correct either way
+	p.ResetAll()
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after its connection was reset: %v", err)
+	}
+	_ = holder
+}
