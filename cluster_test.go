@@ -77,48 +77,12 @@ func TestClusterEveryPrimitiveAcrossSlots(t *testing.T) {
 
 	// Wake-ups by sharded pub/sub, from the node of the lock's slot.
 	holder := mustLock(t, a.Mutex(base+"/wake"), ctx) // 30 s TTL
-	got := make(chan error, 1)
-	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := b.Mutex(base + "/wake").Lock(wctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(50 * time.Millisecond) // let it wait; correct either way
-	unlock(t, holder)
-	if err := <-got; err != nil {
-		t.Fatalf("waiter on a cluster: %v", err)
-	}
+	checkWokenByRelease(t, b.Mutex(base+"/wake"), func() { unlock(t, holder) })
 
 	// Exclusion under contention: no update lost.
-	rdb := clusterClient(t, cl)
-	counter := "{" + base + "}:counter"
-	var wg sync.WaitGroup
-	for i := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := []*dlock.Client{a, b}[i%2].Mutex(base + "/contended")
-			for range 10 {
-				l, err := m.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				v, _ := rdb.Get(ctx, counter).Int64()
-				time.Sleep(200 * time.Microsecond)
-				rdb.Set(ctx, counter, v+1, 0)
-				_ = l.Unlock(ctx)
-			}
-		}()
-	}
-	wg.Wait()
-	if v, _ := rdb.Get(ctx, counter).Int64(); v != 60 {
-		t.Fatalf("counter %d after 60 locked increments on a cluster", v)
-	}
+	checkLostUpdates(t, clusterClient(t, cl), "{"+base+"}:counter", 6, 10, func(i int) dlock.Locker {
+		return []*dlock.Client{a, b}[i%2].Mutex(base + "/contended")
+	})
 
 	// Renewals of leases on different nodes, pipelined per node.
 	var leases []*dlock.Lease

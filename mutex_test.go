@@ -276,30 +276,10 @@ func TestLeaseLostWhenKeyVanishes(t *testing.T) {
 func TestWakeOnRelease(t *testing.T) {
 	for _, sharded := range []bool{false, true} {
 		t.Run(map[bool]string{false: "pubsub", true: "sharded"}[sharded], func(t *testing.T) {
-			ctx := context.Background()
 			name := lockName(t)
 			opt := dlock.WithShardedPubSub(sharded)
-			holder := mustLock(t, client(t, opt).Mutex(name), ctx) // 30 s TTL
-			got := make(chan *dlock.Lease, 1)
-			waiter := client(t, opt)
-			go func() {
-				// Without the release notification this wait would last
-				// the holder's whole 30 s TTL and fail the 10 s bound.
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				l, err := waiter.Mutex(name).Lock(wctx)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
-			// Let the waiter fail its first attempt and subscribe
-			// (sampling only: correct whatever the interleaving).
-			time.Sleep(50 * time.Millisecond)
-			unlock(t, holder)
-			if l := <-got; l != nil {
-				unlock(t, l)
-			}
+			holder := mustLock(t, client(t, opt).Mutex(name), context.Background()) // 30 s TTL
+			checkWokenByRelease(t, client(t, opt).Mutex(name), func() { unlock(t, holder) })
 		})
 	}
 }
@@ -367,41 +347,9 @@ func TestCloseEndsWaitsAndLeases(t *testing.T) {
 func TestContendedLostUpdate(t *testing.T) {
 	// Many goroutines over several clients: a non-atomic read-modify-write
 	// under the lock must lose no update.
-	ctx := context.Background()
 	name := lockName(t)
-	rdb := newRedis(t, srv)
-	counter := name + ":counter"
-	const workers, rounds = 16, 10
-	var wg sync.WaitGroup
 	clients := []*dlock.Client{client(t), client(t), client(t)}
-	var lastFence atomic.Int64
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := clients[i%len(clients)].Mutex(name, dlock.WithTTL(2*time.Second))
-			for range rounds {
-				l, err := m.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if f := l.Fence(); f <= lastFence.Load() {
-					t.Errorf("fence %d not above %d", f, lastFence.Load())
-				} else {
-					lastFence.Store(f)
-				}
-				v, _ := rdb.Get(ctx, counter).Int64()
-				time.Sleep(time.Millisecond)
-				rdb.Set(ctx, counter, v+1, 0)
-				if err := l.Unlock(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if v, _ := rdb.Get(ctx, counter).Int64(); v != workers*rounds {
-		t.Fatalf("counter %d after %d increments under the lock: updates lost", v, workers*rounds)
-	}
+	checkLostUpdates(t, newRedis(t, srv), name+":counter", 16, 10, func(i int) dlock.Locker {
+		return clients[i%len(clients)].Mutex(name, dlock.WithTTL(2*time.Second))
+	})
 }

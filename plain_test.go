@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -98,34 +97,8 @@ func TestWithoutScriptsOwnershipAndExpiry(t *testing.T) {
 }
 
 func TestWithoutScriptsExclusion(t *testing.T) {
-	ctx := context.Background()
 	name := lockName(t)
-	rdb := newRedis(t, srv)
-	counter := name + ":counter"
-	const workers, rounds = 8, 8
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := client(t, dlock.WithoutScripts()).Mutex(name, dlock.WithTTL(2*time.Second))
-			for range rounds {
-				l, err := m.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				v, _ := rdb.Get(ctx, counter).Int64()
-				time.Sleep(200 * time.Microsecond)
-				rdb.Set(ctx, counter, v+1, 0)
-				if err := l.Unlock(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if v, _ := rdb.Get(ctx, counter).Int64(); v != workers*rounds {
-		t.Fatalf("counter %d, want %d: updates lost", v, workers*rounds)
-	}
+	checkLostUpdates(t, newRedis(t, srv), name+":counter", 8, 8, func(int) dlock.Locker {
+		return client(t, dlock.WithoutScripts()).Mutex(name, dlock.WithTTL(2*time.Second))
+	})
 }

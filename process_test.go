@@ -3,9 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -17,43 +14,13 @@ import (
 func TestExclusionAcrossProcesses(t *testing.T) {
 	const procs, goroutines, rounds = 4, 8, 12
 	name := lockName(t)
-	dir := t.TempDir()
-	var helpers []*helper
-	for p := range procs {
-		helpers = append(helpers, startHelper(t, "contend",
-			addrEnv+"="+srv.Addr(), nameEnv+"="+name, ttlEnv+"=2s",
-			outEnv+"="+filepath.Join(dir, fmt.Sprint(p)),
-			roundsEnv+"="+fmt.Sprint(rounds), workersEnv+"="+fmt.Sprint(goroutines)))
-	}
-	var events []history.Event
-	for p, h := range helpers {
-		if err := h.cmd.Wait(); err != nil {
-			t.Fatalf("helper %d: %v", p, err)
-		}
-		f, err := os.Open(filepath.Join(dir, fmt.Sprint(p)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, err := history.Read(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, evs...)
-	}
-	const want = procs * goroutines * rounds
-	if len(events) != want {
-		t.Fatalf("%d critical sections recorded, want %d", len(events), want)
-	}
-	if err := history.Check(events); err != nil {
-		t.Fatal(err)
-	}
+	runContenders(t, name, procs, goroutines, rounds, addrEnv+"="+srv.Addr())
 	v, err := history.NewCounter(newRedis(t, srv), name+":counter").Value(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != want {
-		t.Fatalf("counter %d after %d locked increments: updates lost", v, want)
+	if v != procs*goroutines*rounds {
+		t.Fatalf("counter %d after %d locked increments: updates lost", v, procs*goroutines*rounds)
 	}
 }
 

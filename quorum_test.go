@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/history"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -176,22 +173,7 @@ func TestQuorumWakeOnRelease(t *testing.T) {
 	_, nodes := quorumNodes(t, 3)
 	name := lockName(t)
 	holder := mustLock(t, quorumClient(t, nodes).Mutex(name), ctx) // 30 s TTL
-	got := make(chan error, 1)
-	waiter := quorumClient(t, nodes)
-	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := waiter.Mutex(name).Lock(wctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(50 * time.Millisecond) // let it wait; correct either way
-	unlock(t, holder)
-	if err := <-got; err != nil {
-		t.Fatalf("quorum waiter after the release: %v", err)
-	}
+	checkWokenByRelease(t, quorumClient(t, nodes).Mutex(name), func() { unlock(t, holder) })
 }
 
 func TestQuorumExclusionAcrossProcesses(t *testing.T) {
@@ -200,38 +182,7 @@ func TestQuorumExclusionAcrossProcesses(t *testing.T) {
 	for i, s := range servers {
 		addrs[i] = s.Addr()
 	}
-	name := lockName(t)
-	dir := t.TempDir()
-	const procs, goroutines, rounds = 3, 4, 5
-	var hs []*helper
-	for p := range procs {
-		hs = append(hs, startHelper(t, "contend", addrsEnv+"="+strings.Join(addrs, ","),
-			addrEnv+"="+servers[0].Addr(), nameEnv+"="+name, ttlEnv+"=2s",
-			outEnv+"="+filepath.Join(dir, fmt.Sprint(p)),
-			roundsEnv+"="+fmt.Sprint(rounds), workersEnv+"="+fmt.Sprint(goroutines)))
-	}
-	var events []history.Event
-	for p, h := range hs {
-		if err := h.cmd.Wait(); err != nil {
-			t.Fatalf("helper %d: %v", p, err)
-		}
-		f, err := os.Open(filepath.Join(dir, fmt.Sprint(p)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, err := history.Read(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, evs...)
-	}
-	if len(events) != procs*goroutines*rounds {
-		t.Fatalf("%d critical sections, want %d", len(events), procs*goroutines*rounds)
-	}
-	if err := history.Check(events); err != nil {
-		t.Fatal(err)
-	}
+	runContenders(t, lockName(t), 3, 4, 5, addrsEnv+"="+strings.Join(addrs, ","), addrEnv+"="+servers[0].Addr())
 }
 
 // A node restarted without persistence forgets the lock: with 3 nodes, a
