@@ -10,6 +10,7 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/dlock-go/dlock"
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -46,49 +47,73 @@ type backend struct {
 	name string
 	// newMutex returns a handle on key for one goroutine.
 	newMutex func(key string) mutex
+	// newReader, if set, returns a handle on the read (shared) side of
+	// key's lock for one goroutine: an RWMutex's. Without it reads are
+	// exclusive, taken through newMutex.
+	newReader func(key string) mutex
+	// capacity is how many holders of newMutex's handles the lock admits
+	// at once: a semaphore's permits; 0 means 1.
+	capacity int
 	close    func()
 }
 
 // openBackend connects the named implementation to the server at addr.
 // Close the backend when done.
 func openBackend(name, addr string) (*backend, error) {
+	if kind, ok := dlockKinds[name]; ok {
+		return dlockOn(name, redis.NewClient(&redis.Options{Addr: addr}), kind)
+	}
 	switch name {
-	case "dlock":
-		return openDlock(addr)
 	case "redsync":
-		return openRedsync(addr), nil
+		return redsyncOn(name, redis.NewClient(&redis.Options{Addr: addr})), nil
 	case "redislock":
-		return openRedislock(addr), nil
+		return redislockOn(name, redis.NewClient(&redis.Options{Addr: addr})), nil
 	case "rueidislock":
-		return openRueidislock(addr)
+		return rueidislockOn(name, addr)
 	}
 	return nil, fmt.Errorf("bench: unknown implementation %q", name)
+}
+
+// dlockKinds are the dlock locks that openBackend knows, by name: each
+// makes a backend's handles from a Client. The family's are in
+// family_test.go.
+var dlockKinds = map[string]func(*dlock.Client, *backend){
+	"dlock":           dlockMutexes,
+	"dlock-fair":      dlockFairMutexes,
+	"dlock-rwmutex":   dlockRWMutexes,
+	"dlock-semaphore": dlockSemaphores,
 }
 
 // dlock: Mutex.Lock waits (woken by pub/sub); the lease is auto-renewed,
 // as by default, with a TTL of lockTTL.
 
-func openDlock(addr string) (*backend, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+// dlockOn makes a dlock Client on rdb and a backend whose handles kind
+// makes; closing the backend closes both.
+func dlockOn(name string, rdb redis.UniversalClient, kind func(*dlock.Client, *backend)) (*backend, error) {
 	c, err := dlock.New(rdb)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err
 	}
-	return &backend{
-		name: "dlock",
-		newMutex: func(key string) mutex {
-			return &dlockMutex{m: c.Mutex(key, dlock.WithTTL(lockTTL))}
-		},
-		close: func() {
-			_ = c.Close()
-			_ = rdb.Close()
-		},
-	}, nil
+	be := &backend{name: name, close: func() {
+		_ = c.Close()
+		_ = rdb.Close()
+	}}
+	kind(c, be)
+	return be, nil
 }
 
+// dlockMutexes makes be's handles Mutexes of c.
+func dlockMutexes(c *dlock.Client, be *backend) {
+	be.newMutex = func(key string) mutex {
+		return &dlockMutex{m: c.Mutex(key, dlock.WithTTL(lockTTL))}
+	}
+}
+
+// dlockMutex is a handle on any dlock Locker: Mutex, FairMutex, or one
+// side of an RWMutex.
 type dlockMutex struct {
-	m *dlock.Mutex
+	m dlock.Locker
 	l *dlock.Lease
 }
 
@@ -99,19 +124,27 @@ func (d *dlockMutex) Lock(ctx context.Context) (err error) {
 
 func (d *dlockMutex) Unlock(ctx context.Context) error { return d.l.Unlock(ctx) }
 
-// redsync on one pool (quorum 1): Lock polls with the default random
-// 50–250 ms delay; WithTries makes it wait as long as needed.
+// redsync on one pool per Redis client (one client: quorum 1): Lock
+// polls with the default random 50–250 ms delay; WithTries makes it wait
+// as long as needed.
 
-func openRedsync(addr string) *backend {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	rs := redsync.New(goredis.NewPool(rdb))
+func redsyncOn(name string, rdbs ...redis.UniversalClient) *backend {
+	pools := make([]redsyncredis.Pool, len(rdbs))
+	for i, rdb := range rdbs {
+		pools[i] = goredis.NewPool(rdb)
+	}
+	rs := redsync.New(pools...)
 	return &backend{
-		name: "redsync",
+		name: name,
 		newMutex: func(key string) mutex {
 			return redsyncMutex{rs.NewMutex(key,
 				redsync.WithExpiry(lockTTL), redsync.WithTries(math.MaxInt32))}
 		},
-		close: func() { _ = rdb.Close() },
+		close: func() {
+			for _, rdb := range rdbs {
+				_ = rdb.Close()
+			}
+		},
 	}
 }
 
@@ -129,13 +162,12 @@ func (r redsyncMutex) Unlock(ctx context.Context) error {
 
 // redislock: Obtain polls every redislockRetry until ctx's deadline.
 
-func openRedislock(addr string) *backend {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+func redislockOn(name string, rdb redis.UniversalClient) *backend {
 	c := redislock.New(rdb)
 	// LinearBackoff keeps no state, so one Options may serve every call.
 	opts := &redislock.Options{RetryStrategy: redislock.LinearBackoff(redislockRetry)}
 	return &backend{
-		name: "redislock",
+		name: name,
 		newMutex: func(key string) mutex {
 			return &redislockMutex{c: c, key: key, opts: opts}
 		},
@@ -157,13 +189,14 @@ func (r *redislockMutex) Lock(ctx context.Context) (err error) {
 
 func (r *redislockMutex) Unlock(ctx context.Context) error { return r.l.Release(ctx) }
 
-// rueidislock with one key (KeyMajority 1) on one node: WithContext waits
-// for a client-side-caching invalidation, or a local release, of the key;
-// the lock is extended in the background, as by default.
+// rueidislock with one key (KeyMajority 1) on one node, or on a cluster
+// when given its nodes: WithContext waits for a client-side-caching
+// invalidation, or a local release, of the key; the lock is extended in
+// the background, as by default.
 
-func openRueidislock(addr string) (*backend, error) {
+func rueidislockOn(name string, addrs ...string) (*backend, error) {
 	lk, err := rueidislock.NewLocker(rueidislock.LockerOption{
-		ClientOption:   rueidis.ClientOption{InitAddress: []string{addr}},
+		ClientOption:   rueidis.ClientOption{InitAddress: addrs},
 		KeyMajority:    1,
 		KeyValidity:    lockTTL,
 		NoLoopTracking: true, // as its README advises for Redis >= 7.0.5
@@ -172,7 +205,7 @@ func openRueidislock(addr string) (*backend, error) {
 		return nil, err
 	}
 	return &backend{
-		name: "rueidislock",
+		name: name,
 		newMutex: func(key string) mutex {
 			return &rueidisMutex{lk: lk, key: key}
 		},

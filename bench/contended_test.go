@@ -37,7 +37,7 @@ func contendedCases() []benchCase {
 	var cs []benchCase
 	for _, g := range contendedGoroutines {
 		for _, name := range backendNames {
-			cs = append(cs, benchCase{"Contended", fmt.Sprintf("g%d", g), name, contended(name, g)})
+			cs = append(cs, benchCase{"Contended", fmt.Sprintf("g%d", g), name, contended(shared(name), g)})
 		}
 	}
 	for _, name := range backendNames {
@@ -47,40 +47,55 @@ func contendedCases() []benchCase {
 	return cs
 }
 
-// contended returns the one-process benchmark of one implementation with g
-// goroutines.
-func contended(name string, g int) func(*testing.B) {
+// contended returns the one-process benchmark of the implementation that
+// o opens, with g goroutines.
+func contended(o opener, g int) func(*testing.B) {
 	return func(b *testing.B) {
-		be := open(b, name)
-		warmUp(b, be, g)
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-
-		c := newContest(ctx, be, newKey("contended"), g)
-		waits := make([]time.Duration, b.N)
-		var count, progress atomic.Int64
-		progress.Store(time.Now().UnixNano())
-		done := make(chan struct{})
-		stalls := stallWatch(&progress, done, c.unstick)
-		res, err := c.run(b.ResetTimer, func(a acquisition) {
-			progress.Store(a.at.UnixNano())
-			k := count.Add(1)
-			if k <= int64(b.N) {
-				waits[k-1] = a.wait
-			}
-			if k == int64(b.N) {
-				b.StopTimer()
-				c.stop()
-			}
-		})
-		close(done)
-		if err != nil {
-			fatalf(b, "%s: %v", name, err)
+		be := o(b)
+		turns, res, stalls := contend(b, be, g, 0)
+		waits := make([]time.Duration, len(turns))
+		for k, a := range turns {
+			waits[k] = a.wait
 		}
 		// Switches are counted over every acquisition, a few more than b.N.
 		share := float64(res.switches) / float64(res.acquisitions)
-		reportContention(b, waits, res.unserved, share, stalls())
+		reportContention(b, waits, res.unserved, share, stalls)
 	}
+}
+
+// contend runs a contest of g goroutines of this process on a key of its
+// own, with the given share of reads, until the b.N-th acquisition has
+// been released, and returns the b.N acquisitions, the contest's outcome
+// and how many stalls there were. The timer runs from the start of the
+// goroutines to that release.
+func contend(b *testing.B, be *backend, g int, readShare float64) ([]acquisition, contention, int64) {
+	warmUp(b, be, g)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+
+	c := newContest(ctx, be, newKey("contended"), g)
+	c.readShare = readShare
+	turns := make([]acquisition, b.N)
+	var count, progress atomic.Int64
+	progress.Store(time.Now().UnixNano())
+	done := make(chan struct{})
+	stalls := stallWatch(&progress, done, c.unstick)
+	res, err := c.run(b.ResetTimer, func(a acquisition) {
+		progress.Store(a.at.UnixNano())
+		k := count.Add(1)
+		if k <= int64(b.N) {
+			turns[k-1] = a
+		}
+		if k == int64(b.N) {
+			b.StopTimer()
+			c.stop()
+		}
+	})
+	close(done)
+	if err != nil {
+		fatalf(b, "%s: %v", be.name, err)
+	}
+	return turns, res, stalls()
 }
 
 // reportContention reports the metrics of a contended run: waits of the

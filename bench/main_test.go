@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 	if srv != nil {
 		srv.Close()
 	}
+	closeServers()
 	os.Exit(code)
 }
 
@@ -47,11 +48,51 @@ func serverAddr(b *testing.B) string {
 func open(b *testing.B, name string) *backend {
 	b.Helper()
 	be, err := openBackend(name, serverAddr(b))
+	return keep(b, be, err)
+}
+
+// keep ends the benchmark run if an open failed, and otherwise closes the
+// backend when the run ends.
+func keep(b *testing.B, be *backend, err error) *backend {
+	b.Helper()
 	if err != nil {
 		fatalf(b, "%v", err)
 	}
 	b.Cleanup(be.close)
 	return be
+}
+
+// servers holds what closeServers stops when the tests end: the servers
+// that some benchmarks start for themselves (see quorumAddrs, cluster).
+var servers struct {
+	sync.Mutex
+	closers []func()
+}
+
+// atExit has TestMain call f when the tests end.
+func atExit(f func()) {
+	servers.Lock()
+	defer servers.Unlock()
+	servers.closers = append(servers.closers, f)
+}
+
+func closeServers() {
+	servers.Lock()
+	defer servers.Unlock()
+	for _, f := range servers.closers {
+		f()
+	}
+	servers.closers = nil
+}
+
+// opener connects a fresh instance of an implementation, to a server or
+// servers of its own choice, for one benchmark run; the backend is closed
+// when the run ends.
+type opener func(b *testing.B) *backend
+
+// shared opens the named implementation on the shared server.
+func shared(name string) opener {
+	return func(b *testing.B) *backend { return open(b, name) }
 }
 
 // keySeq makes every benchmark run's keys its own: the testing package
@@ -71,9 +112,9 @@ const waitTimeout = 2 * time.Minute
 // warmTimeout bounds a warm-up, which has no way out of a lost wake-up.
 const warmTimeout = 10 * time.Second
 
-// warmUp takes and releases n locks at once, on keys of their own, so that
-// connection pools are filled and scripts are loaded before the timer
-// starts.
+// warmUp takes and releases n locks at once (each side of a read-write
+// lock), on keys of their own, so that connection pools are filled and
+// scripts are loaded before the timer starts.
 func warmUp(b *testing.B, be *backend, n int) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
@@ -82,8 +123,13 @@ func warmUp(b *testing.B, be *backend, n int) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			m := be.newMutex(fmt.Sprintf("%s:%d", label, i))
-			for range 2 {
+			key := fmt.Sprintf("%s:%d", label, i)
+			ms := []mutex{be.newMutex(key)}
+			if be.newReader != nil {
+				ms = append(ms, be.newReader(key))
+			}
+			for k := range 2 * len(ms) {
+				m := ms[k%len(ms)]
 				if err := m.Lock(ctx); err != nil {
 					errorf(b, "%s: warm-up lock: %v", be.name, err)
 					return

@@ -23,19 +23,20 @@ func uncontendedCases() []benchCase {
 	var cs []benchCase
 	for _, g := range uncontendedGoroutines {
 		for _, name := range backendNames {
-			cs = append(cs, benchCase{"Uncontended", fmt.Sprintf("g%d", g), name, uncontended(name, g)})
+			cs = append(cs, benchCase{"Uncontended", fmt.Sprintf("g%d", g), name, uncontended(shared(name), g)})
 		}
 	}
 	return cs
 }
 
-// uncontended returns the benchmark of one implementation with g
-// goroutines. A Lock that has not returned after stallAfter (a lost
+// uncontended returns the benchmark of the implementation that o opens,
+// with g goroutines. A Lock that has not returned after stallAfter (a lost
 // wake-up: the lock is free) is cancelled and called again, and counted in
 // the stalls metric.
-func uncontended(name string, g int) func(*testing.B) {
+func uncontended(o opener, g int) func(*testing.B) {
 	return func(b *testing.B) {
-		be := open(b, name)
+		be := o(b)
+		name := be.name
 		label := newKey("uncontended")
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
