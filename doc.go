@@ -20,6 +20,15 @@
 // Every acquire returns a *Lease; Mutex, FairMutex and both sides of an
 // RWMutex are Lockers.
 //
+// # Deployments
+//
+//   - One Redis, or a primary managed by Sentinel (go-redis's failover
+//     client): New. WithReplicaSync waits for replicas after each grant.
+//   - Redis Cluster: New with a *redis.ClusterClient. A lock's keys share a
+//     hash tag; wake-ups use sharded pub/sub.
+//   - Independent masters: NewQuorum, the RedLock algorithm (Mutex only).
+//   - Proxies that forbid Lua: New with WithoutScripts (plain Mutex only).
+//
 // # Quick start
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
@@ -67,9 +76,14 @@
 //     one it has seen. Use it for anything that must be exact.
 //   - Redis replication is asynchronous: when a primary fails over, a lock
 //     it granted may be missing on the promoted replica, and a second owner
-//     may acquire it. A restart without persistence does the same, and
-//     also resets the fencing counter; with appendfsync always both
-//     survive.
+//     may acquire it — with the same fence, since the counter is replicated
+//     the same way. WithReplicaSync narrows this (an acquire the replicas
+//     did not acknowledge fails) but WAIT is not consensus. A restart
+//     without persistence drops locks and resets the fencing counter; with
+//     appendfsync always both survive.
+//   - RedLock (NewQuorum) assumes bounded clock drift and pauses shorter
+//     than a lock's validity, and a node that restarts without persistence
+//     must stay out for the longest TTL; otherwise a second owner can win.
 //   - Renewal needs Redis: a holder cut off from it loses its lease at its
 //     local deadline, even if the server kept the lock.
 //   - A lock deleted behind its holder's back (an administrator, a
