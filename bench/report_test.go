@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 var (
 	reportFlag   = flag.Bool("report", false, "TestReport: run every benchmark and print markdown tables, ratios and verdicts")
 	reportRounds = flag.Int("report.rounds", 5, "TestReport: rounds over all cases; each figure is the median of the rounds")
+	reportOnly   = flag.String("report.only", "", "TestReport: run only the cases whose full name (BenchmarkX/variant/impl) matches this regexp")
 )
 
 // TestReport runs every benchmark case (each round runs all of them once,
@@ -25,12 +27,18 @@ var (
 //
 //	go test -run '^TestReport$' -report -timeout 20m
 //
-// -benchtime sets the time per case and round, as for go test -bench.
+// -benchtime sets the time per case and round, as for go test -bench;
+// -report.only selects cases by a regexp on their names. Tables and
+// ratios show what was run ("not run" or "–" for the rest).
 func TestReport(t *testing.T) {
 	if !*reportFlag {
 		t.Skip("run with -report to measure and print the report")
 	}
-	cases := slices.Concat(uncontendedCases(), contendedCases(), wakeCases())
+	cases, err := selectCases(slices.Concat(uncontendedCases(), contendedCases(), wakeCases(),
+		fairCases(), rwCases(), semCases(), redlockCases(), clusterCases()), *reportOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
 	runs := make(map[caseKey][]testing.BenchmarkResult)
 	failed := make(map[caseKey][]string)
 	start := time.Now()
@@ -55,6 +63,28 @@ func TestReport(t *testing.T) {
 	}
 	rep := &report{w: os.Stdout, cases: cases, runs: runs, failed: failed}
 	rep.print(time.Since(start))
+}
+
+// selectCases returns the cases whose name matches the regexp only (all of
+// them for "").
+func selectCases(cs []benchCase, only string) ([]benchCase, error) {
+	if only == "" {
+		return cs, nil
+	}
+	re, err := regexp.Compile(only)
+	if err != nil {
+		return nil, fmt.Errorf("-report.only: %w", err)
+	}
+	var sel []benchCase
+	for _, c := range cs {
+		if re.MatchString(c.name()) {
+			sel = append(sel, c)
+		}
+	}
+	if len(sel) == 0 {
+		return nil, fmt.Errorf("-report.only %q matches no case", only)
+	}
+	return sel, nil
 }
 
 // caseKey identifies a case in maps.
@@ -138,6 +168,11 @@ func (r *report) print(took time.Duration) {
 	r.uncontended()
 	r.contended()
 	r.wake()
+	r.fair()
+	r.rw()
+	r.semaphore()
+	r.redlock()
+	r.cluster()
 	r.verdicts()
 	r.failures()
 }
@@ -199,6 +234,9 @@ func (r *report) contended() {
 }
 
 func (r *report) wake() {
+	if len(r.variants("Wake")) == 0 {
+		return
+	}
 	r.printf("### Wake latency, waiter in another process\n\n")
 	r.printf("wake: holder's Unlock returns → waiter's Lock returns; handover: holder calls Unlock → waiter's Lock returns.\n\n")
 	r.printf("| implementation | wake p50 | wake p99 | wake max | handover p50 | handover p99 | stalls | PING after idle, p50 | PING back-to-back, p50 | wake p50 ÷ idle PING | wake p50 ÷ hot PING |\n")
@@ -249,6 +287,14 @@ func (r *report) verdicts() {
 			v, ah, highHand, dur(ahP99), ratio(p99, ahP99), ratio(hand, highHand),
 			verdict(p99 <= ahP99/3 && hand >= 0.8*highHand))
 	}
+	if len(r.variants("Wake")) > 0 {
+		r.wakeVerdict()
+	}
+	r.familyVerdicts()
+	r.printf("\n")
+}
+
+func (r *report) wakeVerdict() {
 	if idle, ok := r.metric("Wake", "", "dlock", "wake/ping-idle"); ok {
 		hot, _ := r.metric("Wake", "", "dlock", "wake/ping-hot")
 		ho, _ := r.metric("Wake", "", "dlock", "handover-p50-ns")
@@ -260,7 +306,6 @@ func (r *report) verdicts() {
 	} else {
 		r.printf("- (3) wake: no result\n")
 	}
-	r.printf("\n")
 }
 
 // missing says why a case has no figures.

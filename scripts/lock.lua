@@ -13,23 +13,23 @@
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
 -- had already been applied answers the same when it runs again (the token
 -- is already in the hash; the count is set, not added to).
-local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 local count = tonumber(ARGV[3])
 
 if count == 0 then
-  if held then
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, redis.call('INCR', KEYS[2])}
+  end
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+    -- our own earlier call, retried after its reply was lost
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
   end
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return {0, redis.call('PTTL', KEYS[1])}
-  end
-  redis.call('HSET', KEYS[1], ARGV[1], 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, redis.call('INCR', KEYS[2])}
+  return {0, redis.call('PTTL', KEYS[1])}
 end
 
-if not held then
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return {-1}
 end
 redis.call('HSET', KEYS[1], ARGV[1], count)
