@@ -1,0 +1,166 @@
+package dlock
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptServer is an in-memory stand-in for Redis that knows only the
+// replies of dlock's mutex scripts: every acquire succeeds, every renewal
+// and release too. It is no proof of behaviour (the real-server tests are);
+// it lets the watchdog's schedule run over virtual time, where a real
+// server's clock cannot follow.
+type scriptServer struct {
+	mu     sync.Mutex
+	renews int
+}
+
+func (s *scriptServer) serve(conn net.Conn) {
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	for {
+		args, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		var reply string
+		switch strings.ToUpper(args[0]) {
+		case "EVALSHA":
+			switch args[1] {
+			case lockScript.sha:
+				reply = "*2\r\n:1\r\n:1\r\n"
+			case renewScript.sha:
+				s.mu.Lock()
+				s.renews++
+				s.mu.Unlock()
+				reply = ":1\r\n"
+			default:
+				reply = ":1\r\n"
+			}
+		case "HELLO":
+			reply = "-ERR unknown command 'HELLO'\r\n"
+		default:
+			reply = "+OK\r\n"
+		}
+		if _, err := io.WriteString(conn, reply); err != nil {
+			return
+		}
+	}
+}
+
+// readCommand reads one RESP array of bulk strings.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || line[0] != '*' {
+		return nil, fmt.Errorf("bad command line %q", line)
+	}
+	args := make([]string, n)
+	for i := range args {
+		if _, err := r.ReadString('\n'); err != nil { // $len
+			return nil, err
+		}
+		arg, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		args[i] = strings.TrimSuffix(arg, "\r\n")
+	}
+	return args, nil
+}
+
+// pipelines counts the pipelines a client sends and their sizes.
+type pipelines struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.mu.Lock()
+		p.sizes = append(p.sizes, len(cmds))
+		p.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestWatchdogOverAVirtualHour holds ten 30 s leases for an hour of
+// virtual time: every renewal round is one pipeline carrying all ten, one
+// round per TTL/3, and no lease is ever lost.
+func TestWatchdogOverAVirtualHour(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &scriptServer{}
+		rdb := redis.NewClient(&redis.Options{
+			Dialer: func(context.Context, string, string) (net.Conn, error) {
+				client, server := net.Pipe()
+				go srv.serve(server)
+				return client, nil
+			},
+			DisableIdentity: true,
+			Protocol:        2,
+		})
+		defer rdb.Close()
+		counted := &pipelines{}
+		rdb.AddHook(counted)
+		c, err := New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		var leases []*Lease
+		for i := range 10 {
+			l, err := c.Mutex(fmt.Sprint("job-", i)).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases = append(leases, l)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		for _, l := range leases {
+			if err := l.Err(); err != nil {
+				t.Fatalf("lease lost in the virtual hour: %v", err)
+			}
+		}
+		counted.mu.Lock()
+		sizes := counted.sizes
+		counted.mu.Unlock()
+		// One round every 10 s: 360 in an hour (the last may be due just
+		// after it).
+		if len(sizes) < 359 || len(sizes) > 360 {
+			t.Fatalf("%d renewal rounds in an hour; want 360 (one per TTL/3)", len(sizes))
+		}
+		for _, n := range sizes {
+			if n != 10 {
+				t.Fatalf("a renewal round carried %d renewals; want all 10 in one pipeline", n)
+			}
+		}
+		srv.mu.Lock()
+		if srv.renews != 10*len(sizes) {
+			t.Fatalf("server saw %d renewals for %d rounds", srv.renews, len(sizes))
+		}
+		srv.mu.Unlock()
+		for _, l := range leases {
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
