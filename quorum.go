@@ -27,11 +27,11 @@ type quorumConfig struct {
 }
 
 // DefaultNodeTimeout bounds each node's part of a quorum call.
-const DefaultNodeTimeout = 50 * time.Millisecond
+const DefaultNodeTimeout = 100 * time.Millisecond
 
 // WithNodeTimeout bounds each node's part of a quorum call (NewQuorum):
 // a node that has not answered by then counts as failed for that call.
-// Default: DefaultNodeTimeout (50 ms). Keep it far below the TTL: time
+// Default: DefaultNodeTimeout (100 ms). Keep it far below the TTL: time
 // spent acquiring is taken off the lock's validity. go-redis honours it on
 // the socket only with ContextTimeoutEnabled in the node's options; without
 // that a slow node still delays the call (the validity check stays right).

@@ -30,7 +30,8 @@ func quorumNodes(t *testing.T, n int) ([]*redistest.Server, []*redis.Client) {
 
 func quorumClient(t *testing.T, nodes []*redis.Client, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
-	c, err := dlock.NewQuorum(nodes, opts...)
+	// Generous node timeouts: the suite runs under -race on 2 busy cores.
+	c, err := dlock.NewQuorum(nodes, append([]dlock.Option{dlock.WithNodeTimeout(time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

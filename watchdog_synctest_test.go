@@ -112,6 +112,7 @@ func TestWatchdogOverAVirtualHour(t *testing.T) {
 				go srv.serve(server)
 				return client, nil
 			},
+			Addr:            "127.0.0.1:1", // never dialled (see Dialer); an IP: no DNS in the bubble
 			DisableIdentity: true,
 			Protocol:        2,
 		})
