@@ -87,9 +87,9 @@ func TestClusterEveryPrimitiveAcrossSlots(t *testing.T) {
 	// Renewals of leases on different nodes, pipelined per node.
 	var leases []*dlock.Lease
 	for i := range 6 {
-		leases = append(leases, mustLock(t, a.Mutex(fmt.Sprintf("%s/renew/%d", base, i)), ctx, dlock.WithTTL(300*time.Millisecond)))
+		leases = append(leases, mustLock(t, a.Mutex(fmt.Sprintf("%s/renew/%d", base, i)), ctx, dlock.WithTTL(renewTTL)))
 	}
-	time.Sleep(time.Second)
+	time.Sleep(2 * renewTTL)
 	for _, l := range leases {
 		if err := l.Err(); err != nil {
 			t.Fatalf("renewed lease on a cluster lost: %v", err)

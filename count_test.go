@@ -98,7 +98,7 @@ func TestUncontendedIsOneRoundTripEach(t *testing.T) {
 func TestWatchdogRenewsInOnePipelinePerTick(t *testing.T) {
 	ctx := context.Background()
 	c, rec := countedClient(t)
-	const n, ttl = 8, 300 * time.Millisecond
+	const n, ttl = 8, renewTTL
 	var leases []*dlock.Lease
 	for i := range n {
 		leases = append(leases, mustLock(t, c.Mutex(lockName(t)+string(rune('a'+i))), ctx, dlock.WithTTL(ttl)))
@@ -133,7 +133,7 @@ func TestNoScriptAfterFlush(t *testing.T) {
 	if err := admin.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	const ttl = 200 * time.Millisecond
+	const ttl = renewTTL
 	l := mustLock(t, m, ctx, dlock.WithTTL(ttl))
 
 	// Pipelined renewals after SCRIPT FLUSH fall back too: the lease

@@ -8,12 +8,19 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
+
+// renewTTL is the TTL of tests that hold a renewed lease for a while: the
+// watchdog renews at TTL/3, and the suite runs under -race on 2 busy cores,
+// so a renewal may be late by a good part of it without the lease being
+// lost.
+const renewTTL = 600 * time.Millisecond
 
 // srv is the package's shared redis-server; tests use fresh lock names.
 var srv *redistest.Server

@@ -86,7 +86,7 @@ func TestWithoutScriptsOwnershipAndExpiry(t *testing.T) {
 		t.Fatalf("the stale owner freed the new owner's lock: %v", err)
 	}
 	// The watchdog renews a plain lease too.
-	const ttl = 150 * time.Millisecond
+	const ttl = renewTTL
 	other := mustLock(t, b.Mutex(name+"-renewed"), ctx, dlock.WithTTL(ttl))
 	time.Sleep(4 * ttl)
 	if err := other.Err(); err != nil {

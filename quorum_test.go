@@ -149,10 +149,10 @@ func TestQuorumReentryRenewalAndTTL(t *testing.T) {
 	ctx := context.Background()
 	_, nodes := quorumNodes(t, 3)
 	c := quorumClient(t, nodes)
-	m := c.Mutex(lockName(t), dlock.WithTTL(300*time.Millisecond))
+	m := c.Mutex(lockName(t), dlock.WithTTL(renewTTL))
 	l := mustLock(t, m, ctx)
 	inner := mustLock(t, m, l.Context(ctx))
-	time.Sleep(time.Second) // several renewals
+	time.Sleep(2 * renewTTL) // several renewals
 	if err := l.Err(); err != nil {
 		t.Fatalf("renewed quorum lease lost: %v", err)
 	}

@@ -304,7 +304,7 @@ func TestRWWriteReleaseWakesAllReaders(t *testing.T) {
 func TestRWWatchdogRenewsReaders(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
-	const ttl = 200 * time.Millisecond
+	const ttl = renewTTL
 	r := mustLock(t, client(t).RWMutex(name).RLocker(), ctx, dlock.WithTTL(ttl))
 	w := mustLock(t, client(t).RWMutex(name+"-w"), ctx, dlock.WithTTL(ttl))
 	time.Sleep(5 * ttl)

@@ -162,7 +162,7 @@ func TestSemaphoreCrashReturnsPermits(t *testing.T) {
 func TestSemaphoreRenewedAndFenced(t *testing.T) {
 	ctx := context.Background()
 	s := client(t).Semaphore(lockName(t), 2)
-	const ttl = 200 * time.Millisecond
+	const ttl = renewTTL
 	a := mustAcquire(t, s, 1, dlock.WithTTL(ttl))
 	b := mustAcquire(t, s, 1, dlock.WithTTL(ttl))
 	if a.Fence() == b.Fence() {
