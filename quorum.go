@@ -234,8 +234,9 @@ func (q *quorum) attempt(ctx context.Context, c *Client, k keys, token string, c
 		}
 	}
 	// No majority, or no time left: give back what was granted (and what
-	// may have been, where the reply was lost).
-	_ = quorumProto{q, k, c.publish}.release(token, 0).run(ctx, nil).Err()
+	// may have been, where the reply was lost); nodes that said "held by
+	// another" have nothing of ours.
+	q.release(ctx, k, c.publish, token, append(t.ok, t.failedNodes()...))
 	if len(t.failed) > len(q.nodes)-q.majority() {
 		return nil, 0, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
@@ -255,12 +256,37 @@ func (q *quorum) attempt(ctx context.Context, c *Client, k keys, token string, c
 	return nil, wait + rand.N(q.jitter+1), nil
 }
 
+// release frees token's holds on the given nodes.
+func (q *quorum) release(ctx context.Context, k keys, publish, token string, nodes []int) {
+	q.fanout(ctx, nodes, func(int) call { return mutexProto{k, publish}.unlock(token, 0) })
+}
+
+// failedNodes lists the nodes whose call failed.
+func (t tally) failedNodes() []int {
+	idx := make([]int, len(t.failed))
+	for i, f := range t.failed {
+		idx[i] = f.Node
+	}
+	return idx
+}
+
 // raiseFences writes the highest fence of the granting nodes back to all
-// of them, and returns it once a majority holds at least that value.
+// of them, and returns it once a majority holds at least that value. When
+// a majority granted with that very value already (the common case), no
+// write is needed.
 func (q *quorum) raiseFences(ctx context.Context, k keys, t tally) (int64, error) {
 	var fence int64
 	for _, i := range t.ok {
 		fence = max(fence, t.vals[i][1])
+	}
+	atMax := 0
+	for _, i := range t.ok {
+		if t.vals[i][1] == fence {
+			atMax++
+		}
+	}
+	if atMax >= q.majority() {
+		return fence, nil
 	}
 	res := q.tally(q.fanout(ctx, t.ok, func(int) call {
 		return call{fenceMaxScript, []string{k.fence}, []any{fence}}

@@ -127,14 +127,17 @@ func (h *hub) leave(w *waiter) {
 	_ = h.shared.Unsubscribe(context.Background(), w.name)
 }
 
-// wakeOne wakes the first waiter that has no wake-up pending.
+// wakeOne wakes the first waiter. If it already has a wake-up pending it
+// will try the lock anyway, and whoever wins publishes the next release:
+// waking a second waiter would only make them race (and with a quorum,
+// whose nodes each publish the same release, wake one waiter per node).
 func (ch *channel) wakeOne() {
-	for _, w := range ch.waiters {
-		select {
-		case w.wake <- struct{}{}:
-			return
-		default:
-		}
+	if len(ch.waiters) == 0 {
+		return
+	}
+	select {
+	case ch.waiters[0].wake <- struct{}{}:
+	default:
 	}
 }
 
