@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,9 +58,14 @@ func contended(o opener, g int) func(*testing.B) {
 		for k, a := range turns {
 			waits[k] = a.wait
 		}
+		slices.SortFunc(turns, func(x, y acquisition) int { return x.at.Compare(y.at) })
+		owners := make([]int, len(turns))
+		for k, a := range turns {
+			owners[k] = a.owner
+		}
 		// Switches are counted over every acquisition, a few more than b.N.
 		share := float64(res.switches) / float64(res.acquisitions)
-		reportContention(b, waits, res.unserved, share, stalls)
+		reportContention(b, waits, res.unserved, share, inTurn(owners, g), stalls)
 	}
 }
 
@@ -100,11 +106,59 @@ func contend(b *testing.B, be *backend, g int, readShare float64) ([]acquisition
 
 // reportContention reports the metrics of a contended run: waits of the
 // b.N acquisitions, waits cut short at the end, the share of acquisitions
-// that were handoffs, and the stalls.
-func reportContention(b *testing.B, waits, unserved []time.Duration, handoffShare float64, stalls int64) {
+// that were handoffs, the share that came in turn (see inTurn), and the
+// stalls.
+func reportContention(b *testing.B, waits, unserved []time.Duration, handoffShare, turnShare float64, stalls int64) {
 	acq := perSecond(b, b.N)
 	b.ReportMetric(acq, "acq/s")
 	b.ReportMetric(acq*handoffShare, "handoffs/s")
+	b.ReportMetric(turnShare, "in-turn")
 	summarize(append(waits, unserved...)).report(b, "wait")
 	b.ReportMetric(float64(stalls), "stalls")
+}
+
+// inTurn returns the share of acquisitions, by contenders that had
+// acquired before, that came exactly when a round robin of n contenders
+// would have given them: after n-1 acquisitions by the others since their
+// previous one. owners lists who acquired, in the order of the
+// acquisitions. A lock granted in arrival order, with every contender
+// asking again as soon as it has released, scores 1 (less a little when
+// two acquisitions' timestamps come out in the wrong order); a lock that
+// a releaser takes straight back scores near 0.
+func inTurn[T comparable](owners []T, n int) float64 {
+	last := make(map[T]int)
+	again, inTurn := 0, 0
+	for k, o := range owners {
+		if p, ok := last[o]; ok {
+			again++
+			if k-p-1 == n-1 {
+				inTurn++
+			}
+		}
+		last[o] = k
+	}
+	if again == 0 {
+		return 0
+	}
+	return float64(inTurn) / float64(again)
+}
+
+func TestInTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		owners []int
+		n      int
+		want   float64
+	}{
+		{"empty", nil, 3, 0},
+		{"round robin", []int{0, 1, 2, 0, 1, 2, 0}, 3, 1},
+		{"taken straight back", []int{0, 0, 0, 1, 1}, 2, 0},
+		{"one swap", []int{0, 1, 2, 0, 2, 1}, 3, 1.0 / 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := inTurn(tc.owners, tc.n); got != tc.want {
+				t.Errorf("inTurn(%v, %d) = %v, want %v", tc.owners, tc.n, got, tc.want)
+			}
+		})
+	}
 }

@@ -217,12 +217,15 @@ func contendedProcs(name string, procs, g int) func(*testing.B) {
 		}
 		slices.SortFunc(turns, func(x, y turn) int { return cmp.Compare(x.at, y.at) })
 		handoffs := 0
-		for k := 1; k < len(turns); k++ {
-			if turns[k].owner != turns[k-1].owner {
+		owners := make([]string, len(turns))
+		for k := range turns {
+			owners[k] = turns[k].owner
+			if k > 0 && turns[k].owner != turns[k-1].owner {
 				handoffs++
 			}
 		}
-		reportContention(b, waits, unserved, float64(handoffs)/float64(max(b.N-1, 1)), stalls())
+		reportContention(b, waits, unserved, float64(handoffs)/float64(max(b.N-1, 1)),
+			inTurn(owners, procs*g), stalls())
 	}
 }
 

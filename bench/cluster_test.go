@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// clusterGoroutines is the parallelism of BenchmarkCluster.
+const clusterGoroutines = 64
+
+// The Redis Cluster of BenchmarkCluster (3 masters with a replica each,
+// redistest's default), started by its first run and stopped by TestMain.
+var (
+	clusterOnce sync.Once
+	clusterSrv  *redistest.Cluster
+	clusterErr  error
+)
+
+// cluster returns the benchmark's cluster, starting it on first use.
+func cluster(b *testing.B) *redistest.Cluster {
+	b.Helper()
+	clusterOnce.Do(func() {
+		clusterSrv, clusterErr = redistest.StartCluster(redistest.ClusterOptions{})
+		if clusterErr == nil {
+			atExit(clusterSrv.Close)
+		}
+	})
+	if clusterErr != nil {
+		fatalf(b, "starting a Redis Cluster: %v", clusterErr)
+	}
+	return clusterSrv
+}
+
+// BenchmarkCluster is BenchmarkUncontended/g64 on a Redis Cluster of 3
+// masters with a replica each: clusterGoroutines goroutines, a key each,
+// so the keys spread over the masters' slots. Each implementation talks
+// to the cluster as its documentation says: dlock, redsync and redislock
+// through a go-redis ClusterClient, rueidislock through a rueidis client
+// given every node. Compare with BenchmarkUncontended/g64, the same on one
+// node (the report does).
+func BenchmarkCluster(b *testing.B) { runCases(b, clusterCases()) }
+
+func clusterCases() []benchCase {
+	var cs []benchCase
+	for _, name := range backendNames {
+		cs = append(cs, benchCase{"Cluster", fmt.Sprintf("g%d", clusterGoroutines), name,
+			uncontended(onCluster(name), clusterGoroutines)})
+	}
+	return cs
+}
+
+// onCluster opens the named implementation on the cluster.
+func onCluster(name string) opener {
+	return func(b *testing.B) *backend {
+		b.Helper()
+		cl := cluster(b)
+		var (
+			be  *backend
+			err error
+		)
+		switch name {
+		case "dlock":
+			be, err = dlockOn(name, cl.Client(), dlockMutexes)
+		case "redsync":
+			be = redsyncOn(name, cl.Client())
+		case "redislock":
+			be = redislockOn(name, cl.Client())
+		case "rueidislock":
+			var addrs []string
+			for _, n := range cl.Nodes() {
+				addrs = append(addrs, n.Addr())
+			}
+			be, err = rueidislockOn(name, addrs...)
+		default:
+			err = fmt.Errorf("bench: unknown implementation %q", name)
+		}
+		return keep(b, be, err)
+	}
+}
