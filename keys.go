@@ -71,3 +71,27 @@ func hashSlot(key string) int {
 func validPrefix(p string) bool {
 	return p != "" && !strings.ContainsAny(p, "{}")
 }
+
+// Keys are the Redis names of a lock, for tools that inspect or
+// administer locks by hand (cmd/dlock does) and for ACL rules. All of them
+// share the hash tag {<escaped name>}: '%', '{' and '}' in the name are
+// escaped as %25, %7B and %7D.
+type Keys struct {
+	Lock    string // the lock: a hash of owner token -> hold count (a string WithoutScripts)
+	Fence   string // the fencing counter; never expires
+	Channel string // the pub/sub channel releases are published on
+}
+
+// KeysOf returns the Keys of the lock called name, as a Client made
+// WithPrefix(prefix) names them. It returns an error matching
+// ErrInvalidArgument for an empty name, or a prefix that New refuses.
+func KeysOf(prefix, name string) (Keys, error) {
+	if !validPrefix(prefix) {
+		return Keys{}, invalid("key prefix %q: must be non-empty, without '{' or '}'", prefix)
+	}
+	if name == "" {
+		return Keys{}, invalid("empty lock name")
+	}
+	k := newKeys(prefix, name)
+	return Keys{Lock: k.lock, Fence: k.fence, Channel: k.channel}, nil
+}

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -84,6 +85,21 @@ func TestDriftAndRetry(t *testing.T) {
 	for _, tt := range tests {
 		if got := retryAfter(tt.pttl, time.Minute); got != tt.want {
 			t.Errorf("retryAfter(%d) = %v, want %v", tt.pttl, got, tt.want)
+		}
+	}
+}
+
+func TestKeysOf(t *testing.T) {
+	k, err := KeysOf("app", "a{b}%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Lock != "app:{a%7Bb%7D%25}" || k.Fence != k.Lock+":fence" || k.Channel != k.Lock+":ch" {
+		t.Fatalf("KeysOf = %+v", k)
+	}
+	for _, bad := range [][2]string{{"", "x"}, {"a{", "x"}, {"app", ""}} {
+		if _, err := KeysOf(bad[0], bad[1]); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("KeysOf(%q, %q): %v", bad[0], bad[1], err)
 		}
 	}
 }

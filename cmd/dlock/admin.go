@@ -24,7 +24,7 @@ const (
 
 // adminArgs parses the command line shared by inspect and unlock. It
 // returns the lock's keys and name, or ok false and the exit status.
-func adminArgs(cmd, synopsis string, args []string, stdout, stderr io.Writer) (url, name string, k lockKeys, code int, ok bool) {
+func adminArgs(cmd, synopsis string, args []string, stdout, stderr io.Writer) (url, name string, k dlock.Keys, code int, ok bool) {
 	fs := newFlags(cmd)
 	fs.StringVar(&url, "redis", defaultRedisURL, "the Redis `URL`")
 	prefix := fs.String("prefix", dlock.DefaultPrefix, "key `prefix` of the lock")
@@ -41,6 +41,25 @@ func adminArgs(cmd, synopsis string, args []string, stdout, stderr io.Writer) (u
 	return url, name, keysFor(*prefix, name), exitOK, true
 }
 
+// adminRun parses an admin command's arguments, connects to Redis with
+// the admin timeout, and runs do.
+func adminRun(cmd, synopsis string, args []string, stdout, stderr io.Writer,
+	do func(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys) int) int {
+	url, name, k, code, ok := adminArgs(cmd, synopsis, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	rdb, err := dial(ctx, url)
+	if err != nil {
+		complain(stderr, "%v", err)
+		return exitFail
+	}
+	defer rdb.Close()
+	return do(ctx, rdb, name, k)
+}
+
 // lockState is what Redis holds for one lock.
 type lockState struct {
 	kind   string           // the lock key's type: "none" when not held, "hash" when held
@@ -53,25 +72,20 @@ type lockState struct {
 // by which owner tokens with which hold counts, its time to live, and its
 // fencing counter. It reads the keys the library writes, in one MULTI.
 func inspectCmd(args []string, stdout, stderr io.Writer) int {
-	url, name, k, code, ok := adminArgs("inspect", inspectSynopsis, args, stdout, stderr)
-	if !ok {
-		return code
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-	defer cancel()
-	rdb, err := dial(ctx, url)
-	if err != nil {
-		complain(stderr, "%v", err)
-		return exitFail
-	}
-	defer rdb.Close()
+	return adminRun("inspect", inspectSynopsis, args, stdout, stderr, func(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys) int {
+		return inspect(ctx, rdb, name, k, stdout, stderr)
+	})
+}
+
+// inspect prints what Redis holds for the lock.
+func inspect(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys, stdout, stderr io.Writer) int {
 	st, err := readLock(ctx, rdb, k)
 	if err != nil {
 		complain(stderr, "inspect %q: %v", name, err)
 		return exitFail
 	}
 
-	fmt.Fprintf(stdout, "lock %q (key %s)\n", name, k.lock)
+	fmt.Fprintf(stdout, "lock %q (key %s)\n", name, k.Lock)
 	switch st.kind {
 	case "none":
 		fmt.Fprintln(stdout, "  held:   no")
@@ -82,20 +96,20 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  ttl:    %s\n", formatPTTL(st.pttl))
 	default:
-		complain(stderr, "key %s is a %s, not a dlock lock (a hash)", k.lock, st.kind)
+		complain(stderr, "key %s is a %s, not a dlock lock (a hash)", k.Lock, st.kind)
 		return exitFail
 	}
 	if st.fence == 0 {
-		fmt.Fprintf(stdout, "  fence:  none issued yet (%s)\n", k.fence)
+		fmt.Fprintf(stdout, "  fence:  none issued yet (%s)\n", k.Fence)
 	} else {
-		fmt.Fprintf(stdout, "  fence:  %d, the last one issued (%s)\n", st.fence, k.fence)
+		fmt.Fprintf(stdout, "  fence:  %d, the last one issued (%s)\n", st.fence, k.Fence)
 	}
 	return exitOK
 }
 
 // readLock reads the lock's hash, its PTTL and its fencing counter as one
 // atomic snapshot.
-func readLock(ctx context.Context, rdb *redis.Client, k lockKeys) (lockState, error) {
+func readLock(ctx context.Context, rdb *redis.Client, k dlock.Keys) (lockState, error) {
 	var (
 		kind   *redis.StatusCmd
 		owners *redis.MapStringStringCmd
@@ -103,10 +117,10 @@ func readLock(ctx context.Context, rdb *redis.Client, k lockKeys) (lockState, er
 		fence  *redis.StringCmd
 	)
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		kind = p.Type(ctx, k.lock)
-		owners = p.HGetAll(ctx, k.lock) // WRONGTYPE if it is no hash: kind says so
-		pttl = p.PTTL(ctx, k.lock)
-		fence = p.Get(ctx, k.fence)
+		kind = p.Type(ctx, k.Lock)
+		owners = p.HGetAll(ctx, k.Lock) // WRONGTYPE if it is no hash: kind says so
+		pttl = p.PTTL(ctx, k.Lock)
+		fence = p.Get(ctx, k.Fence)
 		return nil
 	})
 	st := lockState{kind: kind.Val(), pttl: pttl.Val()}
@@ -123,7 +137,7 @@ func readLock(ctx context.Context, rdb *redis.Client, k lockKeys) (lockState, er
 		}
 	}
 	if err := fence.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return st, fmt.Errorf("fence %s: %w", k.fence, err)
+		return st, fmt.Errorf("fence %s: %w", k.Fence, err)
 	}
 	if v := fence.Val(); v != "" {
 		st.fence, _ = strconv.ParseInt(v, 10, 64)
@@ -164,38 +178,33 @@ return reply
 // ends at its next renewal. The fencing counter stays: fences never go
 // back.
 func unlockCmd(args []string, stdout, stderr io.Writer) int {
-	url, name, k, code, ok := adminArgs("unlock", unlockSynopsis, args, stdout, stderr)
-	if !ok {
-		return code
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-	defer cancel()
-	rdb, err := dial(ctx, url)
-	if err != nil {
-		complain(stderr, "%v", err)
-		return exitFail
-	}
-	defer rdb.Close()
-	res, err := forceUnlock.Run(ctx, rdb, []string{k.lock}, k.channel).Slice()
+	return adminRun("unlock", unlockSynopsis, args, stdout, stderr, func(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys) int {
+		return forceDelete(ctx, rdb, name, k, stdout, stderr)
+	})
+}
+
+// forceDelete deletes the lock and reports what it deleted.
+func forceDelete(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys, stdout, stderr io.Writer) int {
+	res, err := forceUnlock.Run(ctx, rdb, []string{k.Lock}, k.Channel).Slice()
 	if err != nil {
 		complain(stderr, "unlock %q: %v", name, err)
 		return exitFail
 	}
 	switch status, _ := res[0].(int64); status {
 	case 0:
-		fmt.Fprintf(stdout, "lock %q is not held (no key %s): nothing deleted\n", name, k.lock)
+		fmt.Fprintf(stdout, "lock %q is not held (no key %s): nothing deleted\n", name, k.Lock)
 		return exitOK
 	case -1:
-		complain(stderr, "key %s is a %v, not a dlock lock (a hash): nothing deleted", k.lock, res[1])
+		complain(stderr, "key %s is a %v, not a dlock lock (a hash): nothing deleted", k.Lock, res[1])
 		return exitFail
 	}
 	pttl, _ := res[1].(int64)
-	fmt.Fprintf(stdout, "deleted lock %q (key %s), which had %s left\n", name, k.lock,
+	fmt.Fprintf(stdout, "deleted lock %q (key %s), which had %s left\n", name, k.Lock,
 		formatPTTL(time.Duration(pttl)*time.Millisecond))
 	for i := 2; i+1 < len(res); i += 2 {
 		fmt.Fprintf(stdout, "  owner:  %v  hold count %v: loses its lease at its next renewal\n", res[i], res[i+1])
 	}
-	fmt.Fprintf(stdout, "waiters were woken; the fence counter %s is kept (fences never go back)\n", k.fence)
+	fmt.Fprintf(stdout, "waiters were woken; the fence counter %s is kept (fences never go back)\n", k.Fence)
 	return exitOK
 }
 

@@ -71,7 +71,7 @@ func TestRunGivesTheChildItsFence(t *testing.T) {
 		t.Errorf("fences %v: want positive and increasing", fences)
 	}
 	// Released at the end.
-	n, err := testClient(t).Exists(testCtx(t), keysFor(testPrefix(t), name).lock).Result()
+	n, err := testClient(t).Exists(testCtx(t), keysFor(testPrefix(t), name).Lock).Result()
 	if err != nil || n != 0 {
 		t.Errorf("the lock key is still there after run (exists %d, %v)", n, err)
 	}
@@ -99,7 +99,7 @@ func TestRunStopsTheChildWhenTheLeaseIsLost(t *testing.T) {
 		"--", "sh", "-c", "echo started; exec sleep 30"))
 	waitFor(t, 5*time.Second, "the child to start", func() bool { return strings.Contains(stdout.String(), "started") })
 	start := time.Now()
-	if err := testClient(t).Del(testCtx(t), keysFor(testPrefix(t), name).lock).Err(); err != nil {
+	if err := testClient(t).Del(testCtx(t), keysFor(testPrefix(t), name).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	got := await(t, code, 10*time.Second)
@@ -121,7 +121,7 @@ func TestRunKillsAChildThatIgnoresSIGTERM(t *testing.T) {
 	stdout, _, code := startRun(runArgs(t, "--ttl", "300ms", "--grace", "300ms", name,
 		"--", "sh", "-c", "trap '' TERM; echo started; while :; do sleep 0.05; done"))
 	waitFor(t, 5*time.Second, "the child to start", func() bool { return strings.Contains(stdout.String(), "started") })
-	if err := testClient(t).Del(testCtx(t), keysFor(testPrefix(t), name).lock).Err(); err != nil {
+	if err := testClient(t).Del(testCtx(t), keysFor(testPrefix(t), name).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if got := await(t, code, 10*time.Second); got != 128+int(syscall.SIGKILL) {
@@ -259,7 +259,7 @@ func TestAdminRefusesOtherKeys(t *testing.T) {
 	prefix := testPrefix(t)
 	ctx := testCtx(t)
 	rdb := testClient(t)
-	key := keysFor(prefix, "not-a-lock").lock
+	key := keysFor(prefix, "not-a-lock").Lock
 	if err := rdb.Set(ctx, key, "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (bool, er
 		return false, err
 	}
 	fmt.Fprintf(stdout, "keys: lock %s, fences %s (never reset), counter %s (reset to 0)\n\n",
-		k.lock, k.fence, counterKey(c.prefix))
+		k.Lock, k.Fence, counterKey(c.prefix))
 
 	dir, err := os.MkdirTemp("", "dlock-demo-history-")
 	if err != nil {

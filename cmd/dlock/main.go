@@ -25,6 +25,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -179,28 +180,17 @@ func complain(w io.Writer, format string, a ...any) {
 	fmt.Fprintln(w, msg)
 }
 
-// tagEscaper escapes a lock name the way the library does before putting
-// it inside a hash tag: '{' and '}' would end the tag early, and '%' is
-// escaped too so that two names never map to the same key.
-var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-
-// lockKeys are the Redis names of one lock, as the library makes them.
-type lockKeys struct {
-	lock    string // <prefix>:{<name>}: hash of owner token -> hold count
-	fence   string // <prefix>:{<name>}:fence: last fencing token issued
-	channel string // <prefix>:{<name>}:ch: release notifications
-}
-
-// keysFor returns the keys of the lock called name under prefix.
-func keysFor(prefix, name string) lockKeys {
-	base := prefix + ":{" + tagEscaper.Replace(name) + "}"
-	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":ch"}
+// keysFor returns the keys of the lock called name under prefix, as the
+// library names them. The caller has checked the prefix and the name.
+func keysFor(prefix, name string) dlock.Keys {
+	k, _ := dlock.KeysOf(prefix, name)
+	return k
 }
 
 // checkPrefix rejects a prefix the library would refuse.
 func checkPrefix(p string) error {
-	if p == "" || strings.ContainsAny(p, "{}") {
-		return fmt.Errorf("--prefix %q: must be non-empty, without '{' or '}'", p)
+	if _, err := dlock.KeysOf(p, "-"); err != nil {
+		return fmt.Errorf("--prefix %q: %w", p, err)
 	}
 	return nil
 }
