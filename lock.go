@@ -66,6 +66,8 @@ type acquisition struct {
 	// keepAlive, when positive, is how often a waiter must try again at
 	// the least, to keep its place in a queue alive.
 	keepAlive time.Duration
+	// need is the permits a semaphore waiter waits for (0 for locks).
+	need int
 	// abandon, if set, runs when a Lock gives up without the lock (ctx
 	// ended, client closed, Redis error): it removes the waiter's place
 	// in a queue.
@@ -92,7 +94,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
 	}
 
-	err = c.waitLoop(ctx, a.name, a.channel, a.token, a.bound(next),
+	err = c.waitLoop(ctx, a.name, a.channel, a.token, a.need, a.bound(next),
 		func(ctx context.Context) (bool, time.Duration, error) {
 			var next time.Duration
 			l, next, err = a.try(ctx, true)
@@ -107,13 +109,13 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 // bound that check returned, whichever is sooner, and checks again. When
 // ctx ends it returns an error matching ErrNotObtained and ctx.Err(); when
 // the Client closes, ErrClosed.
-func (c *Client) waitLoop(ctx context.Context, name, channel, token string, first time.Duration,
+func (c *Client) waitLoop(ctx context.Context, name, channel, token string, need int, first time.Duration,
 	check func(context.Context) (done bool, next time.Duration, err error)) error {
 	// One wake channel, however many nodes may publish the release.
 	wake := make(chan struct{}, 1)
 	var ready <-chan struct{}
 	for _, h := range c.hubs {
-		w, err := h.join(channel, token, wake)
+		w, err := h.join(channel, token, need, wake)
 		if err != nil {
 			return err
 		}

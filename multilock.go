@@ -158,7 +158,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	for !done && err == nil {
 		// Wait on the lock that was held; then try the whole set again.
 		k := ms[blocked].k
-		err = c.waitLoop(ctx, name, k.channel, token, next,
+		err = c.waitLoop(ctx, name, k.channel, token, 0, next,
 			func(ctx context.Context) (bool, time.Duration, error) {
 				prev := blocked
 				done, next, err = attempt(ctx)

@@ -16,8 +16,10 @@ import (
 // expires). The permits given to Client.Semaphore set it only if the
 // semaphore has none yet; SetPermits changes it.
 //
-// Not fair: a release wakes every waiter and whoever fits goes first, so
-// a waiter for many permits may wait behind a stream of small ones.
+// Not fair: a release publishes how many permits are free, each process
+// wakes its waiters that fit, in arrival order, and whoever runs first
+// gets them; a waiter for many permits may wait behind a stream of small
+// ones.
 // A handle is safe for concurrent use.
 type Semaphore struct {
 	c       *Client
@@ -69,7 +71,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	c, k := s.c, s.k
 	p := semProto{k, c.publish}
 	token := newToken()
-	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p,
+	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p, need: n,
 		attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
 			start := time.Now()
 			res, err := fenceReply("acquire", k.name, c.grant(ctx, call{semAcquireScript,
@@ -160,7 +162,7 @@ type semProto struct {
 func (p semProto) reenter(token string, _ int, ttl time.Duration) op { return p.renew(token, ttl) }
 
 func (p semProto) release(token string, left int) op {
-	return call{semReleaseScript, []string{p.k.lock, p.k.leases}, []any{token, left, p.k.channel, p.publish}}
+	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits}, []any{token, left, p.k.channel, p.publish}}
 }
 
 func (p semProto) renew(token string, ttl time.Duration) op {

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +49,7 @@ type channel struct {
 type waiter struct {
 	name  string
 	token string          // the owner token it is trying to acquire with
+	need  int             // permits it waits for (a semaphore); 0 otherwise
 	ready <-chan struct{} // closed once the subscription is confirmed
 	wake  chan struct{}   // a release was published (buffer of one; may be shared by hubs)
 }
@@ -59,7 +62,7 @@ func newHub(rdb Redis, sharded bool) *hub {
 // join registers a waiter on the named channel, subscribing to it if it
 // is the channel's first waiter here. It does not wait for the
 // subscription: the waiter's ready channel closes when it is confirmed.
-func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
+func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -86,7 +89,7 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 			_ = h.shared.Subscribe(ctx, name)
 		}
 	}
-	w := &waiter{name: name, token: token, ready: ch.ready, wake: wake}
+	w := &waiter{name: name, token: token, need: need, ready: ch.ready, wake: wake}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
 }
@@ -138,6 +141,21 @@ func (ch *channel) wakeOne() {
 	select {
 	case ch.waiters[0].wake <- struct{}{}:
 	default:
+	}
+}
+
+// wakeFitting wakes, in arrival order, the waiters whose permits fit in
+// free, counting each woken waiter's permits as taken.
+func (ch *channel) wakeFitting(free int) {
+	for _, w := range ch.waiters {
+		if w.need > free {
+			continue
+		}
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		free -= w.need
 	}
 }
 
@@ -201,9 +219,10 @@ func (h *hub) confirmed(c *redis.PubSub, name string) {
 }
 
 // notify handles a release published on a lock's channel: "all" wakes
-// every local waiter (a read lock or a permit count changed), "one" wakes
-// one, and anything else is the token of the one waiter whose turn it is
-// (a fair lock's head), woken if it waits here.
+// every local waiter (a read lock was released), "one" wakes one,
+// "free:<n>" wakes the waiters whose permits fit in n (a semaphore), and
+// anything else is the token of the one waiter whose turn it is (a fair
+// lock's head), woken if it waits here.
 func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -217,6 +236,11 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	case "one":
 		ch.wakeOne()
 	default:
+		if n, ok := strings.CutPrefix(payload, "free:"); ok {
+			free, _ := strconv.Atoi(n)
+			ch.wakeFitting(free)
+			return
+		}
 		ch.wake(payload)
 	}
 }

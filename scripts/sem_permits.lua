@@ -10,14 +10,16 @@
 -- Returns  {capacity, permits held}
 --
 -- Lowering the capacity below what is held takes nothing away: new
--- acquires wait until enough is given back. Raising it wakes the waiters.
+-- acquires wait until enough is given back. Raising it tells the waiters
+-- how many permits are free.
 expire_holders(KEYS[1], KEYS[2], now_ms())
 local cap = capacity(KEYS[3], ARGV[1])
+local held = used(KEYS[1])
 if tonumber(ARGV[2]) > 0 then
   redis.call('SET', KEYS[3], ARGV[2])
-  if tonumber(ARGV[2]) > cap then
-    redis.call(ARGV[4], ARGV[3], 'all')
+  if tonumber(ARGV[2]) > cap and tonumber(ARGV[2]) > held then
+    redis.call(ARGV[4], ARGV[3], 'free:' .. (tonumber(ARGV[2]) - held))
   end
   cap = tonumber(ARGV[2])
 end
-return {cap, used(KEYS[1])}
+return {cap, held}
