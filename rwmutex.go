@@ -183,7 +183,8 @@ func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 }
 
 func (p rwProto) release(token string, left int) op {
-	return call{rwUnlockScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, left, p.k.channel, p.publish}}
+	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive},
+		[]any{token, p.side, left, p.k.channel, p.publish}}
 }
 
 func (p rwProto) renew(token string, ttl time.Duration) op {

@@ -2,6 +2,8 @@
 --
 -- KEYS[1]  lock hash (see lib_rw.lua)
 -- KEYS[2]  readers: token -> hold expiry (server ms)
+-- KEYS[3]  writers' queue: token -> arrival (server µs)
+-- KEYS[4]  writers' places: token -> place expiry (server ms)
 -- ARGV[1]  owner token
 -- ARGV[2]  'r' for a read hold, 'w' for the write hold
 -- ARGV[3]  holds to leave: n >= 1 keeps n; 0 releases the hold
@@ -10,8 +12,10 @@
 -- Returns  1 done, -1 the caller holds nothing
 --
 -- When the writer leaves while it still reads, the lock turns into a read
--- lock (downgrade). Every release that lets others in publishes 'all':
--- readers and writers wake, and the acquire scripts decide who goes first.
+-- lock (downgrade). The last reader's release can only let a writer in:
+-- it tells the first queued writer, by token. A writer's release publishes
+-- 'all': readers and writers wake, and the acquire scripts decide who goes
+-- first.
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local field = side .. ':' .. tok
 if redis.call('HEXISTS', lock, field) == 0 then
@@ -24,7 +28,7 @@ end
 if side == 'r' then
   forget_reader(lock, readers, tok)
   if settle(lock, readers) then
-    redis.call(ARGV[5], ARGV[4], 'all')
+    call_next(KEYS[3], KEYS[4], now_ms(), ARGV[4], ARGV[5])
   end
   return 1
 end
