@@ -43,29 +43,6 @@ var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 func escapeTag(name string) string { return tagEscaper.Replace(name) }
 
-// hashSlot is the Redis Cluster slot of a key (CRC16/XMODEM of its hash tag,
-// mod 16384). The library does not need it to work; tests use it to show
-// that a lock's keys share one slot.
-func hashSlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
-
 // validPrefix reports whether a key prefix can be used: a brace in it would
 // move the hash tag out of the lock's name.
 func validPrefix(p string) bool {

@@ -4,39 +4,20 @@ import (
 	"errors"
 	"testing"
 	"time"
-)
 
-func TestHashSlot(t *testing.T) {
-	tests := []struct {
-		key  string
-		want int
-	}{
-		{"123456789", 12739}, // CRC16/XMODEM check value 0x31C3
-		{"", 0},
-		{"{123456789}.x", 12739},
-		{"a{123456789}b{c}", 12739},
-		{"{}123456789", hashSlot("{}123456789")}, // empty tag: whole key
-	}
-	for _, tt := range tests {
-		if got := hashSlot(tt.key); got != tt.want {
-			t.Errorf("hashSlot(%q) = %d, want %d", tt.key, got, tt.want)
-		}
-	}
-	if hashSlot("{}123456789") == 12739 {
-		t.Error("an empty hash tag must not count as a tag")
-	}
-}
+	"github.com/dlock-go/dlock/internal/redistest"
+)
 
 func TestKeysShareOneSlot(t *testing.T) {
 	names := []string{"orders/42", "{", "}", "a}b", "{x}", "%7D", "with space", "new\nline", "日本"} // "" is refused by Lock
 	for _, n := range names {
 		k := newKeys("p", n)
-		s := hashSlot(k.lock)
-		if hashSlot(k.fence) != s || hashSlot(k.channel) != s {
+		s := redistest.KeySlot(k.lock)
+		if redistest.KeySlot(k.fence) != s || redistest.KeySlot(k.channel) != s {
 			t.Errorf("name %q: keys %q %q %q in different slots", n, k.lock, k.fence, k.channel)
 		}
 		// The tag is exactly the escaped name.
-		if want := hashSlot("{" + escapeTag(n) + "}"); s != want {
+		if want := redistest.KeySlot("{" + escapeTag(n) + "}"); s != want {
 			t.Errorf("name %q: slot %d, want the slot of its escaped name %d", n, s, want)
 		}
 	}
