@@ -59,11 +59,8 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 	if err := checkCall(ctx, m.c, m.k.name); err != nil {
 		return nil, err
 	}
-	if m.c.plain {
-		return nil, errNeedsScripts("FairMutex")
-	}
-	if m.c.q != nil {
-		return nil, errNotOnQuorum("FairMutex")
+	if err := m.c.singleNode("FairMutex"); err != nil {
+		return nil, err
 	}
 	cfg := defaultLock.with(m.opts).with(opts)
 	if err := cfg.validate(); err != nil {
@@ -95,11 +92,18 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 			l, err := c.newLease(ctx, newHold(c, k, p, token, res[1], cfg, start))
 			return l, 0, err
 		},
-		abandon: func(ctx context.Context) {
-			_ = fairLeaveScript.run(ctx, c.rdb, []string{k.lock, k.queue, k.alive},
-				token, k.channel, c.publish).Err()
-		}}
+		abandon: c.leaveQueue(k, token)}
 	return a.run(ctx, wait)
+}
+
+// leaveQueue returns what a queued waiter (FairMutex, RWMutex writer)
+// runs when it gives up: it leaves the queue, and the next waiter is told
+// if the lock is free.
+func (c *Client) leaveQueue(k keys, token string) func(context.Context) {
+	return func(ctx context.Context) {
+		_ = fairLeaveScript.run(ctx, c.rdb, []string{k.lock, k.queue, k.alive},
+			token, k.channel, c.publish).Err()
+	}
 }
 
 // fairProto is the Redis side of a FairMutex hold: a Mutex hold whose

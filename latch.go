@@ -146,11 +146,8 @@ func (l *Latch) check(ctx context.Context) error {
 	if err := checkCall(ctx, l.c, l.k.name); err != nil {
 		return err
 	}
-	if l.c.plain {
-		return errNeedsScripts("Latch")
-	}
-	if l.c.q != nil {
-		return errNotOnQuorum("Latch")
+	if err := l.c.singleNode("Latch"); err != nil {
+		return err
 	}
 	return nil
 }

@@ -278,7 +278,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	h.op.Lock()
 	defer h.op.Unlock()
 	if err := l.Err(); err != nil {
-		if !isUnlocked(err) {
+		if !errors.Is(err, ErrUnlocked) {
 			// Lost: if the key is still ours (a pause outlived the
 			// deadline, say), free it now rather than at its expiry.
 			_ = h.p.release(h.token, 0).run(ctx, h.c.rdb).Err()
@@ -310,10 +310,6 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		h.end(ErrUnlocked)
 	}
 	return nil
-}
-
-func isUnlocked(err error) bool {
-	return errors.Is(err, ErrUnlocked)
 }
 
 // Extend sets the lease's time to live to d from now, as one round trip;

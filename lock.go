@@ -213,6 +213,19 @@ func checkCall(ctx context.Context, c *Client, name string) error {
 	return nil
 }
 
+// singleNode returns an error when the Client cannot run what, a primitive
+// that needs Lua scripts on one Redis deployment: the client was made
+// WithoutScripts, or is a quorum.
+func (c *Client) singleNode(what string) error {
+	if c.plain {
+		return errNeedsScripts(what)
+	}
+	if c.q != nil {
+		return errNotOnQuorum(what)
+	}
+	return nil
+}
+
 // reenter adds a lease to the hold that outer belongs to: the hold count
 // goes up by one in Redis and the lease gets the hold's token and fence.
 func reenter(ctx context.Context, outer *Lease) (*Lease, error) {

@@ -81,23 +81,22 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 		return reenter(ctx, outer)
 	}
 	token := newToken()
-	if q := m.c.q; q != nil {
-		a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token, p: quorumProto{q, m.k, m.c.publish},
-			attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-				return q.attempt(ctx, m.c, m.k, token, cfg)
-			}}
-		return a.run(ctx, wait)
-	}
-	if m.c.plain {
-		a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token, p: plainProto{m.k, m.c},
-			attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-				return m.plainAttempt(ctx, token, cfg)
-			}}
-		return a.run(ctx, wait)
-	}
-	p := mutexProto{m.k, m.c.publish}
-	a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token, p: p,
-		attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+	a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token}
+	switch q := m.c.q; {
+	case q != nil: // RedLock
+		a.p = quorumProto{q, m.k, m.c.publish}
+		a.attempt = func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+			return q.attempt(ctx, m.c, m.k, token, cfg)
+		}
+	case m.c.plain: // no scripts
+		a.p = plainProto{m.k, m.c}
+		a.attempt = func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+			return m.plainAttempt(ctx, token, cfg)
+		}
+	default:
+		p := mutexProto{m.k, m.c.publish}
+		a.p = p
+		a.attempt = func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
 			start := time.Now()
 			res, err := fenceReply("lock", m.k.name,
 				m.c.grant(ctx, call{lockScript, []string{m.k.lock, m.k.fence}, []any{token, cfg.ttl.Milliseconds(), 0}}))
@@ -109,7 +108,8 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 			}
 			l, err := m.c.newLease(ctx, newHold(m.c, m.k, p, token, res[1], cfg, start))
 			return l, 0, err
-		}}
+		}
+	}
 	return a.run(ctx, wait)
 }
 

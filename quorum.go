@@ -16,14 +16,14 @@ import (
 // quorum is the RedLock side of a Client made by NewQuorum: N independent
 // masters, of which a majority must agree.
 type quorum struct {
-	nodes   []Redis
-	timeout time.Duration // per node and call
-	jitter  time.Duration // most random delay between contended rounds
+	nodes []Redis
+	quorumConfig
 }
 
+// quorumConfig is what the quorum options set.
 type quorumConfig struct {
-	timeout time.Duration
-	jitter  time.Duration
+	timeout time.Duration // per node and call
+	jitter  time.Duration // most random delay between contended rounds
 }
 
 // DefaultNodeTimeout bounds each node's part of a quorum call.
@@ -89,7 +89,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
 	}
-	q := &quorum{nodes: rs, timeout: cfg.quorum.timeout, jitter: cfg.quorum.jitter}
+	q := &quorum{nodes: rs, quorumConfig: cfg.quorum}
 	if q.timeout == 0 {
 		q.timeout = DefaultNodeTimeout
 	}
@@ -345,13 +345,13 @@ func (p quorumProto) reenter(token string, count int, ttl time.Duration) op {
 func (p quorumProto) release(token string, left int) op {
 	return quorumOp{p, "unlock", func(int) call { return p.mutex().unlock(token, left) },
 		func(v []int64) bool { return v[0] == 1 },
-		func(t tally, ok bool) any { return map[bool]int64{true: 1, false: -1}[ok] }}
+		func(t tally, ok bool) any { return either(ok, 1, -1) }}
 }
 
 func (p quorumProto) renew(token string, ttl time.Duration) op {
 	return quorumOp{p, "renew", func(int) call { return p.mutex().renew(token, ttl).(call) },
 		func(v []int64) bool { return v[0] == 1 },
-		func(t tally, ok bool) any { return map[bool]int64{true: 1, false: 0}[ok] }}
+		func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }
 
 // ttl is how long a majority still holds the lock: the majority-th
@@ -371,6 +371,14 @@ func (p quorumProto) ttl(token string) op {
 			slices.Reverse(left)
 			return left[p.q.majority()-1]
 		}}
+}
+
+// either is yes if ok, else no: a script's integer reply.
+func either(ok bool, yes, no int64) int64 {
+	if ok {
+		return yes
+	}
+	return no
 }
 
 // errNotOnQuorum is returned by the primitives a quorum does not offer.

@@ -92,7 +92,7 @@ func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {
 // clusterHint refreshes a cluster client's slot map after a failed call:
 // go-redis follows MOVED by itself, but after a master dies it keeps
 // dialling the dead node until its periodic reload (a minute). At most
-// one refresh a second, in the background.
+// one refresh a second; go-redis runs it in the background itself.
 func (c *Client) clusterHint(err error) {
 	cc, ok := c.rdb.(*redis.ClusterClient)
 	if !ok || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
@@ -103,5 +103,5 @@ func (c *Client) clusterHint(err error) {
 	if now-last < int64(time.Second) || !c.reloaded.CompareAndSwap(last, now) {
 		return
 	}
-	go func() { cc.ReloadState(context.Background()) }()
+	cc.ReloadState(context.Background())
 }

@@ -99,11 +99,8 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 	if err := checkCall(ctx, c, k.name); err != nil {
 		return nil, err
 	}
-	if c.plain {
-		return nil, errNeedsScripts("RWMutex")
-	}
-	if c.q != nil {
-		return nil, errNotOnQuorum("RWMutex")
+	if err := c.singleNode("RWMutex"); err != nil {
+		return nil, err
 	}
 	cfg := defaultLock.with(rw.opts).with(opts)
 	if err := cfg.validate(); err != nil {
@@ -132,13 +129,13 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 				if cfg.readers {
 					pref = "1"
 				}
-				cmd = call{rwReadScript, rw.keys(), []any{token, cfg.ttl.Milliseconds(), 0, pref}}
+				cmd = call{rwReadScript, p.acquireKeys(), []any{token, cfg.ttl.Milliseconds(), 0, pref}}
 			} else {
 				placeTTL := int64(0)
 				if queued {
 					placeTTL = cfg.queueTTL.Milliseconds()
 				}
-				cmd = call{rwWriteScript, rw.keys(), []any{token, cfg.ttl.Milliseconds(), 0, placeTTL, k.channel, c.publish}}
+				cmd = call{rwWriteScript, p.acquireKeys(), []any{token, cfg.ttl.Milliseconds(), 0, placeTTL, k.channel, c.publish}}
 			}
 			res, err := fenceReply("lock", k.name, c.grant(ctx, cmd))
 			if err != nil {
@@ -153,17 +150,9 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 			return l, 0, err
 		}}
 	if side == "w" {
-		a.abandon = func(ctx context.Context) {
-			_ = fairLeaveScript.run(ctx, c.rdb, []string{k.lock, k.queue, k.alive},
-				token, k.channel, c.publish).Err()
-		}
+		a.abandon = c.leaveQueue(k, token)
 	}
 	return a.run(ctx, wait)
-}
-
-// keys are the acquire scripts' keys.
-func (rw *RWMutex) keys() []string {
-	return []string{rw.k.lock, rw.k.fence, rw.k.readers, rw.k.queue, rw.k.alive}
 }
 
 // rwProto is the Redis side of a read or write hold of an RWMutex.
@@ -173,13 +162,16 @@ type rwProto struct {
 	publish string
 }
 
+// acquireKeys are the keys of rw_read.lua and rw_write.lua.
+func (p rwProto) acquireKeys() []string {
+	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive}
+}
+
 func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 	if p.side == "r" {
-		return call{rwReadScript, []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive},
-			[]any{token, ttl.Milliseconds(), count, "1"}}
+		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1"}}
 	}
-	return call{rwWriteScript, []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive},
-		[]any{token, ttl.Milliseconds(), count, 0, p.k.channel, p.publish}}
+	return call{rwWriteScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, 0, p.k.channel, p.publish}}
 }
 
 func (p rwProto) release(token string, left int) op {

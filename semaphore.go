@@ -95,11 +95,8 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if err := checkCall(ctx, s.c, s.k.name); err != nil {
 		return err
 	}
-	if s.c.plain {
-		return errNeedsScripts("Semaphore")
-	}
-	if s.c.q != nil {
-		return errNotOnQuorum("Semaphore")
+	if err := s.c.singleNode("Semaphore"); err != nil {
+		return err
 	}
 	if s.permits < 1 {
 		return invalid("semaphore %q: capacity %d; want at least 1", s.k.name, s.permits)
