@@ -49,6 +49,7 @@ type Client struct {
 	q      *quorum // RedLock over independent masters (NewQuorum)
 	drift  drift
 
+	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
 }
 
@@ -109,17 +110,20 @@ func start(rdb Redis, nodes []Redis, cfg clientConfig) *Client {
 	return c
 }
 
-// Close stops the Client's watchdog and pub/sub connection and waits for
-// them to exit. Waits in progress return ErrClosed; leases still held end
-// with Err ErrClosed and are not released by Close: their locks expire
-// after their TTL. Unlock what you hold before closing (an Unlock after
-// Close still releases the lock, returning an error matching ErrNotHeld
-// and ErrClosed, as long as the Redis client is open). Close does not close the Redis
-// client. It is safe to call more than once.
+// Close ends the Client, as a graceful shutdown (a rolling deploy) wants:
+// waits in progress return ErrClosed; leases still held end with Err
+// ErrClosed (Done closes) and are then released in Redis, so that other
+// clients get the locks at once rather than after their TTL; releases
+// still being retried after a failed Unlock make a last try. Close blocks
+// until that is done, for about closeTimeout (2 s) at most when Redis does
+// not answer (the locks then expire after their TTL), and stops the
+// watchdog and pub/sub connections. Close does not close the Redis client.
+// It is safe to call more than once.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		<-c.wd.done
+		<-c.wd.done // it ends and releases the holds still there
+		c.waitReleases()
 		for _, h := range c.hubs {
 			h.close()
 		}

@@ -130,8 +130,9 @@ func (l *Lease) Name() string {
 
 // Token is the random 128-bit owner token under which the lease holds the
 // lock in Redis (hex). Leases taken by re-entry share their outer lease's
-// token.
-func (l *Lease) Token() string { return l.h.token }
+// token. A set's (LockAll) token is that of its first lock; Parts gives
+// the others.
+func (l *Lease) Token() string { return l.first().h.token }
 
 // Fence is the lease's fencing token: it increases strictly with each
 // owner that acquires the lock's name, and never goes back (its counter in
@@ -262,11 +263,17 @@ func leaseFrom(ctx context.Context, c *Client, lock, side string) *Lease {
 // re-entered lease is still held) the lock becomes free and one waiter is
 // woken. Unlock blocks for one round trip to Redis, bounded by ctx.
 //
+// Whatever it returns, the lease has ended when Unlock returns (Err
+// matches ErrUnlocked, Done is closed) and is no longer renewed. When the
+// release itself fails (ctx ended, Redis unreachable), Unlock returns the
+// Redis error, wrapped, and the Client retries the release in the
+// background until Redis answers or the lease's TTL has passed (the lock
+// has expired by itself then), and once more, bounded, at Close. So a
+// dropped error (defer lease.Unlock(ctx)) never pins the lock.
+//
 // It returns an error matching ErrNotHeld when the lease had already ended:
 // unlocked before (the error also matches ErrUnlocked), or lost (it matches
-// ErrLeaseLost; the lock is then released if this owner still has it). A
-// Redis error is returned wrapped and leaves the lease held: Unlock may be
-// called again.
+// ErrLeaseLost; the lock is then released if this owner still has it).
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -281,7 +288,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		if !errors.Is(err, ErrUnlocked) {
 			// Lost: if the key is still ours (a pause outlived the
 			// deadline, say), free it now rather than at its expiry.
-			_ = h.p.release(h.token, 0).run(ctx, h.c.rdb).Err()
+			if h.p.release(h.token, 0).run(ctx, h.c.rdb).Err() != nil {
+				h.c.releaseLater(h)
+			}
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -291,9 +300,18 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	h.mu.Unlock()
 	res, err := h.p.release(h.token, left).run(ctx, h.c.rdb).Int64()
 	if err != nil {
+		// The lease ends all the same. An inner lease's count is set
+		// right by the next re-entry or unlock of the hold (counts are
+		// absolute); the last one's release goes on in the background.
 		h.mu.Lock()
-		h.releasing = false
+		h.count = left
+		delete(h.leases, l)
 		h.mu.Unlock()
+		l.finish(ErrUnlocked)
+		if left == 0 {
+			h.end(ErrUnlocked)
+			h.c.releaseLater(h)
+		}
 		return redisErr("unlock", h.k.name, err)
 	}
 	if res < 0 {
@@ -334,7 +352,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	start := time.Now()
-	ok, err := h.c.grant(ctx, h.p.renew(h.token, d)).Int64()
+	ok, err := h.c.grant(ctx, h.p.renew(h.token, d, true)).Int64()
 	if err != nil {
 		return redisErr("extend", h.k.name, err)
 	}

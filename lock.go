@@ -35,10 +35,14 @@ type Locker interface {
 //	release  1 done, -1 not held (left = 0 frees every hold of the token)
 //	renew    1 renewed, 0 not held
 //	ttl      milliseconds left, -3 not held
+//
+// renew with exact set makes the hold's TTL exactly ttl (Extend); without,
+// at least ttl (the watchdog): a renewal still in flight when Extend
+// lengthened a lease must not shorten it again on the server.
 type protocol interface {
 	reenter(token string, count int, ttl time.Duration) op
 	release(token string, left int) op
-	renew(token string, ttl time.Duration) op
+	renew(token string, ttl time.Duration, exact bool) op
 	ttl(token string) op
 }
 

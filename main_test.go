@@ -97,3 +97,21 @@ func unlock(t testing.TB, l *dlock.Lease) {
 		t.Fatalf("Unlock(%q): %v", l.Name(), err)
 	}
 }
+
+// crashingClient returns a Client on the shared server and a func that
+// stops it as a crash would: no more renewals and no release (its Redis
+// connection goes first, so Close cannot release anything).
+func crashingClient(t testing.TB) (*dlock.Client, func()) {
+	t.Helper()
+	rdb := srv.Client()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash := func() {
+		_ = rdb.Close()
+		_ = c.Close()
+	}
+	t.Cleanup(crash)
+	return c, crash
+}

@@ -130,8 +130,8 @@ func (p mutexProto) unlock(token string, left int) call {
 	return call{unlockScript, []string{p.k.lock}, []any{token, left, p.k.channel, p.publish}}
 }
 
-func (p mutexProto) renew(token string, ttl time.Duration) op {
-	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds()}}
+func (p mutexProto) renew(token string, ttl time.Duration, exact bool) op {
+	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds(), flag(exact)}}
 }
 
 func (p mutexProto) ttl(token string) op {

@@ -159,7 +159,7 @@ func (p plainProto) release(token string, _ int) op {
 			}
 		default:
 			var err error
-			deleted, err = compareAndDo(ctx, r, p.k.lock, token, func(p redis.Pipeliner, key string) {
+			deleted, err = compareAndDo(ctx, r, p.k.lock, token, nil, func(p redis.Pipeliner, key string) {
 				p.Del(ctx, key)
 			})
 			if err != nil {
@@ -175,17 +175,25 @@ func (p plainProto) release(token string, _ int) op {
 	})
 }
 
-// renew sets the key's TTL if it still holds token.
-func (p plainProto) renew(token string, ttl time.Duration) op {
+// renew sets the key's TTL if it still holds token: to exactly ttl, or
+// (not exact) to at least ttl, which needs the WATCH transaction.
+func (p plainProto) renew(token string, ttl time.Duration, exact bool) op {
 	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
-		if p.c.cas.get(ctx, r) != casWatch {
+		if exact && p.c.cas.get(ctx, r) != casWatch {
 			err := r.Do(ctx, "SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()).Err()
 			if errors.Is(err, redis.Nil) {
 				return 0, nil
 			}
 			return 1, err
 		}
-		ok, err := compareAndDo(ctx, r, p.k.lock, token, func(p redis.Pipeliner, key string) {
+		var atLeast func(*redis.Tx) (bool, error)
+		if !exact {
+			atLeast = func(tx *redis.Tx) (bool, error) {
+				left, err := tx.PTTL(ctx, p.k.lock).Result()
+				return left < ttl, err
+			}
+		}
+		ok, err := compareAndDo(ctx, r, p.k.lock, token, atLeast, func(p redis.Pipeliner, key string) {
 			p.PExpire(ctx, key, ttl)
 		})
 		if ok {
@@ -217,8 +225,11 @@ func (p plainProto) ttl(token string) op {
 
 // compareAndDo runs act on key in a transaction if key holds want, with
 // WATCH so that a change between the read and EXEC aborts it (and it is
-// tried again). It reports whether act ran.
-func compareAndDo(ctx context.Context, r Redis, key, want string, act func(redis.Pipeliner, string)) (bool, error) {
+// tried again). If cond is set and says no (read under the same WATCH),
+// act is not needed: the key is still want's and compareAndDo reports
+// true. Otherwise it reports whether act ran.
+func compareAndDo(ctx context.Context, r Redis, key, want string, cond func(*redis.Tx) (bool, error),
+	act func(redis.Pipeliner, string)) (bool, error) {
 	for range 5 {
 		done := false
 		err := r.Watch(ctx, func(tx *redis.Tx) error {
@@ -228,6 +239,13 @@ func compareAndDo(ctx context.Context, r Redis, key, want string, act func(redis
 			}
 			if err != nil {
 				return err
+			}
+			if cond != nil {
+				needed, err := cond(tx)
+				if err != nil || !needed {
+					done = err == nil
+					return err
+				}
 			}
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				act(p, key)

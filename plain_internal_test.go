@@ -68,7 +68,7 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	// EXEC aborts, the compare runs again and then succeeds.
 	rdb.Set(ctx, "k1", "mine", 0)
 	m := &meddler{Client: rdb, other: other, value: "mine", meddles: 1}
-	if ok, err := compareAndDo(ctx, m, "k1", "mine", del); !ok || err != nil {
+	if ok, err := compareAndDo(ctx, m, "k1", "mine", nil, del); !ok || err != nil {
 		t.Fatalf("after a harmless concurrent write: %v, %v; want deleted", ok, err)
 	}
 	if m.meddles != 0 || rdb.Exists(ctx, "k1").Val() != 0 {
@@ -78,7 +78,7 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	// Another owner takes the key between WATCH and EXEC: nothing is done.
 	rdb.Set(ctx, "k2", "mine", 0)
 	m = &meddler{Client: rdb, other: other, value: "theirs", meddles: 1}
-	if ok, err := compareAndDo(ctx, m, "k2", "mine", del); ok || err != nil {
+	if ok, err := compareAndDo(ctx, m, "k2", "mine", nil, del); ok || err != nil {
 		t.Fatalf("after another owner took the key: %v, %v; want not done", ok, err)
 	}
 	if v := rdb.Get(ctx, "k2").Val(); v != "theirs" {
@@ -88,7 +88,7 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	// A key that changes every time gives up with an error, not a loop.
 	rdb.Set(ctx, "k3", "mine", 0)
 	m = &meddler{Client: rdb, other: other, value: "mine", meddles: 100}
-	if ok, err := compareAndDo(ctx, m, "k3", "mine", del); ok || err == nil {
+	if ok, err := compareAndDo(ctx, m, "k3", "mine", nil, del); ok || err == nil {
 		t.Fatalf("a key that never settles: %v, %v; want an error", ok, err)
 	}
 }

@@ -348,8 +348,8 @@ func (p quorumProto) release(token string, left int) op {
 		func(t tally, ok bool) any { return either(ok, 1, -1) }}
 }
 
-func (p quorumProto) renew(token string, ttl time.Duration) op {
-	return quorumOp{p, "renew", func(int) call { return p.mutex().renew(token, ttl).(call) },
+func (p quorumProto) renew(token string, ttl time.Duration, exact bool) op {
+	return quorumOp{p, "renew", func(int) call { return p.mutex().renew(token, ttl, exact).(call) },
 		func(v []int64) bool { return v[0] == 1 },
 		func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }

@@ -179,8 +179,8 @@ func (p rwProto) release(token string, left int) op {
 		[]any{token, p.side, left, p.k.channel, p.publish}}
 }
 
-func (p rwProto) renew(token string, ttl time.Duration) op {
-	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, ttl.Milliseconds()}}
+func (p rwProto) renew(token string, ttl time.Duration, exact bool) op {
+	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, ttl.Milliseconds(), flag(exact)}}
 }
 
 func (p rwProto) ttl(token string) op {

@@ -202,13 +202,10 @@ func TestRWWriterNotStarvedByReaders(t *testing.T) {
 func TestRWCrashedReaderExpiresOnItsOwn(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
-	// A reader whose client stops renewing (Close does not release): a crash.
-	crashed, err := dlock.New(newRedis(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A reader whose client stops renewing and never releases: a crash.
+	crashed, crash := crashingClient(t)
 	_ = mustLock(t, crashed.RWMutex(name).RLocker(), ctx, dlock.WithTTL(300*time.Millisecond))
-	_ = crashed.Close()
+	crash()
 	// A live reader with a long TTL stretches the lock's key to 30 s, and
 	// leaves at once.
 	live := mustLock(t, client(t).RWMutex(name).RLocker(), ctx, dlock.WithTTL(30*time.Second))

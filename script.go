@@ -39,7 +39,7 @@ func loadScript(names ...string) script {
 var (
 	lockScript   = loadScript("lock.lua")
 	unlockScript = loadScript("unlock.lua")
-	renewScript  = loadScript("renew.lua")
+	renewScript  = loadScript("lib.lua", "renew.lua")
 	ttlScript    = loadScript("ttl.lua")
 
 	fairLockScript   = queueScript("fair_lock.lua")
@@ -136,4 +136,12 @@ func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*r
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// flag is a boolean script argument: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

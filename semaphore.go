@@ -156,14 +156,16 @@ type semProto struct {
 }
 
 // reenter is never used: permits are not re-entrant.
-func (p semProto) reenter(token string, _ int, ttl time.Duration) op { return p.renew(token, ttl) }
+func (p semProto) reenter(token string, _ int, ttl time.Duration) op {
+	return p.renew(token, ttl, false)
+}
 
 func (p semProto) release(token string, left int) op {
 	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits}, []any{token, left, p.k.channel, p.publish}}
 }
 
-func (p semProto) renew(token string, ttl time.Duration) op {
-	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds()}}
+func (p semProto) renew(token string, ttl time.Duration, exact bool) op {
+	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds(), flag(exact)}}
 }
 
 func (p semProto) ttl(token string) op {

@@ -138,14 +138,11 @@ func TestSemaphoreBadInput(t *testing.T) {
 func TestSemaphoreCrashReturnsPermits(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
-	crashed, err := dlock.New(newRedis(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
+	crashed, crash := crashingClient(t)
 	if _, err := crashed.Semaphore(name, 2).Acquire(ctx, 2, dlock.WithTTL(300*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	_ = crashed.Close() // no more renewals, no release: a crash
+	crash()
 	s := client(t).Semaphore(name, 2)
 	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("permits free while the crashed holder's lease lasts: %v", err)

@@ -31,11 +31,17 @@ type hub struct {
 	closed   bool
 	waiting  map[string]*channel
 	receives sync.WaitGroup // receive loops
-	// unconfirmed counts SUBSCRIBE commands sent per channel whose
-	// confirmation has not come back; it outlives a channel's waiters, so
-	// that a late confirmation of an old subscription is not taken as one
-	// for a new waiter.
-	unconfirmed map[string]int
+	// unconfirmed counts the SUBSCRIBE commands sent on a connection for a
+	// channel whose confirmation has not come back. It outlives the
+	// channel's waiters, so that a late confirmation of an old
+	// subscription is never taken for that of a new waiter's.
+	unconfirmed map[subscription]int
+}
+
+// subscription is one channel on one pub/sub connection.
+type subscription struct {
+	conn *redis.PubSub
+	name string
 }
 
 // channel is the local state of one lock's channel.
@@ -56,7 +62,7 @@ type waiter struct {
 
 func newHub(rdb Redis, sharded bool) *hub {
 	return &hub{rdb: rdb, sharded: sharded,
-		waiting: make(map[string]*channel), unconfirmed: make(map[string]int)}
+		waiting: make(map[string]*channel), unconfirmed: make(map[subscription]int)}
 }
 
 // join registers a waiter on the named channel, subscribing to it if it
@@ -72,21 +78,24 @@ func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, e
 	if ch == nil {
 		ch = &channel{ready: make(chan struct{})}
 		h.waiting[name] = ch
-		h.unconfirmed[name]++
 		// The connection belongs to the Client, not to this wait.
 		ctx := context.Background()
 		if h.sharded {
 			// A connection to the channel's node; go-redis subscribes as
 			// it connects.
 			ch.conn = h.open(h.rdb.SSubscribe(ctx, name))
+			h.unconfirmed[subscription{ch.conn, name}]++
 		} else {
 			if h.shared == nil {
 				h.shared = h.open(h.rdb.Subscribe(ctx))
 			}
 			ch.conn = h.shared
-			// An error here is a broken connection; go-redis resubscribes
-			// on reconnect and the waiter's timer covers the gap.
-			_ = h.shared.Subscribe(ctx, name)
+			// An error is a broken connection: go-redis subscribes again
+			// when it reconnects (that confirmation then makes the
+			// waiters check), and the waiter's timer covers the gap.
+			if h.shared.Subscribe(ctx, name) == nil {
+				h.unconfirmed[subscription{ch.conn, name}]++
+			}
 		}
 	}
 	w := &waiter{name: name, token: token, need: need, ready: ch.ready, wake: wake}
@@ -124,7 +133,7 @@ func (h *hub) leave(w *waiter) {
 	if h.sharded {
 		// Its receive loop ends when the connection is closed.
 		_ = ch.conn.Close()
-		delete(h.unconfirmed, w.name)
+		delete(h.unconfirmed, subscription{ch.conn, w.name})
 		return
 	}
 	_ = h.shared.Unsubscribe(context.Background(), w.name)
@@ -197,22 +206,28 @@ func (h *hub) receive(c *redis.PubSub, msgs <-chan any) {
 	}
 }
 
+// confirmed handles the confirmation of a subscription to a channel. Once
+// the last SUBSCRIBE sent for it is confirmed, every release from then on
+// reaches this hub, so the channel's waiters check the lock: the first
+// time (ready closes) and after every resubscription that go-redis makes
+// when it reconnects (a release published while the connection was down
+// was lost).
 func (h *hub) confirmed(c *redis.PubSub, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	s := subscription{c, name}
+	if n := h.unconfirmed[s]; n > 1 {
+		h.unconfirmed[s] = n - 1
+		return // a later SUBSCRIBE is still on its way
+	}
+	delete(h.unconfirmed, s)
 	ch := h.waiting[name]
 	if ch == nil || ch.conn != c {
-		return // an old connection's news
+		return // nobody waits (an old subscription's news)
 	}
-	if n := h.unconfirmed[name]; n > 1 {
-		h.unconfirmed[name] = n - 1
-		return
-	}
-	// The last SUBSCRIBE sent is confirmed (or this is a resubscription
-	// after a reconnect): every release from now on reaches us.
-	delete(h.unconfirmed, name)
 	select {
 	case <-ch.ready:
+		ch.wake("") // a resubscription: everybody checks again
 	default:
 		close(ch.ready)
 	}

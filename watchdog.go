@@ -161,7 +161,7 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	calls := make([]call, 0, len(rs)) // the scripts among them, to batch
 	shortest := rs[0].ttl
 	for i, r := range rs {
-		ops[i] = r.h.p.renew(r.h.token, r.ttl)
+		ops[i] = r.h.p.renew(r.h.token, r.ttl, false)
 		if cl, ok := ops[i].(call); ok {
 			calls = append(calls, cl)
 		}
@@ -220,15 +220,19 @@ func (w *watchdog) apply(rs []renewal) {
 	}
 }
 
-// shutdown ends every lease still held: with the watchdog gone nothing
-// renews them.
+// shutdown ends every lease still held (with the watchdog gone nothing
+// would renew them), then releases them in Redis: each holder is told
+// before anybody else can take its lock.
 func (w *watchdog) shutdown() {
 	w.mu.Lock()
 	w.closed = true
 	hs := w.holds
 	w.holds = map[*hold]struct{}{}
 	w.mu.Unlock()
+	ended := make([]*hold, 0, len(hs))
 	for h := range hs {
 		h.end(ErrClosed)
+		ended = append(ended, h)
 	}
+	w.c.releaseAll(ended)
 }

@@ -4,24 +4,40 @@
 -- KEYS[2]  readers: token -> hold expiry (server ms)
 -- ARGV[1]  owner token
 -- ARGV[2]  'r' for a read hold, 'w' for the write hold
--- ARGV[3]  new lease TTL in milliseconds
+-- ARGV[3]  lease TTL in milliseconds
+-- ARGV[4]  '1' to set the hold's TTL to exactly ARGV[3] (Extend); '0' to
+--          make it at least that (a watchdog renewal, which must not
+--          shorten what an Extend lengthened)
 --
 -- Returns  1 renewed, 0 the caller holds nothing (its hold expired or was
 --          taken away): its lease is lost
 local lock, readers, tok, side, ttl = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local exact = ARGV[4] == '1'
 if redis.call('HEXISTS', lock, side .. ':' .. tok) == 0 then
   return 0
 end
+local now = now_ms()
 if side == 'r' then
-  local now = now_ms()
   local until_ms = tonumber(redis.call('ZSCORE', readers, tok) or '0')
   if until_ms <= now then
     return 0
   end
-  redis.call('ZADD', readers, now + ttl, tok)
+  if exact or now + ttl > until_ms then
+    redis.call('ZADD', readers, now + ttl, tok)
+  end
   stretch(readers, ttl)
   stretch(lock, ttl)
   return 1
 end
-redis.call('PEXPIRE', lock, math.max(redis.call('PTTL', lock), ttl))
+if not exact then
+  stretch(lock, ttl)
+  return 1
+end
+-- The write hold's TTL is the hash's; read holds of the same owner (a
+-- writer reading inside its write hold) keep theirs.
+local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+if last[2] then
+  ttl = math.max(ttl, tonumber(last[2]) - now)
+end
+redis.call('PEXPIRE', lock, ttl)
 return 1

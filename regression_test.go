@@ -1,0 +1,394 @@
+package dlock_test
+
+// Regression tests for the holes in exclusion and liveness found by tests
+// written from outside (issue 7). Each one failed on the code before its
+// fix.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Extend to far more than the TTL while a watchdog renewal is in flight:
+// the renewal must not shorten the lease again on the server, or the key
+// expires while the lease still reports itself held.
+func TestExtendRacingRenewalNeverShortens(t *testing.T) {
+	ctx := context.Background()
+	holder, other := client(t), client(t)
+	const n = 300
+	base := lockName(t)
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		leases[i] = mustLock(t, holder.Mutex(fmt.Sprintf("%s-%d", base, i)), ctx, dlock.WithTTL(60*time.Millisecond))
+	}
+	// Extend them spread over a few renewal periods, so that many meet a
+	// renewal in flight.
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < n; i += 4 {
+				_ = leases[i].Extend(ctx, 10*time.Second) // a lost lease may fail: checked below
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(200 * time.Millisecond) // three times the old TTL: a shortened key is gone
+	twice := 0
+	for i, l := range leases {
+		if l.Err() != nil {
+			continue // lost and told: allowed
+		}
+		if o, err := other.Mutex(l.Name()).TryLock(ctx); err == nil {
+			twice++
+			if twice <= 3 {
+				t.Errorf("lease %d still reports itself held, but another owner got the lock (fence %d after %d)", i, o.Fence(), l.Fence())
+			}
+			_ = o.Unlock(ctx)
+		} else if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
+	}
+	if twice > 0 {
+		t.Fatalf("%d of %d locks granted twice after Extend", twice, n)
+	}
+	for _, l := range leases {
+		_ = l.Unlock(ctx)
+	}
+}
+
+// The same race on the primitives whose holds have their own expiry in
+// Redis (semaphore permits, read holds).
+func TestExtendRacingRenewalOtherKinds(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	const n = 100
+	base := lockName(t)
+	ttl := dlock.WithTTL(60 * time.Millisecond)
+	type held struct {
+		l     *dlock.Lease
+		probe func() error // nil when the hold is still there
+	}
+	var hs []held
+	for i := range n {
+		s := c.Semaphore(fmt.Sprintf("%s-s%d", base, i), 1)
+		hs = append(hs, held{mustAcquire(t, s, 1, ttl), func() error {
+			l, err := s.TryAcquire(ctx, 1)
+			if err == nil {
+				_ = l.Unlock(ctx)
+				return errors.New("a permit was free")
+			}
+			return nil
+		}})
+		rw := c.RWMutex(fmt.Sprintf("%s-r%d", base, i))
+		hs = append(hs, held{mustLock(t, rw.RLocker(), ctx, ttl), func() error {
+			l, err := rw.TryLock(ctx)
+			if err == nil {
+				_ = l.Unlock(ctx)
+				return errors.New("a writer got in")
+			}
+			return nil
+		}})
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < len(hs); i += 4 {
+				_ = hs[i].l.Extend(ctx, 10*time.Second)
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(200 * time.Millisecond)
+	bad := 0
+	for _, h := range hs {
+		if h.l.Err() != nil {
+			continue
+		}
+		if err := h.probe(); err != nil {
+			bad++
+			if bad <= 3 {
+				t.Errorf("%s: still reports itself held, but %v", h.l.Name(), err)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d holds shortened by a renewal after Extend", bad, len(hs))
+	}
+	for _, h := range hs {
+		_ = h.l.Unlock(ctx)
+	}
+}
+
+// An Unlock that fails (its ctx had already ended) ends the lease, stops
+// its renewal, and frees the lock in the background: another client gets
+// it long before the TTL.
+func TestFailedUnlockDoesNotPin(t *testing.T) {
+	for _, kind := range allKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, b := client(t), client(t)
+			name := lockName(t)
+			l, err := kind.lock(a, name, ctx, dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			if err := l.Unlock(ended); err == nil {
+				t.Fatal("Unlock with an ended context reported success")
+			}
+			if !errors.Is(l.Err(), dlock.ErrUnlocked) {
+				t.Fatalf("after a failed Unlock, Err = %v; want ErrUnlocked", l.Err())
+			}
+			// Freed by the background release, not by the 10 s TTL.
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer wcancel()
+			l2, err := kind.lock(b, name, wctx)
+			if err != nil {
+				t.Fatalf("another client could not take the lock after the failed Unlock: %v", err)
+			}
+			unlock(t, l2)
+		})
+	}
+}
+
+// An Unlock that fails because Redis is unreachable is retried in the
+// background once Redis answers again.
+func TestUnlockDuringOutageRetriedInBackground(t *testing.T) {
+	ctx := context.Background()
+	rdb, p := proxied(t, 0)
+	a := newClient(t, rdb)
+	b := client(t)
+	name := lockName(t)
+	l := mustLock(t, a.Mutex(name), ctx, dlock.WithTTL(10*time.Second))
+	p.SetDown(true)
+	uctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := l.Unlock(uctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Unlock through a downed link reported success")
+	}
+	p.SetDown(false)
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	l2, err := b.Mutex(name).Lock(wctx)
+	if err != nil {
+		t.Fatalf("the lock was not freed once Redis answered again: %v", err)
+	}
+	unlock(t, l2)
+}
+
+// Lock calls that give up at once must not leave the wake-up machinery
+// thinking a later subscription is not yet confirmed.
+func TestNoLostWakeUpAfterWaitersGiveUp(t *testing.T) {
+	ctx := context.Background()
+	a := client(t)
+	m := a.Mutex(lockName(t), dlock.WithTTL(10*time.Second))
+	for round := range 10 {
+		holder := mustLock(t, m, ctx)
+		for i := range 5 {
+			gctx, cancel := context.WithTimeout(ctx, time.Duration(50+400*i)*time.Microsecond)
+			if l, err := m.Lock(gctx); err == nil {
+				t.Fatalf("a Lock got a held lock: %v", l)
+			}
+			cancel()
+		}
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Second) // far below the 10 s lease
+			defer cancel()
+			l, err := m.Lock(wctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(time.Duration(round%3) * time.Millisecond) // unlock before, at, or after the waiter subscribes
+		unlock(t, holder)
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: the waiter did not get the free lock: %v", round, err)
+		}
+	}
+}
+
+// After the pub/sub connection is killed and go-redis resubscribes, every
+// waiter re-checks: a release published while the connection was down is
+// not lost for the holder's whole TTL.
+func TestWakeUpAcrossPubSubReconnect(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t, srv)
+	a, b := client(t), client(t)
+	for _, kind := range []lockKind{allKinds[0], allKinds[4]} { // Mutex, Semaphore
+		t.Run(kind.name, func(t *testing.T) {
+			name := lockName(t)
+			holder, err := kind.lock(b, name, ctx, dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting := make(chan struct{})
+			got := make(chan error, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				close(waiting)
+				l, err := kind.lock(a, name, wctx, dlock.WithTTL(10*time.Second))
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			<-waiting
+			waitForSubscribers(t, admin, 1)
+			if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, holder) // published while nobody is subscribed
+			if err := <-got; err != nil {
+				t.Fatalf("the waiter did not get the lock released during the reconnect: %v", err)
+			}
+		})
+	}
+}
+
+// waitForSubscribers waits until the server has at least n pub/sub
+// channels with subscribers.
+func waitForSubscribers(t *testing.T, admin *redis.Client, n int) {
+	t.Helper()
+	for range 500 {
+		chs, err := admin.PubSubChannels(context.Background(), "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chs) >= n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no subscriber appeared")
+}
+
+// Close releases what the Client still holds, so another client gets it at
+// once, not after the TTL.
+func TestCloseReleasesHeldLocks(t *testing.T) {
+	ctx := context.Background()
+	for _, kind := range allKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			rdb := newRedis(t, srv)
+			a, err := dlock.New(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := client(t)
+			name := lockName(t)
+			l, err := kind.lock(a, name, ctx, dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(l.Err(), dlock.ErrClosed) {
+				t.Fatalf("after Close, Err = %v; want ErrClosed", l.Err())
+			}
+			l2, err := kind.probe(b, name, ctx)
+			if err != nil {
+				t.Fatalf("after the holder's Client closed, the lock is still held: %v", err)
+			}
+			unlock(t, l2)
+		})
+	}
+}
+
+// Token and every other Lease method work on the lease LockAll returns.
+func TestSetLeaseMethods(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	base := lockName(t)
+	set, err := dlock.LockAll(ctx, c.Mutex(base+"-a"), c.RWMutex(base+"-b"), c.FairMutex(base+"-c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := set.Parts()
+	if set.Token() != parts[0].Token() || set.Token() == "" {
+		t.Fatalf("set Token %q; want its first part's %q", set.Token(), parts[0].Token())
+	}
+	if set.Fence() != parts[0].Fence() {
+		t.Fatalf("set Fence %d; want %d", set.Fence(), parts[0].Fence())
+	}
+	if err := set.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := set.TTL(ctx); err != nil || d <= 30*time.Second {
+		t.Fatalf("set TTL = %v, %v", d, err)
+	}
+	if set.Err() != nil || set.Name() == "" || set.Context(ctx).Err() != nil {
+		t.Fatal("a held set reports itself ended")
+	}
+	unlock(t, set)
+	if !errors.Is(set.Err(), dlock.ErrUnlocked) {
+		t.Fatalf("after Unlock, Err = %v", set.Err())
+	}
+	select {
+	case <-set.Done():
+	default:
+		t.Fatal("Done not closed after Unlock")
+	}
+}
+
+// lockKind is one kind of lock, taken through its own API.
+type lockKind struct {
+	name string
+	lock func(c *dlock.Client, name string, ctx context.Context, opts ...dlock.LockOption) (*dlock.Lease, error)
+	// probe makes one attempt at an acquire that the kind's hold excludes
+	// (for a read hold: a writer's).
+	probe func(c *dlock.Client, name string, ctx context.Context) (*dlock.Lease, error)
+}
+
+// allKinds are the exclusive-or-counted kinds: Mutex, FairMutex, the two
+// sides of an RWMutex, and a Semaphore of one permit.
+var allKinds = []lockKind{
+	{"Mutex",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.Mutex(n).Lock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.Mutex(n).TryLock(ctx)
+		}},
+	{"FairMutex",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.FairMutex(n).Lock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.FairMutex(n).TryLock(ctx)
+		}},
+	{"RWMutex.RLock",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.RWMutex(n).RLock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(n).TryLock(ctx)
+		}},
+	{"RWMutex.Lock",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.RWMutex(n).Lock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(n).TryLock(ctx)
+		}},
+	{"Semaphore",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.Semaphore(n, 1).Acquire(ctx, 1, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.Semaphore(n, 1).TryAcquire(ctx, 1)
+		}},
+}
