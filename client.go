@@ -134,5 +134,5 @@ func (c *Client) Close() error {
 // closed reports whether Close has been called.
 func (c *Client) closed() bool { return c.life.Err() != nil }
 
-// keys returns the Redis names of the lock called name.
-func (c *Client) keys(name string) keys { return newKeys(c.prefix, name) }
+// keys returns the Redis names of the lock of kind kd called name.
+func (c *Client) keys(kd kind, name string) keys { return newKeys(c.prefix, kd, name) }

@@ -4,24 +4,43 @@ import (
 	"strings"
 )
 
+// kind is a family of locks that share a layout in Redis. Each kind has
+// its own names, so that locks of different kinds called alike are
+// different locks and never read each other's keys (a Semaphore("x")
+// does not count a Mutex("x") holder as a permit, nor meet a WRONGTYPE).
+// Mutex and FairMutex are one kind: one lock, which both can take.
+type kind string
+
+const (
+	kindMutex     kind = ""      // <prefix>:{<name>}...   Mutex, FairMutex
+	kindRW        kind = "rw"    // <prefix>:{<name>}:rw...  RWMutex
+	kindSemaphore kind = "sem"   // <prefix>:{<name>}:sem... Semaphore
+	kindLatch     kind = "latch" // <prefix>:{<name>}:latch... Latch
+)
+
 // keys names everything one lock uses in Redis. All of it carries the same
 // hash tag, {<escaped name>}, so that on a Redis Cluster the lock's keys and
-// its channel live in one slot and one script may touch them all.
+// its channel live in one slot and one script may touch them all. Below,
+// <lock> is <prefix>:{<name>} for a mutex and <prefix>:{<name>}:<kind> for
+// the other kinds.
 type keys struct {
 	name    string // the user's lock name, for messages
-	lock    string // <prefix>:{<name>}        the lock itself
-	fence   string // <prefix>:{<name>}:fence  fencing counter, never expires
-	channel string // <prefix>:{<name>}:ch     release notifications
-	queue   string // <prefix>:{<name>}:queue  waiters: token -> arrival
-	alive   string // <prefix>:{<name>}:alive  waiters: token -> place expiry
-	readers string // <prefix>:{<name>}:readers  RWMutex: reader -> hold expiry
-	leases  string // <prefix>:{<name>}:leases   Semaphore: holder -> hold expiry
-	permits string // <prefix>:{<name>}:permits  Semaphore: capacity, never expires
-	ids     string // <prefix>:{<name>}:ids      Latch: ids that counted down
+	lock    string // <lock>          the lock itself
+	fence   string // <lock>:fence    fencing counter, never expires
+	channel string // <lock>:ch       release notifications
+	queue   string // <lock>:queue    waiters: token -> arrival
+	alive   string // <lock>:alive    waiters: token -> place expiry
+	readers string // <lock>:readers  RWMutex: reader -> hold expiry
+	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
+	permits string // <lock>:permits  Semaphore: capacity, never expires
+	ids     string // <lock>:ids      Latch: ids that counted down
 }
 
-func newKeys(prefix, name string) keys {
+func newKeys(prefix string, kd kind, name string) keys {
 	base := prefix + ":{" + escapeTag(name) + "}"
+	if kd != kindMutex {
+		base += ":" + string(kd)
+	}
 	return keys{
 		name:    name,
 		lock:    base,
@@ -49,7 +68,7 @@ func validPrefix(p string) bool {
 	return p != "" && !strings.ContainsAny(p, "{}")
 }
 
-// Keys are the Redis names of a lock, for tools that inspect or
+// Keys are the Redis names of a Mutex (or FairMutex), for tools that inspect or
 // administer locks by hand (cmd/dlock does) and for ACL rules. All of them
 // share the hash tag {<escaped name>}: '%', '{' and '}' in the name are
 // escaped as %25, %7B and %7D.
@@ -59,7 +78,7 @@ type Keys struct {
 	Channel string // the pub/sub channel releases are published on
 }
 
-// KeysOf returns the Keys of the lock called name, as a Client made
+// KeysOf returns the Keys of the Mutex called name, as a Client made
 // WithPrefix(prefix) names them. It returns an error matching
 // ErrInvalidArgument for an empty name, or a prefix that New refuses.
 func KeysOf(prefix, name string) (Keys, error) {
@@ -69,6 +88,6 @@ func KeysOf(prefix, name string) (Keys, error) {
 	if name == "" {
 		return Keys{}, invalid("empty lock name")
 	}
-	k := newKeys(prefix, name)
+	k := newKeys(prefix, kindMutex, name)
 	return Keys{Lock: k.lock, Fence: k.fence, Channel: k.channel}, nil
 }

@@ -11,7 +11,7 @@ import (
 func TestKeysShareOneSlot(t *testing.T) {
 	names := []string{"orders/42", "{", "}", "a}b", "{x}", "%7D", "with space", "new\nline", "日本"} // "" is refused by Lock
 	for _, n := range names {
-		k := newKeys("p", n)
+		k := newKeys("p", kindRW, n)
 		s := redistest.KeySlot(k.lock)
 		if redistest.KeySlot(k.fence) != s || redistest.KeySlot(k.channel) != s {
 			t.Errorf("name %q: keys %q %q %q in different slots", n, k.lock, k.fence, k.channel)
@@ -81,6 +81,26 @@ func TestKeysOf(t *testing.T) {
 	for _, bad := range [][2]string{{"", "x"}, {"a{", "x"}, {"app", ""}} {
 		if _, err := KeysOf(bad[0], bad[1]); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("KeysOf(%q, %q): %v", bad[0], bad[1], err)
+		}
+	}
+}
+
+// Each kind of lock has its own keys: locks of different kinds called
+// alike never touch each other's keys.
+func TestKindsHaveDisjointKeys(t *testing.T) {
+	kinds := []kind{kindMutex, kindRW, kindSemaphore, kindLatch}
+	all := func(k keys) []string {
+		return []string{k.lock, k.fence, k.channel, k.queue, k.alive, k.readers, k.leases, k.permits, k.ids}
+	}
+	owner := map[string]kind{}
+	for _, kd := range kinds {
+		for _, name := range []string{"x", "x:rw", "x}:rw"} {
+			for _, key := range all(newKeys("p", kd, name)) {
+				if o, ok := owner[key]; ok && o != kd {
+					t.Errorf("key %q is used by kinds %q and %q", key, o, kd)
+				}
+				owner[key] = kd
+			}
 		}
 	}
 }

@@ -28,7 +28,7 @@ type Latch struct {
 
 // Latch returns the handle of the count-down latch called name.
 func (c *Client) Latch(name string) *Latch {
-	return &Latch{c: c, k: c.keys(name)}
+	return &Latch{c: c, k: c.keys(kindLatch, name)}
 }
 
 // Name returns the latch's name.

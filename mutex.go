@@ -29,7 +29,7 @@ type Mutex struct {
 // non-ASCII text are fine. opts set the handle's defaults for Lock and
 // TryLock: renewal every TTL/3 with a 30 s TTL unless they say otherwise.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
-	return &Mutex{c: c, k: c.keys(name), opts: opts}
+	return &Mutex{c: c, k: c.keys(kindMutex, name), opts: opts}
 }
 
 // Name returns the lock's name.

@@ -39,7 +39,7 @@ type RWMutex struct {
 // the handle's defaults for every acquire (WithTTL, WithLease,
 // WithQueueTTL, WithReaderPreference).
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
-	return &RWMutex{c: c, k: c.keys(name), opts: opts}
+	return &RWMutex{c: c, k: c.keys(kindRW, name), opts: opts}
 }
 
 // Name returns the lock's name.

@@ -32,7 +32,7 @@ type Semaphore struct {
 // capacity is permits unless the semaphore already has one in Redis.
 // opts set the handle's defaults (WithTTL, WithLease).
 func (c *Client) Semaphore(name string, permits int, opts ...LockOption) *Semaphore {
-	return &Semaphore{c: c, k: c.keys(name), permits: permits, opts: opts}
+	return &Semaphore{c: c, k: c.keys(kindSemaphore, name), permits: permits, opts: opts}
 }
 
 // Name returns the semaphore's name.
