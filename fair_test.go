@@ -29,9 +29,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // queueLen returns a function reporting the length of a fair lock's queue.
 func queueLen(rdb *redis.Client, name string) func() int64 {
-	return func() int64 {
-		return rdb.ZCard(context.Background(), "dlock:{"+name+"}:queue").Val()
-	}
+	return queueLenOf(rdb, "dlock:{"+name+"}:queue")
+}
+
+// queueLenOf returns a function reporting the length of the queue at key.
+func queueLenOf(rdb *redis.Client, key string) func() int64 {
+	return func() int64 { return rdb.ZCard(context.Background(), key).Val() }
 }
 
 func TestFairFIFOAcrossProcesses(t *testing.T) {

@@ -127,7 +127,7 @@ func TestRWWaitingWriterBlocksNewReaders(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	admin := newRedis(t, srv)
-	qlen := queueLen(admin, name)
+	qlen := queueLenOf(admin, "dlock:{"+name+"}:rw:queue")
 	r1 := mustLock(t, client(t).RWMutex(name).RLocker(), ctx)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
