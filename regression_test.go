@@ -461,3 +461,114 @@ func TestKindsOnOneName(t *testing.T) {
 	}
 	unlock(t, held)
 }
+
+// Fences past 2^53 (where Lua's numbers stop being exact) still come back
+// exact and strictly increasing, for every kind that hands them out.
+func TestFencesPast2Pow53(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	admin := newRedis(t, srv)
+	const start = 1<<53 - 2
+	for _, kind := range allKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			name := lockName(t)
+			// Find the kind's fence counter: the one key named *fence
+			// that its first acquisition makes.
+			l, err := kind.lock(c, name, ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, l)
+			keys, err := admin.Keys(ctx, "dlock:{"+name+"}*fence").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("fence keys %v, %v", keys, err)
+			}
+			admin.Set(ctx, keys[0], start, 0)
+			for i := int64(1); i <= 4; i++ {
+				l, err := kind.lock(c, name, ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Fence() != start+i {
+					t.Errorf("acquisition %d: fence %d, want %d", i, l.Fence(), start+i)
+				}
+				// Re-entry returns the same fence, exactly.
+				if kind.name != "Semaphore" {
+					in, err := kind.lock(c, name, l.Context(ctx))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if in.Fence() != l.Fence() {
+						t.Errorf("re-entry: fence %d, want %d", in.Fence(), l.Fence())
+					}
+					unlock(t, in)
+				}
+				unlock(t, l)
+			}
+		})
+	}
+	t.Run("LockAll", func(t *testing.T) {
+		a, b := c.Mutex(lockName(t)+"-a"), c.Mutex(lockName(t)+"-b")
+		for _, m := range []*dlock.Mutex{a, b} {
+			k, _ := dlock.KeysOf("dlock", m.Name())
+			admin.Set(ctx, k.Fence, start, 0)
+		}
+		for i := int64(1); i <= 3; i++ {
+			set, err := dlock.LockAll(ctx, a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range set.Parts() {
+				if p.Fence() != start+i {
+					t.Errorf("%s: fence %d, want %d", p.Name(), p.Fence(), start+i)
+				}
+			}
+			unlock(t, set)
+		}
+	})
+}
+
+// A semaphore's capacity and a request are bounded where the server's
+// arithmetic is exact: beyond, a clear error, never an over-grant.
+func TestSemaphoreCapacityBound(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	for _, capacity := range []int{1 << 53, 1<<53 + 1, 1 << 62} {
+		if _, err := c.Semaphore(lockName(t), capacity).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("capacity %d: %v; want ErrInvalidArgument", capacity, err)
+		}
+		if err := c.Semaphore(lockName(t), 2).SetPermits(ctx, capacity); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("SetPermits(%d): %v; want ErrInvalidArgument", capacity, err)
+		}
+	}
+	s := c.Semaphore(lockName(t), dlock.MaxPermits)
+	a := mustAcquire(t, s, dlock.MaxPermits-1)
+	b := mustAcquire(t, s, 1)
+	if l, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("a permit beyond the capacity %d: %v %v", dlock.MaxPermits, l, err)
+	}
+	unlock(t, a)
+	unlock(t, b)
+}
+
+// RedLock's fence write-back compares fences past 2^53 exactly.
+func TestQuorumFencesPast2Pow53(t *testing.T) {
+	ctx := context.Background()
+	_, nodes := quorumNodes(t, 3)
+	c := quorumClient(t, nodes)
+	name := lockName(t)
+	k, _ := dlock.KeysOf("dlock", name)
+	const base = 1 << 53
+	for i, v := range []int64{base + 3, base + 1, base + 1} {
+		nodes[i].Set(ctx, k.Fence, v, 0)
+	}
+	want := int64(base + 4)
+	for range 3 {
+		l := mustLock(t, c.Mutex(name), ctx)
+		if l.Fence() != want {
+			t.Fatalf("fence %d, want %d", l.Fence(), want)
+		}
+		unlock(t, l)
+		want++
+	}
+}

@@ -37,7 +37,7 @@ func loadScript(names ...string) script {
 }
 
 var (
-	lockScript   = loadScript("lock.lua")
+	lockScript   = loadScript("lib.lua", "lock.lua")
 	unlockScript = loadScript("unlock.lua")
 	renewScript  = loadScript("lib.lua", "renew.lua")
 	ttlScript    = loadScript("ttl.lua")
@@ -61,7 +61,7 @@ var (
 	latchSetScript  = loadScript("latch_set.lua")
 	latchDownScript = loadScript("latch_down.lua")
 
-	lockAllScript  = loadScript("lock_all.lua")
+	lockAllScript  = loadScript("lib.lua", "lock_all.lua")
 	fenceMaxScript = loadScript("fence_max.lua")
 )
 

@@ -28,6 +28,11 @@ type Semaphore struct {
 	opts    []LockOption
 }
 
+// MaxPermits is the largest capacity of a Semaphore, and so the most
+// permits one Acquire can ask for: 2^52, below which the server's
+// arithmetic on permits (Lua numbers are doubles) stays exact.
+const MaxPermits = 1 << 52
+
 // Semaphore returns the handle of the semaphore called name, whose
 // capacity is permits unless the semaphore already has one in Redis.
 // opts set the handle's defaults (WithTTL, WithLease).
@@ -61,8 +66,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	if n < 1 {
-		return nil, invalid("semaphore %q: %d permits asked for; want at least 1", s.k.name, n)
+	if n < 1 || n > MaxPermits {
+		return nil, invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", s.k.name, n)
 	}
 	cfg := defaultLock.with(s.opts).with(opts)
 	if err := cfg.validate(); err != nil {
@@ -98,10 +103,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if err := s.c.singleNode("Semaphore"); err != nil {
 		return err
 	}
-	if s.permits < 1 {
-		return invalid("semaphore %q: capacity %d; want at least 1", s.k.name, s.permits)
-	}
-	return nil
+	return validPermits(s.k.name, s.permits)
 }
 
 // SetPermits sets the capacity to n (at least 1), one round trip. Permits
@@ -115,8 +117,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if n < 1 {
-		return invalid("semaphore %q: capacity %d; want at least 1", s.k.name, n)
+	if err := validPermits(s.k.name, n); err != nil {
+		return err
 	}
 	_, _, err := s.info(ctx, n)
 	return err
@@ -147,6 +149,14 @@ func (s *Semaphore) info(ctx context.Context, set int) (capacity, used int, err 
 		return 0, 0, redisErr("permits", k.name, errors.New("unexpected script reply"))
 	}
 	return int(res[0]), int(res[1]), nil
+}
+
+// validPermits checks a capacity.
+func validPermits(name string, n int) error {
+	if n < 1 || n > MaxPermits {
+		return invalid("semaphore %q: capacity %d; want 1 to MaxPermits (2^52)", name, n)
+	}
+	return nil
 }
 
 // semProto is the Redis side of a semaphore hold.

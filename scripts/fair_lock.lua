@@ -21,7 +21,7 @@ local now = now_ms()
 if redis.call('HEXISTS', lock, token) == 1 then
   redis.call('PEXPIRE', lock, ttl)
   unqueue(queue, alive, token)
-  return {1, tonumber(redis.call('GET', fence) or '0')}
+  return {1, fence_at(fence)}
 end
 
 local dropped = purge(queue, alive, now)
@@ -31,7 +31,7 @@ if redis.call('EXISTS', lock) == 0 then
     redis.call('HSET', lock, token, 1)
     redis.call('PEXPIRE', lock, ttl)
     unqueue(queue, alive, token)
-    return {1, redis.call('INCR', fence)}
+    return {1, next_fence(fence)}
   end
   if dropped > 0 then
     -- the waiters ahead of first died: tell it its turn has come

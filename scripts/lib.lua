@@ -14,3 +14,21 @@ local function stretch(key, ttl)
     redis.call('PEXPIRE', key, ttl)
   end
 end
+
+-- Fences are returned exactly. Lua numbers are doubles, exact only below
+-- 2^53, so a counter at or past that is read back as the string Redis
+-- stores (Go parses either). Never do arithmetic on a fence here.
+
+-- next_fence INCRs the fence counter at key and returns the new value.
+local function next_fence(key)
+  local f = redis.call('INCR', key)
+  if f >= 9007199254740992 then
+    return redis.call('GET', key)
+  end
+  return f
+end
+
+-- fence_at is the fence counter at key as stored ('0' if unset).
+local function fence_at(key)
+  return redis.call('GET', key) or '0'
+end

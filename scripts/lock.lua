@@ -19,12 +19,12 @@ if count == 0 then
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('HSET', KEYS[1], ARGV[1], 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, redis.call('INCR', KEYS[2])}
+    return {1, next_fence(KEYS[2])}
   end
   if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     -- our own earlier call, retried after its reply was lost
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+    return {1, fence_at(KEYS[2])}
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
@@ -34,4 +34,4 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
 end
 redis.call('HSET', KEYS[1], ARGV[1], count)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+return {1, fence_at(KEYS[2])}

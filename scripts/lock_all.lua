@@ -22,11 +22,11 @@ for i = 1, n do
   local lock, fence, ttl = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
   if redis.call('HEXISTS', lock, tok) == 1 then
     redis.call('PEXPIRE', lock, ttl)
-    out[i + 1] = tonumber(redis.call('GET', fence) or '0')
+    out[i + 1] = fence_at(fence)
   else
     redis.call('HSET', lock, tok, 1)
     redis.call('PEXPIRE', lock, ttl)
-    out[i + 1] = redis.call('INCR', fence)
+    out[i + 1] = next_fence(fence)
   end
 end
 return out

@@ -27,7 +27,7 @@ if count > 0 then
   redis.call('ZADD', readers, now + ttl, tok)
   stretch(lock, ttl)
   stretch(readers, ttl)
-  return {1, tonumber(redis.call('HGET', lock, 'f:' .. tok))}
+  return {1, redis.call('HGET', lock, 'f:' .. tok)}
 end
 
 local function take(f)
@@ -42,13 +42,13 @@ local function take(f)
 end
 
 if redis.call('HEXISTS', lock, r) == 1 then
-  return take(tonumber(redis.call('HGET', lock, 'f:' .. tok)))
+  return take(redis.call('HGET', lock, 'f:' .. tok))
 end
 local mode = redis.call('HGET', lock, 'mode')
 if mode == 'write' then
   if redis.call('HEXISTS', lock, 'w:' .. tok) == 1 then
     -- a writer reading inside its own write hold: its fence
-    return take(tonumber(redis.call('HGET', lock, 'f:' .. tok)))
+    return take(redis.call('HGET', lock, 'f:' .. tok))
   end
   return {0, math.max(redis.call('PTTL', lock), 0)}
 end
@@ -63,4 +63,4 @@ if first and ARGV[4] ~= '1' then
   end
   return {0, wait}
 end
-return take(redis.call('INCR', fence))
+return take(next_fence(fence))

@@ -27,12 +27,12 @@ if count > 0 then
   end
   redis.call('HSET', lock, w, count)
   stretch(lock, ttl)
-  return {1, tonumber(redis.call('HGET', lock, 'f:' .. tok))}
+  return {1, redis.call('HGET', lock, 'f:' .. tok)}
 end
 if redis.call('HEXISTS', lock, w) == 1 then
   stretch(lock, ttl)
   unqueue(queue, alive, tok)
-  return {1, tonumber(redis.call('HGET', lock, 'f:' .. tok))}
+  return {1, redis.call('HGET', lock, 'f:' .. tok)}
 end
 
 local dropped = purge(queue, alive, now)
@@ -40,7 +40,7 @@ local first = head(queue)
 local mode = redis.call('HGET', lock, 'mode')
 if not mode then
   if first == nil or first == tok then
-    local f = redis.call('INCR', fence)
+    local f = next_fence(fence)
     redis.call('HSET', lock, 'mode', 'write', w, 1, 'f:' .. tok, f)
     redis.call('PEXPIRE', lock, ttl)
     unqueue(queue, alive, tok)

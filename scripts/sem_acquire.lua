@@ -22,7 +22,7 @@ if redis.call('HEXISTS', holders, 'p:' .. tok) == 1 then
   redis.call('ZADD', leases, now + ttl, tok)
   stretch(holders, ttl)
   stretch(leases, ttl)
-  return {1, tonumber(redis.call('HGET', holders, 'f:' .. tok))}
+  return {1, redis.call('HGET', holders, 'f:' .. tok)}
 end
 local cap = capacity(cap_key, ARGV[4])
 if n > cap then
@@ -36,7 +36,7 @@ if used(holders) + n > cap then
   end
   return {0, wait}
 end
-local f = redis.call('INCR', fence)
+local f = next_fence(fence)
 redis.call('HSET', holders, 'p:' .. tok, n, 'f:' .. tok, f)
 redis.call('ZADD', leases, now + ttl, tok)
 stretch(holders, ttl)

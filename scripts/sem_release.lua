@@ -15,6 +15,6 @@ end
 drop(KEYS[1], KEYS[2], ARGV[1])
 local free = tonumber(redis.call('GET', KEYS[3]) or '0') - used(KEYS[1])
 if free > 0 then
-  redis.call(ARGV[4], ARGV[3], 'free:' .. free)
+  redis.call(ARGV[4], ARGV[3], 'free:' .. string.format('%d', free))
 end
 return 1
