@@ -124,6 +124,9 @@ func (c *Client) Close() error {
 		c.cancel()
 		<-c.wd.done // it ends and releases the holds still there
 		c.waitReleases()
+		if c.q != nil {
+			c.q.stragglers.Wait()
+		}
 		for _, h := range c.hubs {
 			h.close()
 		}

@@ -18,6 +18,9 @@ import (
 type quorum struct {
 	nodes []Redis
 	quorumConfig
+	// stragglers are node calls still running after their operation was
+	// decided by a majority; Close waits for them.
+	stragglers sync.WaitGroup
 }
 
 // quorumConfig is what the quorum options set.
@@ -185,25 +188,35 @@ type tally struct {
 func (q *quorum) tally(cmds []*redis.Cmd, nodes []int, isOK func([]int64) bool) tally {
 	t := tally{vals: map[int][]int64{}}
 	for _, i := range nodes {
-		v, err := cmds[i].Int64Slice()
-		if err != nil {
-			// Replies that are a plain integer (renew, unlock, ttl).
-			if n, nerr := cmds[i].Int64(); nerr == nil {
-				v, err = []int64{n}, nil
-			}
-		}
-		if err != nil {
-			t.failed = append(t.failed, NodeError{i, err})
-			continue
-		}
-		t.vals[i] = v
-		if isOK(v) {
-			t.ok = append(t.ok, i)
-		} else {
-			t.no = append(t.no, i)
-		}
+		t.add(i, cmds[i], isOK)
 	}
 	return t
+}
+
+// add counts node's reply.
+func (t *tally) add(node int, cmd *redis.Cmd, isOK func([]int64) bool) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		// Replies that are a plain integer (renew, unlock, ttl).
+		if n, nerr := cmd.Int64(); nerr == nil {
+			v, err = []int64{n}, nil
+		}
+	}
+	switch {
+	case err != nil:
+		t.failed = append(t.failed, NodeError{node, err})
+	case isOK(v):
+		t.vals[node] = v
+		t.ok = append(t.ok, node)
+	default:
+		t.vals[node] = v
+		t.no = append(t.no, node)
+	}
+}
+
+// decided reports whether the tally's outcome can no longer change.
+func (q *quorum) decided(t tally) bool {
+	return len(t.ok) >= q.majority() || len(t.no) > len(q.nodes)-q.majority()
 }
 
 // outcome says what a tally means: yes (a majority did it), no (a
@@ -316,17 +329,80 @@ type quorumOp struct {
 }
 
 func (o quorumOp) run(ctx context.Context, _ Redis) *redis.Cmd {
-	q := o.p.q
-	nodes := q.all()
-	t := q.tally(q.fanout(ctx, nodes, o.mk), nodes, o.isOK)
-	ok, err := q.outcome(t, o.op, o.p.k.name)
-	cmd := redis.NewCmd(ctx)
-	if err != nil {
-		cmd.SetErr(err)
-	} else {
-		cmd.SetVal(o.fold(t, ok))
+	return o.p.q.runOps(ctx, []quorumOp{o})[0]
+}
+
+// errNoReplyYet stands for the reply of a node that had not answered when
+// a majority had decided.
+var errNoReplyYet = errors.New("no reply before the majority decided")
+
+// runOps runs quorum operations as one pipeline per node, on all nodes at
+// once, each bounded by the node timeout, and returns one folded reply per
+// operation. Renewals return as soon as every one is decided by a
+// majority: a hung node delays nothing once the others have answered, and
+// its calls are abandoned (Close waits for them to end). Other operations
+// (release, re-entry, TTL) wait for every node, so that a release has
+// reached every node that answers when Unlock returns.
+func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []*redis.Cmd {
+	type reply struct {
+		node int
+		cmds []*redis.Cmd
 	}
-	return cmd
+	replies := make(chan reply, len(q.nodes)) // stragglers never block
+	ctx, cancel := context.WithCancel(ctx)    // ends the stragglers
+	defer cancel()
+	for i, n := range q.nodes {
+		calls := make([]call, len(ops))
+		for j, o := range ops {
+			calls[j] = o.mk(i)
+		}
+		q.stragglers.Add(1)
+		go func() {
+			defer q.stragglers.Done()
+			nctx, cancel := context.WithTimeout(ctx, q.timeout)
+			defer cancel()
+			replies <- reply{i, runBatch(nctx, n, calls, replicaSync{})}
+		}()
+	}
+	ts := make([]tally, len(ops))
+	for j := range ts {
+		ts[j].vals = map[int][]int64{}
+	}
+	answered := make([]bool, len(q.nodes))
+	for range q.nodes {
+		r := <-replies
+		answered[r.node] = true
+		all := true
+		for j, o := range ops {
+			ts[j].add(r.node, r.cmds[j], o.isOK)
+			all = all && o.op == "renew" && q.decided(ts[j])
+		}
+		if all {
+			break
+		}
+	}
+	out := make([]*redis.Cmd, len(ops))
+	for j, o := range ops {
+		t := ts[j]
+		ok, err := q.outcome(t, o.op, o.p.k.name)
+		if err != nil {
+			if qe := (*QuorumError)(nil); errors.As(err, &qe) {
+				for i, done := range answered {
+					if !done {
+						qe.Failing = append(qe.Failing, NodeError{i, errNoReplyYet})
+					}
+				}
+			}
+		}
+		cmd := redis.NewCmd(ctx)
+		if err != nil {
+			cmd.SetErr(err)
+		} else {
+			cmd.SetVal(o.fold(t, ok))
+		}
+		out[j] = cmd
+	}
+	return out
 }
 
 func (p quorumProto) mutex() mutexProto { return mutexProto{p.k, p.publish} }
@@ -371,6 +447,19 @@ func (p quorumProto) ttl(token string) op {
 			slices.Reverse(left)
 			return left[p.q.majority()-1]
 		}}
+}
+
+// quorumOps returns ops as quorum operations, or nil if they are not.
+func quorumOps(ops []op) []quorumOp {
+	qops := make([]quorumOp, len(ops))
+	for i, o := range ops {
+		qo, ok := o.(quorumOp)
+		if !ok {
+			return nil
+		}
+		qops[i] = qo
+	}
+	return qops
 }
 
 // either is yes if ok, else no: a script's integer reply.

@@ -572,3 +572,36 @@ func TestQuorumFencesPast2Pow53(t *testing.T) {
 		want++
 	}
 }
+
+// With one of three RedLock masters hung, quorum leases are renewed by the
+// other two: renewals go to each node as one batch, side by side, and a
+// lease counts as renewed once a majority confirmed it.
+func TestQuorumRenewalsPastAHungNode(t *testing.T) {
+	ctx := context.Background()
+	servers, nodes := quorumNodes(t, 3)
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(500*time.Millisecond))
+	const n = 30
+	base := lockName(t)
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		leases[i] = mustLock(t, c.Mutex(fmt.Sprintf("%s-%d", base, i)), ctx, dlock.WithTTL(2*time.Second))
+	}
+	hung := servers[2].Client()
+	defer hung.Close()
+	if err := hung.Do(ctx, "DEBUG", "SLEEP", "4").Err(); err != nil { // blocks the node for 4 s
+		t.Fatal(err)
+	}
+	// Two TTLs have passed with one node hung.
+	lost := 0
+	for _, l := range leases {
+		if l.Err() != nil {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d quorum leases lost while a majority of nodes was healthy", lost, n)
+	}
+	for _, l := range leases {
+		unlock(t, l)
+	}
+}

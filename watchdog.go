@@ -175,6 +175,8 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	_, cluster := w.c.rdb.(*redis.ClusterClient)
 	if len(calls) == len(ops) && !(cluster && w.c.sync.replicas > 0) {
 		cmds = runBatch(bctx, w.c.rdb, calls, w.c.sync)
+	} else if qops := quorumOps(ops); qops != nil {
+		cmds = w.c.q.runOps(bctx, qops) // one batch per node, all nodes at once
 	} else {
 		// Transactions (no scripts) cannot share a pipeline, and on a
 		// cluster WAIT must follow each write on its node's connection.
