@@ -193,7 +193,7 @@ func TestNoLostWakeUpAfterWaitersGiveUp(t *testing.T) {
 	ctx := context.Background()
 	a := client(t)
 	m := a.Mutex(lockName(t), dlock.WithTTL(10*time.Second))
-	for round := range 10 {
+	for round := range 200 {
 		holder := mustLock(t, m, ctx)
 		for i := range 5 {
 			gctx, cancel := context.WithTimeout(ctx, time.Duration(50+400*i)*time.Microsecond)
@@ -212,7 +212,9 @@ func TestNoLostWakeUpAfterWaitersGiveUp(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(time.Duration(round%3) * time.Millisecond) // unlock before, at, or after the waiter subscribes
+		// Unlock before, while or after the waiter subscribes: a sweep
+		// through the window between its first attempt and its SUBSCRIBE.
+		time.Sleep(time.Duration(round%20) * 50 * time.Microsecond)
 		unlock(t, holder)
 		if err := <-got; err != nil {
 			t.Fatalf("round %d: the waiter did not get the free lock: %v", round, err)
