@@ -52,7 +52,12 @@
 //   - Owners are 128-bit random tokens: nobody releases or extends a lock
 //     it does not hold.
 //   - Fencing tokens (Lease.Fence) increase strictly from one owner of a
-//     lock name to the next; the counter never expires.
+//     lock name to the next; the counter never expires. They are exact up
+//     to 2^63−1 (past 2^53 the scripts return them as strings, not as
+//     Lua's rounded numbers).
+//   - Each kind of lock has its own keys: Mutex (and FairMutex, one lock
+//     with it), RWMutex, Semaphore and Latch called by the same name are
+//     different locks and never read each other's state.
 //   - A lease ends, closing Done and cancelling its Context, when a renewal
 //     finds the lock gone or someone else's, or when no renewal has been
 //     confirmed by its local deadline: the start of the last confirmed
@@ -64,6 +69,22 @@
 //     and a retried acquire that had already succeeded reports success.
 //     An acquire that fails or is cancelled with its outcome unknown
 //     releases what it may have taken before returning.
+//   - A watchdog renewal only ever lengthens a lease on the server; Extend
+//     sets it. So a renewal still in flight when Extend ran never shortens
+//     the lease behind its holder's back.
+//
+// Liveness: a lock is not held, and a waiter does not sleep, longer than
+// the holder's lease:
+//
+//   - Unlock ends the lease whatever it returns, and stops its renewal; a
+//     release that failed (ctx ended, Redis unreachable) is retried in the
+//     background until Redis answers or the TTL has passed.
+//   - Client.Close ends every lease it still has (holders are told first)
+//     and releases them, bounded to about two seconds.
+//   - A waiter re-checks the lock once its subscription is confirmed and
+//     again after every resubscription (a pub/sub reconnect), so a release
+//     published while it was not listening is not missed; a lost message
+//     still costs at most the holder's remaining lease.
 //
 // # Failure model
 //

@@ -12,7 +12,7 @@ import (
 // or on their own when its holder stops renewing them (a crashed holder
 // does not leak permits).
 //
-// The capacity lives in Redis ("<prefix>:{<name>}:permits", never
+// The capacity lives in Redis ("<prefix>:{<name>}:sem:permits", never
 // expires). The permits given to Client.Semaphore set it only if the
 // semaphore has none yet; SetPermits changes it.
 //
