@@ -30,6 +30,8 @@ type hold struct {
 	deadline  time.Time     // local: the lease may be gone after this
 	nextRenew time.Time     // when the watchdog renews it next
 	renewing  bool          // a renewal of it is in flight
+	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
+	deadlineAt, renewAt slot
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	epoch     int           // bumped by Extend: older renewals confirm nothing
 	leases    map[*Lease]struct{}
@@ -38,7 +40,7 @@ type hold struct {
 
 func newHold(c *Client, k keys, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
 	h := &hold{c: c, k: k, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
-		ttl: cfg.ttl, leases: make(map[*Lease]struct{})}
+		ttl: cfg.ttl, leases: make(map[*Lease]struct{}), deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.confirmed(start, cfg.ttl)
 	return h
 }
@@ -366,8 +368,8 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	h.epoch++                // a renewal in flight may have run before this
 	h.deadline = time.Time{} // a shorter lease moves the deadline closer
 	h.confirmed(start, d)
+	h.c.wd.reschedule(h)
 	h.mu.Unlock()
-	h.c.wd.kick()
 	return nil
 }
 

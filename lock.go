@@ -262,6 +262,7 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	h.count = count
 	if h.epoch == epoch {
 		h.confirmed(start, ttl)
+		h.c.wd.reschedule(h)
 	}
 	h.mu.Unlock()
 	return l, nil

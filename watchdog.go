@@ -9,25 +9,36 @@ import (
 )
 
 // watchdog keeps the Client's leases: one goroutine and one timer for all
-// of them. It renews auto-renewed leases in batches, one pipeline per
-// round (go-redis sends a cluster pipeline as one per node), and ends any
-// lease whose local deadline passes without a confirmed renewal.
+// of them. It renews auto-renewed leases in batches (pipelines; go-redis
+// sends a cluster pipeline as one per node), and ends any lease whose
+// local deadline passes without a confirmed renewal.
 //
-// Renewals run in a goroutine of their own, one batch at a time, so that a
-// Redis call that hangs (a partition, a paused server) never delays the
-// deadlines: a lease is declared lost at its deadline whatever the network
-// does.
+// Its two schedules (schedule.go) are ordered by time, so an event costs
+// O(log n) in the number of leases, not a scan of all of them. A batch
+// holds at most maxBatch renewals and up to maxInflight batches run at
+// once, each in a goroutine of its own, so a Redis call that hangs (a
+// partition, a paused server) never delays the deadlines, nor a slow batch
+// the next one: a lease is declared lost at its deadline whatever the
+// network does.
 type watchdog struct {
 	c       *Client
-	wake    chan struct{} // the set or a schedule changed
+	wake    chan struct{} // a schedule changed
 	results chan []renewal
 	done    chan struct{} // closed when run returns
 
-	mu     sync.Mutex
-	holds  map[*hold]struct{}
-	closed bool
-	next   time.Time // when the loop wakes next; zero while it is busy
+	// mu guards the schedules, closed and next. Lock order: a hold's mu,
+	// then this one.
+	mu        sync.Mutex
+	deadlines *schedule // every hold, by local deadline
+	renewals  *schedule // renewed holds with no renewal in flight, by next renewal
+	closed    bool
+	next      time.Time // when the loop wakes next; zero while it is busy
 }
+
+const (
+	maxBatch    = 1000 // renewals in one pipeline
+	maxInflight = 4    // renewal batches in flight at once
+)
 
 // renewal is the outcome of renewing one hold.
 type renewal struct {
@@ -41,43 +52,67 @@ type renewal struct {
 
 func newWatchdog(c *Client) *watchdog {
 	return &watchdog{
-		c:       c,
-		wake:    make(chan struct{}, 1),
-		results: make(chan []renewal),
-		done:    make(chan struct{}),
-		holds:   make(map[*hold]struct{}),
+		c:         c,
+		wake:      make(chan struct{}, 1),
+		results:   make(chan []renewal),
+		done:      make(chan struct{}),
+		deadlines: newSchedule(func(h *hold) *slot { return &h.deadlineAt }),
+		renewals:  newSchedule(func(h *hold) *slot { return &h.renewAt }),
 	}
 }
 
 // add starts watching h. It returns false when the Client is closed.
 func (w *watchdog) add(h *hold) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return false
 	}
-	w.holds[h] = struct{}{}
-	// Wake the loop only if this hold needs it before the loop wakes
-	// anyway: an acquire costs no scheduling in the common case.
-	h.mu.Lock()
-	due := h.deadline
-	if h.renew && h.nextRenew.Before(due) {
-		due = h.nextRenew
+	w.deadlines.set(h, h.deadline)
+	first := h.deadline
+	if h.renew {
+		w.renewals.set(h, h.nextRenew)
+		first = earlier(first, h.nextRenew)
 	}
-	h.mu.Unlock()
-	if w.next.IsZero() || due.Before(w.next) {
+	w.kickBefore(first)
+	return true
+}
+
+// reschedule puts h at its current times, after a change that may have
+// moved them (Extend, re-entry). h.mu is held.
+func (w *watchdog) reschedule(h *hold) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h.deadlineAt.index < 0 {
+		return // ended, or not watched yet
+	}
+	w.deadlines.set(h, h.deadline)
+	first := h.deadline
+	if h.renewAt.index >= 0 {
+		w.renewals.set(h, h.nextRenew)
+		first = earlier(first, h.nextRenew)
+	}
+	w.kickBefore(first)
+}
+
+// kickBefore wakes the loop if it sleeps past t; a busy loop looks at the
+// schedules before it sleeps again. w.mu is held.
+func (w *watchdog) kickBefore(t time.Time) {
+	if !w.next.IsZero() && t.Before(w.next) {
 		w.kick()
 	}
-	return true
 }
 
 func (w *watchdog) remove(h *hold) {
 	w.mu.Lock()
-	delete(w.holds, h)
+	w.deadlines.remove(h)
+	w.renewals.remove(h)
 	w.mu.Unlock()
 }
 
-// kick makes the loop look at its schedule again.
+// kick makes the loop look at its schedules again.
 func (w *watchdog) kick() {
 	select {
 	case w.wake <- struct{}{}:
@@ -91,40 +126,26 @@ func (w *watchdog) run(ctx context.Context) {
 	defer batches.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	inflight := false
+	inflight := 0
 	for {
 		now := time.Now()
-		next := now.Add(time.Hour)
-		var due []renewal
-		for _, h := range w.snapshot() {
-			h.expireIfLate(now)
-			h.mu.Lock()
-			if h.err == nil {
-				if h.deadline.Before(next) {
-					next = h.deadline
-				}
-				if h.renew && !h.renewing && !inflight {
-					// Renew what is due, and what would be due within a
-					// sixth of its TTL, so that leases share batches.
-					if !h.nextRenew.After(now.Add(h.ttl / 6)) {
-						h.renewing = true
-						due = append(due, renewal{h: h, ttl: h.ttl, epoch: h.epoch})
-					} else if h.nextRenew.Before(next) {
-						next = h.nextRenew
-					}
-				}
+		w.expire(now)
+		for inflight < maxInflight {
+			rs := w.due(now)
+			if len(rs) == 0 {
+				break
 			}
-			h.mu.Unlock()
-		}
-		if len(due) > 0 {
-			inflight = true
-			batches.Add(1)
-			go func() {
-				defer batches.Done()
-				w.renew(ctx, due)
-			}()
+			inflight++
+			batches.Go(func() { w.renew(ctx, rs) })
 		}
 		w.mu.Lock()
+		next := now.Add(time.Hour)
+		if h, t := w.deadlines.first(); h != nil {
+			next = earlier(next, t)
+		}
+		if h, t := w.renewals.first(); h != nil && inflight < maxInflight {
+			next = earlier(next, t)
+		}
 		w.next = next
 		w.mu.Unlock()
 		timer.Reset(time.Until(next))
@@ -135,24 +156,79 @@ func (w *watchdog) run(ctx context.Context) {
 		case <-w.wake:
 		case <-timer.C:
 		case rs := <-w.results:
-			inflight = false
+			inflight--
 			w.apply(rs)
 		}
 		w.mu.Lock()
-		w.next = time.Time{} // busy: adds kick until the next wait
+		w.next = time.Time{} // busy: adds need not kick
 		w.mu.Unlock()
 	}
 }
 
-// snapshot returns the holds being watched.
-func (w *watchdog) snapshot() []*hold {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	hs := make([]*hold, 0, len(w.holds))
-	for h := range w.holds {
-		hs = append(hs, h)
+// expire ends the holds whose deadline has passed.
+func (w *watchdog) expire(now time.Time) {
+	for {
+		w.mu.Lock()
+		h, t := w.deadlines.first()
+		w.mu.Unlock()
+		if h == nil || t.After(now) {
+			return
+		}
+		h.mu.Lock()
+		w.mu.Lock()
+		switch {
+		case h.err != nil:
+			w.deadlines.remove(h) // ended: its remove is on its way
+			w.renewals.remove(h)
+		case now.Before(h.deadline):
+			w.deadlines.set(h, h.deadline)
+		}
+		w.mu.Unlock()
+		h.mu.Unlock()
+		h.expireIfLate(now)
 	}
-	return hs
+}
+
+// due takes the renewals that are due out of the schedule, as one batch:
+// those due now, and with them those due within a sixth of their TTL, so
+// that leases share batches.
+func (w *watchdog) due(now time.Time) []renewal {
+	var rs []renewal
+	for len(rs) < maxBatch {
+		w.mu.Lock()
+		h, t := w.renewals.first()
+		w.mu.Unlock()
+		if h == nil || t.After(now) && len(rs) == 0 {
+			break
+		}
+		h.mu.Lock()
+		if t.After(now.Add(h.ttl / 6)) {
+			h.mu.Unlock()
+			break
+		}
+		w.mu.Lock()
+		switch {
+		case h.err != nil:
+			w.renewals.remove(h)
+		case h.nextRenew.After(now.Add(h.ttl / 6)):
+			w.renewals.set(h, h.nextRenew) // not due after all
+		default:
+			w.renewals.remove(h) // back in when the outcome is known
+			h.renewing = true
+			rs = append(rs, renewal{h: h, ttl: h.ttl, epoch: h.epoch})
+		}
+		w.mu.Unlock()
+		h.mu.Unlock()
+	}
+	return rs
+}
+
+// earlier returns the earlier of two times.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // renew renews a batch in one pipeline and hands the outcomes to the loop.
@@ -196,7 +272,8 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 }
 
 // apply records a batch's outcomes: renewed leases get a later deadline,
-// leases found gone are lost, failed calls are retried soon.
+// leases found gone are lost, failed calls are retried soon. Every hold
+// still held goes back into the schedules at its new times.
 func (w *watchdog) apply(rs []renewal) {
 	now := time.Now()
 	for _, r := range rs {
@@ -215,6 +292,14 @@ func (w *watchdog) apply(rs []renewal) {
 			// Extend ran meanwhile and set the schedule itself.
 		}
 		gone := h.err == nil && r.err == nil && !r.ok && !h.releasing
+		if h.err == nil && !gone {
+			w.mu.Lock()
+			if h.deadlineAt.index >= 0 {
+				w.deadlines.set(h, h.deadline)
+				w.renewals.set(h, h.nextRenew)
+			}
+			w.mu.Unlock()
+		}
 		h.mu.Unlock()
 		if gone {
 			h.end(lost(h.k.name, "renewal found the lock gone or held by another owner"))
@@ -228,13 +313,14 @@ func (w *watchdog) apply(rs []renewal) {
 func (w *watchdog) shutdown() {
 	w.mu.Lock()
 	w.closed = true
-	hs := w.holds
-	w.holds = map[*hold]struct{}{}
-	w.mu.Unlock()
-	ended := make([]*hold, 0, len(hs))
-	for h := range hs {
-		h.end(ErrClosed)
-		ended = append(ended, h)
+	hs := w.deadlines.holds // every hold is in it
+	for _, h := range hs {
+		h.deadlineAt.index, h.renewAt.index = -1, -1
 	}
-	w.c.releaseAll(ended)
+	w.deadlines, w.renewals = newSchedule(w.deadlines.slot), newSchedule(w.renewals.slot)
+	w.mu.Unlock()
+	for _, h := range hs {
+		h.end(ErrClosed)
+	}
+	w.c.releaseAll(hs)
 }

@@ -1,0 +1,90 @@
+package dlock
+
+import (
+	"container/heap"
+	"time"
+)
+
+// schedule is a min-heap of holds ordered by a time: the watchdog keeps
+// two, one of deadlines (every hold) and one of renewals (holds it renews
+// that have no renewal in flight), so that finding what is due costs
+// O(log n) per hold, not a scan of all of them.
+//
+// A key may be earlier than the hold's real time (a change that moved it
+// later does not touch the heap); it is never later. The watchdog checks
+// the hold when its key comes up and puts it back with its real time.
+type schedule struct {
+	holds []*hold
+	slot  func(*hold) *slot
+}
+
+// slot is a hold's place in one schedule.
+type slot struct {
+	at    time.Time
+	index int // -1 when not in the schedule
+}
+
+func newSchedule(slot func(*hold) *slot) *schedule { return &schedule{slot: slot} }
+
+func (s *schedule) Len() int           { return len(s.holds) }
+func (s *schedule) Less(i, j int) bool { return s.slot(s.holds[i]).at.Before(s.slot(s.holds[j]).at) }
+func (s *schedule) Swap(i, j int) {
+	s.holds[i], s.holds[j] = s.holds[j], s.holds[i]
+	s.slot(s.holds[i]).index = i
+	s.slot(s.holds[j]).index = j
+}
+func (s *schedule) Push(x any) {
+	h := x.(*hold)
+	s.slot(h).index = len(s.holds)
+	s.holds = append(s.holds, h)
+}
+func (s *schedule) Pop() any {
+	n := len(s.holds) - 1
+	h := s.holds[n]
+	s.holds[n] = nil
+	s.holds = s.holds[:n]
+	s.slot(h).index = -1
+	return h
+}
+
+// set puts h in the schedule at t, or moves it there.
+func (s *schedule) set(h *hold, t time.Time) {
+	sl := s.slot(h)
+	sl.at = t
+	if sl.index < 0 {
+		heap.Push(s, h)
+	} else {
+		heap.Fix(s, sl.index)
+	}
+}
+
+// sooner moves h to t if it is in the schedule later than that, or puts
+// it in at t if add is set and it is not in. It reports whether h is now
+// the first.
+func (s *schedule) sooner(h *hold, t time.Time, add bool) bool {
+	sl := s.slot(h)
+	switch {
+	case sl.index < 0 && add:
+		s.set(h, t)
+	case sl.index >= 0 && t.Before(sl.at):
+		s.set(h, t)
+	default:
+		return false
+	}
+	return sl.index == 0
+}
+
+// remove takes h out of the schedule, if it is in.
+func (s *schedule) remove(h *hold) {
+	if i := s.slot(h).index; i >= 0 {
+		heap.Remove(s, i)
+	}
+}
+
+// first returns the first hold and its time, or nil.
+func (s *schedule) first() (*hold, time.Time) {
+	if len(s.holds) == 0 {
+		return nil, time.Time{}
+	}
+	return s.holds[0], s.slot(s.holds[0]).at
+}
