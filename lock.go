@@ -233,7 +233,7 @@ func (c *Client) singleNode(what string) error {
 // reenter adds a lease to the hold that outer belongs to: the hold count
 // goes up by one in Redis and the lease gets the hold's token and fence.
 func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
-	h := outer.h
+	h := outer.of.first()
 	h.op.Lock()
 	defer h.op.Unlock()
 	if err := outer.Err(); err != nil {

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -188,71 +187,4 @@ func releaseAll(ctx context.Context, leases []*Lease) {
 	for i := len(leases) - 1; i >= 0; i-- {
 		_ = leases[i].Unlock(ctx)
 	}
-}
-
-// newSet returns the lease of a set: it ends when any part ends.
-func newSet(parts []*Lease) *Lease {
-	set := &Lease{parts: parts, done: make(chan struct{})}
-	for _, p := range parts {
-		p.whenDone(set.finish)
-	}
-	return set
-}
-
-func setName(parts []*Lease) string {
-	names := make([]string, len(parts))
-	for i, p := range parts {
-		names[i] = p.Name()
-	}
-	return strings.Join(names, ", ")
-}
-
-// Parts returns the leases of a set's locks in locking order (the order
-// of their keys), or the lease itself for a single lock.
-func (l *Lease) Parts() []*Lease {
-	if l.h == nil {
-		return slices.Clone(l.parts)
-	}
-	return []*Lease{l}
-}
-
-// unlockSet releases every lock of a set, the last taken first.
-func (l *Lease) unlockSet(ctx context.Context) error {
-	prior := l.Err()
-	var errs []error
-	for i := len(l.parts) - 1; i >= 0; i-- {
-		err := l.parts[i].Unlock(ctx)
-		if err != nil && !(prior != nil && errors.Is(err, ErrNotHeld)) {
-			errs = append(errs, err)
-		}
-	}
-	l.finish(ErrUnlocked)
-	if prior != nil {
-		return fmt.Errorf("%w: %w", ErrNotHeld, prior)
-	}
-	return errors.Join(errs...)
-}
-
-// extendSet extends every lock of a set.
-func (l *Lease) extendSet(ctx context.Context, d time.Duration) error {
-	var errs []error
-	for _, p := range l.parts {
-		errs = append(errs, p.Extend(ctx, d))
-	}
-	return errors.Join(errs...)
-}
-
-// ttlSet is the least TTL left of a set's locks.
-func (l *Lease) ttlSet(ctx context.Context) (time.Duration, error) {
-	least := time.Duration(-1)
-	for _, p := range l.parts {
-		d, err := p.TTL(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if least < 0 || d < least {
-			least = d
-		}
-	}
-	return least, nil
 }

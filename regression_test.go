@@ -607,3 +607,81 @@ func TestQuorumRenewalsPastAHungNode(t *testing.T) {
 		unlock(t, l)
 	}
 }
+
+// Every Lease method works on every kind of lease, held and ended: the
+// lease of each primitive, a re-entered lease, a LockAll set, a quorum
+// lease and a script-free one.
+func TestLeaseMethodsOnEveryKind(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	_, nodes := quorumNodes(t, 3)
+	q := quorumClient(t, nodes)
+	plain := client(t, dlock.WithoutScripts())
+	type maker struct {
+		name string
+		take func(name string) (*dlock.Lease, error)
+	}
+	makers := []maker{
+		{"reentered", func(n string) (*dlock.Lease, error) {
+			outer, err := c.Mutex(n).Lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = outer.Unlock(ctx) })
+			return c.Mutex(n).Lock(outer.Context(ctx))
+		}},
+		{"LockAll", func(n string) (*dlock.Lease, error) {
+			return dlock.LockAll(ctx, c.Mutex(n+"-a"), c.RWMutex(n+"-b").RLocker(), c.FairMutex(n+"-c"))
+		}},
+		{"quorum", func(n string) (*dlock.Lease, error) { return q.Mutex(n).Lock(ctx) }},
+		{"WithoutScripts", func(n string) (*dlock.Lease, error) { return plain.Mutex(n).Lock(ctx) }},
+	}
+	for _, k := range allKinds {
+		makers = append(makers, maker{k.name, func(n string) (*dlock.Lease, error) { return k.lock(c, n, ctx) }})
+	}
+	for _, m := range makers {
+		t.Run(m.name, func(t *testing.T) {
+			l, err := m.take(lockName(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Name() == "" || len(l.Token()) != 32 || l.Fence() < 1 || len(l.Parts()) < 1 {
+				t.Fatalf("Name %q Token %q Fence %d Parts %d", l.Name(), l.Token(), l.Fence(), len(l.Parts()))
+			}
+			lctx := l.Context(ctx)
+			if l.Err() != nil || lctx.Err() != nil {
+				t.Fatalf("held lease: Err %v, Context %v", l.Err(), lctx.Err())
+			}
+			select {
+			case <-l.Done():
+				t.Fatal("Done closed while held")
+			default:
+			}
+			if err := l.Extend(ctx, time.Minute); err != nil {
+				t.Fatalf("Extend: %v", err)
+			}
+			if d, err := l.TTL(ctx); err != nil || d <= 30*time.Second || d > time.Minute {
+				t.Fatalf("TTL after Extend(1m) = %v, %v", d, err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock: %v", err)
+			}
+			<-l.Done()
+			if !errors.Is(l.Err(), dlock.ErrUnlocked) || !errors.Is(context.Cause(lctx), dlock.ErrUnlocked) {
+				t.Fatalf("after Unlock: Err %v, Context cause %v", l.Err(), context.Cause(lctx))
+			}
+			if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("second Unlock: %v", err)
+			}
+			if err := l.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("Extend after Unlock: %v", err)
+			}
+			if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("TTL after Unlock: %v", err)
+			}
+			if l.Token() == "" || l.Name() == "" {
+				t.Fatal("Token or Name gone after Unlock")
+			}
+		})
+	}
+}

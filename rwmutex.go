@@ -113,7 +113,7 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 	if side == "r" {
 		if writer := leaseFrom(ctx, c, k.lock, "w"); writer != nil {
 			// A writer reading inside its write hold: same token.
-			token = writer.h.token
+			token = writer.of.first().token
 		}
 	} else if leaseFrom(ctx, c, k.lock, "r") != nil {
 		return nil, invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)

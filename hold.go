@@ -1,0 +1,213 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// hold is one owner's possession of a lock in Redis: a token with a hold
+// count. Re-entry adds leases to the same hold; the hold ends when its last
+// lease is unlocked, or for all of its leases at once when it is lost.
+type hold struct {
+	c     *Client
+	k     keys
+	p     protocol
+	side  string // "" for a mutex; "r" or "w" for an RWMutex's read or write hold
+	token string
+	fence int64
+	renew bool // the watchdog renews it
+
+	// op serialises the calls that set the hold count in Redis (re-entry
+	// and unlock), so that the count they send is the one they read.
+	op sync.Mutex
+
+	mu        sync.Mutex
+	count     int           // holds in Redis (under op for writes)
+	ttl       time.Duration // lease length used by renewals
+	deadline  time.Time     // local: the lease may be gone after this
+	nextRenew time.Time     // when the watchdog renews it next
+	renewing  bool          // a renewal of it is in flight
+	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
+	deadlineAt, renewAt slot
+	releasing           bool // its final Unlock is in flight: a renewal that finds it gone is not a loss
+	epoch               int  // bumped by Extend: older renewals confirm nothing
+	leases              map[*Lease]struct{}
+	err                 error // why the hold ended; nil while held
+}
+
+func newHold(c *Client, k keys, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
+	h := &hold{c: c, k: k, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
+		ttl: cfg.ttl, leases: make(map[*Lease]struct{}), deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h.confirmed(start, cfg.ttl)
+	return h
+}
+
+// confirmed records that a request sent at start set the lease to ttl: the
+// server will not expire it before start+ttl, and the local deadline keeps
+// a drift margin below that. Call with h.mu held, or before h is shared.
+func (h *hold) confirmed(start time.Time, ttl time.Duration) {
+	if d := start.Add(ttl - h.c.drift.of(ttl)); d.After(h.deadline) {
+		h.deadline = d
+	}
+	h.nextRenew = start.Add(ttl / 3)
+}
+
+// newLease adds a lease to the hold. It fails when the hold has ended.
+func (h *hold) newLease() (*Lease, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return nil, h.err
+	}
+	l := &Lease{of: h, done: make(chan struct{})}
+	h.leases[l] = struct{}{}
+	return l, nil
+}
+
+// end ends the hold and every lease still on it with err. Only the first
+// call has an effect.
+func (h *hold) end(err error) {
+	h.mu.Lock()
+	if h.err != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.err = err
+	leases := h.leases
+	h.leases = nil
+	h.mu.Unlock()
+	for l := range leases {
+		l.finish(err)
+	}
+	h.c.wd.remove(h)
+}
+
+// expireIfLate ends the hold as lost when its local deadline has passed,
+// whether or not the watchdog has woken up yet to notice.
+func (h *hold) expireIfLate(now time.Time) {
+	h.mu.Lock()
+	late := h.err == nil && !now.Before(h.deadline)
+	h.mu.Unlock()
+	if late {
+		why := "no renewal confirmed before its deadline"
+		if !h.renew {
+			why = "its fixed lease ran out"
+		}
+		h.end(lost(h.k.name, why))
+	}
+}
+
+func lost(name, why string) error {
+	return fmt.Errorf("%w: %q: %s", ErrLeaseLost, name, why)
+}
+
+// A hold is what a single lease holds (see held).
+
+func (h *hold) name() string            { return h.k.name }
+func (h *hold) first() *hold            { return h }
+func (h *hold) check()                  { h.expireIfLate(time.Now()) }
+func (h *hold) parts(l *Lease) []*Lease { return []*Lease{l} }
+
+// carry returns ctx carrying l for re-entry.
+func (h *hold) carry(ctx context.Context, l *Lease) context.Context {
+	return context.WithValue(ctx, leaseKey{h.c, h.k.lock, h.side}, l)
+}
+
+// unlock is Lease.Unlock of one of h's leases.
+func (h *hold) unlock(ctx context.Context, l *Lease) error {
+	h.op.Lock()
+	defer h.op.Unlock()
+	if err := l.Err(); err != nil {
+		if !errors.Is(err, ErrUnlocked) {
+			// Lost: if the key is still ours (a pause outlived the
+			// deadline, say), free it now rather than at its expiry.
+			if h.p.release(h.token, 0).run(ctx, h.c.rdb).Err() != nil {
+				h.c.releaseLater(h)
+			}
+		}
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	h.mu.Lock()
+	left := h.count - 1
+	h.releasing = left == 0
+	h.mu.Unlock()
+	res, err := h.p.release(h.token, left).run(ctx, h.c.rdb).Int64()
+	if err != nil {
+		// The lease ends all the same. An inner lease's count is set
+		// right by the next re-entry or unlock of the hold (counts are
+		// absolute); the last one's release goes on in the background.
+		h.mu.Lock()
+		h.count = left
+		delete(h.leases, l)
+		h.mu.Unlock()
+		l.finish(ErrUnlocked)
+		if left == 0 {
+			h.end(ErrUnlocked)
+			h.c.releaseLater(h)
+		}
+		return redisErr("unlock", h.k.name, err)
+	}
+	if res < 0 {
+		err := lost(h.k.name, "the lock was no longer held at unlock")
+		h.end(err)
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	h.mu.Lock()
+	h.count = left
+	delete(h.leases, l)
+	h.mu.Unlock()
+	l.finish(ErrUnlocked)
+	if left == 0 {
+		h.end(ErrUnlocked)
+	}
+	return nil
+}
+
+// extend is Lease.Extend of one of h's leases.
+func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
+	h.op.Lock() // after an Unlock in flight, not beside it
+	defer h.op.Unlock()
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	start := time.Now()
+	ok, err := h.c.grant(ctx, h.p.renew(h.token, d, true)).Int64()
+	if err != nil {
+		return redisErr("extend", h.k.name, err)
+	}
+	if ok != 1 {
+		err := lost(h.k.name, "the lock was no longer held at extend")
+		h.end(err)
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	h.mu.Lock()
+	h.ttl = d
+	h.epoch++                // a renewal in flight may have run before this
+	h.deadline = time.Time{} // a shorter lease moves the deadline closer
+	h.confirmed(start, d)
+	h.c.wd.reschedule(h)
+	h.mu.Unlock()
+	return nil
+}
+
+// ttlLeft is Lease.TTL of one of h's leases.
+func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
+	h.op.Lock() // after an Unlock in flight, not beside it
+	defer h.op.Unlock()
+	if err := l.Err(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	ms, err := h.p.ttl(h.token).run(ctx, h.c.rdb).Int64()
+	if err != nil {
+		return 0, redisErr("ttl", h.k.name, err)
+	}
+	if ms == -3 {
+		err := lost(h.k.name, "the lock was no longer held")
+		h.end(err)
+		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
