@@ -86,7 +86,7 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 			if err != nil {
 				return nil, 0, err
 			}
-			if res[0] != 1 {
+			if res[0] != replyHeld {
 				return nil, retryAfter(res[1], cfg.ttl), nil
 			}
 			l, err := c.newLease(ctx, newHold(c, k, p, token, res[1], cfg, start))

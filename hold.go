@@ -204,7 +204,7 @@ func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
 	if err != nil {
 		return 0, redisErr("ttl", h.k.name, err)
 	}
-	if ms == -3 {
+	if ms == replyTTLNotHeld {
 		err := lost(h.k.name, "the lock was no longer held")
 		h.end(err)
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)

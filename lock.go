@@ -249,7 +249,7 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		// re-entry or unlock sets it to the right value again.
 		return nil, redisErr("lock", h.k.name, err)
 	}
-	if len(res) < 1 || res[0] != 1 {
+	if len(res) < 1 || res[0] != replyHeld {
 		err := lost(h.k.name, "the lock was no longer held at re-entry")
 		h.end(err)
 		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)

@@ -125,7 +125,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
 		start := time.Now()
 		res, err := c.grant(ctx, call{lockAllScript, keys, args}).Int64Slice()
-		if err == nil && (len(res) < 1 || (res[0] == 1 && len(res) != len(ms)+1) || (res[0] == 0 && len(res) != 3)) {
+		if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
 			err = errors.New("unexpected script reply")
 		}
 		if err != nil {
@@ -135,7 +135,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 			}
 			return false, 0, redisErr("lock", name, err)
 		}
-		if res[0] == 0 {
+		if res[0] == replyBusy {
 			blocked = int(res[1]) - 1
 			return false, retryAfter(res[2], cfgs[blocked].ttl), nil
 		}

@@ -103,7 +103,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 			if err != nil {
 				return nil, 0, err
 			}
-			if res[0] != 1 {
+			if res[0] != replyHeld {
 				return nil, retryAfter(res[1], cfg.ttl), nil
 			}
 			l, err := m.c.newLease(ctx, newHold(m.c, m.k, p, token, res[1], cfg, start))

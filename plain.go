@@ -170,7 +170,7 @@ func (p plainProto) release(token string, _ int) op {
 			return -1, nil
 		}
 		// A lost message costs a waiter at most the lease it was told.
-		_ = r.Do(ctx, strings.ToLower(p.c.publish), p.k.channel, "one").Err()
+		_ = r.Do(ctx, strings.ToLower(p.c.publish), p.k.channel, wakeOne).Err()
 		return 1, nil
 	})
 }

@@ -237,7 +237,7 @@ func (q *quorum) attempt(ctx context.Context, c *Client, k keys, token string, c
 	nodes := q.all()
 	t := q.tally(q.fanout(ctx, nodes, func(int) call {
 		return call{lockScript, []string{k.lock, k.fence}, []any{token, cfg.ttl.Milliseconds(), 0}}
-	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == 1 })
+	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld })
 	validity := cfg.ttl - time.Since(start) - c.drift.of(cfg.ttl)
 	if len(t.ok) >= q.majority() && validity > 0 {
 		if fence, err := q.raiseFences(ctx, k, t); err == nil {
@@ -257,7 +257,7 @@ func (q *quorum) attempt(ctx context.Context, c *Client, k keys, token string, c
 	// release; a split vote: retry soon. Either way add jitter.
 	wait := time.Duration(0)
 	for _, i := range t.no {
-		if v := t.vals[i]; len(v) == 2 && v[0] == 0 {
+		if v := t.vals[i]; len(v) == 2 && v[0] == replyBusy {
 			if d := retryAfter(v[1], cfg.ttl); wait == 0 || d < wait {
 				wait = d
 			}
@@ -409,19 +409,19 @@ func (p quorumProto) mutex() mutexProto { return mutexProto{p.k, p.publish} }
 
 func (p quorumProto) reenter(token string, count int, ttl time.Duration) op {
 	return quorumOp{p, "lock", func(int) call { return p.mutex().reenter(token, count, ttl).(call) },
-		func(v []int64) bool { return len(v) == 2 && v[0] == 1 },
+		func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld },
 		func(t tally, ok bool) any {
 			if !ok {
-				return []any{int64(-1)}
+				return []any{int64(replyNotHeld)}
 			}
-			return []any{int64(1), int64(0)}
+			return []any{int64(replyHeld), int64(0)}
 		}}
 }
 
 func (p quorumProto) release(token string, left int) op {
 	return quorumOp{p, "unlock", func(int) call { return p.mutex().unlock(token, left) },
 		func(v []int64) bool { return v[0] == 1 },
-		func(t tally, ok bool) any { return either(ok, 1, -1) }}
+		func(t tally, ok bool) any { return either(ok, 1, replyNotHeld) }}
 }
 
 func (p quorumProto) renew(token string, ttl time.Duration, exact bool) op {
@@ -437,7 +437,7 @@ func (p quorumProto) ttl(token string) op {
 		func(v []int64) bool { return v[0] >= 0 },
 		func(t tally, ok bool) any {
 			if !ok {
-				return int64(-3)
+				return int64(replyTTLNotHeld)
 			}
 			left := make([]int64, 0, len(t.ok))
 			for _, i := range t.ok {

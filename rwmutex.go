@@ -141,7 +141,7 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 			if err != nil {
 				return nil, 0, err
 			}
-			if res[0] != 1 {
+			if res[0] != replyHeld {
 				return nil, retryAfter(res[1], cfg.ttl), nil
 			}
 			h := newHold(c, k, p, token, res[1], cfg, start)

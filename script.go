@@ -21,10 +21,13 @@ type script struct {
 	sha string
 }
 
-// loadScript joins the named files, a library's helpers first, into one
-// script.
+// loadScript joins lib.lua and the named files, a library's helpers
+// first, into one script.
 func loadScript(names ...string) script {
-	var src []byte
+	src := []byte{}
+	if names[0] != "lib.lua" {
+		names = append([]string{"lib.lua"}, names...)
+	}
 	for _, name := range names {
 		b, err := scriptFiles.ReadFile("scripts/" + name)
 		if err != nil {

@@ -85,10 +85,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 				return nil, 0, err
 			}
 			switch res[0] {
-			case 1:
+			case replyHeld:
 				l, err := c.newLease(ctx, newHold(c, k, p, token, res[1], cfg, start))
 				return l, 0, err
-			case -2:
+			case replyTooMany:
 				return nil, 0, invalid("semaphore %q: %d permits asked for; its capacity is %d", k.name, n, res[1])
 			}
 			return nil, retryAfter(res[1], cfg.ttl), nil

@@ -246,12 +246,12 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 		return
 	}
 	switch payload {
-	case "all":
+	case wakeAll:
 		ch.wake("")
-	case "one":
+	case wakeOne:
 		ch.wakeOne()
 	default:
-		if n, ok := strings.CutPrefix(payload, "free:"); ok {
+		if n, ok := strings.CutPrefix(payload, wakeFree); ok {
 			free, _ := strconv.Atoi(n)
 			ch.wakeFitting(free)
 			return

@@ -21,7 +21,7 @@ local now = now_ms()
 if redis.call('HEXISTS', lock, token) == 1 then
   redis.call('PEXPIRE', lock, ttl)
   unqueue(queue, alive, token)
-  return {1, fence_at(fence)}
+  return {HELD, fence_at(fence)}
 end
 
 local dropped = purge(queue, alive, now)
@@ -31,7 +31,7 @@ if redis.call('EXISTS', lock) == 0 then
     redis.call('HSET', lock, token, 1)
     redis.call('PEXPIRE', lock, ttl)
     unqueue(queue, alive, token)
-    return {1, next_fence(fence)}
+    return {HELD, next_fence(fence)}
   end
   if dropped > 0 then
     -- the waiters ahead of first died: tell it its turn has come
@@ -40,7 +40,7 @@ if redis.call('EXISTS', lock) == 0 then
 end
 
 if place_ttl == 0 then
-  return {0, math.max(redis.call('PTTL', lock), 0)}
+  return {BUSY, math.max(redis.call('PTTL', lock), 0)}
 end
 place(queue, alive, token, now, place_ttl)
 local wait = redis.call('PTTL', lock)
@@ -48,4 +48,4 @@ if wait < 0 then
   -- free, but another's turn: at the latest when its place would expire
   wait = tonumber(redis.call('ZSCORE', alive, first)) - now
 end
-return {0, wait}
+return {BUSY, wait}

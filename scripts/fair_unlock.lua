@@ -10,7 +10,7 @@
 --
 -- Returns  1 done, -1 the caller holds nothing
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return -1
+  return NOT_HELD
 end
 if tonumber(ARGV[2]) > 0 then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])

@@ -1,6 +1,20 @@
--- lib.lua: helpers shared by every script that needs them. Not a script
--- by itself: it is put in front of the scripts that use it when they are
--- loaded (see script.go).
+-- lib.lua: what every script shares. Not a script by itself: it is put in
+-- front of every script when it is loaded (see script.go).
+
+-- The protocol between the scripts and Go. protocol.go names the same
+-- values, and a test checks that both say the same.
+--
+-- Reply codes (first element of an array reply, or the whole reply):
+local HELD = 1          -- {1, fence} acquired or re-entered; 1 released or renewed
+local BUSY = 0          -- {0, pttl} held by another owner; 0 renewal found nothing
+local NOT_HELD = -1     -- {-1} or -1: the caller holds nothing
+local TOO_MANY = -2     -- {-2, capacity} a semaphore request above its capacity
+local TTL_NOT_HELD = -3 -- ttl scripts: the caller holds nothing
+-- Wake messages published on a lock's channel (anything else is the token
+-- of the one waiter whose turn it is):
+local WAKE_ONE = 'one'   -- wake one waiter per process
+local WAKE_ALL = 'all'   -- wake every waiter
+local WAKE_FREE = 'free:' -- followed by the free permits: wake the waiters that fit
 
 -- now_ms is the server's time in milliseconds.
 local function now_ms()

@@ -19,19 +19,19 @@ if count == 0 then
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('HSET', KEYS[1], ARGV[1], 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, next_fence(KEYS[2])}
+    return {HELD, next_fence(KEYS[2])}
   end
   if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     -- our own earlier call, retried after its reply was lost
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, fence_at(KEYS[2])}
+    return {HELD, fence_at(KEYS[2])}
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {BUSY, redis.call('PTTL', KEYS[1])}
 end
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return {-1}
+  return {NOT_HELD}
 end
 redis.call('HSET', KEYS[1], ARGV[1], count)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, fence_at(KEYS[2])}
+return {HELD, fence_at(KEYS[2])}

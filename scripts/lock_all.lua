@@ -14,7 +14,7 @@ local n = #KEYS / 2
 for i = 1, n do
   local lock = KEYS[2 * i - 1]
   if redis.call('HEXISTS', lock, tok) == 0 and redis.call('EXISTS', lock) == 1 then
-    return {0, i, redis.call('PTTL', lock)}
+    return {BUSY, i, redis.call('PTTL', lock)}
   end
 end
 local out = {1}

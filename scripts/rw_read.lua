@@ -21,13 +21,13 @@ expire_readers(lock, readers, now)
 
 if count > 0 then
   if redis.call('HEXISTS', lock, r) == 0 then
-    return {-1}
+    return {NOT_HELD}
   end
   redis.call('HSET', lock, r, count)
   redis.call('ZADD', readers, now + ttl, tok)
   stretch(lock, ttl)
   stretch(readers, ttl)
-  return {1, redis.call('HGET', lock, 'f:' .. tok)}
+  return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 
 local function take(f)
@@ -38,7 +38,7 @@ local function take(f)
   redis.call('ZADD', readers, now + ttl, tok)
   stretch(lock, ttl)
   stretch(readers, ttl)
-  return {1, f}
+  return {HELD, f}
 end
 
 if redis.call('HEXISTS', lock, r) == 1 then
@@ -50,7 +50,7 @@ if mode == 'write' then
     -- a writer reading inside its own write hold: its fence
     return take(redis.call('HGET', lock, 'f:' .. tok))
   end
-  return {0, math.max(redis.call('PTTL', lock), 0)}
+  return {BUSY, math.max(redis.call('PTTL', lock), 0)}
 end
 purge(queue, alive, now)
 local first = head(queue)
@@ -61,6 +61,6 @@ if first and ARGV[4] ~= '1' then
   if mode == 'read' then
     wait = math.min(wait, math.max(redis.call('PTTL', lock), 0))
   end
-  return {0, wait}
+  return {BUSY, wait}
 end
 return take(next_fence(fence))

@@ -8,12 +8,12 @@
 -- Returns  ms left, or -3 when the caller holds nothing
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 if redis.call('HEXISTS', lock, side .. ':' .. tok) == 0 then
-  return -3
+  return TTL_NOT_HELD
 end
 if side == 'r' then
   local left = tonumber(redis.call('ZSCORE', readers, tok) or '0') - now_ms()
   if left <= 0 then
-    return -3
+    return TTL_NOT_HELD
   end
   return left
 end

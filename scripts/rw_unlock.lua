@@ -19,7 +19,7 @@
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local field = side .. ':' .. tok
 if redis.call('HEXISTS', lock, field) == 0 then
-  return -1
+  return NOT_HELD
 end
 if tonumber(ARGV[3]) > 0 then
   redis.call('HSET', lock, field, ARGV[3])
@@ -38,5 +38,5 @@ if redis.call('HEXISTS', lock, 'r:' .. tok) == 1 then
 else
   redis.call('DEL', lock)
 end
-redis.call(ARGV[5], ARGV[4], 'all')
+redis.call(ARGV[5], ARGV[4], WAKE_ALL)
 return 1

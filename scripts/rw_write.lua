@@ -23,16 +23,16 @@ expire_readers(lock, readers, now)
 
 if count > 0 then
   if redis.call('HEXISTS', lock, w) == 0 then
-    return {-1}
+    return {NOT_HELD}
   end
   redis.call('HSET', lock, w, count)
   stretch(lock, ttl)
-  return {1, redis.call('HGET', lock, 'f:' .. tok)}
+  return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 if redis.call('HEXISTS', lock, w) == 1 then
   stretch(lock, ttl)
   unqueue(queue, alive, tok)
-  return {1, redis.call('HGET', lock, 'f:' .. tok)}
+  return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 
 local dropped = purge(queue, alive, now)
@@ -44,15 +44,15 @@ if not mode then
     redis.call('HSET', lock, 'mode', 'write', w, 1, 'f:' .. tok, f)
     redis.call('PEXPIRE', lock, ttl)
     unqueue(queue, alive, tok)
-    return {1, f}
+    return {HELD, f}
   end
   if dropped > 0 then
-    redis.call(ARGV[6], ARGV[5], 'all')
+    redis.call(ARGV[6], ARGV[5], WAKE_ALL)
   end
 end
 
 if place_ttl == 0 then
-  return {0, math.max(redis.call('PTTL', lock), 0)}
+  return {BUSY, math.max(redis.call('PTTL', lock), 0)}
 end
 place(queue, alive, tok, now, place_ttl)
 local wait
@@ -63,4 +63,4 @@ elseif mode == 'write' then
 else
   wait = tonumber(redis.call('ZSCORE', alive, first)) - now
 end
-return {0, wait}
+return {BUSY, wait}

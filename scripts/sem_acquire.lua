@@ -22,11 +22,11 @@ if redis.call('HEXISTS', holders, 'p:' .. tok) == 1 then
   redis.call('ZADD', leases, now + ttl, tok)
   stretch(holders, ttl)
   stretch(leases, ttl)
-  return {1, redis.call('HGET', holders, 'f:' .. tok)}
+  return {HELD, redis.call('HGET', holders, 'f:' .. tok)}
 end
 local cap = capacity(cap_key, ARGV[4])
 if n > cap then
-  return {-2, cap}
+  return {TOO_MANY, cap}
 end
 if used(holders) + n > cap then
   local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
@@ -34,11 +34,11 @@ if used(holders) + n > cap then
   if first[2] then
     wait = math.max(tonumber(first[2]) - now, 0)
   end
-  return {0, wait}
+  return {BUSY, wait}
 end
 local f = next_fence(fence)
 redis.call('HSET', holders, 'p:' .. tok, n, 'f:' .. tok, f)
 redis.call('ZADD', leases, now + ttl, tok)
 stretch(holders, ttl)
 stretch(leases, ttl)
-return {1, f}
+return {HELD, f}

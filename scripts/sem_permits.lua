@@ -18,7 +18,7 @@ local held = used(KEYS[1])
 if tonumber(ARGV[2]) > 0 then
   redis.call('SET', KEYS[3], ARGV[2])
   if tonumber(ARGV[2]) > cap and tonumber(ARGV[2]) > held then
-    redis.call(ARGV[4], ARGV[3], 'free:' .. string.format('%d', tonumber(ARGV[2]) - held))
+    redis.call(ARGV[4], ARGV[3], WAKE_FREE .. string.format('%d', tonumber(ARGV[2]) - held))
   end
   cap = tonumber(ARGV[2])
 end

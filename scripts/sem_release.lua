@@ -10,11 +10,11 @@
 --
 -- Returns  1 done, -1 the caller holds nothing
 if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
-  return -1
+  return NOT_HELD
 end
 drop(KEYS[1], KEYS[2], ARGV[1])
 local free = tonumber(redis.call('GET', KEYS[3]) or '0') - used(KEYS[1])
 if free > 0 then
-  redis.call(ARGV[4], ARGV[3], 'free:' .. string.format('%d', free))
+  redis.call(ARGV[4], ARGV[3], WAKE_FREE .. string.format('%d', free))
 end
 return 1

@@ -6,10 +6,10 @@
 --
 -- Returns  ms left, or -3 when the caller holds nothing
 if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
-  return -3
+  return TTL_NOT_HELD
 end
 local left = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or '0') - now_ms()
 if left <= 0 then
-  return -3
+  return TTL_NOT_HELD
 end
 return left

@@ -9,4 +9,4 @@
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   return redis.call('PTTL', KEYS[1])
 end
-return -3
+return TTL_NOT_HELD

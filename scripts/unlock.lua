@@ -13,12 +13,12 @@
 -- changes nothing more. (A retried call that freed the lock finds nothing
 -- and answers -1: the caller cannot tell it from a lease lost.)
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return -1
+  return NOT_HELD
 end
 if tonumber(ARGV[2]) > 0 then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[4], ARGV[3], 'one')
+redis.call(ARGV[4], ARGV[3], WAKE_ONE)
 return 1
