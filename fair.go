@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"time"
 )
 
 // FairMutex is a reentrant lock granted in arrival order: waiters from
@@ -52,48 +51,24 @@ func (f *FairMutex) TryLock(ctx context.Context, opts ...LockOption) (*Lease, er
 }
 
 func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lease, error) {
-	if f == nil {
+	if f == nil || f.m.c == nil {
 		return nil, invalid("nil FairMutex")
 	}
-	m := &f.m
-	if err := checkCall(ctx, m.c, m.k.name); err != nil {
-		return nil, err
+	c, k := f.m.c, f.m.k
+	return c.acquire(ctx, request{what: "FairMutex", k: k, p: fairProto{mutexProto{k, c.publish}}, handle: f.m.opts, queue: true,
+		call: func(token string, cfg lockConfig, queued bool) call {
+			return call{fairLockScript, []string{k.lock, k.fence, k.queue, k.alive},
+				[]any{token, cfg.ttl.Milliseconds(), placeTTL(cfg, queued), k.channel, c.publish}}
+		}}, wait, opts)
+}
+
+// placeTTL is how long a queued attempt keeps its place in the queue: 0
+// for a TryLock's, which takes none.
+func placeTTL(cfg lockConfig, queued bool) int64 {
+	if !queued {
+		return 0
 	}
-	if err := m.c.singleNode("FairMutex"); err != nil {
-		return nil, err
-	}
-	cfg := defaultLock.with(m.opts).with(opts)
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	if outer := leaseFrom(ctx, m.c, m.k.lock, ""); outer != nil {
-		return reenter(ctx, outer)
-	}
-	c, k := m.c, m.k
-	p := fairProto{mutexProto{k, c.publish}}
-	token := newToken()
-	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p,
-		keepAlive: cfg.queueTTL / 3,
-		attempt: func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
-			placeTTL := int64(0)
-			if queued {
-				placeTTL = cfg.queueTTL.Milliseconds()
-			}
-			start := time.Now()
-			res, err := fenceReply("lock", k.name, c.grant(ctx, call{fairLockScript,
-				[]string{k.lock, k.fence, k.queue, k.alive},
-				[]any{token, cfg.ttl.Milliseconds(), placeTTL, k.channel, c.publish}}))
-			if err != nil {
-				return nil, 0, err
-			}
-			if res[0] != replyHeld {
-				return nil, retryAfter(res[1], cfg.ttl), nil
-			}
-			l, err := c.newLease(ctx, newHold(c, k, p, token, res[1], cfg, start))
-			return l, 0, err
-		},
-		abandon: c.leaveQueue(k, token)}
-	return a.run(ctx, wait)
+	return cfg.queueTTL.Milliseconds()
 }
 
 // leaveQueue returns what a queued waiter (FairMutex, RWMutex writer)

@@ -64,53 +64,17 @@ func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (*Lease, error)
 }
 
 func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lease, error) {
-	if m == nil {
+	if m == nil || m.c == nil {
 		return nil, invalid("nil Mutex")
 	}
-	if err := checkCall(ctx, m.c, m.k.name); err != nil {
-		return nil, err
-	}
-	cfg := defaultLock.with(m.opts).with(opts)
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	if outer := leaseFrom(ctx, m.c, m.k.lock, ""); outer != nil {
-		if m.c.plain {
-			return nil, errNeedsScripts("re-entry")
-		}
-		return reenter(ctx, outer)
-	}
-	token := newToken()
-	a := acquisition{c: m.c, name: m.k.name, channel: m.k.channel, token: token}
-	switch q := m.c.q; {
-	case q != nil: // RedLock
-		a.p = quorumProto{q, m.k, m.c.publish}
-		a.attempt = func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-			return q.attempt(ctx, m.c, m.k, token, cfg)
-		}
-	case m.c.plain: // no scripts
-		a.p = plainProto{m.k, m.c}
-		a.attempt = func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-			return m.plainAttempt(ctx, token, cfg)
-		}
-	default:
-		p := mutexProto{m.k, m.c.publish}
-		a.p = p
-		a.attempt = func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-			start := time.Now()
-			res, err := fenceReply("lock", m.k.name,
-				m.c.grant(ctx, call{lockScript, []string{m.k.lock, m.k.fence}, []any{token, cfg.ttl.Milliseconds(), 0}}))
-			if err != nil {
-				return nil, 0, err
-			}
-			if res[0] != replyHeld {
-				return nil, retryAfter(res[1], cfg.ttl), nil
-			}
-			l, err := m.c.newLease(ctx, newHold(m.c, m.k, p, token, res[1], cfg, start))
-			return l, 0, err
-		}
-	}
-	return a.run(ctx, wait)
+	return m.c.acquire(ctx, m.request(), wait, opts)
+}
+
+// request is what a Mutex tells the acquire path.
+func (m *Mutex) request() request {
+	p := mutexProto{m.k, m.c.publish}
+	return request{what: "Mutex", k: m.k, p: p, handle: m.opts, anywhere: true,
+		call: func(token string, cfg lockConfig, _ bool) call { return p.lock(token, cfg.ttl, 0) }}
 }
 
 // mutexProto is the Redis side of a Mutex hold.
@@ -120,6 +84,11 @@ type mutexProto struct {
 }
 
 func (p mutexProto) reenter(token string, count int, ttl time.Duration) op {
+	return p.lock(token, ttl, count)
+}
+
+// lock is lock.lua: count 0 acquires, count >= 2 re-enters.
+func (p mutexProto) lock(token string, ttl time.Duration, count int) call {
 	return call{lockScript, []string{p.k.lock, p.k.fence}, []any{token, ttl.Milliseconds(), count}}
 }
 

@@ -86,8 +86,7 @@ func (d *casDetector) get(ctx context.Context, r Redis) casMode {
 }
 
 // plainAttempt is one acquire of a Mutex without scripts.
-func (m *Mutex) plainAttempt(ctx context.Context, token string, cfg lockConfig) (*Lease, time.Duration, error) {
-	c, k := m.c, m.k
+func (c *Client) plainAttempt(ctx context.Context, k keys, token string, cfg lockConfig) (*Lease, time.Duration, error) {
 	start := time.Now()
 	var fence *redis.IntCmd
 	var get *redis.StringCmd

@@ -92,67 +92,36 @@ func (r readLocker) Name() string  { return r.rw.Name() }
 func (r readLocker) order() string { return r.rw.order() }
 
 func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []LockOption) (*Lease, error) {
-	if rw == nil {
+	if rw == nil || rw.c == nil {
 		return nil, invalid("nil RWMutex")
 	}
 	c, k := rw.c, rw.k
-	if err := checkCall(ctx, c, k.name); err != nil {
-		return nil, err
-	}
-	if err := c.singleNode("RWMutex"); err != nil {
-		return nil, err
-	}
-	cfg := defaultLock.with(rw.opts).with(opts)
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	if outer := leaseFrom(ctx, c, k.lock, side); outer != nil {
-		return reenter(ctx, outer)
-	}
-	token := newToken()
-	if side == "r" {
-		if writer := leaseFrom(ctx, c, k.lock, "w"); writer != nil {
-			// A writer reading inside its write hold: same token.
-			token = writer.of.first().token
-		}
-	} else if leaseFrom(ctx, c, k.lock, "r") != nil {
-		return nil, invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
-	}
 	p := rwProto{k, side, c.publish}
-	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p,
-		keepAlive: cfg.queueTTL / 3,
-		attempt: func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
-			start := time.Now()
-			var cmd call
-			if side == "r" {
-				pref := "0"
-				if cfg.readers {
-					pref = "1"
-				}
-				cmd = call{rwReadScript, p.acquireKeys(), []any{token, cfg.ttl.Milliseconds(), 0, pref}}
-			} else {
-				placeTTL := int64(0)
-				if queued {
-					placeTTL = cfg.queueTTL.Milliseconds()
-				}
-				cmd = call{rwWriteScript, p.acquireKeys(), []any{token, cfg.ttl.Milliseconds(), 0, placeTTL, k.channel, c.publish}}
+	r := request{what: "RWMutex", k: k, side: side, p: p, handle: rw.opts}
+	if side == "r" {
+		r.token = func(ctx context.Context) (string, error) {
+			if writer := leaseFrom(ctx, c, k.lock, "w"); writer != nil {
+				return writer.of.first().token, nil // reading inside its write hold
 			}
-			res, err := fenceReply("lock", k.name, c.grant(ctx, cmd))
-			if err != nil {
-				return nil, 0, err
+			return newToken(), nil
+		}
+		r.call = func(token string, cfg lockConfig, _ bool) call {
+			return call{rwReadScript, p.acquireKeys(), []any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers)}}
+		}
+	} else {
+		r.queue = true
+		r.token = func(ctx context.Context) (string, error) {
+			if leaseFrom(ctx, c, k.lock, "r") != nil {
+				return "", invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
 			}
-			if res[0] != replyHeld {
-				return nil, retryAfter(res[1], cfg.ttl), nil
-			}
-			h := newHold(c, k, p, token, res[1], cfg, start)
-			h.side = side
-			l, err := c.newLease(ctx, h)
-			return l, 0, err
-		}}
-	if side == "w" {
-		a.abandon = c.leaveQueue(k, token)
+			return newToken(), nil
+		}
+		r.call = func(token string, cfg lockConfig, queued bool) call {
+			return call{rwWriteScript, p.acquireKeys(),
+				[]any{token, cfg.ttl.Milliseconds(), 0, placeTTL(cfg, queued), k.channel, c.publish}}
+		}
 	}
-	return a.run(ctx, wait)
+	return c.acquire(ctx, r, wait, opts)
 }
 
 // rwProto is the Redis side of a read or write hold of an RWMutex.

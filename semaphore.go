@@ -60,40 +60,23 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...LockOption) (
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOption) (*Lease, error) {
-	if s == nil {
+	if s == nil || s.c == nil {
 		return nil, invalid("nil Semaphore")
 	}
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if n < 1 || n > MaxPermits {
-		return nil, invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", s.k.name, n)
-	}
-	cfg := defaultLock.with(s.opts).with(opts)
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	if s.k.name != "" { // an empty name is reported by the acquire path
+		if err := validPermits(s.k.name, s.permits); err != nil {
+			return nil, err
+		}
+		if n < 1 || n > MaxPermits {
+			return nil, invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", s.k.name, n)
+		}
 	}
 	c, k := s.c, s.k
-	p := semProto{k, c.publish}
-	token := newToken()
-	a := acquisition{c: c, name: k.name, channel: k.channel, token: token, p: p, need: n,
-		attempt: func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-			start := time.Now()
-			res, err := fenceReply("acquire", k.name, c.grant(ctx, call{semAcquireScript,
-				[]string{k.lock, k.fence, k.leases, k.permits}, []any{token, cfg.ttl.Milliseconds(), n, s.permits}}))
-			if err != nil {
-				return nil, 0, err
-			}
-			switch res[0] {
-			case replyHeld:
-				l, err := c.newLease(ctx, newHold(c, k, p, token, res[1], cfg, start))
-				return l, 0, err
-			case replyTooMany:
-				return nil, 0, invalid("semaphore %q: %d permits asked for; its capacity is %d", k.name, n, res[1])
-			}
-			return nil, retryAfter(res[1], cfg.ttl), nil
-		}}
-	return a.run(ctx, wait)
+	return c.acquire(ctx, request{what: "semaphore", k: k, p: semProto{k, c.publish}, handle: s.opts, need: n,
+		call: func(token string, cfg lockConfig, _ bool) call {
+			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits},
+				[]any{token, cfg.ttl.Milliseconds(), n, s.permits}}
+		}}, wait, opts)
 }
 
 func (s *Semaphore) check(ctx context.Context) error {
