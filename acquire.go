@@ -10,13 +10,13 @@ import (
 // for all of them: checks, options, re-entry, the attempt, the wait, the
 // lease and its watchdog registration.
 type request struct {
-	what   string        // the primitive, for errors: "Mutex", "RWMutex", ...
-	k      keys          // its keys
-	side   string        // "" or, for an RWMutex, "r" or "w": a separate re-entry per side
-	p      protocol      // its protocol on one deployment with scripts
-	handle []LockOption  // the handle's defaults
-	need   int           // permits a semaphore request waits for; 0 for locks
-	queue  bool          // a waiter keeps a place in a queue (renewed; left when it gives up)
+	what   string       // the primitive, for errors: "Mutex", "RWMutex", ...
+	k      keys         // its keys
+	side   string       // "" or, for an RWMutex, "r" or "w": a separate re-entry per side
+	p      protocol     // its protocol on one deployment with scripts
+	handle []LockOption // the handle's defaults
+	need   int          // permits a semaphore request waits for; 0 for locks
+	queue  bool         // a waiter keeps a place in a queue (renewed; left when it gives up)
 	// anywhere is set for a Mutex, which a quorum and the script-free mode
 	// also run; every other primitive needs Lua on one deployment.
 	anywhere bool

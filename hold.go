@@ -135,26 +135,15 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	h.releasing = left == 0
 	h.mu.Unlock()
 	res, err := h.p.release(h.token, left).run(ctx, h.c.rdb).Int64()
-	if err != nil {
-		// The lease ends all the same. An inner lease's count is set
-		// right by the next re-entry or unlock of the hold (counts are
-		// absolute); the last one's release goes on in the background.
-		h.mu.Lock()
-		h.count = left
-		delete(h.leases, l)
-		h.mu.Unlock()
-		l.finish(ErrUnlocked)
-		if left == 0 {
-			h.end(ErrUnlocked)
-			h.c.releaseLater(h)
-		}
-		return redisErr("unlock", h.k.name, err)
-	}
-	if res < 0 {
+	if err == nil && res < 0 {
 		err := lost(h.k.name, "the lock was no longer held at unlock")
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
+	// The lease ends, whether or not the call succeeded. After a failed
+	// call an inner lease's count is set right by the hold's next
+	// re-entry or unlock (counts are absolute), and the last one's release
+	// goes on in the background.
 	h.mu.Lock()
 	h.count = left
 	delete(h.leases, l)
@@ -162,6 +151,12 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	l.finish(ErrUnlocked)
 	if left == 0 {
 		h.end(ErrUnlocked)
+		if err != nil {
+			h.c.releaseLater(h)
+		}
+	}
+	if err != nil {
+		return redisErr("unlock", h.k.name, err)
 	}
 	return nil
 }
