@@ -183,14 +183,21 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// clockTick is how often the embedded server's clock catches up with real
-// time.
-const clockTick = 50 * time.Millisecond
+// clockTick is how often the embedded server's clock moves on, by the real
+// time elapsed but at most clockStep. A forward shortens every key's TTL,
+// also a key set just before it: capping the step keeps such a key from
+// expiring more than clockStep early, below a lease's 2 ms of slack. When
+// ticks come late (a loaded machine) the clock falls behind, and keys
+// expire late, never early.
+const (
+	clockTick = time.Millisecond
+	clockStep = 2 * time.Millisecond
+)
 
 // startEmbedded starts a miniredis in this process, listening on a loopback
 // port so that worker processes can reach it. miniredis expires keys only
-// when told that time has passed, so a goroutine fast-forwards it by the
-// real time elapsed every clockTick; TTLs are then exact to a tick.
+// when told that time has passed, so a goroutine fast-forwards it every
+// clockTick (see clockStep).
 func startEmbedded() (*demoServer, error) {
 	m := miniredis.NewMiniRedis()
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
@@ -208,7 +215,7 @@ func startEmbedded() (*demoServer, error) {
 			case <-quit:
 				return
 			case now := <-t.C:
-				m.FastForward(now.Sub(last))
+				m.FastForward(min(now.Sub(last), clockStep))
 				last = now
 			}
 		}
