@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"time"
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
@@ -17,9 +16,6 @@ type request struct {
 	handle []LockOption // the handle's defaults
 	need   int          // permits a semaphore request waits for; 0 for locks
 	queue  bool         // a waiter keeps a place in a queue (renewed; left when it gives up)
-	// anywhere is set for a Mutex, which a quorum and the script-free mode
-	// also run; every other primitive needs Lua on one deployment.
-	anywhere bool
 	// token, if set, returns the owner token to acquire with (a writer
 	// reading inside its write hold keeps its token), or refuses.
 	token func(ctx context.Context) (string, error)
@@ -33,18 +29,16 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 	if err := checkCall(ctx, c, r.k.name); err != nil {
 		return nil, err
 	}
-	if !r.anywhere {
-		if err := c.singleNode(r.what); err != nil {
-			return nil, err
-		}
+	if err := c.be.supports(r.what); err != nil {
+		return nil, err
 	}
 	cfg := defaultLock.with(r.handle).with(opts)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if outer := leaseFrom(ctx, c, r.k.lock, r.side); outer != nil {
-		if c.plain {
-			return nil, errNeedsScripts("re-entry")
+		if err := c.be.supports("re-entry"); err != nil {
+			return nil, err
 		}
 		return reenter(ctx, outer)
 	}
@@ -60,40 +54,6 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 		a.keepAlive = cfg.queueTTL / 3
 		a.abandon = c.leaveQueue(r.k, token)
 	}
-	a.p, a.attempt = c.deployment(r, token, cfg)
+	a.p, a.attempt = c.be.attempt(c, r, token, cfg)
 	return a.run(ctx, wait)
-}
-
-// deployment returns the protocol and the attempt of a request on this
-// Client's deployment: a quorum and the script-free mode run a Mutex in
-// their own way (quorum.go, plain.go); one deployment with scripts runs
-// the request's script.
-func (c *Client) deployment(r request, token string, cfg lockConfig) (protocol, attemptFunc) {
-	switch {
-	case c.q != nil:
-		return quorumProto{c.q, r.k, c.publish}, func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-			return c.q.attempt(ctx, c, r.k, token, cfg)
-		}
-	case c.plain:
-		return plainProto{r.k, c}, func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-			return c.plainAttempt(ctx, r.k, token, cfg)
-		}
-	}
-	return r.p, func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
-		start := time.Now()
-		res, err := fenceReply("lock", r.k.name, c.grant(ctx, r.call(token, cfg, queued)))
-		if err != nil {
-			return nil, 0, err
-		}
-		switch res[0] {
-		case replyHeld:
-			h := newHold(c, r.k, r.p, token, res[1], cfg, start)
-			h.side = r.side
-			l, err := c.newLease(ctx, h)
-			return l, 0, err
-		case replyTooMany:
-			return nil, 0, invalid("%s %q: %d permits asked for; its capacity is %d", r.what, r.k.name, r.need, res[1])
-		}
-		return nil, retryAfter(res[1], cfg.ttl), nil
-	}
 }

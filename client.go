@@ -32,21 +32,17 @@ type Redis interface {
 // A Client is safe for concurrent use. Close it when done: Close stops
 // both goroutines and ends the leases still held.
 type Client struct {
-	rdb     Redis
+	rdb     Redis   // nil for a quorum
+	be      backend // the deployment
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
-	sharded bool   // a cluster: sharded pub/sub, keys of one lock per slot
-	sync    replicaSync
-	plain   bool // WithoutScripts
-	cas     casDetector
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wd     *watchdog
-	hubs   []*hub  // wake-ups: one per Redis node (one but for a quorum)
-	q      *quorum // RedLock over independent masters (NewQuorum)
+	hubs   []*hub // wake-ups: one per Redis node (one but for a quorum)
 	drift  drift
 
 	releasers releasers // background releases (release.go)
@@ -67,7 +63,20 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if !cfg.shardOK {
 		_, cfg.sharded = rdb.(*redis.ClusterClient)
 	}
-	return start(rdb, []Redis{rdb}, cfg), nil
+	var be backend = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
+	if cfg.noScripts {
+		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
+	}
+	return start(be, []Redis{rdb}, cfg), nil
+}
+
+// publishCommand is how releases are published: SPUBLISH with sharded
+// pub/sub, PUBLISH otherwise.
+func publishCommand(sharded bool) string {
+	if sharded {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
 }
 
 // configure applies and checks the options.
@@ -93,13 +102,12 @@ func configure(opts []Option) (clientConfig, error) {
 	return cfg, nil
 }
 
-// start makes a Client on rdb (nil for a quorum) with a hub per node, and
-// starts its watchdog.
-func start(rdb Redis, nodes []Redis, cfg clientConfig) *Client {
-	c := &Client{rdb: rdb, prefix: cfg.prefix, publish: "PUBLISH", sharded: cfg.sharded, sync: cfg.sync,
-		plain: cfg.noScripts, drift: cfg.drift}
-	if cfg.sharded {
-		c.publish = "SPUBLISH"
+// start makes a Client on a backend with a hub per node, and starts its
+// watchdog.
+func start(be backend, nodes []Redis, cfg clientConfig) *Client {
+	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift}
+	if len(nodes) == 1 {
+		c.rdb = nodes[0]
 	}
 	for _, n := range nodes {
 		c.hubs = append(c.hubs, newHub(n, cfg.sharded))
@@ -124,9 +132,7 @@ func (c *Client) Close() error {
 		c.cancel()
 		<-c.wd.done // it ends and releases the holds still there
 		c.waitReleases()
-		if c.q != nil {
-			c.q.stragglers.Wait()
-		}
+		c.be.close()
 		for _, h := range c.hubs {
 			h.close()
 		}

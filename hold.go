@@ -169,7 +169,7 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	start := time.Now()
-	ok, err := h.c.grant(ctx, h.p.renew(h.token, d, true)).Int64()
+	ok, err := h.c.be.grant(ctx, h.p.renew(h.token, d, true)).Int64()
 	if err != nil {
 		return redisErr("extend", h.k.name, err)
 	}

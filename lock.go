@@ -217,19 +217,6 @@ func checkCall(ctx context.Context, c *Client, name string) error {
 	return nil
 }
 
-// singleNode returns an error when the Client cannot run what, a primitive
-// that needs Lua scripts on one Redis deployment: the client was made
-// WithoutScripts, or is a quorum.
-func (c *Client) singleNode(what string) error {
-	if c.plain {
-		return errNeedsScripts(what)
-	}
-	if c.q != nil {
-		return errNotOnQuorum(what)
-	}
-	return nil
-}
-
 // reenter adds a lease to the hold that outer belongs to: the hold count
 // goes up by one in Redis and the lease gets the hold's token and fence.
 func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
@@ -243,7 +230,7 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	count, ttl, epoch := h.count+1, h.ttl, h.epoch
 	h.mu.Unlock()
 	start := time.Now()
-	res, err := h.c.grant(ctx, h.p.reenter(h.token, count, ttl)).Int64Slice()
+	res, err := h.c.be.grant(ctx, h.p.reenter(h.token, count, ttl)).Int64Slice()
 	if err != nil {
 		// The hold count in Redis may or may not be count now; the next
 		// re-entry or unlock sets it to the right value again.

@@ -80,7 +80,7 @@ func isNilLocker(l Locker) bool {
 // all: plain mutexes of one Client, on a single node.
 func oneScript(lockers []Locker) ([]*Mutex, bool) {
 	first, ok := lockers[0].(*Mutex)
-	if !ok || first.c.sharded || first.c.plain || first.c.q != nil {
+	if !ok || !first.c.be.oneScript() {
 		return nil, false
 	}
 	ms := make([]*Mutex, len(lockers))
@@ -124,7 +124,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	blocked := 0 // the mutex that was held, to wait on
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
 		start := time.Now()
-		res, err := c.grant(ctx, call{lockAllScript, keys, args}).Int64Slice()
+		res, err := c.be.grant(ctx, call{lockAllScript, keys, args}).Int64Slice()
 		if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
 			err = errors.New("unexpected script reply")
 		}

@@ -73,7 +73,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 // request is what a Mutex tells the acquire path.
 func (m *Mutex) request() request {
 	p := mutexProto{m.k, m.c.publish}
-	return request{what: "Mutex", k: m.k, p: p, handle: m.opts, anywhere: true,
+	return request{what: "Mutex", k: m.k, p: p, handle: m.opts,
 		call: func(token string, cfg lockConfig, _ bool) call { return p.lock(token, cfg.ttl, 0) }}
 }
 

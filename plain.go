@@ -21,7 +21,8 @@ import (
 //   - release and renewal compare the owner and act in one step: DELEX /
 //     SET IFEQ where the server has them (Redis 8.4), DELIFEQ / SET IFEQ
 //     (Valkey 9), and otherwise WATCH, GET, MULTI, DEL or PEXPIRE, EXEC;
-//   - renewals are sent one lease at a time, not in one pipeline.
+//   - renewals are sent side by side, one transaction each, not in one
+//     pipeline.
 //
 // Leases, loss signalling, fencing, waits woken by pub/sub and ownership
 // checks are as with scripts. The lock key is a string, not a hash: every
@@ -85,13 +86,47 @@ func (d *casDetector) get(ctx context.Context, r Redis) casMode {
 	return d.mode
 }
 
-// plainAttempt is one acquire of a Mutex without scripts.
-func (c *Client) plainAttempt(ctx context.Context, k keys, token string, cfg lockConfig) (*Lease, time.Duration, error) {
+// plain is the script-free backend (WithoutScripts): it runs only a
+// Mutex, with transactions.
+type plain struct {
+	rdb     Redis
+	publish string
+	cas     casDetector
+}
+
+func (b *plain) supports(what string) error {
+	if what == "Mutex" {
+		return nil
+	}
+	return errNeedsScripts(what)
+}
+
+func (b *plain) oneScript() bool { return false }
+func (b *plain) close()          {}
+
+// grant runs o: transactions have no replica sync (New refuses the mix).
+func (b *plain) grant(ctx context.Context, o op) *redis.Cmd { return o.run(ctx, b.rdb) }
+
+// batch runs the transactions side by side: they cannot share a pipeline.
+func (b *plain) batch(ctx context.Context, ops []op, _ bool) []*redis.Cmd {
+	return sideBySide(ctx, b.rdb, ops)
+}
+
+func (b *plain) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
+	p := plainProto{r.k, b}
+	return p, func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+		return b.lock(ctx, c, p, token, cfg)
+	}
+}
+
+// lock is one acquire of a Mutex without scripts.
+func (b *plain) lock(ctx context.Context, c *Client, p plainProto, token string, cfg lockConfig) (*Lease, time.Duration, error) {
+	k := p.k
 	start := time.Now()
 	var fence *redis.IntCmd
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
-	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		fence = p.Incr(ctx, k.fence)
 		p.SetNX(ctx, k.lock, token, cfg.ttl)
 		get = p.Get(ctx, k.lock)
@@ -111,14 +146,14 @@ func (c *Client) plainAttempt(ctx context.Context, k keys, token string, cfg loc
 	// Ours — by this transaction, or by an earlier one whose reply was lost
 	// and that go-redis sent again: then the fence of this one, still above
 	// every earlier owner's.
-	l, err := c.newLease(ctx, newHold(c, k, plainProto{k, c}, token, fence.Val(), cfg, start))
+	l, err := c.newLease(ctx, newHold(c, k, p, token, fence.Val(), cfg, start))
 	return l, 0, err
 }
 
 // plainProto is the Redis side of a Mutex hold without scripts.
 type plainProto struct {
 	k keys
-	c *Client
+	b *plain
 }
 
 // plainOp is a transaction with the integer reply of the protocol.
@@ -143,7 +178,7 @@ func (p plainProto) reenter(string, int, time.Duration) op {
 func (p plainProto) release(token string, _ int) op {
 	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
 		var deleted bool
-		switch p.c.cas.get(ctx, r) {
+		switch p.b.cas.get(ctx, r) {
 		case casDelex:
 			n, err := r.Do(ctx, "DELEX", p.k.lock, "IFEQ", token).Int64()
 			deleted = n == 1
@@ -169,7 +204,7 @@ func (p plainProto) release(token string, _ int) op {
 			return -1, nil
 		}
 		// A lost message costs a waiter at most the lease it was told.
-		_ = r.Do(ctx, strings.ToLower(p.c.publish), p.k.channel, wakeOne).Err()
+		_ = r.Do(ctx, strings.ToLower(p.b.publish), p.k.channel, wakeOne).Err()
 		return 1, nil
 	})
 }
@@ -178,7 +213,7 @@ func (p plainProto) release(token string, _ int) op {
 // (not exact) to at least ttl, which needs the WATCH transaction.
 func (p plainProto) renew(token string, ttl time.Duration, exact bool) op {
 	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
-		if exact && p.c.cas.get(ctx, r) != casWatch {
+		if exact && p.b.cas.get(ctx, r) != casWatch {
 			err := r.Do(ctx, "SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()).Err()
 			if errors.Is(err, redis.Nil) {
 				return 0, nil

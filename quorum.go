@@ -102,9 +102,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if q.timeout < 0 || q.jitter < 0 {
 		return nil, invalid("NewQuorum: negative node timeout or jitter")
 	}
-	c := start(nil, rs, cfg)
-	c.q = q
-	return c, nil
+	return start(q, rs, cfg), nil
 }
 
 // majority is how many nodes make a quorum.
@@ -231,8 +229,8 @@ func (q *quorum) outcome(t tally, op, name string) (bool, error) {
 	return false, &QuorumError{Op: op, Name: name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 }
 
-// attempt is one RedLock round for a Mutex.
-func (q *quorum) attempt(ctx context.Context, c *Client, k keys, token string, cfg lockConfig) (*Lease, time.Duration, error) {
+// lock is one RedLock round for a Mutex.
+func (q *quorum) lock(ctx context.Context, c *Client, k keys, token string, cfg lockConfig) (*Lease, time.Duration, error) {
 	start := time.Now()
 	nodes := q.all()
 	t := q.tally(q.fanout(ctx, nodes, func(int) call {
@@ -449,17 +447,34 @@ func (p quorumProto) ttl(token string) op {
 		}}
 }
 
-// quorumOps returns ops as quorum operations, or nil if they are not.
-func quorumOps(ops []op) []quorumOp {
+// The quorum as a backend: it runs a Mutex, with re-entry.
+
+func (q *quorum) supports(what string) error {
+	if what == "Mutex" || what == "re-entry" {
+		return nil
+	}
+	return errNotOnQuorum(what)
+}
+
+func (q *quorum) oneScript() bool { return false }
+func (q *quorum) close()          { q.stragglers.Wait() }
+
+func (q *quorum) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
+	return quorumProto{q, r.k, c.publish}, func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+		return q.lock(ctx, c, r.k, token, cfg)
+	}
+}
+
+// grant runs a quorum operation (it goes to every node).
+func (q *quorum) grant(ctx context.Context, o op) *redis.Cmd { return o.run(ctx, nil) }
+
+// batch runs quorum operations as one batch per node, all nodes at once.
+func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []*redis.Cmd {
 	qops := make([]quorumOp, len(ops))
 	for i, o := range ops {
-		qo, ok := o.(quorumOp)
-		if !ok {
-			return nil
-		}
-		qops[i] = qo
+		qops[i] = o.(quorumOp) // every op of a quorum is one
 	}
-	return qops
+	return q.runOps(ctx, qops)
 }
 
 // either is yes if ok, else no: a script's integer reply.

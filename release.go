@@ -78,29 +78,19 @@ func (c *Client) releaseNow(h *hold) {
 	_ = h.p.release(h.token, 0).run(ctx, c.rdb).Err()
 }
 
-// releaseAll releases the holds a closing Client still had, at once and
-// bounded by closeTimeout: script calls in one pipeline, other operations
-// (transactions, quorum fan-outs) side by side.
+// releaseAll releases the holds a closing Client still had, together (one
+// pipeline where the deployment allows) and bounded by closeTimeout.
 func (c *Client) releaseAll(hs []*hold) {
 	if len(hs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	var calls []call
-	var wg sync.WaitGroup
-	for _, h := range hs {
-		switch o := h.p.release(h.token, 0).(type) {
-		case call:
-			calls = append(calls, o)
-		default:
-			wg.Go(func() { _ = o.run(ctx, c.rdb).Err() })
-		}
+	ops := make([]op, len(hs))
+	for i, h := range hs {
+		ops[i] = h.p.release(h.token, 0)
 	}
-	if len(calls) > 0 {
-		runBatch(ctx, c.rdb, calls, replicaSync{})
-	}
-	wg.Wait()
+	c.be.batch(ctx, ops, false)
 }
 
 // waitReleases stops new background releases and waits for those under

@@ -49,27 +49,6 @@ func (s replicaSync) validate() error {
 	return nil
 }
 
-// grant runs a call that grants or extends a hold: with replica sync, WAIT
-// follows it on the same connection, and too few acknowledgements turn a
-// successful reply into an error matching ErrReplicaSync.
-func (c *Client) grant(ctx context.Context, o op) *redis.Cmd {
-	cl, ok := o.(call)
-	if c.sync.replicas == 0 || !ok {
-		return o.run(ctx, c.rdb)
-	}
-	r := c.rdb
-	if cc, ok := r.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, cl.keys[0])
-		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
-		}
-		r = node
-	}
-	return runBatch(ctx, r, []call{cl}, c.sync)[0]
-}
-
 // check checks a WAIT reply and marks the batch's successful commands
 // as failed when too few replicas acknowledged.
 func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 
-	"github.com/redis/go-redis/v9"
 	"sync"
 	"time"
 )
@@ -234,32 +233,16 @@ func earlier(a, b time.Time) time.Time {
 // renew renews a batch in one pipeline and hands the outcomes to the loop.
 func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	ops := make([]op, len(rs))
-	calls := make([]call, 0, len(rs)) // the scripts among them, to batch
 	shortest := rs[0].ttl
 	for i, r := range rs {
 		ops[i] = r.h.p.renew(r.h.token, r.ttl, false)
-		if cl, ok := ops[i].(call); ok {
-			calls = append(calls, cl)
-		}
 		shortest = min(shortest, r.ttl)
 	}
 	// No point waiting for a reply past the soonest deadline.
 	bctx, cancel := context.WithTimeout(ctx, shortest)
 	defer cancel()
 	start := time.Now()
-	var cmds []*redis.Cmd
-	_, cluster := w.c.rdb.(*redis.ClusterClient)
-	if len(calls) == len(ops) && !(cluster && w.c.sync.replicas > 0) {
-		cmds = runBatch(bctx, w.c.rdb, calls, w.c.sync)
-	} else if qops := quorumOps(ops); qops != nil {
-		cmds = w.c.q.runOps(bctx, qops) // one batch per node, all nodes at once
-	} else {
-		// Transactions (no scripts) cannot share a pipeline, and on a
-		// cluster WAIT must follow each write on its node's connection.
-		for _, o := range ops {
-			cmds = append(cmds, w.c.grant(bctx, o))
-		}
-	}
+	cmds := w.c.be.batch(bctx, ops, true)
 	for i, cmd := range cmds {
 		rs[i].start = start
 		v, err := cmd.Int64()

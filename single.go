@@ -1,0 +1,87 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// single is one Redis deployment that runs scripts: a server, a primary
+// managed by Sentinel, or a cluster (sharded). With replica sync every
+// grant is followed by WAIT on the connection that carried it.
+type single struct {
+	rdb     Redis
+	sharded bool
+	sync    replicaSync
+}
+
+func (s *single) supports(string) error { return nil }
+func (s *single) oneScript() bool       { return !s.sharded }
+func (s *single) close()                {}
+
+// attempt runs the request's acquire script.
+func (s *single) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
+	return r.p, func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
+		start := time.Now()
+		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, cfg, queued)))
+		if err != nil {
+			return nil, 0, err
+		}
+		switch res[0] {
+		case replyHeld:
+			h := newHold(c, r.k, r.p, token, res[1], cfg, start)
+			h.side = r.side
+			l, err := c.newLease(ctx, h)
+			return l, 0, err
+		case replyTooMany:
+			return nil, 0, invalid("%s %q: %d permits asked for; its capacity is %d", r.what, r.k.name, r.need, res[1])
+		}
+		return nil, retryAfter(res[1], cfg.ttl), nil
+	}
+}
+
+// grant runs a call that grants or extends a hold: with replica sync, WAIT
+// follows it on the same connection, and too few acknowledgements turn a
+// successful reply into an error matching ErrReplicaSync.
+func (s *single) grant(ctx context.Context, o op) *redis.Cmd {
+	cl, ok := o.(call)
+	if s.sync.replicas == 0 || !ok {
+		return o.run(ctx, s.rdb)
+	}
+	r := s.rdb
+	if cc, ok := r.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, cl.keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		r = node
+	}
+	return runBatch(ctx, r, []call{cl}, s.sync)[0]
+}
+
+// batch sends the calls in one pipeline (go-redis splits a cluster's per
+// node), followed by WAIT for grants with replica sync. On a cluster with
+// replica sync each grant goes on its own, as WAIT must follow each write
+// on its node's connection.
+func (s *single) batch(ctx context.Context, ops []op, grant bool) []*redis.Cmd {
+	sync := replicaSync{}
+	if grant {
+		sync = s.sync
+	}
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	if cluster && sync.replicas > 0 {
+		out := make([]*redis.Cmd, len(ops))
+		for i, o := range ops {
+			out[i] = s.grant(ctx, o)
+		}
+		return out
+	}
+	calls := make([]call, len(ops))
+	for i, o := range ops {
+		calls[i] = o.(call) // every op of a script deployment is a call
+	}
+	return runBatch(ctx, s.rdb, calls, sync)
+}
