@@ -11,7 +11,7 @@ import (
 type request struct {
 	what   string       // the primitive, for errors: "Mutex", "RWMutex", ...
 	k      keys         // its keys
-	side   string       // "" or, for an RWMutex, "r" or "w": a separate re-entry per side
+	side   side         // an RWMutex's read or write side: a separate re-entry per side
 	p      protocol     // its protocol on one deployment with scripts
 	handle []LockOption // the handle's defaults
 	need   int          // permits a semaphore request waits for; 0 for locks
@@ -36,11 +36,13 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if outer := leaseFrom(ctx, c, r.k.lock, r.side); outer != nil {
-		if err := c.be.supports("re-entry"); err != nil {
-			return nil, err
+	if _, ok := r.p.(reentrant); ok {
+		if outer := leaseFrom(ctx, c, r.k.lock, r.side); outer != nil {
+			if err := c.be.supports("re-entry"); err != nil {
+				return nil, err
+			}
+			return reenter(ctx, outer)
 		}
-		return reenter(ctx, outer)
 	}
 	token := newToken()
 	if r.token != nil {

@@ -15,14 +15,14 @@ type hold struct {
 	c     *Client
 	k     keys
 	p     protocol
-	side  string // "" for a mutex; "r" or "w" for an RWMutex's read or write hold
+	side  side   // the side of an RWMutex hold; "" for other locks
 	token string
 	fence int64
 	renew bool // the watchdog renews it
 
-	// op serialises the calls that set the hold count in Redis (re-entry
+	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
-	op sync.Mutex
+	calls sync.Mutex
 
 	mu        sync.Mutex
 	count     int           // holds in Redis (under op for writes)
@@ -118,8 +118,8 @@ func (h *hold) carry(ctx context.Context, l *Lease) context.Context {
 
 // unlock is Lease.Unlock of one of h's leases.
 func (h *hold) unlock(ctx context.Context, l *Lease) error {
-	h.op.Lock()
-	defer h.op.Unlock()
+	h.calls.Lock()
+	defer h.calls.Unlock()
 	if err := l.Err(); err != nil {
 		if !errors.Is(err, ErrUnlocked) {
 			// Lost: if the key is still ours (a pause outlived the
@@ -163,8 +163,8 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 
 // extend is Lease.Extend of one of h's leases.
 func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
-	h.op.Lock() // after an Unlock in flight, not beside it
-	defer h.op.Unlock()
+	h.calls.Lock() // after an Unlock in flight, not beside it
+	defer h.calls.Unlock()
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -190,8 +190,8 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 
 // ttlLeft is Lease.TTL of one of h's leases.
 func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
-	h.op.Lock() // after an Unlock in flight, not beside it
-	defer h.op.Unlock()
+	h.calls.Lock() // after an Unlock in flight, not beside it
+	defer h.calls.Unlock()
 	if err := l.Err(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}

@@ -105,7 +105,7 @@ func (l *Lease) whenDone(f func(error)) (forget func()) {
 type leaseKey struct {
 	c    *Client
 	lock string
-	side string
+	side side
 }
 
 // Context returns a context derived from parent that is cancelled when
@@ -129,8 +129,8 @@ func (l *Lease) carry(ctx context.Context) context.Context { return l.of.carry(c
 
 // leaseFrom returns the lease that ctx carries for the lock's side, if
 // any: always a single lease (a set carries its parts).
-func leaseFrom(ctx context.Context, c *Client, lock, side string) *Lease {
-	l, _ := ctx.Value(leaseKey{c, lock, side}).(*Lease)
+func leaseFrom(ctx context.Context, c *Client, lock string, s side) *Lease {
+	l, _ := ctx.Value(leaseKey{c, lock, s}).(*Lease)
 	return l
 }
 

@@ -31,7 +31,6 @@ type Locker interface {
 // replies follow one convention, so that Lease and the watchdog serve
 // every primitive:
 //
-//	reenter  {1, ...} held with the new count, {-1} not held
 //	release  1 done, -1 not held (left = 0 frees every hold of the token)
 //	renew    1 renewed, 0 not held
 //	ttl      milliseconds left, -3 not held
@@ -40,10 +39,17 @@ type Locker interface {
 // at least ttl (the watchdog): a renewal still in flight when Extend
 // lengthened a lease must not shorten it again on the server.
 type protocol interface {
-	reenter(token string, count int, ttl time.Duration) op
 	release(token string, left int) op
 	renew(token string, ttl time.Duration, exact bool) op
 	ttl(token string) op
+}
+
+// reentrant is the protocol of a hold that can be re-entered (Mutex,
+// FairMutex, RWMutex; not a Semaphore's permits):
+//
+//	reenter  {1, ...} held with the new count, {-1} not held
+type reentrant interface {
+	reenter(token string, count int, ttl time.Duration) op
 }
 
 // op is one operation on Redis with an integer or array reply: a script
@@ -221,8 +227,8 @@ func checkCall(ctx context.Context, c *Client, name string) error {
 // goes up by one in Redis and the lease gets the hold's token and fence.
 func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	h := outer.of.first()
-	h.op.Lock()
-	defer h.op.Unlock()
+	h.calls.Lock()
+	defer h.calls.Unlock()
 	if err := outer.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -230,7 +236,7 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	count, ttl, epoch := h.count+1, h.ttl, h.epoch
 	h.mu.Unlock()
 	start := time.Now()
-	res, err := h.c.be.grant(ctx, h.p.reenter(h.token, count, ttl)).Int64Slice()
+	res, err := h.c.be.grant(ctx, h.p.(reentrant).reenter(h.token, count, ttl)).Int64Slice()
 	if err != nil {
 		// The hold count in Redis may or may not be count now; the next
 		// re-entry or unlock sets it to the right value again.

@@ -170,10 +170,6 @@ func (f plainOp) run(ctx context.Context, r Redis) *redis.Cmd {
 	return cmd
 }
 
-func (p plainProto) reenter(string, int, time.Duration) op {
-	return plainOp(func(context.Context, Redis) (int64, error) { return 0, errNeedsScripts("re-entry") })
-}
-
 // release deletes the key if it still holds token, and tells waiters.
 func (p plainProto) release(token string, _ int) op {
 	return plainOp(func(ctx context.Context, r Redis) (int64, error) {

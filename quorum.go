@@ -320,7 +320,7 @@ type quorumProto struct {
 // replies into one reply of the same convention.
 type quorumOp struct {
 	p    quorumProto
-	op   string
+	name string // "lock", "unlock", "renew", "ttl"
 	mk   func(node int) call
 	isOK func([]int64) bool
 	fold func(t tally, ok bool) any
@@ -373,7 +373,7 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []*redis.Cmd {
 		all := true
 		for j, o := range ops {
 			ts[j].add(r.node, r.cmds[j], o.isOK)
-			all = all && o.op == "renew" && q.decided(ts[j])
+			all = all && o.name == "renew" && q.decided(ts[j])
 		}
 		if all {
 			break
@@ -382,7 +382,7 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(ops))
 	for j, o := range ops {
 		t := ts[j]
-		ok, err := q.outcome(t, o.op, o.p.k.name)
+		ok, err := q.outcome(t, o.name, o.p.k.name)
 		if err != nil {
 			if qe := (*QuorumError)(nil); errors.As(err, &qe) {
 				for i, done := range answered {

@@ -685,3 +685,23 @@ func TestLeaseMethodsOnEveryKind(t *testing.T) {
 		})
 	}
 }
+
+// Permits are not re-entrant: an Acquire under a permit's lease context
+// takes permits of its own.
+func TestSemaphoreUnderItsLeaseContextTakesMore(t *testing.T) {
+	ctx := context.Background()
+	s := client(t).Semaphore(lockName(t), 3)
+	a := mustAcquire(t, s, 1)
+	b, err := s.Acquire(a.Context(ctx), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Token() == a.Token() {
+		t.Fatal("the second Acquire re-entered the first's hold")
+	}
+	if _, free, err := s.Permits(ctx); err != nil || free != 0 {
+		t.Fatalf("free permits %d, %v; want 0", free, err)
+	}
+	unlock(t, b)
+	unlock(t, a)
+}

@@ -51,27 +51,27 @@ func (rw *RWMutex) order() string { return rw.k.lock }
 // the default policy) waits for it. Woken when a writer releases; bounded
 // by the holder's lease. It returns the same errors as Mutex.Lock.
 func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
-	return rw.acquire(ctx, "r", true, opts)
+	return rw.acquire(ctx, sideRead, true, opts)
 }
 
 // TryRLock makes one attempt at a read hold and returns an error matching
 // ErrNotObtained if it would have to wait.
 func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
-	return rw.acquire(ctx, "r", false, opts)
+	return rw.acquire(ctx, sideRead, false, opts)
 }
 
 // Lock takes the write hold, waiting until no reader or writer holds the
 // lock and the writers that came before have had their turn. It returns
 // the same errors as Mutex.Lock.
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (*Lease, error) {
-	return rw.acquire(ctx, "w", true, opts)
+	return rw.acquire(ctx, sideWrite, true, opts)
 }
 
 // TryLock makes one attempt at the write hold, taking no place in the
 // writers' queue, and returns an error matching ErrNotObtained if the lock
 // is held or writers wait.
 func (rw *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
-	return rw.acquire(ctx, "w", false, opts)
+	return rw.acquire(ctx, sideWrite, false, opts)
 }
 
 // RLocker returns the read side of the lock as a Locker: its Lock and
@@ -91,16 +91,16 @@ func (r readLocker) TryLock(ctx context.Context, opts ...LockOption) (*Lease, er
 func (r readLocker) Name() string  { return r.rw.Name() }
 func (r readLocker) order() string { return r.rw.order() }
 
-func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []LockOption) (*Lease, error) {
+func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOption) (*Lease, error) {
 	if rw == nil || rw.c == nil {
 		return nil, invalid("nil RWMutex")
 	}
 	c, k := rw.c, rw.k
-	p := rwProto{k, side, c.publish}
-	r := request{what: "RWMutex", k: k, side: side, p: p, handle: rw.opts}
-	if side == "r" {
+	p := rwProto{k, s, c.publish}
+	r := request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts}
+	if s == sideRead {
 		r.token = func(ctx context.Context) (string, error) {
-			if writer := leaseFrom(ctx, c, k.lock, "w"); writer != nil {
+			if writer := leaseFrom(ctx, c, k.lock, sideWrite); writer != nil {
 				return writer.of.first().token, nil // reading inside its write hold
 			}
 			return newToken(), nil
@@ -111,7 +111,7 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 	} else {
 		r.queue = true
 		r.token = func(ctx context.Context) (string, error) {
-			if leaseFrom(ctx, c, k.lock, "r") != nil {
+			if leaseFrom(ctx, c, k.lock, sideRead) != nil {
 				return "", invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
 			}
 			return newToken(), nil
@@ -124,10 +124,19 @@ func (rw *RWMutex) acquire(ctx context.Context, side string, wait bool, opts []L
 	return c.acquire(ctx, r, wait, opts)
 }
 
+// side is the side of an RWMutex hold; its value is what the scripts
+// take ('r' or 'w').
+type side string
+
+const (
+	sideRead  side = "r"
+	sideWrite side = "w"
+)
+
 // rwProto is the Redis side of a read or write hold of an RWMutex.
 type rwProto struct {
 	k       keys
-	side    string
+	side    side
 	publish string
 }
 
@@ -137,7 +146,7 @@ func (p rwProto) acquireKeys() []string {
 }
 
 func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
-	if p.side == "r" {
+	if p.side == sideRead {
 		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1"}}
 	}
 	return call{rwWriteScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, 0, p.k.channel, p.publish}}
@@ -145,13 +154,13 @@ func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 
 func (p rwProto) release(token string, left int) op {
 	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive},
-		[]any{token, p.side, left, p.k.channel, p.publish}}
+		[]any{token, string(p.side), left, p.k.channel, p.publish}}
 }
 
 func (p rwProto) renew(token string, ttl time.Duration, exact bool) op {
-	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, p.side, ttl.Milliseconds(), flag(exact)}}
+	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side), ttl.Milliseconds(), flag(exact)}}
 }
 
 func (p rwProto) ttl(token string) op {
-	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, p.side}}
+	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side)}}
 }

@@ -148,11 +148,6 @@ type semProto struct {
 	publish string
 }
 
-// reenter is never used: permits are not re-entrant.
-func (p semProto) reenter(token string, _ int, ttl time.Duration) op {
-	return p.renew(token, ttl, false)
-}
-
 func (p semProto) release(token string, left int) op {
 	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits}, []any{token, left, p.k.channel, p.publish}}
 }

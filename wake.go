@@ -29,7 +29,7 @@ type hub struct {
 	mu       sync.Mutex
 	shared   *redis.PubSub // single node: the one connection
 	closed   bool
-	waiting  map[string]*channel
+	waiting  map[string]*listeners
 	receives sync.WaitGroup // receive loops
 	// unconfirmed counts the SUBSCRIBE commands sent on a connection for a
 	// channel whose confirmation has not come back. It outlives the
@@ -44,8 +44,9 @@ type subscription struct {
 	name string
 }
 
-// channel is the local state of one lock's channel.
-type channel struct {
+// listeners is this hub's state of one lock's pub/sub channel: who waits
+// on it here, and its subscription.
+type listeners struct {
 	waiters []*waiter // in arrival order
 	ready   chan struct{}
 	conn    *redis.PubSub
@@ -62,7 +63,7 @@ type waiter struct {
 
 func newHub(rdb Redis, sharded bool) *hub {
 	return &hub{rdb: rdb, sharded: sharded,
-		waiting: make(map[string]*channel), unconfirmed: make(map[subscription]int)}
+		waiting: make(map[string]*listeners), unconfirmed: make(map[subscription]int)}
 }
 
 // join registers a waiter on the named channel, subscribing to it if it
@@ -76,7 +77,7 @@ func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, e
 	}
 	ch := h.waiting[name]
 	if ch == nil {
-		ch = &channel{ready: make(chan struct{})}
+		ch = &listeners{ready: make(chan struct{})}
 		h.waiting[name] = ch
 		// The connection belongs to the Client, not to this wait.
 		ctx := context.Background()
@@ -143,7 +144,7 @@ func (h *hub) leave(w *waiter) {
 // will try the lock anyway, and whoever wins publishes the next release:
 // waking a second waiter would only make them race (and with a quorum,
 // whose nodes each publish the same release, wake one waiter per node).
-func (ch *channel) wakeOne() {
+func (ch *listeners) wakeOne() {
 	if len(ch.waiters) == 0 {
 		return
 	}
@@ -155,7 +156,7 @@ func (ch *channel) wakeOne() {
 
 // wakeFitting wakes, in arrival order, the waiters whose permits fit in
 // free, counting each woken waiter's permits as taken.
-func (ch *channel) wakeFitting(free int) {
+func (ch *listeners) wakeFitting(free int) {
 	for _, w := range ch.waiters {
 		if w.need > free {
 			continue
@@ -169,7 +170,7 @@ func (ch *channel) wakeFitting(free int) {
 }
 
 // wake wakes the waiters that match: every one, or those with the token.
-func (ch *channel) wake(token string) {
+func (ch *listeners) wake(token string) {
 	for _, w := range ch.waiters {
 		if token == "" || w.token == token {
 			select {
