@@ -15,7 +15,7 @@ type hold struct {
 	c     *Client
 	k     keys
 	p     protocol
-	side  side   // the side of an RWMutex hold; "" for other locks
+	side  side // the side of an RWMutex hold; "" for other locks
 	token string
 	fence int64
 	renew bool // the watchdog renews it
