@@ -14,6 +14,7 @@ type request struct {
 	side   side         // an RWMutex's read or write side: a separate re-entry per side
 	p      protocol     // its protocol on one deployment with scripts
 	handle []LockOption // the handle's defaults
+	takes  lockOpts     // the options it takes beyond TTL and lease
 	need   int          // permits a semaphore request waits for; 0 for locks
 	queue  bool         // a waiter keeps a place in a queue (renewed; left when it gives up)
 	// token, if set, returns the owner token to acquire with (a writer
@@ -34,6 +35,9 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 	}
 	cfg := defaultLock.with(r.handle).with(opts)
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.refuse(r.what, r.takes); err != nil {
 		return nil, err
 	}
 	if _, ok := r.p.(reentrant); ok {

@@ -60,6 +60,9 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.quorumSet {
+		return nil, invalid("WithNodeTimeout and WithRetryJitter apply to NewQuorum only")
+	}
 	if !cfg.shardOK {
 		_, cfg.sharded = rdb.(*redis.ClusterClient)
 	}

@@ -55,7 +55,7 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 		return nil, invalid("nil FairMutex")
 	}
 	c, k := f.m.c, f.m.k
-	return c.acquire(ctx, request{what: "FairMutex", k: k, p: fairProto{mutexProto{k, c.publish}}, handle: f.m.opts, queue: true,
+	return c.acquire(ctx, request{what: "FairMutex", k: k, p: fairProto{mutexProto{k, c.publish}}, handle: f.m.opts, queue: true, takes: optQueueTTL,
 		call: func(token string, cfg lockConfig, queued bool) call {
 			return call{fairLockScript, []string{k.lock, k.fence, k.queue, k.alive},
 				[]any{token, cfg.ttl.Milliseconds(), placeTTL(cfg, queued), k.channel, c.publish}}

@@ -117,6 +117,9 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 		if err := cfgs[i].validate(); err != nil {
 			return nil, err
 		}
+		if err := cfgs[i].refuse("Mutex", 0); err != nil {
+			return nil, err
+		}
 		keys = append(keys, m.k.lock, m.k.fence)
 		args = append(args, cfgs[i].ttl.Milliseconds())
 	}

@@ -20,6 +20,7 @@ type Option func(*clientConfig)
 
 type clientConfig struct {
 	prefix    string
+	quorumSet bool // a quorum-only option was given
 	sharded   bool
 	shardOK   bool // sharded was set explicitly
 	sync      replicaSync
@@ -50,7 +51,30 @@ type lockConfig struct {
 	ttl      time.Duration
 	renew    bool
 	queueTTL time.Duration
-	readers  bool // RWMutex: readers first
+	readers  bool     // RWMutex: readers first
+	set      lockOpts // the options given that only some locks take
+}
+
+// lockOpts are the lock options that only some locks take; a lock refuses
+// the others (ErrInvalidArgument) rather than ignore them.
+type lockOpts int
+
+const (
+	optQueueTTL lockOpts = 1 << iota // FairMutex, RWMutex
+	optReaders                       // RWMutex
+)
+
+// names of the options in lockOpts, for errors.
+var optNames = map[lockOpts]string{optQueueTTL: "WithQueueTTL", optReaders: "WithReaderPreference"}
+
+// refuse returns an error for an option given that what does not take.
+func (c lockConfig) refuse(what string, takes lockOpts) error {
+	for o, name := range optNames {
+		if c.set&o != 0 && takes&o == 0 {
+			return invalid("%s does not apply to a %s", name, what)
+		}
+	}
+	return nil
 }
 
 var defaultLock = lockConfig{ttl: DefaultTTL, renew: true, queueTTL: DefaultQueueTTL}
@@ -64,9 +88,10 @@ const DefaultQueueTTL = 3 * time.Second
 // A waiter renews its place every d/3 while it waits, so a waiter that was
 // killed is skipped at most d + d/3 after its last renewal. Default:
 // DefaultQueueTTL (3 s). Shorter skips dead waiters sooner and costs more
-// renewals. d must be at least 3 ms. Other locks ignore it.
+// renewals. d must be at least 3 ms. Other locks refuse it
+// (ErrInvalidArgument).
 func WithQueueTTL(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.queueTTL = d }
+	return func(c *lockConfig) { c.queueTTL, c.set = d, c.set|optQueueTTL }
 }
 
 // WithTTL gives the lease a time to live of d, renewed by the Client's
@@ -90,9 +115,9 @@ func WithLease(d time.Duration) LockOption {
 // steady stream of readers cannot starve writers. With it, readers never
 // wait for waiting writers, and writers may starve. Pass it to
 // Client.RWMutex so that every reader of the handle uses it. Other locks
-// ignore it.
+// refuse it (ErrInvalidArgument).
 func WithReaderPreference() LockOption {
-	return func(c *lockConfig) { c.readers = true }
+	return func(c *lockConfig) { c.readers, c.set = true, c.set|optReaders }
 }
 
 func (c lockConfig) with(opts []LockOption) lockConfig {
@@ -143,4 +168,65 @@ func (d drift) validate() error {
 // quorum (NewQuorum) the same margin is taken off a lock's validity.
 func WithClockDrift(factor float64, extra time.Duration) Option {
 	return func(c *clientConfig) { c.drift = drift{factor, extra} }
+}
+
+// WithoutScripts makes the Client use no Lua, for proxies and managed
+// services that forbid EVAL. Only Mutex works then, as a plain lock that
+// is not re-entrant:
+//
+//   - acquire is one MULTI/EXEC transaction: INCR of the fence counter,
+//     SET key token NX PX ttl, and a read of the key (one round trip; the
+//     fence is the INCR's, taken atomically with the grant);
+//   - release and renewal compare the owner and act in one step: DELEX /
+//     SET IFEQ where the server has them (Redis 8.4), DELIFEQ / SET IFEQ
+//     (Valkey 9), and otherwise WATCH, GET, MULTI, DEL or PEXPIRE, EXEC;
+//   - renewals are sent side by side, one transaction each, not in one
+//     pipeline.
+//
+// Leases, loss signalling, fencing, waits woken by pub/sub and ownership
+// checks are as with scripts. The lock key is a string, not a hash: every
+// client of one lock must agree on the mode. FairMutex, RWMutex,
+// Semaphore, Latch and re-entry need scripts: their calls return an error
+// matching errors.ErrUnsupported. WithReplicaSync cannot be combined with
+// it (New returns an error).
+func WithoutScripts() Option {
+	return func(c *clientConfig) { c.noScripts = true }
+}
+
+// WithNodeTimeout bounds each node's part of a quorum call (NewQuorum):
+// a node that has not answered by then counts as failed for that call.
+// Default: DefaultNodeTimeout (100 ms). Keep it far below the TTL: time
+// spent acquiring is taken off the lock's validity. go-redis honours it on
+// the socket only with ContextTimeoutEnabled in the node's options; without
+// that a slow node still delays the call (the validity check stays right).
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *clientConfig) { c.quorum.timeout, c.quorumSet = d, true }
+}
+
+// WithRetryJitter sets the most random delay a quorum waiter adds before
+// trying again after a round in which nobody won a majority, so that
+// competing clients do not split the votes forever. Default: 50 ms.
+func WithRetryJitter(d time.Duration) Option {
+	return func(c *clientConfig) { c.quorum.jitter, c.quorumSet = d, true }
+}
+
+// WithReplicaSync makes every grant wait until replicas replicas have
+// acknowledged it, for up to timeout: after an acquire, a re-entry, an
+// Extend and each renewal, the Client sends WAIT replicas timeout on the
+// connection that carried the write. An acquire that fewer replicas
+// acknowledge is released and fails with an error matching ErrReplicaSync;
+// a renewal that fewer acknowledge confirms nothing (the lease is lost at
+// its deadline if that goes on).
+//
+// It narrows the failover hole of asynchronous replication: a lock that a
+// replica has acknowledged survives that replica's promotion. It does not
+// close it: WAIT does not make Redis consistent (a replica that
+// acknowledged may not be the one promoted, and data may still be lost on
+// a failover), and every grant costs up to a replication round trip more.
+//
+// Default: off. replicas must be at least 1 and timeout at least 1 ms. On
+// a cluster, the write and its WAIT go to the master of the lock's slot,
+// and renewals are sent one lock at a time rather than in a pipeline.
+func WithReplicaSync(replicas int, timeout time.Duration) Option {
+	return func(c *clientConfig) { c.sync = replicaSync{replicas, timeout} }
 }

@@ -11,29 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WithoutScripts makes the Client use no Lua, for proxies and managed
-// services that forbid EVAL. Only Mutex works then, as a plain lock that
-// is not re-entrant:
-//
-//   - acquire is one MULTI/EXEC transaction: INCR of the fence counter,
-//     SET key token NX PX ttl, and a read of the key (one round trip; the
-//     fence is the INCR's, taken atomically with the grant);
-//   - release and renewal compare the owner and act in one step: DELEX /
-//     SET IFEQ where the server has them (Redis 8.4), DELIFEQ / SET IFEQ
-//     (Valkey 9), and otherwise WATCH, GET, MULTI, DEL or PEXPIRE, EXEC;
-//   - renewals are sent side by side, one transaction each, not in one
-//     pipeline.
-//
-// Leases, loss signalling, fencing, waits woken by pub/sub and ownership
-// checks are as with scripts. The lock key is a string, not a hash: every
-// client of one lock must agree on the mode. FairMutex, RWMutex,
-// Semaphore, Latch and re-entry need scripts: their calls return an error
-// matching errors.ErrUnsupported. WithReplicaSync cannot be combined with
-// it (New returns an error).
-func WithoutScripts() Option {
-	return func(c *clientConfig) { c.noScripts = true }
-}
-
 // errNeedsScripts is returned by what cannot work without Lua.
 func errNeedsScripts(what string) error {
 	return fmt.Errorf("dlock: %s needs Lua scripts, and the client was made WithoutScripts: %w",

@@ -32,23 +32,6 @@ type quorumConfig struct {
 // DefaultNodeTimeout bounds each node's part of a quorum call.
 const DefaultNodeTimeout = 100 * time.Millisecond
 
-// WithNodeTimeout bounds each node's part of a quorum call (NewQuorum):
-// a node that has not answered by then counts as failed for that call.
-// Default: DefaultNodeTimeout (100 ms). Keep it far below the TTL: time
-// spent acquiring is taken off the lock's validity. go-redis honours it on
-// the socket only with ContextTimeoutEnabled in the node's options; without
-// that a slow node still delays the call (the validity check stays right).
-func WithNodeTimeout(d time.Duration) Option {
-	return func(c *clientConfig) { c.quorum.timeout = d }
-}
-
-// WithRetryJitter sets the most random delay a quorum waiter adds before
-// trying again after a round in which nobody won a majority, so that
-// competing clients do not split the votes forever. Default: 50 ms.
-func WithRetryJitter(d time.Duration) Option {
-	return func(c *clientConfig) { c.quorum.jitter = d }
-}
-
 // NewQuorum returns a Client whose Mutex is the RedLock algorithm over
 // independent Redis masters (no replication between them; at least one,
 // three or five in practice):

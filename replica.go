@@ -9,27 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WithReplicaSync makes every grant wait until replicas replicas have
-// acknowledged it, for up to timeout: after an acquire, a re-entry, an
-// Extend and each renewal, the Client sends WAIT replicas timeout on the
-// connection that carried the write. An acquire that fewer replicas
-// acknowledge is released and fails with an error matching ErrReplicaSync;
-// a renewal that fewer acknowledge confirms nothing (the lease is lost at
-// its deadline if that goes on).
-//
-// It narrows the failover hole of asynchronous replication: a lock that a
-// replica has acknowledged survives that replica's promotion. It does not
-// close it: WAIT does not make Redis consistent (a replica that
-// acknowledged may not be the one promoted, and data may still be lost on
-// a failover), and every grant costs up to a replication round trip more.
-//
-// Default: off. replicas must be at least 1 and timeout at least 1 ms. On
-// a cluster, the write and its WAIT go to the master of the lock's slot,
-// and renewals are sent one lock at a time rather than in a pipeline.
-func WithReplicaSync(replicas int, timeout time.Duration) Option {
-	return func(c *clientConfig) { c.sync = replicaSync{replicas, timeout} }
-}
-
 // replicaSync is the WAIT that follows a grant; replicas 0 means none.
 type replicaSync struct {
 	replicas int

@@ -97,7 +97,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 	}
 	c, k := rw.c, rw.k
 	p := rwProto{k, s, c.publish}
-	r := request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts}
+	r := request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders}
 	if s == sideRead {
 		r.token = func(ctx context.Context) (string, error) {
 			if writer := leaseFrom(ctx, c, k.lock, sideWrite); writer != nil {
