@@ -32,7 +32,7 @@ func TestClusterEveryPrimitiveAcrossSlots(t *testing.T) {
 	slots := map[int]bool{}
 	for i := range 40 {
 		name := fmt.Sprintf("%s/%d", base, i)
-		slots[redistest.KeySlot("dlock:{"+name+"}")] = true
+		slots[redistest.KeySlot(keysOf(name).Lock)] = true
 		l := mustLock(t, a.Mutex(name), ctx)
 		if _, err := b.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("%s: second owner on a cluster: %v", name, err)
@@ -109,11 +109,11 @@ func TestClusterExclusionAndFailover(t *testing.T) {
 	var acquired, errs atomic.Int64
 	stop := make(chan struct{})
 	for i := range workers {
+		// Made here: t.Fatal must not run in a goroutine of the test's.
+		m := newClient(t, clusterClient(t, cl)).Mutex(name, dlock.WithTTL(2*time.Second))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := newClient(t, clusterClient(t, cl))
-			m := c.Mutex(name, dlock.WithTTL(2*time.Second))
 			for {
 				select {
 				case <-stop:
@@ -147,7 +147,7 @@ func TestClusterExclusionAndFailover(t *testing.T) {
 	waitAcq(50, "locks before the failover")
 
 	// A manual failover of the lock's master, under load.
-	master, err := cl.MasterOf("dlock:{" + name + "}")
+	master, err := cl.MasterOf(keysOf(name).Lock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestClusterExclusionAndFailover(t *testing.T) {
 	waitAcq(50, "locks after CLUSTER FAILOVER")
 
 	// kill -9 of the lock's (new) master, under load.
-	master, err = cl.MasterOf("dlock:{" + name + "}")
+	master, err = cl.MasterOf(keysOf(name).Lock)
 	if err != nil {
 		t.Fatal(err)
 	}

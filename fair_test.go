@@ -14,22 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// waitFor polls an observable condition (not a sleep standing in for a
-// signal: the state lives in Redis, and this is how the test sees it).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // queueLen returns a function reporting the length of a fair lock's queue.
 func queueLen(rdb *redis.Client, name string) func() int64 {
-	return queueLenOf(rdb, "dlock:{"+name+"}:queue")
+	return queueLenOf(rdb, keysOf(name).Lock+":queue")
 }
 
 // queueLenOf returns a function reporting the length of the queue at key.
@@ -178,16 +165,16 @@ func TestFairTryLockNeverJumpsTheQueue(t *testing.T) {
 	holder := mustLock(t, f, ctx)
 	// A live waiter's place, made by hand so that it never takes its turn.
 	far := float64(time.Now().Add(time.Hour).UnixMilli())
-	admin.ZAdd(ctx, "dlock:{"+name+"}:queue", redis.Z{Score: 1, Member: "someone"})
-	admin.ZAdd(ctx, "dlock:{"+name+"}:alive", redis.Z{Score: far, Member: "someone"})
+	admin.ZAdd(ctx, keysOf(name).Lock+":queue", redis.Z{Score: 1, Member: "someone"})
+	admin.ZAdd(ctx, keysOf(name).Lock+":alive", redis.Z{Score: far, Member: "someone"})
 	unlock(t, holder)
 	if _, err := f.TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock with a waiter queued: %v; want ErrNotObtained", err)
 	}
-	if n := admin.ZCard(ctx, "dlock:{"+name+"}:queue").Val(); n != 1 {
+	if n := admin.ZCard(ctx, keysOf(name).Lock+":queue").Val(); n != 1 {
 		t.Fatalf("TryLock took a place: queue length %d", n)
 	}
-	admin.ZRem(ctx, "dlock:{"+name+"}:queue", "someone")
+	admin.ZRem(ctx, keysOf(name).Lock+":queue", "someone")
 	l, err := f.TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock on a free lock with nobody waiting: %v", err)

@@ -44,15 +44,15 @@ func TestAmbiguousAcquireRetriedReportsSuccess(t *testing.T) {
 	// already ours and say so, counting it once.
 	p.DelayNextReply(300 * time.Millisecond)
 	l := mustLock(t, c.Mutex(name), ctx)
-	hold, err := admin.HGetAll(ctx, "dlock:{"+name+"}").Result()
+	hold, err := admin.HGetAll(ctx, keysOf(name).Lock).Result()
 	if err != nil || len(hold) != 1 || hold[l.Token()] != "1" {
 		t.Fatalf("after a retried acquire the lock is %v (%v); want {%s: 1}", hold, err, l.Token())
 	}
-	if f, _ := admin.Get(ctx, "dlock:{"+name+"}:fence").Int64(); f != l.Fence() || f != 1 {
+	if f, _ := admin.Get(ctx, keysOf(name).Fence).Int64(); f != l.Fence() || f != 1 {
 		t.Fatalf("fence counter %d, lease fence %d; want both 1 (one acquisition)", f, l.Fence())
 	}
 	unlock(t, l)
-	if n, _ := admin.Exists(ctx, "dlock:{"+name+"}").Result(); n != 0 {
+	if n, _ := admin.Exists(ctx, keysOf(name).Lock).Result(); n != 0 {
 		t.Fatal("lock still held after Unlock")
 	}
 }
@@ -71,10 +71,10 @@ func TestAmbiguousAcquireFailedCleansUp(t *testing.T) {
 		t.Fatalf("Lock with its reply lost = %v; want the Redis error", err)
 	}
 	// The script ran on the server; the failed acquire must have undone it.
-	if n, _ := admin.Exists(ctx, "dlock:{"+name+"}").Result(); n != 0 {
+	if n, _ := admin.Exists(ctx, keysOf(name).Lock).Result(); n != 0 {
 		t.Fatal("a failed acquire left the lock held by nobody")
 	}
-	if f, _ := admin.Get(ctx, "dlock:{"+name+"}:fence").Int64(); f != 1 {
+	if f, _ := admin.Get(ctx, keysOf(name).Fence).Int64(); f != 1 {
 		t.Fatalf("fence counter %d; want 1: the acquire did run", f)
 	}
 	unlock(t, mustLock(t, c.Mutex(name), ctx))
@@ -93,7 +93,7 @@ func TestPartitionedHolderIsToldBeforeExpiry(t *testing.T) {
 	// holder must already know (Err checks the local deadline, which comes
 	// before the server's expiry, whatever the scheduler does), and Done
 	// closes at the deadline.
-	key := "dlock:{" + name + "}"
+	key := keysOf(name).Lock
 	waitFor(t, "the server to expire the partitioned holder's lock", func() bool {
 		return admin.Exists(ctx, key).Val() == 0
 	})

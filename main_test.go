@@ -115,3 +115,26 @@ func crashingClient(t testing.TB) (*dlock.Client, func()) {
 	t.Cleanup(crash)
 	return c, crash
 }
+
+// keysOf returns the keys of the Mutex called name under the default
+// prefix.
+func keysOf(name string) dlock.Keys {
+	k, err := dlock.KeysOf(dlock.DefaultPrefix, name)
+	if err != nil {
+		panic(err) // a test's own lock name: never empty
+	}
+	return k
+}
+
+// waitFor polls an observable condition (not a sleep standing in for a
+// signal: the state lives in Redis, and this is how the test sees it).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

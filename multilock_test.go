@@ -58,10 +58,10 @@ func TestLockAllOppositeOrdersNeverDeadlock(t *testing.T) {
 	for _, mixed := range []bool{false, true} {
 		var wg sync.WaitGroup
 		for g := range 4 {
+			c := client(t) // here: t.Fatal must not run in a goroutine of the test's
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := client(t)
 				var x, y dlock.Locker = c.Mutex(name + "-x"), c.Mutex(name + "-y")
 				if mixed {
 					// Different kinds take the lock-by-lock path.

@@ -43,7 +43,7 @@ func quorumClient(t *testing.T, nodes []*redis.Client, opts ...dlock.Option) *dl
 func block(t *testing.T, node *redis.Client, name string) {
 	t.Helper()
 	ctx := context.Background()
-	key := "dlock:{" + name + "}"
+	key := keysOf(name).Lock
 	if err := node.HSet(ctx, key, "foreign", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestQuorumMatrix(t *testing.T) {
 	c := quorumClient(t, nodes)
 	for mask := range 1 << 5 {
 		name := fmt.Sprintf("%s-%02d", lockName(t), mask)
-		key := "dlock:{" + name + "}"
+		key := keysOf(name).Lock
 		blocked := 0
 		for i := range 5 {
 			if mask&(1<<i) != 0 {
@@ -124,7 +124,7 @@ func TestQuorumFencesIncreaseAcrossMajorities(t *testing.T) {
 	_, nodes := quorumNodes(t, 5)
 	c := quorumClient(t, nodes)
 	name := lockName(t)
-	key := "dlock:{" + name + "}"
+	key := keysOf(name).Lock
 	last := int64(0)
 	// Each round a different pair of nodes is blocked, so the majorities
 	// differ; the fence must still go up every time.
@@ -207,7 +207,7 @@ func TestQuorumRestartWithoutPersistence(t *testing.T) {
 			} else if err := servers[0].Restart(false); err != nil {
 				t.Fatal(err)
 			}
-			nodes[2].Del(ctx, "dlock:{"+name+"}") // the foreign owner leaves
+			nodes[2].Del(ctx, keysOf(name).Lock) // the foreign owner leaves
 			l, err := b.TryLock(ctx)
 			if !delayed {
 				if err != nil {

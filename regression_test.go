@@ -481,7 +481,7 @@ func TestFencesPast2Pow53(t *testing.T) {
 				t.Fatal(err)
 			}
 			unlock(t, l)
-			keys, err := admin.Keys(ctx, "dlock:{"+name+"}*fence").Result()
+			keys, err := admin.Keys(ctx, keysOf(name).Lock+"*fence").Result()
 			if err != nil || len(keys) != 1 {
 				t.Fatalf("fence keys %v, %v", keys, err)
 			}

@@ -127,13 +127,14 @@ func TestRWWaitingWriterBlocksNewReaders(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	admin := newRedis(t, srv)
-	qlen := queueLenOf(admin, "dlock:{"+name+"}:rw:queue")
+	qlen := queueLenOf(admin, keysOf(name).Lock+":rw:queue")
 	r1 := mustLock(t, client(t).RWMutex(name).RLocker(), ctx)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	got := make(chan *dlock.Lease, 1)
+	writer := client(t).RWMutex(name) // here: t.Fatal must not run in a goroutine of the test's
 	go func() {
-		l, err := client(t).RWMutex(name).Lock(wctx)
+		l, err := writer.Lock(wctx)
 		if err != nil {
 			t.Error(err)
 		}
@@ -163,10 +164,10 @@ func TestRWWriterNotStarvedByReaders(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
+		rw := client(t).RWMutex(name) // here: t.Fatal must not run in a goroutine of the test's
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rw := client(t).RWMutex(name)
 			for {
 				select {
 				case <-stop:

@@ -201,11 +201,12 @@ func TestLatch(t *testing.T) {
 	const waiters = 4
 	done := make(chan error, waiters)
 	for range waiters {
+		latch := client(t).Latch(name) // here: t.Fatal must not run in a goroutine of the test's
 		go func() {
 			// The latch lives a minute: only the notification is quick.
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			done <- client(t).Latch(name).Wait(wctx)
+			done <- latch.Wait(wctx)
 		}()
 	}
 	if n, err := l.CountDownOnce(ctx, "worker-1"); n != 2 || err != nil {

@@ -83,7 +83,7 @@ func TestSentinelCutLinkDoubleGrantAndReplicaSync(t *testing.T) {
 	if !errors.Is(err, dlock.ErrReplicaSync) {
 		t.Fatalf("acquire with the replica cut off: %v; want ErrReplicaSync", err)
 	}
-	if n := rdb.Exists(ctx, "dlock:{"+name+"-synced}").Val(); n != 0 {
+	if n := rdb.Exists(ctx, keysOf(name+"-synced").Lock).Val(); n != 0 {
 		t.Fatal("the refused acquire left the lock held")
 	}
 
