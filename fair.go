@@ -27,7 +27,7 @@ type FairMutex struct {
 // FairMutex of one name exclude each other (do not mix them: the Mutex
 // ignores the queue).
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
-	return &FairMutex{Mutex{c: c, k: c.keys(kindMutex, name), opts: opts}}
+	return &FairMutex{Mutex{handle{c, c.keys(kindMutex, name), opts}}}
 }
 
 // Name returns the lock's name.

@@ -19,23 +19,30 @@ import (
 // owners for fencing tokens; releases are published on
 // "<prefix>:{<name>}:ch".
 type Mutex struct {
+	handle
+}
+
+// handle is what every lock handle is: a name on a Client, with default
+// options for its acquires.
+type handle struct {
 	c    *Client
 	k    keys
 	opts []LockOption
 }
+
+// Name returns the lock's name.
+func (h *handle) Name() string { return h.k.name }
+
+// order is the key LockAll sorts by.
+func (h *handle) order() string { return h.k.lock }
 
 // Mutex returns the handle of the reentrant lock called name. Any string is
 // a valid name but the empty one (Lock reports that); braces, spaces and
 // non-ASCII text are fine. opts set the handle's defaults for Lock and
 // TryLock: renewal every TTL/3 with a 30 s TTL unless they say otherwise.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
-	return &Mutex{c: c, k: c.keys(kindMutex, name), opts: opts}
+	return &Mutex{handle{c, c.keys(kindMutex, name), opts}}
 }
-
-// Name returns the lock's name.
-func (m *Mutex) Name() string { return m.k.name }
-
-func (m *Mutex) order() string { return m.k.lock }
 
 // Lock acquires the lock, waiting while another owner holds it. The wait
 // is woken by the holder's release (pub/sub), and is also bounded by the

@@ -30,22 +30,15 @@ import (
 // RWMutex is a Locker for its write side; RLocker gives the read side. A
 // handle is safe for concurrent use.
 type RWMutex struct {
-	c    *Client
-	k    keys
-	opts []LockOption
+	handle
 }
 
 // RWMutex returns the handle of the read-write lock called name. opts set
 // the handle's defaults for every acquire (WithTTL, WithLease,
 // WithQueueTTL, WithReaderPreference).
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
-	return &RWMutex{c: c, k: c.keys(kindRW, name), opts: opts}
+	return &RWMutex{handle{c, c.keys(kindRW, name), opts}}
 }
-
-// Name returns the lock's name.
-func (rw *RWMutex) Name() string { return rw.k.name }
-
-func (rw *RWMutex) order() string { return rw.k.lock }
 
 // RLock takes a read hold, waiting while a writer holds the lock or (with
 // the default policy) waits for it. Woken when a writer releases; bounded

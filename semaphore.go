@@ -22,10 +22,8 @@ import (
 // ones.
 // A handle is safe for concurrent use.
 type Semaphore struct {
-	c       *Client
-	k       keys
+	handle
 	permits int
-	opts    []LockOption
 }
 
 // MaxPermits is the largest capacity of a Semaphore, and so the most
@@ -37,11 +35,9 @@ const MaxPermits = 1 << 52
 // capacity is permits unless the semaphore already has one in Redis.
 // opts set the handle's defaults (WithTTL, WithLease).
 func (c *Client) Semaphore(name string, permits int, opts ...LockOption) *Semaphore {
-	return &Semaphore{c: c, k: c.keys(kindSemaphore, name), permits: permits, opts: opts}
+	return &Semaphore{handle{c, c.keys(kindSemaphore, name), opts}, permits}
 }
 
-// Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.k.name }
 
 // Acquire takes n permits, waiting until that many are free or ctx ends.
 // The wait is woken by releases and capacity increases, and bounded by the
