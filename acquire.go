@@ -2,6 +2,11 @@ package dlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
@@ -62,4 +67,119 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 	}
 	a.p, a.attempt = c.be.attempt(c, r, token, cfg)
 	return a.run(ctx, wait)
+}
+
+// Locker is what every lock of this package offers: Mutex, FairMutex, and
+// the read and write sides of an RWMutex. LockAll takes any mix of them.
+type Locker interface {
+	// Lock acquires the lock, waiting until it is free or ctx ends.
+	Lock(ctx context.Context, opts ...LockOption) (*Lease, error)
+	// TryLock makes one attempt and fails with ErrNotObtained if the lock
+	// is held.
+	TryLock(ctx context.Context, opts ...LockOption) (*Lease, error)
+	// Name is the lock's name.
+	Name() string
+
+	// order is the key LockAll sorts by, so that every caller takes the
+	// same set of locks in the same order.
+	order() string
+}
+
+// newLease registers a hold that an attempt has just taken with the
+// watchdog and returns its first lease. If the client was closed
+// meanwhile it undoes the hold and returns ErrClosed.
+func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
+	l, _ := h.newLease()
+	if !c.wd.add(h) {
+		_ = h.p.release(h.token, 0).run(context.WithoutCancel(ctx), c.rdb).Err()
+		return nil, ErrClosed
+	}
+	return l, nil
+}
+
+// checkCall validates what every acquire checks first.
+func checkCall(ctx context.Context, c *Client, name string) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if c == nil {
+		return invalid("nil lock handle")
+	}
+	if name == "" {
+		return invalid("empty lock name")
+	}
+	if c.closed() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return waitEnded(name, err)
+	}
+	return nil
+}
+
+// reenter adds a lease to the hold that outer belongs to: the hold count
+// goes up by one in Redis and the lease gets the hold's token and fence.
+func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
+	h := outer.of.first()
+	h.calls.Lock()
+	defer h.calls.Unlock()
+	if err := outer.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	h.mu.Lock()
+	count, ttl, epoch := h.count+1, h.ttl, h.epoch
+	h.mu.Unlock()
+	start := time.Now()
+	res, err := h.c.be.grant(ctx, h.p.(reentrant).reenter(h.token, count, ttl)).Int64Slice()
+	if err != nil {
+		// The hold count in Redis may or may not be count now; the next
+		// re-entry or unlock sets it to the right value again.
+		return nil, redisErr("lock", h.k.name, err)
+	}
+	if len(res) < 1 || res[0] != replyHeld {
+		err := lost(h.k.name, "the lock was no longer held at re-entry")
+		h.end(err)
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	l, err := h.newLease()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	h.mu.Lock()
+	h.count = count
+	if h.epoch == epoch {
+		h.confirmed(start, ttl)
+		h.c.wd.reschedule(h)
+	}
+	h.mu.Unlock()
+	return l, nil
+}
+
+// newToken returns 128 random bits from crypto/rand, in hex.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// retryAfter turns a holder's remaining lease (PTTL) into the longest
+// wait before the next attempt. A key without expiry (never set by dlock)
+// is retried after a TTL, in case no release is ever published for it.
+func retryAfter(pttl int64, ttl time.Duration) time.Duration {
+	if pttl < 0 {
+		return ttl
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// fenceReply reads a {1, fence} / {0, pttl} / {-1} reply.
+func fenceReply(op, name string, cmd interface{ Int64Slice() ([]int64, error) }) ([]int64, error) {
+	res, err := cmd.Int64Slice()
+	if err != nil {
+		return nil, redisErr(op, name, err)
+	}
+	if len(res) < 1 || (res[0] >= 0 && len(res) < 2) {
+		return nil, redisErr(op, name, errors.New("unexpected script reply"))
+	}
+	return res, nil
 }

@@ -1,5 +1,12 @@
 package dlock
 
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // The protocol between Go and the Lua scripts, named once. scripts/lib.lua
 // names the same values for the scripts; TestProtocolAgrees checks that
 // both say the same.
@@ -21,3 +28,34 @@ const (
 	wakeAll  = "all"   // wake every waiter
 	wakeFree = "free:" // + the number of free permits: wake the waiters that fit
 )
+
+// protocol is what a kind of hold does in Redis, as script calls whose
+// replies follow one convention, so that Lease and the watchdog serve
+// every primitive:
+//
+//	release  1 done, -1 not held (left = 0 frees every hold of the token)
+//	renew    1 renewed, 0 not held
+//	ttl      milliseconds left, -3 not held
+//
+// renew with exact set makes the hold's TTL exactly ttl (Extend); without,
+// at least ttl (the watchdog): a renewal still in flight when Extend
+// lengthened a lease must not shorten it again on the server.
+type protocol interface {
+	release(token string, left int) op
+	renew(token string, ttl time.Duration, exact bool) op
+	ttl(token string) op
+}
+
+// reentrant is the protocol of a hold that can be re-entered (Mutex,
+// FairMutex, RWMutex; not a Semaphore's permits):
+//
+//	reenter  {1, ...} held with the new count, {-1} not held
+type reentrant interface {
+	reenter(token string, count int, ttl time.Duration) op
+}
+
+// op is one operation on Redis with an integer or array reply: a script
+// call, or, without scripts, a transaction (see plain.go).
+type op interface {
+	run(ctx context.Context, r Redis) *redis.Cmd
+}

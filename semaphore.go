@@ -38,7 +38,6 @@ func (c *Client) Semaphore(name string, permits int, opts ...LockOption) *Semaph
 	return &Semaphore{handle{c, c.keys(kindSemaphore, name), opts}, permits}
 }
 
-
 // Acquire takes n permits, waiting until that many are free or ctx ends.
 // The wait is woken by releases and capacity increases, and bounded by the
 // earliest holder's lease. When ctx ends first it returns an error matching

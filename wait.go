@@ -1,0 +1,141 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// attemptFunc makes one acquire attempt. It returns the lease when the
+// lock was taken; otherwise how long to wait at most before trying again
+// (the holder's remaining lease, say). queued is true for a Lock's
+// attempts, false for a TryLock's.
+type attemptFunc func(ctx context.Context, queued bool) (*Lease, time.Duration, error)
+
+// acquisition is one Lock or TryLock call: the wait loop shared by the
+// primitives.
+type acquisition struct {
+	c       *Client
+	name    string
+	channel string
+	token   string
+	p       protocol
+	attempt attemptFunc
+	// keepAlive, when positive, is how often a waiter must try again at
+	// the least, to keep its place in a queue alive.
+	keepAlive time.Duration
+	// need is the permits a semaphore waiter waits for (0 for locks).
+	need int
+	// abandon, if set, runs when a Lock gives up without the lock (ctx
+	// ended, client closed, Redis error): it removes the waiter's place
+	// in a queue.
+	abandon func(ctx context.Context)
+}
+
+// run acquires: one attempt, then, for a Lock, waits woken by releases.
+// An attempt that fails with an unknown outcome is undone before run
+// returns, so that no lock is left held by nobody.
+func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
+	c := a.c
+	if wait && a.abandon != nil {
+		defer func() {
+			if l == nil {
+				a.cleanup(ctx, a.abandon)
+			}
+		}()
+	}
+	l, next, err := a.try(ctx, wait)
+	if l != nil || err != nil {
+		return l, err
+	}
+	if !wait {
+		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
+	}
+
+	err = c.waitLoop(ctx, a.name, a.channel, a.token, a.need, a.bound(next),
+		func(ctx context.Context) (bool, time.Duration, error) {
+			var next time.Duration
+			l, next, err = a.try(ctx, true)
+			return l != nil || err != nil, a.bound(next), err
+		})
+	return l, err
+}
+
+// waitLoop waits on a lock's channel until check reports done or fails.
+// It subscribes first, then checks (a release may have come before the
+// subscription), then sleeps until a notification or first/the next
+// bound that check returned, whichever is sooner, and checks again. When
+// ctx ends it returns an error matching ErrNotObtained and ctx.Err(); when
+// the Client closes, ErrClosed.
+func (c *Client) waitLoop(ctx context.Context, name, channel, token string, need int, first time.Duration,
+	check func(context.Context) (done bool, next time.Duration, err error)) error {
+	// One wake channel, however many nodes may publish the release.
+	wake := make(chan struct{}, 1)
+	var ready <-chan struct{}
+	for _, h := range c.hubs {
+		w, err := h.join(channel, token, need, wake)
+		if err != nil {
+			return err
+		}
+		defer h.leave(w)
+		if ready == nil {
+			ready = w.ready // the first node's is enough to know
+		}
+	}
+	timer := time.NewTimer(first)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ready:
+			ready = nil // closed now; once is enough
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return waitEnded(name, ctx.Err())
+		case <-c.life.Done():
+			return ErrClosed
+		}
+		done, next, err := check(ctx)
+		if done || err != nil {
+			return err
+		}
+		timer.Reset(next)
+	}
+}
+
+// try makes one attempt and undoes it when its outcome is unknown.
+func (a *acquisition) try(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
+	l, next, err := a.attempt(ctx, queued)
+	if err == nil {
+		return l, next, nil
+	}
+	a.c.clusterHint(err)
+	if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
+		a.cleanup(ctx, func(ctx context.Context) {
+			_ = a.p.release(a.token, 0).run(ctx, a.c.rdb).Err()
+		})
+	}
+	if ctx.Err() != nil {
+		return nil, 0, waitEnded(a.name, ctx.Err())
+	}
+	return nil, 0, err
+}
+
+// bound caps a wait at the keep-alive interval.
+func (a *acquisition) bound(d time.Duration) time.Duration {
+	if a.keepAlive > 0 && d > a.keepAlive {
+		return a.keepAlive
+	}
+	return d
+}
+
+// cleanup runs f even when ctx has ended, for a bounded time.
+func (a *acquisition) cleanup(ctx context.Context, f func(context.Context)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	f(ctx)
+}
+
+// cleanupTimeout bounds the release that follows an ambiguous failure.
+const cleanupTimeout = 2 * time.Second
