@@ -1,0 +1,191 @@
+package torture
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The lock names. Few per kind, so that contention is real; each kind has
+// names of its own (a Mutex and a FairMutex of one name would share keys).
+var (
+	mutexNames = []string{"m0", "m1", "m2"} // short TTLs, every operation
+	extNames   = []string{"x0", "x1"}       // Extend races against renewals
+	fairNames  = []string{"f0", "f1"}
+	rwNames    = []string{"rw0", "rw1"}
+	semNames   = []string{"s0", "s1"}
+)
+
+// semCap is the capacity of each semaphore (fixed for the whole run).
+var semCap = map[string]int{"s0": 2, "s1": 3}
+
+// queueTTL is the queue TTL of FairMutex and RWMutex waiters: a dead
+// waiter stalls its queue for at most 4/3 of it.
+const queueTTL = 600 * time.Millisecond
+
+// relayTTL bounds the TTL of the relay scenario's names: long, so that a
+// lost wake-up shows as a wait of seconds.
+const (
+	relayTTLMin = 5 * time.Second
+	relayTTLMax = 9 * time.Second
+)
+
+// closeTTL bounds the TTL of the close scenario's lock: long enough that
+// a lock left held by Client.Close shows, short enough not to hold the
+// driver up for long when it does.
+const (
+	closeTTLMin = 3 * time.Second
+	closeTTLMax = 4 * time.Second
+)
+
+// prefix is the dlock key prefix of every Client of a run.
+const prefix = "tt"
+
+// relayName is name j of driver goroutine g of worker slot s for the
+// scenarios that measure hand-offs: private to one goroutine, so that no
+// other traffic hides a lost wake-up (another release would wake the
+// waiter that missed its own).
+func relayName(slot, j, g int) string { return fmt.Sprintf("lv%d.%d.%d", slot, j, g) }
+
+// lockKind is the kind of lock a name is used as.
+func lockKind(name string) string {
+	switch {
+	case strings.HasPrefix(name, "lv"), strings.HasPrefix(name, "m"), strings.HasPrefix(name, "x"):
+		return "mutex"
+	case strings.HasPrefix(name, "f"):
+		return "fair"
+	case strings.HasPrefix(name, "rw"):
+		return "rw"
+	case strings.HasPrefix(name, "s"):
+		return "sem"
+	}
+	return "?"
+}
+
+// allNames returns every name a run may use, for the final probe.
+func allNames(slots, goroutines int) []string {
+	var out []string
+	out = append(out, mutexNames...)
+	out = append(out, extNames...)
+	out = append(out, fairNames...)
+	out = append(out, rwNames...)
+	out = append(out, semNames...)
+	for s := range slots {
+		for g := range goroutines {
+			out = append(out, relayName(s, 0, g+1), relayName(s, 1, g+1), relayName(s, 2, g+1))
+		}
+	}
+	return out
+}
+
+// scenarios a worker goroutine picks from, with default weights.
+var defaultWeights = map[string]int{
+	"mix":         40, // one random operation on the shared names
+	"relay":       16, // hand-offs on a long-TTL private name (lost wake-ups)
+	"relaycancel": 10, // the same, after Lock calls that gave up at once on the same Client
+	"close":       3,  // Client.Close while holding, with a waiter on another Client
+	"extend":      15, // Extend to a long d racing the watchdog's renewal
+	"unlock":      8,  // Unlock with an ended context, then again or not
+	"waiter":      8,  // a long wait on a shared name
+	"reopen":      1,  // Client.Close and a new Client
+	"lockall":     6,  // LockAll over 2-3 locks
+}
+
+// fault kinds the parent injects, with default weights.
+var defaultFaults = map[string]int{
+	"pubsub":  5, // CLIENT KILL TYPE pubsub
+	"normal":  1, // CLIENT KILL TYPE normal
+	"flush":   1, // SCRIPT FLUSH
+	"cpause":  1, // CLIENT PAUSE
+	"spause":  1, // SIGSTOP/SIGCONT of redis-server
+	"restart": 1, // kill -9 and restart with AOF
+	"stop":    2, // SIGSTOP/SIGCONT of a worker
+	"kill":    2, // SIGKILL of a worker (respawned)
+}
+
+// weights parses "a=1,b=2" (or "a,b": weight 1 each; "none": empty) over
+// defaults: a list replaces the defaults entirely.
+func weights(spec string, defaults map[string]int) (map[string]int, error) {
+	if spec == "" {
+		return defaults, nil
+	}
+	out := map[string]int{}
+	if spec == "none" {
+		return out, nil
+	}
+	for _, f := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		if _, known := defaults[k]; !known {
+			return nil, fmt.Errorf("unknown name %q (want one of %v)", k, keys(defaults))
+		}
+		n := defaults[k]
+		if ok {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil {
+				return nil, fmt.Errorf("%q: %v", f, err)
+			}
+		}
+		out[k] = n
+	}
+	return out, nil
+}
+
+func keys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pick returns a key of w with probability proportional to its weight
+// (keys in sorted order, so that a seed picks the same thing every time).
+func pick(rng *rand.Rand, w map[string]int) string {
+	total := 0
+	ks := keys(w)
+	for _, k := range ks {
+		total += w[k]
+	}
+	if total <= 0 {
+		return ""
+	}
+	n := rng.IntN(total)
+	for _, k := range ks {
+		if n < w[k] {
+			return k
+		}
+		n -= w[k]
+	}
+	return ""
+}
+
+// between returns a duration uniform in [lo, hi].
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+}
+
+// logBetween returns a duration log-uniform in [lo, hi]: tiny values as
+// likely as large ones.
+func logBetween(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	f := float64(lo) * math.Pow(float64(hi)/float64(lo), rng.Float64())
+	return time.Duration(f)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,145 @@
+//go:build unix
+
+package torture
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// faultGap bounds the quiet time between two faults: sparse enough that
+// hand-offs between them show whether waiters are woken in time.
+const (
+	faultGapMin = 1500 * time.Millisecond
+	faultGapMax = 4 * time.Second
+)
+
+// inject injects random faults until ctx ends, then undoes what is still
+// in effect (a frozen server or worker) before returning.
+func (r *runner) inject(ctx context.Context, rng *rand.Rand) {
+	admin := r.srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	defer admin.Close()
+	for {
+		sleepCtx(ctx, between(rng, faultGapMin, faultGapMax))
+		if ctx.Err() != nil {
+			return
+		}
+		kind := pick(rng, r.opts.Faults)
+		if kind == "" {
+			continue
+		}
+		t0 := now()
+		msg, err := r.fault(kind, rng, admin)
+		if err != nil {
+			msg += fmt.Sprintf(" (error: %v)", err)
+		}
+		r.rec.add(Event{T: t0, End: now(), K: kFault, W: "parent", Msg: msg})
+		r.logf("fault %s at %s: %s", kind, r.rel(t0), msg)
+	}
+}
+
+// fault injects one fault and returns when its effect is over (a paused
+// server resumed, a killed worker respawned).
+func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	switch kind {
+	case "pubsub":
+		// A burst: each kill is a chance that a release falls in the
+		// moment before go-redis has resubscribed.
+		kills, total := 2+rng.IntN(7), 0
+		var err error
+		for i := range kills {
+			if i > 0 {
+				time.Sleep(between(rng, time.Millisecond, 10*time.Millisecond))
+			}
+			n, e := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int()
+			total += n
+			if err == nil {
+				err = e
+			}
+		}
+		return fmt.Sprintf("pubsub: CLIENT KILL TYPE pubsub x%d (%d connections)", kills, total), err
+	case "normal":
+		n, err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal").Int()
+		return fmt.Sprintf("normal: CLIENT KILL TYPE normal (%d connections)", n), err
+	case "flush":
+		return "flush: SCRIPT FLUSH", admin.Do(ctx, "SCRIPT", "FLUSH").Err()
+	case "cpause":
+		d := between(rng, 50*time.Millisecond, 400*time.Millisecond)
+		err := admin.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
+		time.Sleep(d)
+		return fmt.Sprintf("cpause: CLIENT PAUSE %v ALL", d), err
+	case "spause":
+		d := between(rng, 50*time.Millisecond, 400*time.Millisecond)
+		if err := r.srv.Pause(); err != nil {
+			return "spause", err
+		}
+		time.Sleep(d)
+		return fmt.Sprintf("spause: redis-server SIGSTOP for %v", d), r.srv.Resume()
+	case "restart":
+		return "restart: redis-server kill -9 and restart with AOF", r.srv.Restart(true)
+	case "stop":
+		p := r.randomProc(rng)
+		if p == nil {
+			return "stop: no worker", nil
+		}
+		d := between(rng, 50*time.Millisecond, 1200*time.Millisecond)
+		p.mu.Lock()
+		p.stopped = true
+		err := p.signal(syscall.SIGSTOP)
+		p.mu.Unlock()
+		time.Sleep(d)
+		p.mu.Lock()
+		p.stopped = false
+		err2 := p.signal(syscall.SIGCONT)
+		p.mu.Unlock()
+		if err == nil {
+			err = err2
+		}
+		return fmt.Sprintf("stop: worker %s SIGSTOP for %v", p.id, d), err
+	case "kill":
+		p := r.randomProc(rng)
+		if p == nil {
+			return "kill: no worker", nil
+		}
+		p.mu.Lock()
+		p.killed = true
+		r.rec.add(Event{K: kKill, W: p.id})
+		err := p.signal(syscall.SIGKILL)
+		p.mu.Unlock()
+		p.wait(10 * time.Second)
+		time.Sleep(between(rng, 100*time.Millisecond, 500*time.Millisecond))
+		np, err2 := r.respawn(p.slot)
+		if err == nil {
+			err = err2
+		}
+		id := "?"
+		if np != nil {
+			id = np.id
+		}
+		return fmt.Sprintf("kill: worker %s SIGKILL, respawned as %s", p.id, id), err
+	}
+	return kind + ": unknown", nil
+}
+
+// randomProc returns a random live worker.
+func (r *runner) randomProc(rng *rand.Rand) *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var live []*proc
+	for _, p := range r.procs {
+		if p.alive() {
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return live[rng.IntN(len(live))]
+}

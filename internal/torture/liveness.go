@@ -1,0 +1,259 @@
+package torture
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// waitBound is how long a waiter may take to get a free lock when nothing
+// else happens: generous (2 busy cores, -race), yet far below the
+// seconds-long TTLs of the relay names.
+const waitBound = 1500 * time.Millisecond
+
+// busy is a span during which a lock may have been held, and why it may
+// have been held until its end.
+type busy struct {
+	from, to int64
+	why      string
+	lease    string // the lease behind it, if any
+}
+
+// occupancy returns the spans during which the history allows name to
+// have been held: every owner from its grant until freeAt, and acquire
+// calls whose outcome is unknown (their process was killed before they
+// returned; they failed with a Redis error) during the call, and for a
+// TTL after it when a fault may have kept the cleanup from running.
+func (h *history) occupancy(name string) []busy {
+	var out []busy
+	for _, l := range h.ordered {
+		if !slices.Contains(l.grant.Names, name) {
+			continue
+		}
+		to, why := h.freeAt(l)
+		out = append(out, busy{from: l.grant.T, to: to, why: why, lease: l.key})
+	}
+	for _, c := range h.calls {
+		if c.call.Reent || !slices.Contains(c.call.Names, name) {
+			continue
+		}
+		ttl := int64(0)
+		for _, t := range c.call.TTLs {
+			ttl = max(ttl, t*int64(time.Microsecond))
+		}
+		switch {
+		case c.result == nil:
+			if k, ok := h.killed[c.call.W]; ok {
+				out = append(out, busy{from: c.call.T, to: k + ttl, why: "an acquire in flight when its process was killed"})
+			}
+		case c.result.K == kFail && c.result.EK != "ctx" && c.result.EK != "notobtained" && c.result.EK != "invalid":
+			to, why := c.result.T, "an acquire that failed ("+c.result.EK+")"
+			if h.serverFaultIn(c.call.T, c.result.T) {
+				to, why = to+ttl, why+" during a server fault"
+			}
+			out = append(out, busy{from: c.call.T, to: to, why: why})
+		case c.result.K == kFail && c.result.EK == "ctx" && h.serverFaultIn(c.call.T, c.result.T):
+			out = append(out, busy{from: c.call.T, to: c.result.T + ttl, why: "an acquire cancelled during a server fault"})
+		}
+	}
+	slices.SortFunc(out, func(a, b busy) int { return cmpInt(a.from, b.from) })
+	return out
+}
+
+// freeSpans returns the spans within [from, to] that no busy span covers,
+// each with the busy span that ended just before it.
+func freeSpans(bs []busy, from, to int64) (spans [][2]int64, before []busy) {
+	cur := from
+	var last busy
+	for _, b := range bs { // the holding that ended last before from
+		if b.from <= from && b.to <= from && b.to >= last.to {
+			last = b
+		}
+	}
+	for _, b := range bs {
+		if b.from > cur {
+			if b.from > to {
+				break
+			}
+			spans, before = append(spans, [2]int64{cur, b.from}), append(before, last)
+		}
+		if b.to > cur {
+			cur, last = b.to, b
+		}
+		if cur >= to {
+			return spans, before
+		}
+	}
+	if cur < to {
+		spans, before = append(spans, [2]int64{cur, to}), append(before, last)
+	}
+	return spans, before
+}
+
+// allowance is how long a waiter may wait on a free name during [x, y]:
+// waitBound plus the faults that overlap it and their after-effects.
+func (h *history) allowance(name string, x, y int64) (time.Duration, []fault) {
+	d := waitBound
+	var fs []fault
+	for _, f := range h.faults {
+		if f.T > y || f.End < x-int64(time.Second) {
+			continue
+		}
+		fs = append(fs, f)
+		d += time.Duration(f.End-f.T) + 300*time.Millisecond
+		switch {
+		case f.server:
+			d += time.Second
+		case strings.HasPrefix(f.Msg, "stop"), strings.HasPrefix(f.Msg, "kill"):
+			if k := lockKind(name); k == "fair" || k == "rw" {
+				d += queueTTL * 4 / 3 // a dead or frozen waiter's place in the queue
+			}
+		}
+	}
+	return d, fs
+}
+
+// checkWaits: a Lock (Mutex, FairMutex, RWMutex writer; not re-entry, not
+// LockAll) must not go on waiting on a free lock for longer than the
+// allowance.
+func (h *history) checkWaits(name string) []Violation {
+	if k := lockKind(name); k == "sem" {
+		return nil
+	}
+	occ := h.occupancy(name)
+	var vs []Violation
+	for _, c := range h.calls {
+		e := c.call
+		if !e.Wait || e.Reent || len(e.Names) != 1 || e.Names[0] != name || (len(e.Sides) == 1 && e.Sides[0] == "r") {
+			continue
+		}
+		end := h.end
+		if c.result != nil {
+			end = c.result.T
+		} else if k, ok := h.killed[e.W]; ok {
+			end = k
+		}
+		if end-e.T < int64(waitBound) {
+			continue
+		}
+		spans, before := freeSpans(occ, e.T, end)
+		for i, s := range spans {
+			allowed, fs := h.allowance(name, s[0], s[1])
+			if time.Duration(s[1]-s[0]) <= allowed {
+				continue
+			}
+			v := Violation{Kind: "wait", T: s[0] + int64(allowed), Related: []Event{e}}
+			if c.result != nil {
+				v.Related = append(v.Related, *c.result)
+			}
+			why := "it was never held"
+			v.Cat = fmt.Sprintf("wait [%s] on a free lock after %s%s", e.Scn, before[i].why, h.waitHints(e, s[0], fs))
+			if pinned := h.pinned(name, s[0]); len(pinned) > 0 {
+				v.Cat = fmt.Sprintf("wait [%s] on a lock given up by a live holder (%s)", e.Scn, pinned[0].abandon)
+				for _, l := range pinned {
+					v.Leases = append(v.Leases, l.key)
+				}
+			}
+			if b := before[i]; b.why != "" {
+				why = fmt.Sprintf("its previous holding ended (%s)", b.why)
+				if b.lease != "" {
+					v.Leases = append(v.Leases, b.lease)
+					why = fmt.Sprintf("lease %s ended (%s)", b.lease, b.why)
+				}
+			}
+			outcome := "still waiting when the run stopped"
+			if c.result != nil {
+				outcome = fmt.Sprintf("then %s at %s", resultWord(*c.result), h.rel(c.result.T))
+			}
+			v.Msg = fmt.Sprintf("%q: a %s Lock (%s, scenario %s, called %s) waited %v on a free lock (free from %s, since %s; "+
+				"allowed %v with %d fault(s) nearby); %s",
+				name, lockKind(name), callKey(e.W, e.Op), e.Scn, h.rel(e.T), time.Duration(s[1]-s[0]).Round(time.Millisecond),
+				h.rel(s[0]), why, allowed, len(fs), outcome)
+			for _, f := range fs {
+				v.Related = append(v.Related, f.Event)
+			}
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func resultWord(e Event) string {
+	if e.K == kGrant {
+		return "granted"
+	}
+	return "failed (" + e.EK + ")"
+}
+
+// probeDeadline is when the final probe must find name free: the latest
+// freeAt of its holders plus the allowance.
+func (h *history) probeDeadline(name string) (int64, busy) {
+	var latest busy
+	latest.to = h.end
+	for _, b := range h.occupancy(name) {
+		if b.to > latest.to {
+			latest = b
+		}
+	}
+	extra := waitBound
+	if k := lockKind(name); k == "fair" || k == "rw" {
+		extra += queueTTL * 4 / 3
+	}
+	return latest.to + int64(extra), latest
+}
+
+// waitHints names what may explain a lost wake-up: a pub/sub reconnect
+// nearby, or waits on the same Client and name that gave up early.
+func (h *history) waitHints(e Event, free int64, fs []fault) string {
+	var hints []string
+	for _, f := range fs {
+		if strings.HasPrefix(f.Msg, "pubsub") || strings.HasPrefix(f.Msg, "restart") {
+			// A reconnect only explains the loss of a release that fell
+			// in it; one nearby is common with waits of seconds.
+			if free >= f.T-int64(5*time.Millisecond) && free <= f.End+int64(200*time.Millisecond) {
+				hints = append(hints, "the release during a pub/sub reconnect")
+				break
+			}
+		}
+	}
+	for _, c := range h.calls {
+		if c.call.W == e.W && c.call.Client == e.Client && c.call.T < e.T && c.call.Scn == "relay-cancel" &&
+			slices.Equal(c.call.Names, e.Names) {
+			hints = append(hints, "cancelled waits on its Client")
+			break
+		}
+	}
+	if len(hints) == 0 {
+		return ""
+	}
+	return " (with " + strings.Join(hints, ", ") + ")"
+}
+
+// pinned returns the leases of name given up (a failed Unlock, not
+// retried) before t by a holder whose process was not killed and whose
+// Client was not closed by t: the lock should be free a TTL after, but a
+// library that goes on renewing such a hold keeps it forever.
+func (h *history) pinned(name string, t int64) []*leaseRec {
+	var out []*leaseRec
+	for _, l := range h.ordered {
+		if l.grant.T > t {
+			break
+		}
+		if l.unlockOK != 0 || l.abandon == "" || !slices.Contains(l.grant.Names, name) {
+			continue
+		}
+		if k, ok := h.killed[l.w]; ok && k < t {
+			continue
+		}
+		if c, ok := h.closes[l.w][l.grant.Client]; ok && c.T < t {
+			continue
+		}
+		if to, _ := h.freeAt(l); to <= t && slices.ContainsFunc(l.events, func(e Event) bool {
+			return e.K == kUnlock && e.EK != "" && e.EK != "lost" && e.EK != "notheld" && e.EK != "unlocked"
+		}) {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -1,0 +1,213 @@
+package torture
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// leaseRec is what the history says about one lease.
+type leaseRec struct {
+	key      string // worker#lease
+	w        string
+	call     Event
+	grant    Event
+	maxTTL   int64 // ns: the longest TTL it was given (its names', Extends)
+	belief   int64 // the last belief, 0 if none
+	last     int64 // its last event
+	unlockOK int64 // a successful Unlock, 0 if none
+	ended    int64 // first lost/abandon/failed-unlock event, 0 if none
+	abandon  string
+	events   []Event
+}
+
+// callRec is one acquire call.
+type callRec struct {
+	call   Event
+	result *Event // grant or fail; nil if none was recorded
+}
+
+// fault is an injected fault, or a worker stop or kill, from T to End.
+type fault struct {
+	Event
+	server bool // it hit redis-server (restart, pause, killed connections)
+}
+
+// history is the indexed run.
+type history struct {
+	events  []Event
+	start   int64
+	end     int64 // when the workers were told to stop
+	leases  map[string]*leaseRec
+	calls   map[string]*callRec
+	killed  map[string]int64            // worker -> SIGKILL time
+	closes  map[string]map[string]Event // worker -> client -> close event
+	faults  []fault
+	fatal   []Event
+	ordered []*leaseRec // by grant time
+}
+
+func callKey(w string, op int64) string  { return fmt.Sprintf("%s#op%d", w, op) }
+func leaseKey(w string, id int64) string { return fmt.Sprintf("%s#%d", w, id) }
+func (l *leaseRec) touch(e Event)        { l.last = max(l.last, e.T); l.events = append(l.events, e) }
+func (l *leaseRec) endAt(t int64)        { l.ended = minNonZero(l.ended, t) }
+func minNonZero(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// index builds the history of a run that started at start and was told
+// to stop at end.
+func index(events []Event, start, end int64) *history {
+	h := &history{events: events, start: start, end: end, leases: map[string]*leaseRec{},
+		calls: map[string]*callRec{}, killed: map[string]int64{}, closes: map[string]map[string]Event{}}
+	for _, e := range events {
+		switch e.K {
+		case kCall:
+			h.calls[callKey(e.W, e.Op)] = &callRec{call: e}
+		case kGrant, kFail:
+			c := h.calls[callKey(e.W, e.Op)]
+			if c == nil {
+				c = &callRec{call: Event{T: e.T, K: kCall, W: e.W, Op: e.Op, Names: e.Names}}
+				h.calls[callKey(e.W, e.Op)] = c
+			}
+			e := e
+			c.result = &e
+			if e.K == kGrant {
+				l := &leaseRec{key: leaseKey(e.W, e.Lease), w: e.W, call: c.call, grant: e}
+				for _, t := range e.TTLs {
+					l.maxTTL = max(l.maxTTL, t*int64(time.Microsecond))
+				}
+				l.touch(e)
+				h.leases[l.key] = l
+				h.ordered = append(h.ordered, l)
+			}
+		case kBelief, kLost, kExtCall, kExt, kUCall, kUnlock, kAbandon:
+			l := h.leases[leaseKey(e.W, e.Lease)]
+			if l == nil {
+				continue
+			}
+			l.touch(e)
+			switch e.K {
+			case kBelief:
+				l.belief = max(l.belief, e.T)
+			case kLost:
+				l.endAt(e.T)
+			case kExtCall:
+				l.maxTTL = max(l.maxTTL, e.D*int64(time.Microsecond))
+			case kUnlock:
+				if e.EK == "" {
+					l.unlockOK = e.T
+				} else {
+					l.endAt(e.T)
+				}
+			case kAbandon:
+				l.endAt(e.T)
+				l.abandon = e.Msg
+			}
+		case kKill:
+			h.killed[e.W] = e.T
+		case kClose:
+			if h.closes[e.W] == nil {
+				h.closes[e.W] = map[string]Event{}
+			}
+			h.closes[e.W][e.Client] = e
+		case kFault:
+			h.faults = append(h.faults, fault{Event: e, server: isServerFault(e.Msg)})
+		case kFatal:
+			h.fatal = append(h.fatal, e)
+		}
+	}
+	slices.SortFunc(h.ordered, func(a, b *leaseRec) int { return cmpInt(a.grant.T, b.grant.T) })
+	for _, l := range h.ordered {
+		slices.SortStableFunc(l.events, func(a, b Event) int { return cmpInt(a.T, b.T) })
+	}
+	slices.SortFunc(h.faults, func(a, b fault) int { return cmpInt(a.T, b.T) })
+	return h
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// isServerFault tells faults that hit redis-server (and so every client)
+// from those that hit one worker process or only pub/sub connections.
+func isServerFault(msg string) bool {
+	for _, p := range []string{"normal", "flush", "cpause", "spause", "restart"} {
+		if len(msg) >= len(p) && msg[:len(p)] == p {
+			return true
+		}
+	}
+	return false
+}
+
+// serverFaultIn reports whether a server fault overlaps [from, to].
+func (h *history) serverFaultIn(from, to int64) bool {
+	for _, f := range h.faults {
+		if f.server && f.T <= to && f.End >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// freeAt is the latest time the lease's lock can still be held for it
+// (on the lease's i-th name), and why: the history gives no grounds to
+// keep the lock held after it.
+func (h *history) freeAt(l *leaseRec) (int64, string) {
+	if l.unlockOK != 0 {
+		return l.unlockOK, "unlocked"
+	}
+	// Closed with its Client, still held then: Close releases it.
+	if c, ok := h.closes[l.w][l.grant.Client]; ok && l.grant.T < c.T &&
+		(l.ended == 0 || l.ended >= c.T) && !l.unlockInFlight(c.T) && !h.serverFaultIn(c.T-int64(time.Second), c.End) {
+		return c.End, "its Client was closed"
+	}
+	base, why := l.last, "given up"
+	switch {
+	case l.abandon != "":
+		why = l.abandon
+	case l.ended != 0:
+		why = "lost or failed to unlock"
+	}
+	if k, ok := h.killed[l.w]; ok && k > base {
+		base, why = k, "its process was killed"
+	}
+	if l.ended == 0 && l.unlockOK == 0 {
+		if _, ok := h.killed[l.w]; !ok {
+			base, why = max(base, h.end), "still held when the run stopped"
+		}
+	}
+	return base + l.maxTTL, why
+}
+
+// unlockInFlight reports an Unlock of the lease that started before t
+// and had not returned by t.
+func (l *leaseRec) unlockInFlight(t int64) bool {
+	open := false
+	for _, e := range l.events {
+		if e.T >= t {
+			break
+		}
+		switch e.K {
+		case kUCall:
+			open = true
+		case kUnlock:
+			open = false
+		}
+	}
+	return open
+}
+
+// rel formats t relative to the start of the run.
+func (h *history) rel(t int64) string {
+	return fmt.Sprintf("+%.6fs", float64(t-h.start)/1e9)
+}

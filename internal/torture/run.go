@@ -1,0 +1,307 @@
+//go:build unix
+
+package torture
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// Options configures a run.
+type Options struct {
+	Seed       uint64
+	Duration   time.Duration  // of the load phase
+	Workers    int            // worker processes
+	Goroutines int            // driver goroutines per worker
+	Weights    map[string]int // scenarios (defaultWeights)
+	Faults     map[string]int // fault kinds (defaultFaults)
+	Dir        string         // where the history is written
+	Logf       func(format string, args ...any)
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Violations []Violation
+	History    string // path of the history (JSON lines)
+	Start      int64
+	Stop       int64
+	Events     int
+	Summary    string
+	h          *history
+}
+
+// runner is the parent side of a run.
+type runner struct {
+	opts Options
+	srv  *redistest.Server
+	rec  *recorder
+
+	mu         sync.Mutex
+	procs      []*proc // the current incarnation of each slot
+	incs       []int
+	all        []*proc
+	stopping   bool
+	unexpected []Violation
+	start      int64
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.opts.Logf != nil {
+		r.opts.Logf(format, args...)
+	}
+}
+
+func (r *runner) rel(t int64) string { return fmt.Sprintf("+%.3fs", float64(t-r.start)/1e9) }
+
+// Run runs the torture test: it starts a redis-server with AOF and the
+// worker processes, injects faults for opts.Duration, stops the workers,
+// probes every name, and checks the history.
+func Run(opts Options) (*Result, error) {
+	srv, err := redistest.Start(redistest.Options{AOF: true})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	path := filepath.Join(opts.Dir, fmt.Sprintf("history-%d.jsonl", opts.Seed))
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := &runner{opts: opts, srv: srv, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
+		procs: make([]*proc, opts.Workers), incs: make([]int, opts.Workers), start: now()}
+	defer r.rec.flush()
+	r.rec.add(Event{K: "start", W: "parent", Msg: fmt.Sprintf("seed %d, redis %s", opts.Seed, srv.Addr())})
+	for slot := range opts.Workers {
+		if _, err := r.respawn(slot); err != nil {
+			r.killAll()
+			return nil, err
+		}
+	}
+
+	ictx, stopInjecting := context.WithCancel(context.Background())
+	injected := make(chan struct{})
+	go func() {
+		defer close(injected)
+		r.inject(ictx, rand.New(rand.NewPCG(opts.Seed, 0xfa17)))
+	}()
+	time.Sleep(opts.Duration)
+	stopInjecting()
+	<-injected
+
+	stop := now()
+	r.mu.Lock()
+	r.stopping = true
+	procs := slices.Clone(r.procs)
+	r.mu.Unlock()
+	r.rec.add(Event{T: stop, K: "stop", W: "parent"})
+	var vs []Violation
+	for _, p := range procs {
+		p.send("stop")
+	}
+	for _, p := range procs {
+		select {
+		case <-p.quiet:
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			vs = append(vs, Violation{Kind: "process", T: now(),
+				Msg: fmt.Sprintf("worker %s did not stop within 30 s of being told to", p.id)})
+		}
+	}
+	r.logf("workers quiet %s after the stop", time.Duration(now()-stop).Round(time.Millisecond))
+
+	vs = append(vs, r.probe(index(r.rec.snapshot(), r.start, stop))...)
+
+	for _, p := range procs {
+		p.send("exit")
+		_ = p.stdin.Close()
+	}
+	for _, p := range procs {
+		if !p.wait(20 * time.Second) {
+			_ = p.cmd.Process.Kill()
+			p.wait(5 * time.Second)
+			vs = append(vs, Violation{Kind: "process", T: now(), Msg: fmt.Sprintf("worker %s did not exit", p.id)})
+		}
+	}
+	r.mu.Lock()
+	vs = append(vs, r.unexpected...)
+	all := slices.Clone(r.all)
+	r.mu.Unlock()
+	for _, p := range all {
+		p.mu.Lock()
+		killed := p.killed
+		p.mu.Unlock()
+		probs := p.problems()
+		if len(probs) > 0 || (!killed && p.err != nil && slices.Contains(procs, p)) {
+			vs = append(vs, Violation{Kind: "process", T: now(),
+				Msg: fmt.Sprintf("worker %s: exit %v, stderr shows %v:\n%s", p.id, p.err, probs, p.stderr.String())})
+		}
+	}
+
+	events := r.rec.snapshot()
+	h := index(events, r.start, stop)
+	vs = append(vs, h.check()...)
+	slices.SortStableFunc(vs, func(a, b Violation) int { return cmpInt(a.T, b.T) })
+	return &Result{Violations: vs, History: path, Start: r.start, Stop: stop, Events: len(events),
+		Summary: h.summary(), h: h}, nil
+}
+
+// respawn starts the next incarnation of slot.
+func (r *runner) respawn(slot int) (*proc, error) {
+	r.mu.Lock()
+	inc := r.incs[slot]
+	r.incs[slot]++
+	r.mu.Unlock()
+	p, err := r.spawn(slot, inc)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.procs[slot] = p
+	r.all = append(r.all, p)
+	r.mu.Unlock()
+	go r.watch(p)
+	return p, nil
+}
+
+// watch reports a worker that exits by itself during the run (a panic, a
+// fatal error) and starts a new one in its place.
+func (r *runner) watch(p *proc) {
+	<-p.done
+	p.mu.Lock()
+	killed := p.killed
+	p.mu.Unlock()
+	r.mu.Lock()
+	stopping := r.stopping
+	if !killed && !stopping {
+		r.unexpected = append(r.unexpected, Violation{Kind: "process", T: now(),
+			Msg: fmt.Sprintf("worker %s exited during the run: %v; stderr:\n%s", p.id, p.err, p.stderr.String())})
+	}
+	r.mu.Unlock()
+	if !killed && !stopping {
+		if _, err := r.respawn(p.slot); err != nil {
+			r.logf("respawn of slot %d: %v", p.slot, err)
+		}
+	}
+}
+
+func (r *runner) killAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopping = true
+	for _, p := range r.all {
+		_ = p.cmd.Process.Kill()
+	}
+}
+
+// recorder keeps the merged history in a file, and in memory what the
+// checks need: of the beliefs of a lease only the last, and of TryLock
+// calls only those that did not fail plainly (a long soak stays small).
+type recorder struct {
+	mu      sync.Mutex
+	events  []Event
+	w       *bufio.Writer
+	beliefs map[string]Event // lease -> its last belief
+	tries   map[string]Event // TryLock calls without a result yet
+}
+
+func (r *recorder) add(e Event) {
+	if e.T == 0 {
+		e.T = now()
+	}
+	b, _ := json.Marshal(e)
+	r.addRaw(e, b)
+}
+
+func (r *recorder) addRaw(e Event, line []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _ = r.w.Write(line)
+	_ = r.w.WriteByte('\n')
+	if r.beliefs == nil {
+		r.beliefs, r.tries = map[string]Event{}, map[string]Event{}
+	}
+	switch k := callKey(e.W, e.Op); {
+	case e.K == kBelief:
+		lk := leaseKey(e.W, e.Lease)
+		if b, ok := r.beliefs[lk]; !ok || e.T > b.T {
+			r.beliefs[lk] = e
+		}
+		return
+	case e.K == kCall && !e.Wait:
+		r.tries[k] = e
+		return
+	case (e.K == kGrant || e.K == kFail) && r.tries[k].K != "":
+		c := r.tries[k]
+		delete(r.tries, k)
+		if e.K == kFail && e.EK == "notobtained" {
+			return
+		}
+		r.events = append(r.events, c)
+	}
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) snapshot() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := slices.Clone(r.events)
+	for _, e := range r.tries {
+		out = append(out, e)
+	}
+	for _, e := range r.beliefs {
+		out = append(out, e)
+	}
+	return out
+}
+
+func (r *recorder) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_ = r.w.Flush()
+}
+
+// check runs every check of the history.
+func (h *history) check() []Violation {
+	var vs []Violation
+	for _, e := range h.fatal {
+		cat, _, _ := strings.Cut(e.Msg, " (")
+		cat, _, _ = strings.Cut(cat, ": ")
+		vs = append(vs, Violation{Kind: "fatal", Cat: "fatal: " + cat, T: e.T,
+			Msg: fmt.Sprintf("worker %s: %s", e.W, e.Msg), Related: []Event{e}})
+	}
+	for _, name := range h.names() {
+		vs = append(vs, h.checkSafety(name)...)
+		vs = append(vs, h.checkFences(name)...)
+		vs = append(vs, h.checkCapacity(name)...)
+		vs = append(vs, h.checkWaits(name)...)
+	}
+	return vs
+}
+
+// names returns every name in the history.
+func (h *history) names() []string {
+	seen := map[string]bool{}
+	for _, c := range h.calls {
+		for _, n := range c.call.Names {
+			seen[n] = true
+		}
+	}
+	var out []string
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
