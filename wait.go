@@ -86,10 +86,12 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, need
 	timer := time.NewTimer(first)
 	defer timer.Stop()
 	for {
+		woken := false
 		select {
 		case <-ready:
 			ready = nil // closed now; once is enough
 		case <-wake:
+			woken = true
 		case <-timer.C:
 		case <-ctx.Done():
 			return waitEnded(name, ctx.Err())
@@ -97,6 +99,15 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, need
 			return ErrClosed
 		}
 		done, next, err := check(ctx)
+		if err != nil && woken {
+			// Woken, but the check failed (its ctx ended meanwhile, say):
+			// the wake-up was not used. Put it back, and leave hands it
+			// to the next waiter; else that one sleeps out the lease.
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
 		if done || err != nil {
 			return err
 		}
