@@ -96,79 +96,100 @@ func oneScript(lockers []Locker) ([]*Mutex, bool) {
 
 // lockMutexes takes a set of mutexes of one Client with lock_all.lua.
 func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
-	c := ms[0].c
-	names := make([]string, len(ms))
-	for i, m := range ms {
-		names[i] = m.k.name
-	}
-	name := strings.Join(names, ", ")
-	if err := checkCall(ctx, c, name); err != nil {
+	s := &mutexSet{c: ms[0].c, ms: ms}
+	if err := s.prepare(ctx); err != nil {
 		return nil, err
 	}
-	cfgs := make([]lockConfig, len(ms))
-	keys := make([]string, 0, 2*len(ms))
-	token := newToken()
-	args := []any{token}
-	for i, m := range ms {
-		if m.k.name == "" {
-			return nil, invalid("empty lock name")
-		}
-		cfgs[i] = defaultLock.with(m.opts)
-		if err := cfgs[i].validate(); err != nil {
-			return nil, err
-		}
-		if err := cfgs[i].refuse("Mutex", 0); err != nil {
-			return nil, err
-		}
-		keys = append(keys, m.k.lock, m.k.fence)
-		args = append(args, cfgs[i].ttl.Milliseconds())
-	}
-	var set *Lease
-	blocked := 0 // the mutex that was held, to wait on
-	attempt := func(ctx context.Context) (bool, time.Duration, error) {
-		start := time.Now()
-		res, err := c.be.grant(ctx, call{lockAllScript, keys, args}).Int64Slice()
-		if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
-			err = errors.New("unexpected script reply")
-		}
-		if err != nil {
-			cleanupSet(ctx, c, ms, token)
-			if ctx.Err() != nil {
-				return false, 0, waitEnded(name, ctx.Err())
-			}
-			return false, 0, redisErr("lock", name, err)
-		}
-		if res[0] == replyBusy {
-			blocked = int(res[1]) - 1
-			return false, retryAfter(res[2], cfgs[blocked].ttl), nil
-		}
-		parts := make([]*Lease, len(ms))
-		for i, m := range ms {
-			p := mutexProto{m.k, c.publish}
-			l, err := c.newLease(ctx, newHold(c, m.k, p, token, res[i+1], cfgs[i], start))
-			if err != nil {
-				releaseAll(ctx, parts[:i])
-				cleanupSet(ctx, c, ms[i:], token)
-				return false, 0, err
-			}
-			parts[i] = l
-		}
-		set = newSet(parts)
-		return true, 0, nil
-	}
-	done, next, err := attempt(ctx)
+	done, next, err := s.attempt(ctx)
 	for !done && err == nil {
 		// Wait on the lock that was held; then try the whole set again.
-		k := ms[blocked].k
-		err = c.waitLoop(ctx, name, k.channel, token, 0, next,
+		err = s.c.waitLoop(ctx, s.name, ms[s.blocked].k.channel, s.token, 0, next,
 			func(ctx context.Context) (bool, time.Duration, error) {
-				prev := blocked
-				done, next, err = attempt(ctx)
+				prev := s.blocked
+				done, next, err = s.attempt(ctx)
 				// Another lock of the set is now the one held: wait on it.
-				return done || err != nil || blocked != prev, next, err
+				return done || err != nil || s.blocked != prev, next, err
 			})
 	}
-	return set, err
+	return s.lease, err
+}
+
+// mutexSet is one LockAll of mutexes by one script.
+type mutexSet struct {
+	c       *Client
+	ms      []*Mutex
+	name    string // the names, joined, for errors
+	token   string
+	cfgs    []lockConfig
+	keys    []string
+	args    []any
+	blocked int    // the mutex that was held at the last attempt, to wait on
+	lease   *Lease // the set's, once taken
+}
+
+// prepare checks the call and each mutex's options, and builds the
+// script's keys and arguments.
+func (s *mutexSet) prepare(ctx context.Context) error {
+	names := make([]string, len(s.ms))
+	for i, m := range s.ms {
+		names[i] = m.k.name
+	}
+	s.name = strings.Join(names, ", ")
+	if err := checkCall(ctx, s.c, s.name); err != nil {
+		return err
+	}
+	s.token = newToken()
+	s.args = []any{s.token}
+	for _, m := range s.ms {
+		if m.k.name == "" {
+			return invalid("empty lock name")
+		}
+		cfg := defaultLock.with(m.opts)
+		if err := cfg.validate(); err != nil {
+			return err
+		}
+		if err := cfg.refuse("Mutex", 0); err != nil {
+			return err
+		}
+		s.cfgs = append(s.cfgs, cfg)
+		s.keys = append(s.keys, m.k.lock, m.k.fence)
+		s.args = append(s.args, cfg.ttl.Milliseconds())
+	}
+	return nil
+}
+
+// attempt tries to take the whole set at once: done, or how long to wait
+// on the mutex that was held (s.blocked).
+func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
+	c, ms := s.c, s.ms
+	start := time.Now()
+	res, err := c.be.grant(ctx, call{lockAllScript, s.keys, s.args}).Int64Slice()
+	if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
+		err = errors.New("unexpected script reply")
+	}
+	if err != nil {
+		cleanupSet(ctx, c, ms, s.token)
+		if ctx.Err() != nil {
+			return false, 0, waitEnded(s.name, ctx.Err())
+		}
+		return false, 0, redisErr("lock", s.name, err)
+	}
+	if res[0] == replyBusy {
+		s.blocked = int(res[1]) - 1
+		return false, retryAfter(res[2], s.cfgs[s.blocked].ttl), nil
+	}
+	parts := make([]*Lease, len(ms))
+	for i, m := range ms {
+		l, err := c.newLease(ctx, newHold(c, m.k, mutexProto{m.k, c.publish}, s.token, res[i+1], s.cfgs[i], start))
+		if err != nil {
+			releaseAll(ctx, parts[:i])
+			cleanupSet(ctx, c, ms[i:], s.token)
+			return false, 0, err
+		}
+		parts[i] = l
+	}
+	s.lease = newSet(parts)
+	return true, 0, nil
 }
 
 // cleanupSet undoes what an attempt with an unknown outcome may have

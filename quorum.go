@@ -364,26 +364,29 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []*redis.Cmd {
 	}
 	out := make([]*redis.Cmd, len(ops))
 	for j, o := range ops {
-		t := ts[j]
-		ok, err := q.outcome(t, o.name, o.p.k.name)
-		if err != nil {
-			if qe := (*QuorumError)(nil); errors.As(err, &qe) {
-				for i, done := range answered {
-					if !done {
-						qe.Failing = append(qe.Failing, NodeError{i, errNoReplyYet})
-					}
-				}
-			}
-		}
-		cmd := redis.NewCmd(ctx)
-		if err != nil {
-			cmd.SetErr(err)
-		} else {
-			cmd.SetVal(o.fold(t, ok))
-		}
-		out[j] = cmd
+		out[j] = q.reply(ctx, o, ts[j], answered)
 	}
 	return out
+}
+
+// reply folds an operation's tally into its reply; nodes that had not
+// answered count as failed with errNoReplyYet.
+func (q *quorum) reply(ctx context.Context, o quorumOp, t tally, answered []bool) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	ok, err := q.outcome(t, o.name, o.p.k.name)
+	if err == nil {
+		cmd.SetVal(o.fold(t, ok))
+		return cmd
+	}
+	if qe := (*QuorumError)(nil); errors.As(err, &qe) {
+		for i, done := range answered {
+			if !done {
+				qe.Failing = append(qe.Failing, NodeError{i, errNoReplyYet})
+			}
+		}
+	}
+	cmd.SetErr(err)
+	return cmd
 }
 
 func (p quorumProto) mutex() mutexProto { return mutexProto{p.k, p.publish} }
