@@ -9,13 +9,9 @@
 -- ARGV[3]  channel, ARGV[4] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1 done, -1 the caller holds nothing
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return NOT_HELD
+local held = set_holds(KEYS[1], ARGV[1], ARGV[2])
+if held ~= 0 then
+  return held
 end
-if tonumber(ARGV[2]) > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  return 1
-end
-redis.call('DEL', KEYS[1])
 call_next(KEYS[2], KEYS[3], now_ms(), ARGV[3], ARGV[4])
 return 1

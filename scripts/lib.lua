@@ -46,3 +46,19 @@ end
 local function fence_at(key)
   return redis.call('GET', key) or '0'
 end
+
+-- set_holds sets the hold count of field (an owner token, or a side and a
+-- token) in the lock hash to n: re-entry, or an inner unlock; n = 0 frees
+-- the lock (deletes the hash). Returns NOT_HELD when the caller holds
+-- nothing, 1 when it still holds the lock, 0 when the lock is free now.
+local function set_holds(lock, field, n)
+  if redis.call('HEXISTS', lock, field) == 0 then
+    return NOT_HELD
+  end
+  if tonumber(n) > 0 then
+    redis.call('HSET', lock, field, n)
+    return 1
+  end
+  redis.call('DEL', lock)
+  return 0
+end

@@ -20,10 +20,9 @@ local now = now_ms()
 expire_readers(lock, readers, now)
 
 if count > 0 then
-  if redis.call('HEXISTS', lock, r) == 0 then
+  if set_holds(lock, r, count) == NOT_HELD then
     return {NOT_HELD}
   end
-  redis.call('HSET', lock, r, count)
   redis.call('ZADD', readers, now + ttl, tok)
   stretch(lock, ttl)
   stretch(readers, ttl)

@@ -22,10 +22,9 @@ local now = now_ms()
 expire_readers(lock, readers, now)
 
 if count > 0 then
-  if redis.call('HEXISTS', lock, w) == 0 then
+  if set_holds(lock, w, count) == NOT_HELD then
     return {NOT_HELD}
   end
-  redis.call('HSET', lock, w, count)
   stretch(lock, ttl)
   return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end

@@ -12,13 +12,9 @@
 -- Idempotent: the count is set, not subtracted from, so a retried call
 -- changes nothing more. (A retried call that freed the lock finds nothing
 -- and answers -1: the caller cannot tell it from a lease lost.)
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return NOT_HELD
+local held = set_holds(KEYS[1], ARGV[1], ARGV[2])
+if held ~= 0 then
+  return held
 end
-if tonumber(ARGV[2]) > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  return 1
-end
-redis.call('DEL', KEYS[1])
 redis.call(ARGV[4], ARGV[3], WAKE_ONE)
 return 1
