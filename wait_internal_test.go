@@ -72,3 +72,48 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Confirmations cannot be counted against SUBSCRIBEs: two sent on a
+// connection that dies are answered by go-redis's one resubscription.
+// Whatever confirmation comes, a channel's waiters then check the lock,
+// or a release published before the subscription took effect is lost for
+// the holder's whole lease.
+func TestEveryConfirmationMakesWaitersCheck(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	defer rdb.Close()
+	h := newHub(rdb, false)
+	defer h.close()
+	// The pub/sub connection is up (a first channel is confirmed) before
+	// the server is paused, so that SUBSCRIBEs are written to it.
+	w0, err := h.join("other", "z", 0, make(chan struct{}, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.leave(w0)
+	<-w0.ready
+	if err := s.Pause(); err != nil { // no confirmation comes back by itself
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Resume() }()
+	const name = "dlock:{x}:ch"
+	// A waiter comes and goes, then another comes: two SUBSCRIBEs sent.
+	w1, err := h.join(name, "a", 0, make(chan struct{}, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.leave(w1)
+	w2, err := h.join(name, "b", 0, make(chan struct{}, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.leave(w2)
+	// One confirmation comes: a resubscription after a reconnect answers
+	// both.
+	h.confirmed(h.shared, name)
+	select {
+	case <-w2.ready:
+	default:
+		t.Fatal("after a confirmation of its channel the waiter was not told to check the lock")
+	}
+}

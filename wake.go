@@ -31,17 +31,6 @@ type hub struct {
 	closed   bool
 	waiting  map[string]*listeners
 	receives sync.WaitGroup // receive loops
-	// unconfirmed counts the SUBSCRIBE commands sent on a connection for a
-	// channel whose confirmation has not come back. It outlives the
-	// channel's waiters, so that a late confirmation of an old
-	// subscription is never taken for that of a new waiter's.
-	unconfirmed map[subscription]int
-}
-
-// subscription is one channel on one pub/sub connection.
-type subscription struct {
-	conn *redis.PubSub
-	name string
 }
 
 // listeners is this hub's state of one lock's pub/sub channel: who waits
@@ -63,7 +52,7 @@ type waiter struct {
 
 func newHub(rdb Redis, sharded bool) *hub {
 	return &hub{rdb: rdb, sharded: sharded,
-		waiting: make(map[string]*listeners), unconfirmed: make(map[subscription]int)}
+		waiting: make(map[string]*listeners)}
 }
 
 // join registers a waiter on the named channel, subscribing to it if it
@@ -85,7 +74,6 @@ func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, e
 			// A connection to the channel's node; go-redis subscribes as
 			// it connects.
 			ch.conn = h.open(h.rdb.SSubscribe(ctx, name))
-			h.unconfirmed[subscription{ch.conn, name}]++
 		} else {
 			if h.shared == nil {
 				h.shared = h.open(h.rdb.Subscribe(ctx))
@@ -94,9 +82,7 @@ func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, e
 			// An error is a broken connection: go-redis subscribes again
 			// when it reconnects (that confirmation then makes the
 			// waiters check), and the waiter's timer covers the gap.
-			if h.shared.Subscribe(ctx, name) == nil {
-				h.unconfirmed[subscription{ch.conn, name}]++
-			}
+			_ = h.shared.Subscribe(ctx, name)
 		}
 	}
 	w := &waiter{name: name, token: token, need: need, ready: ch.ready, wake: wake}
@@ -134,7 +120,6 @@ func (h *hub) leave(w *waiter) {
 	if h.sharded {
 		// Its receive loop ends when the connection is closed.
 		_ = ch.conn.Close()
-		delete(h.unconfirmed, subscription{ch.conn, w.name})
 		return
 	}
 	_ = h.shared.Unsubscribe(context.Background(), w.name)
@@ -207,28 +192,26 @@ func (h *hub) receive(c *redis.PubSub, msgs <-chan any) {
 	}
 }
 
-// confirmed handles the confirmation of a subscription to a channel. Once
-// the last SUBSCRIBE sent for it is confirmed, every release from then on
-// reaches this hub, so the channel's waiters check the lock: the first
-// time (ready closes) and after every resubscription that go-redis makes
-// when it reconnects (a release published while the connection was down
-// was lost).
+// confirmed handles the confirmation of a subscription to a channel:
+// from then on every release published on it reaches this hub, so the
+// channel's waiters check the lock (ready closes the first time; later,
+// they are woken). Confirmations are not matched to SUBSCRIBE commands:
+// one sent on a connection that dies is answered, if at all, by go-redis's
+// resubscription when it reconnects, which answers several at once. So
+// every confirmation makes the waiters check; one that comes early (that
+// of an earlier SUBSCRIBE of the channel, since unsubscribed) costs an
+// extra check, and the confirmation of the latest SUBSCRIBE, which comes
+// after it took effect, makes them check again.
 func (h *hub) confirmed(c *redis.PubSub, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := subscription{c, name}
-	if n := h.unconfirmed[s]; n > 1 {
-		h.unconfirmed[s] = n - 1
-		return // a later SUBSCRIBE is still on its way
-	}
-	delete(h.unconfirmed, s)
 	ch := h.waiting[name]
 	if ch == nil || ch.conn != c {
 		return // nobody waits (an old subscription's news)
 	}
 	select {
 	case <-ch.ready:
-		ch.wake("") // a resubscription: everybody checks again
+		ch.wake("")
 	default:
 		close(ch.ready)
 	}
