@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -115,5 +116,54 @@ func TestEveryConfirmationMakesWaitersCheck(t *testing.T) {
 	case <-w2.ready:
 	default:
 		t.Fatal("after a confirmation of its channel the waiter was not told to check the lock")
+	}
+}
+
+// A SUBSCRIBE that meets a connection killed a moment before is sent
+// again: go-redis's reconnect, made inside that failed call, subscribes the
+// new connection only to the channels it had before.
+func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	rdb, admin := s.Client(), s.Client()
+	defer rdb.Close()
+	defer admin.Close()
+	h := newHub(rdb, false)
+	defer h.close()
+	ctx := context.Background()
+	w0, err := h.join("other", "z", 0, make(chan struct{}, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.leave(w0)
+	<-w0.ready
+	missing := 0
+	for i := range 40 {
+		if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+			t.Fatal(err)
+		}
+		name := "ch-" + strconv.Itoa(i)
+		w, err := h.join(name, "a", 0, make(chan struct{}, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Polls the server's state: with the bug no signal ever comes.
+		subscribed := false
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			n, err := admin.PubSubNumSub(ctx, name).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n[name] > 0 {
+				subscribed = true
+				break
+			}
+		}
+		if !subscribed {
+			missing++
+		}
+		h.leave(w)
+	}
+	if missing > 0 {
+		t.Fatalf("%d of 40 channels never subscribed after a connection kill", missing)
 	}
 }

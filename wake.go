@@ -79,10 +79,15 @@ func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, e
 				h.shared = h.open(h.rdb.Subscribe(ctx))
 			}
 			ch.conn = h.shared
-			// An error is a broken connection: go-redis subscribes again
-			// when it reconnects (that confirmation then makes the
-			// waiters check), and the waiter's timer covers the gap.
-			_ = h.shared.Subscribe(ctx, name)
+			// An error is a broken connection. go-redis reconnects at
+			// once, but subscribes the new connection only to the
+			// channels it had before this one: send it again, now that
+			// the channel is on go-redis's list (if that fails too, the
+			// next reconnect includes it; its confirmation makes the
+			// waiters check, and the waiter's timer covers the gap).
+			if h.shared.Subscribe(ctx, name) != nil {
+				_ = h.shared.Subscribe(ctx, name)
+			}
 		}
 	}
 	w := &waiter{name: name, token: token, need: need, ready: ch.ready, wake: wake}
