@@ -29,8 +29,8 @@ type Redis interface {
 // and, once a Lock has had to wait, one pub/sub connection that wakes
 // waiters when a lock is released.
 //
-// A Client is safe for concurrent use. Close it when done: Close stops
-// both goroutines and ends the leases still held.
+// A Client is safe for concurrent use. Close it when done: Close ends the
+// leases still held and releases their locks, then stops its goroutines.
 type Client struct {
 	rdb     Redis   // nil for a quorum
 	be      backend // the deployment
