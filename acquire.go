@@ -22,6 +22,9 @@ type request struct {
 	takes  lockOpts     // the options it takes beyond TTL and lease
 	need   int          // permits a semaphore request waits for; 0 for locks
 	queue  bool         // a waiter keeps a place in a queue (renewed; left when it gives up)
+	// check, if set, checks the request's own input, after the checks
+	// every request has.
+	check func() error
 	// token, if set, returns the owner token to acquire with (a writer
 	// reading inside its write hold keeps its token), or refuses.
 	token func(ctx context.Context) (string, error)
@@ -37,6 +40,11 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 	}
 	if err := c.be.supports(r.what); err != nil {
 		return nil, err
+	}
+	if r.check != nil {
+		if err := r.check(); err != nil {
+			return nil, err
+		}
 	}
 	cfg := defaultLock.with(r.handle).with(opts)
 	if err := cfg.validate(); err != nil {
@@ -91,7 +99,9 @@ type Locker interface {
 func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 	l, _ := h.newLease()
 	if !c.wd.add(h) {
-		_ = h.p.release(h.token, 0).run(context.WithoutCancel(ctx), c.rdb).Err()
+		ctx, cancel := bounded(ctx)
+		defer cancel()
+		_ = h.release(ctx)
 		return nil, ErrClosed
 	}
 	return l, nil

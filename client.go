@@ -126,7 +126,7 @@ func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 // ErrClosed (Done closes) and are then released in Redis, so that other
 // clients get the locks at once rather than after their TTL; releases
 // still being retried after a failed Unlock make a last try. Close blocks
-// until that is done, for about closeTimeout (2 s) at most when Redis does
+// until that is done, for about cleanupTimeout (2 s) at most when Redis does
 // not answer (the locks then expire after their TTL), and stops the
 // watchdog and pub/sub connections. Close does not close the Redis client.
 // It is safe to call more than once.

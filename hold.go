@@ -124,7 +124,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		if !errors.Is(err, ErrUnlocked) {
 			// Lost: if the key is still ours (a pause outlived the
 			// deadline, say), free it now rather than at its expiry.
-			if h.p.release(h.token, 0).run(ctx, h.c.rdb).Err() != nil {
+			if h.release(ctx) != nil {
 				h.c.releaseLater(h)
 			}
 		}

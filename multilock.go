@@ -195,7 +195,7 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 // cleanupSet undoes what an attempt with an unknown outcome may have
 // taken, even if ctx has ended, for a bounded time.
 func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	ctx, cancel := bounded(ctx)
 	defer cancel()
 	calls := make([]call, len(ms))
 	for i, m := range ms {
@@ -206,7 +206,7 @@ func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) {
 
 // releaseAll unlocks leases after a failed LockAll, even if ctx has ended.
 func releaseAll(ctx context.Context, leases []*Lease) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	ctx, cancel := bounded(ctx)
 	defer cancel()
 	for i := len(leases) - 1; i >= 0; i-- {
 		_ = leases[i].Unlock(ctx)

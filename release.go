@@ -12,9 +12,11 @@ import (
 // is never left to its TTL when Redis can be told sooner.
 
 const (
-	// closeTimeout bounds what Close spends releasing the locks still
-	// held, and each background release's last try at Close.
-	closeTimeout = 2 * time.Second
+	// cleanupTimeout bounds a release that must happen although its
+	// caller's ctx has ended or the Client is closing: the undoing of an
+	// ambiguous acquire, Close's releases, a background release's last
+	// try.
+	cleanupTimeout = 2 * time.Second
 	// releaseTry bounds one try of a background release.
 	releaseTry = time.Second
 	// Background retries back off from releaseMinBackoff to
@@ -22,6 +24,17 @@ const (
 	releaseMinBackoff = 10 * time.Millisecond
 	releaseMaxBackoff = 500 * time.Millisecond
 )
+
+// bounded returns a context that outlives ctx's end but lasts at most
+// cleanupTimeout.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// release frees every hold of h's token in Redis: one call.
+func (h *hold) release(ctx context.Context) error {
+	return h.p.release(h.token, 0).run(ctx, h.c.rdb).Err()
+}
 
 // releasers tracks the Client's background releases, so that Close can
 // wait for them.
@@ -60,7 +73,7 @@ func (c *Client) releaseLater(h *hold) {
 			case <-timer.C:
 			}
 			ctx, cancel := context.WithTimeout(c.life, releaseTry)
-			err := h.p.release(h.token, 0).run(ctx, c.rdb).Err()
+			err := h.release(ctx)
 			cancel()
 			if err == nil {
 				return
@@ -71,20 +84,21 @@ func (c *Client) releaseLater(h *hold) {
 	}()
 }
 
-// releaseNow makes one release of h, bounded by closeTimeout.
+// releaseNow makes one release of h, bounded by cleanupTimeout.
 func (c *Client) releaseNow(h *hold) {
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	ctx, cancel := bounded(context.Background())
 	defer cancel()
-	_ = h.p.release(h.token, 0).run(ctx, c.rdb).Err()
+	_ = h.release(ctx)
 }
 
-// releaseAll releases the holds a closing Client still had, together (one
-// pipeline where the deployment allows) and bounded by closeTimeout.
-func (c *Client) releaseAll(hs []*hold) {
+// releaseHolds releases the holds a closing Client still had, together
+// (one pipeline where the deployment allows) and bounded by
+// cleanupTimeout.
+func (c *Client) releaseHolds(hs []*hold) {
 	if len(hs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	ctx, cancel := bounded(context.Background())
 	defer cancel()
 	ops := make([]op, len(hs))
 	for i, h := range hs {

@@ -58,16 +58,17 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	if s == nil || s.c == nil {
 		return nil, invalid("nil Semaphore")
 	}
-	if s.k.name != "" { // an empty name is reported by the acquire path
-		if err := validPermits(s.k.name, s.permits); err != nil {
-			return nil, err
-		}
-		if n < 1 || n > MaxPermits {
-			return nil, invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", s.k.name, n)
-		}
-	}
 	c, k := s.c, s.k
-	return c.acquire(ctx, request{what: "semaphore", k: k, p: semProto{k, c.publish}, handle: s.opts, need: n,
+	return c.acquire(ctx, request{what: "Semaphore", k: k, p: semProto{k, c.publish}, handle: s.opts, need: n,
+		check: func() error {
+			if err := validPermits(k.name, s.permits); err != nil {
+				return err
+			}
+			if n < 1 || n > MaxPermits {
+				return invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", k.name, n)
+			}
+			return nil
+		},
 		call: func(token string, cfg lockConfig, _ bool) call {
 			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits},
 				[]any{token, cfg.ttl.Milliseconds(), n, s.permits}}

@@ -143,10 +143,7 @@ func (a *acquisition) bound(d time.Duration) time.Duration {
 
 // cleanup runs f even when ctx has ended, for a bounded time.
 func (a *acquisition) cleanup(ctx context.Context, f func(context.Context)) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	ctx, cancel := bounded(ctx)
 	defer cancel()
 	f(ctx)
 }
-
-// cleanupTimeout bounds the release that follows an ambiguous failure.
-const cleanupTimeout = 2 * time.Second

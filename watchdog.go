@@ -305,5 +305,5 @@ func (w *watchdog) shutdown() {
 	for _, h := range hs {
 		h.end(ErrClosed)
 	}
-	w.c.releaseAll(hs)
+	w.c.releaseHolds(hs)
 }
