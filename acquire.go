@@ -21,16 +21,22 @@ type request struct {
 	handle []LockOption // the handle's defaults
 	takes  lockOpts     // the options it takes beyond TTL and lease
 	need   int          // permits a semaphore request waits for; 0 for locks
-	queue  bool         // a waiter keeps a place in a queue (renewed; left when it gives up)
+	// queue: a Lock's waiter registers in Redis (lib_queue.lua), renews its
+	// place as it waits, runs leave when it gives up, and is told on its
+	// Client's channel when its turn comes. Without it (an RWMutex's
+	// readers), the waiter listens on the lock's channel.
+	queue bool
+	leave func(member string) call
 	// check, if set, checks the request's own input, after the checks
 	// every request has.
 	check func() error
 	// token, if set, returns the owner token to acquire with (a writer
 	// reading inside its write hold keeps its token), or refuses.
 	token func(ctx context.Context) (string, error)
-	// call is the acquire script call of one attempt; queued is true for
-	// a Lock's attempts (which take or keep a place in a queue).
-	call func(token string, cfg lockConfig, queued bool) call
+	// call is the acquire script call of one attempt; member is the
+	// waiter's registration for a Lock's attempts (which take or keep a
+	// place in the queue), "" for a TryLock's.
+	call func(token, member string, cfg lockConfig) call
 }
 
 // acquire runs a request: a TryLock (wait false) or a Lock.
@@ -68,10 +74,12 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 			return nil, err
 		}
 	}
-	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token, need: r.need}
-	if r.queue {
+	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token}
+	if r.queue && c.directed {
+		a.channel = c.wakeTo(r.k).base + c.id
 		a.keepAlive = cfg.queueTTL / 3
-		a.abandon = c.leaveQueue(r.k, token)
+		leave := r.leave(c.member(token, r.need))
+		a.abandon = func(ctx context.Context) { c.be.everywhere(ctx, leave) }
 	}
 	a.p, a.attempt = c.be.attempt(c, r, token, cfg)
 	return a.run(ctx, wait)
@@ -91,6 +99,15 @@ type Locker interface {
 	// order is the key LockAll sorts by, so that every caller takes the
 	// same set of locks in the same order.
 	order() string
+}
+
+// placeTTL is how long a Lock's attempt keeps the waiter's place in the
+// queue: 0 for a TryLock's (member ""), which takes none.
+func placeTTL(cfg lockConfig, member string) int64 {
+	if member == "" {
+		return 0
+	}
+	return cfg.queueTTL.Milliseconds()
 }
 
 // newLease registers a hold that an attempt has just taken with the

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -36,6 +37,15 @@ type Client struct {
 	be      backend // the deployment
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
+	// id names this Client's waiters in Redis and its wake-up channel.
+	id string
+	// directed: waiters register in Redis and a release wakes only the
+	// one (or those) whose turn it is, on its Client's own channel. Not
+	// without scripts, where a release is published on the lock's channel.
+	directed bool
+	// reserve: a freed mutex is kept for the waiter told (not on a
+	// quorum, whose nodes' queues may disagree on who is first).
+	reserve bool
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
@@ -108,12 +118,17 @@ func configure(opts []Option) (clientConfig, error) {
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
 func start(be backend, nodes []Redis, cfg clientConfig) *Client {
-	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift}
+	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
+		id: newToken()[:16], directed: !cfg.noScripts, reserve: len(nodes) == 1}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}
+	own := ""
+	if !cfg.sharded {
+		own = c.wakeTo(keys{}).base + c.id
+	}
 	for _, n := range nodes {
-		c.hubs = append(c.hubs, newHub(n, cfg.sharded))
+		c.hubs = append(c.hubs, newHub(n, cfg.sharded, own))
 	}
 	c.life, c.cancel = context.WithCancel(context.Background())
 	c.wd = newWatchdog(c)
@@ -145,6 +160,30 @@ func (c *Client) Close() error {
 
 // closed reports whether Close has been called.
 func (c *Client) closed() bool { return c.life.Err() != nil }
+
+// wakeTo says where releases of the lock k wake its waiters: each
+// waiter's Client has a channel of its own, base + its id. On a single
+// node that is one channel per Client, <prefix>:wake:<id>, for every lock;
+// with sharded pub/sub (a cluster) a channel must live in the slot of the
+// keys of the script that publishes on it, so there it is per lock,
+// <lock>:wake:<id>.
+func (c *Client) wakeTo(k keys) wakeTo {
+	base := c.prefix + ":wake:"
+	if c.publish == "SPUBLISH" {
+		base = k.lock + ":wake:"
+	}
+	return wakeTo{base: base, publish: c.publish, reserve: c.reserve}
+}
+
+// member is how a waiter is registered in Redis: its Client's id, its
+// owner token, and for a semaphore the permits it waits for.
+func (c *Client) member(token string, need int) string {
+	m := c.id + ":" + token
+	if need > 0 {
+		m += ":" + strconv.Itoa(need)
+	}
+	return m
+}
 
 // keys returns the Redis names of the lock of kind kd called name.
 func (c *Client) keys(kd kind, name string) keys { return newKeys(c.prefix, kd, name) }

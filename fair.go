@@ -6,8 +6,10 @@ import (
 
 // FairMutex is a reentrant lock granted in arrival order: waiters from
 // every process form one queue in Redis, ordered by server time, and a
-// release wakes only the waiter at its head. TryLock never jumps the
-// queue: it fails while anyone waits.
+// release keeps the lock for the waiter at its head and wakes only it.
+// TryLock never jumps the queue: it fails while anyone waits. (A Mutex
+// hands on the same way; it differs in letting a newcomer take a lock that
+// is free and kept for nobody.)
 //
 // A place in the queue lives only while its waiter keeps it alive: a
 // waiter renews its place every QueueTTL/3 (WithQueueTTL; 3 s by default)
@@ -23,9 +25,8 @@ type FairMutex struct {
 }
 
 // FairMutex returns the handle of the fair lock called name. Its keys are
-// those of a Mutex of the same name plus the queue, so a Mutex and a
-// FairMutex of one name exclude each other (do not mix them: the Mutex
-// ignores the queue).
+// those of a Mutex of the same name, so a Mutex and a FairMutex of one
+// name are one lock, with one queue.
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	return &FairMutex{Mutex{handle{c, c.keys(kindMutex, name), opts}}}
 }
@@ -54,40 +55,5 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 	if f == nil || f.m.c == nil {
 		return nil, invalid("nil FairMutex")
 	}
-	c, k := f.m.c, f.m.k
-	return c.acquire(ctx, request{what: "FairMutex", k: k, p: fairProto{mutexProto{k, c.publish}}, handle: f.m.opts, queue: true, takes: optQueueTTL,
-		call: func(token string, cfg lockConfig, queued bool) call {
-			return call{fairLockScript, []string{k.lock, k.fence, k.queue, k.alive},
-				[]any{token, cfg.ttl.Milliseconds(), placeTTL(cfg, queued), k.channel, c.publish}}
-		}}, wait, opts)
-}
-
-// placeTTL is how long a queued attempt keeps its place in the queue: 0
-// for a TryLock's, which takes none.
-func placeTTL(cfg lockConfig, queued bool) int64 {
-	if !queued {
-		return 0
-	}
-	return cfg.queueTTL.Milliseconds()
-}
-
-// leaveQueue returns what a queued waiter (FairMutex, RWMutex writer)
-// runs when it gives up: it leaves the queue, and the next waiter is told
-// if the lock is free.
-func (c *Client) leaveQueue(k keys, token string) func(context.Context) {
-	return func(ctx context.Context) {
-		_ = fairLeaveScript.run(ctx, c.rdb, []string{k.lock, k.queue, k.alive},
-			token, k.channel, c.publish).Err()
-	}
-}
-
-// fairProto is the Redis side of a FairMutex hold: a Mutex hold whose
-// release hands the lock to the head of the queue.
-type fairProto struct {
-	mutexProto
-}
-
-func (p fairProto) release(token string, left int) op {
-	return call{fairUnlockScript, []string{p.k.lock, p.k.queue, p.k.alive},
-		[]any{token, left, p.k.channel, p.publish}}
+	return f.m.c.acquire(ctx, f.m.c.mutexRequest("FairMutex", f.m.k, f.m.opts, true), wait, opts)
 }

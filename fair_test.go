@@ -174,7 +174,12 @@ func TestFairTryLockNeverJumpsTheQueue(t *testing.T) {
 	if n := admin.ZCard(ctx, keysOf(name).Lock+":queue").Val(); n != 1 {
 		t.Fatalf("TryLock took a place: queue length %d", n)
 	}
+	// The release kept the lock for that waiter; it gives up.
+	if got := admin.HGet(ctx, keysOf(name).Lock, "@next").Val(); got != "someone" {
+		t.Fatalf("the free lock is kept for %q; want the waiter", got)
+	}
 	admin.ZRem(ctx, keysOf(name).Lock+":queue", "someone")
+	admin.Del(ctx, keysOf(name).Lock)
 	l, err := f.TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock on a free lock with nobody waiting: %v", err)

@@ -104,7 +104,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return l.c.waitLoop(ctx, l.k.name, l.k.channel, "", 0, left,
+	return l.c.waitLoop(ctx, l.k.name, l.k.channel, "", nil, left,
 		func(ctx context.Context) (bool, time.Duration, error) {
 			n, left, err := l.count(ctx)
 			return n == 0, left, err

@@ -95,36 +95,45 @@ func oneScript(lockers []Locker) ([]*Mutex, bool) {
 }
 
 // lockMutexes takes a set of mutexes of one Client with lock_all.lua.
-func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
+// While it waits, it is registered in the queue of the mutex that was
+// held, and told like any waiter of it when its turn comes there.
+func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
 	s := &mutexSet{c: ms[0].c, ms: ms}
 	if err := s.prepare(ctx); err != nil {
 		return nil, err
 	}
+	c := s.c
+	channel := c.wakeTo(ms[0].k).base + c.id
+	seen := c.epochs(channel)
 	done, next, err := s.attempt(ctx)
-	for !done && err == nil {
-		// Wait on the lock that was held; then try the whole set again.
-		err = s.c.waitLoop(ctx, s.name, ms[s.blocked].k.channel, s.token, 0, next,
-			func(ctx context.Context) (bool, time.Duration, error) {
-				prev := s.blocked
-				done, next, err = s.attempt(ctx)
-				// Another lock of the set is now the one held: wait on it.
-				return done || err != nil || s.blocked != prev, next, err
-			})
+	if done || err != nil {
+		return s.lease, err
 	}
+	defer func() {
+		if s.lease == nil {
+			s.leave(ctx)
+		}
+	}()
+	err = c.waitLoop(ctx, s.name, channel, s.token, seen, s.bound(next),
+		func(ctx context.Context) (bool, time.Duration, error) {
+			done, next, err := s.attempt(ctx)
+			return done || err != nil, s.bound(next), err
+		})
 	return s.lease, err
 }
 
 // mutexSet is one LockAll of mutexes by one script.
 type mutexSet struct {
-	c       *Client
-	ms      []*Mutex
-	name    string // the names, joined, for errors
-	token   string
-	cfgs    []lockConfig
-	keys    []string
-	args    []any
-	blocked int    // the mutex that was held at the last attempt, to wait on
-	lease   *Lease // the set's, once taken
+	c         *Client
+	ms        []*Mutex
+	name      string // the names, joined, for errors
+	token     string
+	member    string // its registration as a waiter
+	keepAlive time.Duration
+	cfgs      []lockConfig
+	keys      []string
+	args      []any
+	lease     *Lease // the set's, once taken
 }
 
 // prepare checks the call and each mutex's options, and builds the
@@ -139,7 +148,8 @@ func (s *mutexSet) prepare(ctx context.Context) error {
 		return err
 	}
 	s.token = newToken()
-	s.args = []any{s.token}
+	s.member = s.c.member(s.token, 0)
+	var place time.Duration
 	for _, m := range s.ms {
 		if m.k.name == "" {
 			return invalid("empty lock name")
@@ -148,18 +158,38 @@ func (s *mutexSet) prepare(ctx context.Context) error {
 		if err := cfg.validate(); err != nil {
 			return err
 		}
-		if err := cfg.refuse("Mutex", 0); err != nil {
+		if err := cfg.refuse("Mutex", optQueueTTL); err != nil {
 			return err
 		}
 		s.cfgs = append(s.cfgs, cfg)
-		s.keys = append(s.keys, m.k.lock, m.k.fence)
+		s.keys = append(s.keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive)
+		place = max(place, cfg.queueTTL)
+	}
+	s.keepAlive = place / 3
+	w := s.c.wakeTo(s.ms[0].k)
+	s.args = []any{s.token, s.member, place.Milliseconds(), w.base, w.publish}
+	for _, cfg := range s.cfgs {
 		s.args = append(s.args, cfg.ttl.Milliseconds())
 	}
 	return nil
 }
 
+// bound caps a wait at the keep-alive interval of the set's place.
+func (s *mutexSet) bound(d time.Duration) time.Duration { return min(d, s.keepAlive) }
+
+// leave gives up the set's place in the queues, even if ctx has ended.
+func (s *mutexSet) leave(ctx context.Context) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	calls := make([]call, len(s.ms))
+	for i, m := range s.ms {
+		calls[i] = mutexProto{m.k, s.c.wakeTo(m.k)}.leave(s.member)
+	}
+	runBatch(ctx, s.c.rdb, calls, replicaSync{})
+}
+
 // attempt tries to take the whole set at once: done, or how long to wait
-// on the mutex that was held (s.blocked).
+// at most before trying again.
 func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 	c, ms := s.c, s.ms
 	start := time.Now()
@@ -175,12 +205,11 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 		return false, 0, redisErr("lock", s.name, err)
 	}
 	if res[0] == replyBusy {
-		s.blocked = int(res[1]) - 1
-		return false, retryAfter(res[2], s.cfgs[s.blocked].ttl), nil
+		return false, retryAfter(res[2], s.cfgs[res[1]-1].ttl), nil
 	}
 	parts := make([]*Lease, len(ms))
 	for i, m := range ms {
-		l, err := c.newLease(ctx, newHold(c, m.k, mutexProto{m.k, c.publish}, s.token, res[i+1], s.cfgs[i], start))
+		l, err := c.newLease(ctx, newHold(c, m.k, mutexProto{m.k, c.wakeTo(m.k)}, s.token, res[i+1], s.cfgs[i], start))
 		if err != nil {
 			releaseAll(ctx, parts[:i])
 			cleanupSet(ctx, c, ms[i:], s.token)
@@ -199,7 +228,7 @@ func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) {
 	defer cancel()
 	calls := make([]call, len(ms))
 	for i, m := range ms {
-		calls[i] = mutexProto{m.k, c.publish}.unlock(token, 0)
+		calls[i] = mutexProto{m.k, c.wakeTo(m.k)}.unlock(token, 0)
 	}
 	runBatch(ctx, c.rdb, calls, replicaSync{})
 }

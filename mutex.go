@@ -10,14 +10,21 @@ import (
 // concurrent use; every Lock or TryLock that succeeds returns a new owner,
 // its Lease.
 //
-// Mutex is not fair: a release wakes one waiter in each process that has
-// waiters, and a newcomer may take the lock before them. FairMutex grants
-// in arrival order.
+// A waiting Lock registers in Redis; a release keeps the lock for the
+// waiter that has waited longest and wakes it alone, on its Client's
+// channel — no other process is sent anything, whatever the number of
+// waiters. A newcomer takes the lock only when it is free and not kept
+// for a waiter, so under contention the lock goes round in arrival order
+// and no waiter is passed over. A waiter renews its place every
+// QueueTTL/3 (WithQueueTTL, 3 s by default) as it waits; a waiter that is
+// killed while the lock is kept for it delays the others by QueueTTL at
+// most. FairMutex differs only at the edges: its TryLock fails while
+// anyone waits, and a lock left free with waiters goes to the first.
 //
 // In Redis the lock is a hash "<prefix>:{<name>}" mapping the owner's token
 // to its hold count, with a PEXPIRE; "<prefix>:{<name>}:fence" counts the
-// owners for fencing tokens; releases are published on
-// "<prefix>:{<name>}:ch".
+// owners for fencing tokens; the waiters are "<prefix>:{<name>}:queue" and
+// ":alive".
 type Mutex struct {
 	handle
 }
@@ -45,8 +52,9 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 }
 
 // Lock acquires the lock, waiting while another owner holds it. The wait
-// is woken by the holder's release (pub/sub), and is also bounded by the
-// holder's remaining lease, so a lost notification costs at most that.
+// is woken by the release that hands the lock on to it (pub/sub), and is
+// also bounded by the holder's remaining lease and by QueueTTL/3, so a lost
+// notification costs at most that.
 // Uncontended, Lock is one round trip.
 //
 // If ctx carries a lease of this lock (it was made by that lease's
@@ -79,31 +87,47 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 
 // request is what a Mutex tells the acquire path.
 func (m *Mutex) request() request {
-	p := mutexProto{m.k, m.c.publish}
-	return request{what: "Mutex", k: m.k, p: p, handle: m.opts,
-		call: func(token string, cfg lockConfig, _ bool) call { return p.lock(token, cfg.ttl, 0) }}
+	return m.c.mutexRequest("Mutex", m.k, m.opts, false)
 }
 
-// mutexProto is the Redis side of a Mutex hold.
+// mutexRequest is what a Mutex or FairMutex tells the acquire path.
+func (c *Client) mutexRequest(what string, k keys, opts []LockOption, fair bool) request {
+	p := mutexProto{k, c.wakeTo(k)}
+	return request{what: what, k: k, p: p, handle: opts, queue: true, takes: optQueueTTL, leave: p.leave,
+		call: func(token, member string, cfg lockConfig) call {
+			return p.lock(token, cfg.ttl, 0, member, placeTTL(cfg, member), fair)
+		}}
+}
+
+// mutexProto is the Redis side of a Mutex or FairMutex hold.
 type mutexProto struct {
-	k       keys
-	publish string
+	k keys
+	w wakeTo
 }
 
 func (p mutexProto) reenter(token string, count int, ttl time.Duration) op {
-	return p.lock(token, ttl, count)
+	return p.lock(token, ttl, count, "", 0, false)
 }
 
-// lock is lock.lua: count 0 acquires, count >= 2 re-enters.
-func (p mutexProto) lock(token string, ttl time.Duration, count int) call {
-	return call{lockScript, []string{p.k.lock, p.k.fence}, []any{token, ttl.Milliseconds(), count}}
+// lock is lock.lua: count 0 acquires (as member, keeping a place for
+// placeTTL ms if it is held), count >= 2 re-enters.
+func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, placeTTL int64, fair bool) call {
+	return call{lockScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.base, p.w.publish}}
 }
 
 func (p mutexProto) release(token string, left int) op { return p.unlock(token, left) }
 
 // unlock is the script call behind release.
 func (p mutexProto) unlock(token string, left int) call {
-	return call{unlockScript, []string{p.k.lock}, []any{token, left, p.k.channel, p.publish}}
+	return call{unlockScript, []string{p.k.lock, p.k.queue, p.k.alive},
+		[]any{token, left, p.w.base, p.w.publish, flag(p.w.reserve)}}
+}
+
+// leave is what a waiter that gives up runs.
+func (p mutexProto) leave(member string) call {
+	return call{leaveScript, []string{p.k.lock, p.k.queue, p.k.alive},
+		[]any{member, p.w.base, p.w.publish, flag(p.w.reserve)}}
 }
 
 func (p mutexProto) renew(token string, ttl time.Duration, exact bool) op {

@@ -60,7 +60,7 @@ type lockConfig struct {
 type lockOpts int
 
 const (
-	optQueueTTL lockOpts = 1 << iota // FairMutex, RWMutex
+	optQueueTTL lockOpts = 1 << iota // Mutex, FairMutex, Semaphore, RWMutex writers
 	optReaders                       // RWMutex
 )
 
@@ -83,13 +83,14 @@ var defaultLock = lockConfig{ttl: DefaultTTL, renew: true, queueTTL: DefaultQueu
 // writer waiting on an RWMutex) outlives the waiter's last sign of life.
 const DefaultQueueTTL = 3 * time.Second
 
-// WithQueueTTL sets how long a waiter's place in a queue — the FairMutex
-// queue, or a writer's claim on an RWMutex — lives without a sign of life.
-// A waiter renews its place every d/3 while it waits, so a waiter that was
-// killed is skipped at most d + d/3 after its last renewal. Default:
+// WithQueueTTL sets how long a waiter's place in a lock's queue in Redis —
+// that of a Mutex, FairMutex, Semaphore, or an RWMutex's writers — lives
+// without a sign of life. A waiter renews its place every d/3 while it
+// waits, so a waiter that was killed is skipped at most d after its last
+// renewal (a lock kept for it is kept that long at most). Default:
 // DefaultQueueTTL (3 s). Shorter skips dead waiters sooner and costs more
-// renewals. d must be at least 3 ms. Other locks refuse it
-// (ErrInvalidArgument).
+// renewals. d must be at least 3 ms. (An RWMutex's readers take no place:
+// it does nothing for them.)
 func WithQueueTTL(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.queueTTL, c.set = d, c.set|optQueueTTL }
 }

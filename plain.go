@@ -89,6 +89,10 @@ func (b *plain) batch(ctx context.Context, ops []op, _ bool) []*redis.Cmd {
 	return sideBySide(ctx, b.rdb, ops)
 }
 
+// everywhere is never called: without scripts nobody registers as a
+// waiter.
+func (b *plain) everywhere(context.Context, call) {}
+
 func (b *plain) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
 	p := plainProto{r.k, b}
 	return p, func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {

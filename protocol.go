@@ -21,13 +21,21 @@ const (
 	replyTTLNotHeld = -3 // a ttl script: the caller holds nothing
 )
 
-// Wake messages, published on a lock's channel. Any other message is the
-// owner token of the one waiter whose turn it is (a fair lock's head).
+// Wake messages, published on a lock's channel (script-free mutexes,
+// latches, an RWMutex's readers). A waiter whose turn it is is told on its
+// Client's own channel instead, by its member (see wakeTo).
 const (
-	wakeOne  = "one"   // wake one waiter per process
-	wakeAll  = "all"   // wake every waiter
-	wakeFree = "free:" // + the number of free permits: wake the waiters that fit
+	wakeOne = "one" // wake one waiter per process
+	wakeAll = "all" // wake every waiter
 )
+
+// wakeTo says where a release wakes the waiters whose turn it is: each on
+// its Client's channel, base + the Client's id (see Client.wakeTo).
+type wakeTo struct {
+	base    string
+	publish string // PUBLISH, or SPUBLISH on a cluster
+	reserve bool   // keep a freed mutex for the waiter told (lib_mutex.lua)
+}
 
 // protocol is what a kind of hold does in Redis, as script calls whose
 // replies follow one convention, so that Lease and the watchdog serve

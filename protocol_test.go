@@ -23,9 +23,7 @@ func TestProtocolAgrees(t *testing.T) {
 		"NOT_HELD":     strconv.Itoa(replyNotHeld),
 		"TOO_MANY":     strconv.Itoa(replyTooMany),
 		"TTL_NOT_HELD": strconv.Itoa(replyTTLNotHeld),
-		"WAKE_ONE":     wakeOne,
 		"WAKE_ALL":     wakeAll,
-		"WAKE_FREE":    wakeFree,
 	}
 	for name, v := range want {
 		if lua[name] != v {

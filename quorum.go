@@ -213,24 +213,24 @@ func (q *quorum) outcome(t tally, op, name string) (bool, error) {
 }
 
 // lock is one RedLock round for a Mutex.
-func (q *quorum) lock(ctx context.Context, c *Client, k keys, token string, cfg lockConfig) (*Lease, time.Duration, error) {
+func (q *quorum) lock(ctx context.Context, c *Client, k keys, token, member string, cfg lockConfig) (*Lease, time.Duration, error) {
 	start := time.Now()
 	nodes := q.all()
+	p := mutexProto{k, c.wakeTo(k)}
 	t := q.tally(q.fanout(ctx, nodes, func(int) call {
-		return call{lockScript, []string{k.lock, k.fence}, []any{token, cfg.ttl.Milliseconds(), 0}}
+		return p.lock(token, cfg.ttl, 0, member, placeTTL(cfg, member), false)
 	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld })
 	validity := cfg.ttl - time.Since(start) - c.drift.of(cfg.ttl)
 	if len(t.ok) >= q.majority() && validity > 0 {
 		if fence, err := q.raiseFences(ctx, k, t); err == nil {
-			p := quorumProto{q, k, c.publish}
-			l, err := c.newLease(ctx, newHold(c, k, p, token, fence, cfg, start))
+			l, err := c.newLease(ctx, newHold(c, k, quorumProto{q, p}, token, fence, cfg, start))
 			return l, 0, err
 		}
 	}
 	// No majority, or no time left: give back what was granted (and what
 	// may have been, where the reply was lost); nodes that said "held by
 	// another" have nothing of ours.
-	q.release(ctx, k, c.publish, token, append(t.ok, t.failedNodes()...))
+	q.fanout(ctx, append(t.ok, t.failedNodes()...), func(int) call { return p.unlock(token, 0) })
 	if len(t.failed) > len(q.nodes)-q.majority() {
 		return nil, 0, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
@@ -248,11 +248,6 @@ func (q *quorum) lock(ctx context.Context, c *Client, k keys, token string, cfg 
 		wait = 0 // we won some votes: someone else did too; try again soon
 	}
 	return nil, wait + rand.N(q.jitter+1), nil
-}
-
-// release frees token's holds on the given nodes.
-func (q *quorum) release(ctx context.Context, k keys, publish, token string, nodes []int) {
-	q.fanout(ctx, nodes, func(int) call { return mutexProto{k, publish}.unlock(token, 0) })
 }
 
 // failedNodes lists the nodes whose call failed.
@@ -294,9 +289,8 @@ func (q *quorum) raiseFences(ctx context.Context, k keys, t tally) (int64, error
 // quorumProto is the Redis side of a RedLock hold: every call goes to all
 // nodes and counts a majority.
 type quorumProto struct {
-	q       *quorum
-	k       keys
-	publish string
+	q *quorum
+	m mutexProto // each node's
 }
 
 // quorumOp fans a Mutex protocol call out to every node and folds the
@@ -373,7 +367,7 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []*redis.Cmd {
 // answered count as failed with errNoReplyYet.
 func (q *quorum) reply(ctx context.Context, o quorumOp, t tally, answered []bool) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
-	ok, err := q.outcome(t, o.name, o.p.k.name)
+	ok, err := q.outcome(t, o.name, o.p.m.k.name)
 	if err == nil {
 		cmd.SetVal(o.fold(t, ok))
 		return cmd
@@ -389,7 +383,7 @@ func (q *quorum) reply(ctx context.Context, o quorumOp, t tally, answered []bool
 	return cmd
 }
 
-func (p quorumProto) mutex() mutexProto { return mutexProto{p.k, p.publish} }
+func (p quorumProto) mutex() mutexProto { return p.m }
 
 func (p quorumProto) reenter(token string, count int, ttl time.Duration) op {
 	return quorumOp{p, "lock", func(int) call { return p.mutex().reenter(token, count, ttl).(call) },
@@ -443,11 +437,20 @@ func (q *quorum) supports(what string) error {
 }
 
 func (q *quorum) oneScript() bool { return false }
+
+func (q *quorum) everywhere(ctx context.Context, c call) {
+	q.fanout(ctx, q.all(), func(int) call { return c })
+}
 func (q *quorum) close()          { q.stragglers.Wait() }
 
 func (q *quorum) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
-	return quorumProto{q, r.k, c.publish}, func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
-		return q.lock(ctx, c, r.k, token, cfg)
+	member := c.member(token, 0)
+	return quorumProto{q, mutexProto{r.k, c.wakeTo(r.k)}}, func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
+		m := ""
+		if queued {
+			m = member
+		}
+		return q.lock(ctx, c, r.k, token, m, cfg)
 	}
 }
 

@@ -715,11 +715,10 @@ func TestOptionsRefusedWhereMeaningless(t *testing.T) {
 		what string
 		try  func() error
 	}{
-		{"Mutex WithQueueTTL", func() error { _, err := c.Mutex(name, dlock.WithQueueTTL(time.Second)).TryLock(ctx); return err }},
 		{"Mutex WithReaderPreference", func() error { _, err := c.Mutex(name).TryLock(ctx, dlock.WithReaderPreference()); return err }},
 		{"FairMutex WithReaderPreference", func() error { _, err := c.FairMutex(name).TryLock(ctx, dlock.WithReaderPreference()); return err }},
-		{"Semaphore WithQueueTTL", func() error {
-			_, err := c.Semaphore(name, 1).TryAcquire(ctx, 1, dlock.WithQueueTTL(time.Second))
+		{"Semaphore WithReaderPreference", func() error {
+			_, err := c.Semaphore(name, 1).TryAcquire(ctx, 1, dlock.WithReaderPreference())
 			return err
 		}},
 		{"New WithNodeTimeout", func() error { _, err := dlock.New(newRedis(t, srv), dlock.WithNodeTimeout(time.Second)); return err }},
@@ -735,4 +734,14 @@ func TestOptionsRefusedWhereMeaningless(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlock(t, l)
+	for _, try := range []func() (*dlock.Lease, error){
+		func() (*dlock.Lease, error) { return c.Mutex(name, dlock.WithQueueTTL(time.Second)).TryLock(ctx) },
+		func() (*dlock.Lease, error) { return c.Semaphore(name, 1).TryAcquire(ctx, 1, dlock.WithQueueTTL(time.Second)) },
+	} {
+		l, err := try()
+		if err != nil {
+			t.Fatal(err)
+		}
+		unlock(t, l)
+	}
 }

@@ -89,7 +89,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 		return nil, invalid("nil RWMutex")
 	}
 	c, k := rw.c, rw.k
-	p := rwProto{k, s, c.publish}
+	p := rwProto{k, s, c.wakeTo(k)}
 	r := request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders}
 	if s == sideRead {
 		r.token = func(ctx context.Context) (string, error) {
@@ -98,20 +98,19 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			}
 			return newToken(), nil
 		}
-		r.call = func(token string, cfg lockConfig, _ bool) call {
+		r.call = func(token, _ string, cfg lockConfig) call {
 			return call{rwReadScript, p.acquireKeys(), []any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers)}}
 		}
 	} else {
-		r.queue = true
+		r.queue, r.leave = true, p.leave
 		r.token = func(ctx context.Context) (string, error) {
 			if leaseFrom(ctx, c, k.lock, sideRead) != nil {
 				return "", invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
 			}
 			return newToken(), nil
 		}
-		r.call = func(token string, cfg lockConfig, queued bool) call {
-			return call{rwWriteScript, p.acquireKeys(),
-				[]any{token, cfg.ttl.Milliseconds(), 0, placeTTL(cfg, queued), k.channel, c.publish}}
+		r.call = func(token, member string, cfg lockConfig) call {
+			return p.write(token, cfg.ttl, 0, member, placeTTL(cfg, member))
 		}
 	}
 	return c.acquire(ctx, r, wait, opts)
@@ -128,9 +127,9 @@ const (
 
 // rwProto is the Redis side of a read or write hold of an RWMutex.
 type rwProto struct {
-	k       keys
-	side    side
-	publish string
+	k    keys
+	side side
+	w    wakeTo
 }
 
 // acquireKeys are the keys of rw_read.lua and rw_write.lua.
@@ -142,12 +141,24 @@ func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 	if p.side == sideRead {
 		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1"}}
 	}
-	return call{rwWriteScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, 0, p.k.channel, p.publish}}
+	return p.write(token, ttl, count, "", 0)
+}
+
+// write is rw_write.lua: count 0 acquires (as member, keeping a place for
+// placeTTL ms if it must wait), count >= 2 re-enters.
+func (p rwProto) write(token string, ttl time.Duration, count int, member string, placeTTL int64) call {
+	return call{rwWriteScript, p.acquireKeys(),
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.base, p.w.publish}}
 }
 
 func (p rwProto) release(token string, left int) op {
 	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive},
-		[]any{token, string(p.side), left, p.k.channel, p.publish}}
+		[]any{token, string(p.side), left, p.w.base, p.w.publish, p.k.channel}}
+}
+
+// leave is what a writer that gives up its wait runs.
+func (p rwProto) leave(member string) call {
+	return call{leaveScript, []string{p.k.lock, p.k.queue, p.k.alive}, []any{member, p.w.base, p.w.publish, "0"}}
 }
 
 func (p rwProto) renew(token string, ttl time.Duration, exact bool) op {

@@ -40,14 +40,11 @@ func loadScript(names ...string) script {
 }
 
 var (
-	lockScript   = loadScript("lib.lua", "lock.lua")
-	unlockScript = loadScript("unlock.lua")
+	lockScript   = mutexScript("lock.lua")
+	unlockScript = mutexScript("unlock.lua")
+	leaveScript  = mutexScript("leave.lua")
 	renewScript  = loadScript("lib.lua", "renew.lua")
 	ttlScript    = loadScript("ttl.lua")
-
-	fairLockScript   = queueScript("fair_lock.lua")
-	fairUnlockScript = queueScript("fair_unlock.lua")
-	fairLeaveScript  = queueScript("fair_leave.lua")
 
 	rwReadScript   = rwScript("rw_read.lua")
 	rwWriteScript  = rwScript("rw_write.lua")
@@ -60,18 +57,19 @@ var (
 	semRenewScript   = semScript("sem_renew.lua")
 	semTTLScript     = semScript("sem_ttl.lua")
 	semPermitsScript = semScript("sem_permits.lua")
+	semLeaveScript   = semScript("sem_leave.lua")
 
 	latchSetScript  = loadScript("latch_set.lua")
 	latchDownScript = loadScript("latch_down.lua")
 
-	lockAllScript  = loadScript("lib.lua", "lock_all.lua")
+	lockAllScript  = mutexScript("lock_all.lua")
 	fenceMaxScript = loadScript("fence_max.lua")
 )
 
 // The scripts of each family, with the helpers they share in front.
-func queueScript(name string) script { return loadScript("lib.lua", "lib_queue.lua", name) }
+func mutexScript(name string) script { return loadScript("lib.lua", "lib_queue.lua", "lib_mutex.lua", name) }
 func rwScript(name string) script    { return loadScript("lib.lua", "lib_queue.lua", "lib_rw.lua", name) }
-func semScript(name string) script   { return loadScript("lib.lua", "lib_sem.lua", name) }
+func semScript(name string) script   { return loadScript("lib.lua", "lib_queue.lua", "lib_sem.lua", name) }
 
 // run runs the script: one round trip when the server has it cached, two
 // when it answers NOSCRIPT.

@@ -16,10 +16,16 @@ import (
 // expires). The permits given to Client.Semaphore set it only if the
 // semaphore has none yet; SetPermits changes it.
 //
-// Not fair: a release publishes how many permits are free, each process
-// wakes its waiters that fit, in arrival order, and whoever runs first
-// gets them; a waiter for many permits may wait behind a stream of small
-// ones.
+// Waiters are served in arrival order, as golang.org/x/sync/semaphore
+// serves them: the permits the first waiter asks for are kept for it, and
+// a newcomer (TryAcquire too) or a later waiter takes permits only if they
+// fit beside those. So a stream of small requests cannot starve a large
+// one; a small one may still go before a large one when both fit. A
+// release wakes, in order, the waiters that fit and nobody else (each on
+// its Client's channel). A waiter renews its place every QueueTTL/3
+// (WithQueueTTL, 3 s by default); one that dies is skipped QueueTTL after
+// its last renewal at most.
+//
 // A handle is safe for concurrent use.
 type Semaphore struct {
 	handle
@@ -33,7 +39,7 @@ const MaxPermits = 1 << 52
 
 // Semaphore returns the handle of the semaphore called name, whose
 // capacity is permits unless the semaphore already has one in Redis.
-// opts set the handle's defaults (WithTTL, WithLease).
+// opts set the handle's defaults (WithTTL, WithLease, WithQueueTTL).
 func (c *Client) Semaphore(name string, permits int, opts ...LockOption) *Semaphore {
 	return &Semaphore{handle{c, c.keys(kindSemaphore, name), opts}, permits}
 }
@@ -48,8 +54,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Le
 	return s.acquire(ctx, n, true, opts)
 }
 
-// TryAcquire takes n permits if that many are free, in one round trip,
-// and returns an error matching ErrNotObtained otherwise.
+// TryAcquire takes n permits if that many are free beside those kept for
+// the first waiter, in one round trip, and returns an error matching
+// ErrNotObtained otherwise.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...LockOption) (*Lease, error) {
 	return s.acquire(ctx, n, false, opts)
 }
@@ -59,7 +66,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 		return nil, invalid("nil Semaphore")
 	}
 	c, k := s.c, s.k
-	return c.acquire(ctx, request{what: "Semaphore", k: k, p: semProto{k, c.publish}, handle: s.opts, need: n,
+	p := semProto{k, c.wakeTo(k)}
+	return c.acquire(ctx, request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
+		queue: true, leave: p.leave, takes: optQueueTTL,
 		check: func() error {
 			if err := validPermits(k.name, s.permits); err != nil {
 				return err
@@ -69,9 +78,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 			}
 			return nil
 		},
-		call: func(token string, cfg lockConfig, _ bool) call {
-			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits},
-				[]any{token, cfg.ttl.Milliseconds(), n, s.permits}}
+		call: func(token, member string, cfg lockConfig) call {
+			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits, k.queue, k.alive},
+				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}}
 		}}, wait, opts)
 }
 
@@ -119,8 +128,9 @@ func (s *Semaphore) Permits(ctx context.Context) (capacity, free int, err error)
 
 func (s *Semaphore) info(ctx context.Context, set int) (capacity, used int, err error) {
 	k := s.k
-	res, err := semPermitsScript.run(ctx, s.c.rdb, []string{k.lock, k.leases, k.permits},
-		s.permits, set, k.channel, s.c.publish).Int64Slice()
+	w := s.c.wakeTo(k)
+	res, err := semPermitsScript.run(ctx, s.c.rdb, []string{k.lock, k.leases, k.permits, k.queue, k.alive},
+		s.permits, set, w.base, w.publish).Int64Slice()
 	if err != nil {
 		return 0, 0, redisErr("permits", k.name, err)
 	}
@@ -140,12 +150,19 @@ func validPermits(name string, n int) error {
 
 // semProto is the Redis side of a semaphore hold.
 type semProto struct {
-	k       keys
-	publish string
+	k keys
+	w wakeTo
 }
 
 func (p semProto) release(token string, left int) op {
-	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits}, []any{token, left, p.k.channel, p.publish}}
+	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
+		[]any{token, left, p.w.base, p.w.publish}}
+}
+
+// leave is what a waiter that gives up runs.
+func (p semProto) leave(member string) call {
+	return call{semLeaveScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
+		[]any{member, p.w.base, p.w.publish}}
 }
 
 func (p semProto) renew(token string, ttl time.Duration, exact bool) op {

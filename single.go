@@ -20,11 +20,18 @@ func (s *single) supports(string) error { return nil }
 func (s *single) oneScript() bool       { return !s.sharded }
 func (s *single) close()                {}
 
+func (s *single) everywhere(ctx context.Context, c call) { _ = c.run(ctx, s.rdb).Err() }
+
 // attempt runs the request's acquire script.
 func (s *single) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
+	member := c.member(token, r.need)
 	return r.p, func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
+		m := ""
+		if queued && r.queue {
+			m = member
+		}
 		start := time.Now()
-		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, cfg, queued)))
+		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, cfg)))
 		if err != nil {
 			return nil, 0, err
 		}

@@ -25,8 +25,6 @@ type acquisition struct {
 	// keepAlive, when positive, is how often a waiter must try again at
 	// the least, to keep its place in a queue alive.
 	keepAlive time.Duration
-	// need is the permits a semaphore waiter waits for (0 for locks).
-	need int
 	// abandon, if set, runs when a Lock gives up without the lock (ctx
 	// ended, client closed, Redis error): it removes the waiter's place
 	// in a queue.
@@ -45,6 +43,10 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			}
 		}()
 	}
+	var seen []uint64
+	if wait {
+		seen = c.epochs(a.channel)
+	}
 	l, next, err := a.try(ctx, wait)
 	if l != nil || err != nil {
 		return l, err
@@ -53,7 +55,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
 	}
 
-	err = c.waitLoop(ctx, a.name, a.channel, a.token, a.need, a.bound(next),
+	err = c.waitLoop(ctx, a.name, a.channel, a.token, seen, a.bound(next),
 		func(ctx context.Context) (bool, time.Duration, error) {
 			var next time.Duration
 			l, next, err = a.try(ctx, true)
@@ -62,19 +64,22 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	return l, err
 }
 
-// waitLoop waits on a lock's channel until check reports done or fails.
-// It subscribes first, then checks (a release may have come before the
-// subscription), then sleeps until a notification or first/the next
-// bound that check returned, whichever is sooner, and checks again. When
-// ctx ends it returns an error matching ErrNotObtained and ctx.Err(); when
-// the Client closes, ErrClosed.
-func (c *Client) waitLoop(ctx context.Context, name, channel, token string, need int, first time.Duration,
+// waitLoop waits on a channel until check reports done or fails. It
+// joins the channel's listeners, checks once the subscription is confirmed
+// (a release may have come before it) — unless it was already subscribed,
+// with the same epochs, before the attempt that came first (seen, from
+// epochs) — then sleeps until a notification or first/the next bound that
+// check returned, whichever is sooner, and checks again. When ctx ends it
+// returns an error matching ErrNotObtained and ctx.Err(); when the Client
+// closes, ErrClosed.
+func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen []uint64, first time.Duration,
 	check func(context.Context) (done bool, next time.Duration, err error)) error {
 	// One wake channel, however many nodes may publish the release.
 	wake := make(chan struct{}, 1)
 	var ready <-chan struct{}
-	for _, h := range c.hubs {
-		w, err := h.join(channel, token, need, wake)
+	listening := seen != nil
+	for i, h := range c.hubs {
+		w, err := h.join(channel, token, wake)
 		if err != nil {
 			return err
 		}
@@ -82,6 +87,10 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, need
 		if ready == nil {
 			ready = w.ready // the first node's is enough to know
 		}
+		listening = listening && seen[i] > 0 && seen[i] == w.epoch
+	}
+	if listening {
+		ready = nil // no check needed: a message for us cannot have been missed
 	}
 	timer := time.NewTimer(first)
 	defer timer.Stop()
@@ -131,6 +140,15 @@ func (a *acquisition) try(ctx context.Context, queued bool) (*Lease, time.Durati
 		return nil, 0, waitEnded(a.name, ctx.Err())
 	}
 	return nil, 0, err
+}
+
+// epochs returns each hub's epoch of a channel (see hub.epoch).
+func (c *Client) epochs(channel string) []uint64 {
+	e := make([]uint64, len(c.hubs))
+	for i, h := range c.hubs {
+		e[i] = h.epoch(channel)
+	}
+	return e
 }
 
 // bound caps a wait at the keep-alive interval.

@@ -30,7 +30,7 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	xReady, xDone := make(chan struct{}), make(chan error, 1)
 	xChecks := 0
 	go func() {
-		xDone <- c.waitLoop(xctx, name, channel, "x", 0, time.Hour, func(ctx context.Context) (bool, time.Duration, error) {
+		xDone <- c.waitLoop(xctx, name, channel, "x", nil, time.Hour, func(ctx context.Context) (bool, time.Duration, error) {
 			xChecks++
 			if xChecks == 1 { // subscribed: still held
 				close(xReady)
@@ -46,7 +46,7 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	yChecks := 0
 	yDone := make(chan error, 1)
 	go func() {
-		yDone <- c.waitLoop(ctx, name, channel, "y", 0, time.Hour, func(ctx context.Context) (bool, time.Duration, error) {
+		yDone <- c.waitLoop(ctx, name, channel, "y", nil, time.Hour, func(ctx context.Context) (bool, time.Duration, error) {
 			yChecks++
 			if yChecks == 1 {
 				close(yReady)
@@ -83,11 +83,11 @@ func TestEveryConfirmationMakesWaitersCheck(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
 	rdb := s.Client()
 	defer rdb.Close()
-	h := newHub(rdb, false)
+	h := newHub(rdb, false, "")
 	defer h.close()
 	// The pub/sub connection is up (a first channel is confirmed) before
 	// the server is paused, so that SUBSCRIBEs are written to it.
-	w0, err := h.join("other", "z", 0, make(chan struct{}, 1))
+	w0, err := h.join("other", "z", make(chan struct{}, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +99,12 @@ func TestEveryConfirmationMakesWaitersCheck(t *testing.T) {
 	defer func() { _ = s.Resume() }()
 	const name = "dlock:{x}:ch"
 	// A waiter comes and goes, then another comes: two SUBSCRIBEs sent.
-	w1, err := h.join(name, "a", 0, make(chan struct{}, 1))
+	w1, err := h.join(name, "a", make(chan struct{}, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.leave(w1)
-	w2, err := h.join(name, "b", 0, make(chan struct{}, 1))
+	w2, err := h.join(name, "b", make(chan struct{}, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +127,10 @@ func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
 	rdb, admin := s.Client(), s.Client()
 	defer rdb.Close()
 	defer admin.Close()
-	h := newHub(rdb, false)
+	h := newHub(rdb, false, "")
 	defer h.close()
 	ctx := context.Background()
-	w0, err := h.join("other", "z", 0, make(chan struct{}, 1))
+	w0, err := h.join("other", "z", make(chan struct{}, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := "ch-" + strconv.Itoa(i)
-		w, err := h.join(name, "a", 0, make(chan struct{}, 1))
+		w, err := h.join(name, "a", make(chan struct{}, 1))
 		if err != nil {
 			t.Fatal(err)
 		}

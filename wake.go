@@ -2,16 +2,20 @@ package dlock
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// hub wakes waiting acquires when their lock is released. It subscribes
-// only to the channels of locks that have waiters here, and unsubscribes
-// when the last one leaves.
+// hub wakes waiting acquires when their turn comes. A waiter registered in
+// Redis is told on its Client's own channel (Client.wakeTo), by a message
+// naming it; a latch's waiters, an RWMutex's readers and script-free
+// mutexes listen on their lock's channel for broadcasts. The hub
+// subscribes to a channel when it first has a waiter here; it unsubscribes
+// when the last one leaves, except from the Client's own channel on a
+// single node, which it keeps until Close (waits come and go; one
+// subscription serves them all).
 //
 // On a single node (PUBLISH/SUBSCRIBE) one pub/sub connection per Client
 // carries every channel. With sharded pub/sub (a cluster: SPUBLISH and
@@ -25,6 +29,7 @@ import (
 type hub struct {
 	rdb     Redis
 	sharded bool
+	own     string // the Client's own channel, kept once subscribed ("" on a cluster)
 
 	mu       sync.Mutex
 	shared   *redis.PubSub // single node: the one connection
@@ -36,29 +41,43 @@ type hub struct {
 // listeners is this hub's state of one lock's pub/sub channel: who waits
 // on it here, and its subscription.
 type listeners struct {
-	waiters []*waiter // in arrival order
-	ready   chan struct{}
-	conn    *redis.PubSub
+	waiters  []*waiter // in arrival order
+	ready    chan struct{}
+	confirms uint64 // confirmations of the subscription so far
+	conn     *redis.PubSub
 }
 
 // waiter is one waiting acquire.
 type waiter struct {
 	name  string
 	token string          // the owner token it is trying to acquire with
-	need  int             // permits it waits for (a semaphore); 0 otherwise
 	ready <-chan struct{} // closed once the subscription is confirmed
-	wake  chan struct{}   // a release was published (buffer of one; may be shared by hubs)
+	epoch uint64          // the subscription's confirmations when it joined
+	wake  chan struct{}   // its turn came (buffer of one; may be shared by hubs)
 }
 
-func newHub(rdb Redis, sharded bool) *hub {
-	return &hub{rdb: rdb, sharded: sharded,
+func newHub(rdb Redis, sharded bool, own string) *hub {
+	return &hub{rdb: rdb, sharded: sharded, own: own,
 		waiting: make(map[string]*listeners)}
+}
+
+// epoch is how many times the subscription to a channel has been
+// confirmed (0: it is not subscribed). A waiter that registered in Redis
+// after it read a count, and joins with the same count, was listening
+// when it registered: a message for it cannot have been missed.
+func (h *hub) epoch(name string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ch := h.waiting[name]; ch != nil {
+		return ch.confirms
+	}
+	return 0
 }
 
 // join registers a waiter on the named channel, subscribing to it if it
 // is the channel's first waiter here. It does not wait for the
 // subscription: the waiter's ready channel closes when it is confirmed.
-func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, error) {
+func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -90,7 +109,7 @@ func (h *hub) join(name, token string, need int, wake chan struct{}) (*waiter, e
 			}
 		}
 	}
-	w := &waiter{name: name, token: token, need: need, ready: ch.ready, wake: wake}
+	w := &waiter{name: name, token: token, ready: ch.ready, epoch: ch.confirms, wake: wake}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
 }
@@ -115,7 +134,7 @@ func (h *hub) leave(w *waiter) {
 		ch.wakeOne()
 	default:
 	}
-	if len(ch.waiters) > 0 {
+	if len(ch.waiters) > 0 || w.name == h.own {
 		return
 	}
 	delete(h.waiting, w.name)
@@ -141,21 +160,6 @@ func (ch *listeners) wakeOne() {
 	select {
 	case ch.waiters[0].wake <- struct{}{}:
 	default:
-	}
-}
-
-// wakeFitting wakes, in arrival order, the waiters whose permits fit in
-// free, counting each woken waiter's permits as taken.
-func (ch *listeners) wakeFitting(free int) {
-	for _, w := range ch.waiters {
-		if w.need > free {
-			continue
-		}
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-		free -= w.need
 	}
 }
 
@@ -214,6 +218,7 @@ func (h *hub) confirmed(c *redis.PubSub, name string) {
 	if ch == nil || ch.conn != c {
 		return // nobody waits (an old subscription's news)
 	}
+	ch.confirms++
 	select {
 	case <-ch.ready:
 		ch.wake("")
@@ -222,11 +227,10 @@ func (h *hub) confirmed(c *redis.PubSub, name string) {
 	}
 }
 
-// notify handles a release published on a lock's channel: "all" wakes
-// every local waiter (a read lock was released), "one" wakes one,
-// "free:<n>" wakes the waiters whose permits fit in n (a semaphore), and
-// anything else is the token of the one waiter whose turn it is (a fair
-// lock's head), woken if it waits here.
+// notify handles a message: "all" wakes every waiter of the channel (a
+// latch opened, a writer left), "one" wakes one (a script-free mutex was
+// released), and anything else is the member of the waiter whose turn it
+// is, '<client id>:<token>[:<permits>]', woken if it still waits.
 func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -240,13 +244,15 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	case wakeOne:
 		ch.wakeOne()
 	default:
-		if n, ok := strings.CutPrefix(payload, wakeFree); ok {
-			free, _ := strconv.Atoi(n)
-			ch.wakeFitting(free)
-			return
-		}
-		ch.wake(payload)
+		ch.wake(tokenOf(payload))
 	}
+}
+
+// tokenOf is the owner token in a waiter's member.
+func tokenOf(member string) string {
+	_, t, _ := strings.Cut(member, ":")
+	t, _, _ = strings.Cut(t, ":")
+	return t
 }
 
 // close closes every pub/sub connection and waits for the receive loops.

@@ -10,11 +10,10 @@ local BUSY = 0          -- {0, pttl} held by another owner; 0 renewal found noth
 local NOT_HELD = -1     -- {-1} or -1: the caller holds nothing
 local TOO_MANY = -2     -- {-2, capacity} a semaphore request above its capacity
 local TTL_NOT_HELD = -3 -- ttl scripts: the caller holds nothing
--- Wake messages published on a lock's channel (anything else is the token
--- of the one waiter whose turn it is):
-local WAKE_ONE = 'one'   -- wake one waiter per process
+-- Wake message published on a lock's channel (a latch, an RWMutex's
+-- readers); a waiter whose turn it is is told on its client's own channel
+-- (lib_queue.lua):
 local WAKE_ALL = 'all'   -- wake every waiter
-local WAKE_FREE = 'free:' -- followed by the free permits: wake the waiters that fit
 
 -- now_ms is the server's time in milliseconds.
 local function now_ms()

@@ -1,13 +1,17 @@
--- lib_queue.lua: helpers shared by the scripts of queued locks (fair
--- mutex, write side of the read-write lock). Not a script by itself: it is
--- put in front of the scripts that use it when they are loaded, after
--- lib.lua.
+-- lib_queue.lua: waiters registered in Redis, and directed wake-ups. Not a
+-- script by itself: it is put in front of the scripts that use it when they
+-- are loaded, after lib.lua.
 --
--- A queue is two sorted sets with the same members, the waiters' tokens:
+-- A waiter is a member '<client id>:<token>[:<permits>]'. The waiters of a
+-- lock are two sorted sets with the same members:
 --   queue  score = arrival time (server µs): the order of the waiters
 --   alive  score = when the waiter's place expires (server ms); a waiter
 --          renews it by trying again; one that stops (killed, gave up
 --          without saying so) is dropped by the next script to look.
+-- A waiter is woken by a message, its member, published on its client's
+-- own channel: <base><client id>, where base is given by the caller (on a
+-- cluster it carries the lock's hash tag, so that it lives in its slot).
+-- Nobody else is sent anything.
 
 -- arrival_us is the server's time in microseconds, as an exact integer
 -- string (a Lua number would be printed with only 14 significant digits).
@@ -26,34 +30,48 @@ local function purge(queue, alive, now)
   return #dead
 end
 
--- head returns the first waiter's token, or nil.
+-- head returns the first waiter, or nil.
 local function head(queue)
   return redis.call('ZRANGE', queue, 0, 0)[1]
 end
 
--- place enters token in the queue if it is not there, and renews its
--- place for place_ttl ms. Both sets live as long as their newest place.
-local function place(queue, alive, token, now, place_ttl)
-  if not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, arrival_us(), token)
+-- first_live drops the dead waiters and returns the first live one (nil
+-- if none) and the server time; it costs one call when nobody waits.
+local function first_live(queue, alive)
+  if redis.call('EXISTS', queue) == 0 then
+    return nil, nil
   end
-  redis.call('ZADD', alive, now + place_ttl, token)
+  local now = now_ms()
+  purge(queue, alive, now)
+  return head(queue), now
+end
+
+-- place enters member in the queue if it is not there, and renews its
+-- place for place_ttl ms. Both sets live as long as their newest place.
+local function place(queue, alive, member, now, place_ttl)
+  redis.call('ZADD', queue, 'NX', arrival_us(), member)
+  redis.call('ZADD', alive, now + place_ttl, member)
   redis.call('PEXPIRE', queue, place_ttl)
   redis.call('PEXPIRE', alive, place_ttl)
 end
 
--- unqueue removes token from the queue.
-local function unqueue(queue, alive, token)
-  redis.call('ZREM', queue, token)
-  redis.call('ZREM', alive, token)
+-- unqueue removes member from the queue.
+local function unqueue(queue, alive, member)
+  redis.call('ZREM', queue, member)
+  redis.call('ZREM', alive, member)
 end
 
--- call_next tells the first live waiter that it is its turn, on channel
--- with the publish command pub; the message is its token.
-local function call_next(queue, alive, now, channel, pub)
-  purge(queue, alive, now)
-  local h = head(queue)
+-- tell wakes one waiter: its member, on its client's channel.
+local function tell(member, base, pub)
+  redis.call(pub, base .. string.match(member, '^[^:]*'), member)
+end
+
+-- call_next tells the first live waiter that it is its turn; it returns
+-- that waiter (or nil) and the server time.
+local function call_next(queue, alive, base, pub)
+  local h, now = first_live(queue, alive)
   if h then
-    redis.call(pub, channel, h)
+    tell(h, base, pub)
   end
+  return h, now
 end

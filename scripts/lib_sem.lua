@@ -44,3 +44,41 @@ local function capacity(cap_key, default)
   end
   return cap
 end
+
+-- Waiters (lib_queue.lua) are served in arrival order: the first waiter's
+-- permits are kept for it — a newcomer or a later waiter takes permits only
+-- if they fit beside them — so a large request is not starved by a stream
+-- of small ones. A waiter's member ends with the permits it waits for:
+-- '<client id>:<token>:<n>'.
+
+-- need_of is the permits a waiter waits for.
+local function need_of(member)
+  return tonumber(string.match(member, ':(%d+)$'))
+end
+
+-- kept is the permits kept for the first live waiter, unless it is member.
+local function kept(queue, alive, member)
+  local h = first_live(queue, alive)
+  if h == nil or h == member then
+    return 0
+  end
+  return need_of(h)
+end
+
+-- wake_fitting tells the waiters, in order, whose permits fit in free,
+-- stopping at the first that does not fit.
+local function wake_fitting(queue, alive, free, base, pub)
+  if free <= 0 or not first_live(queue, alive) then
+    return
+  end
+  local i = 0
+  while true do
+    local m = redis.call('ZRANGE', queue, i, i)[1]
+    if m == nil or need_of(m) > free then
+      return
+    end
+    tell(m, base, pub)
+    free = free - need_of(m)
+    i = i + 1
+  end
+end

@@ -1,37 +1,68 @@
--- lock.lua: acquire the reentrant mutex, or re-enter a hold of it.
+-- lock.lua: acquire the reentrant mutex (Mutex or FairMutex), or re-enter a
+-- hold of it, or keep a waiter's place in its queue.
 --
--- KEYS[1]  lock hash: owner token -> hold count
+-- KEYS[1]  lock hash: owner token -> hold count (or RESERVED -> a waiter)
 -- KEYS[2]  fence counter (INCR'd on first entry only; never expires)
+-- KEYS[3]  queue: member -> arrival (server µs)
+-- KEYS[4]  alive: member -> place expiry (server ms)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
+-- ARGV[4]  the waiter's member ('<client id>:<token>'); '' to take no place
+-- ARGV[5]  place TTL in milliseconds; 0 to take no place (TryLock)
+-- ARGV[6]  '1' for a FairMutex: a free lock goes to the first waiter
+-- ARGV[7]  channel base, ARGV[8] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
---          {0, pttl}   held by another owner, whose lease has pttl ms left
+--          {0, wait}   held by another owner (or kept for another waiter):
+--                      try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
 --
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
 -- had already been applied answers the same when it runs again (the token
 -- is already in the hash; the count is set, not added to).
-local count = tonumber(ARGV[3])
+local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, ttl, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local member, place_ttl = ARGV[4], tonumber(ARGV[5])
 
-if count == 0 then
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('HSET', KEYS[1], ARGV[1], 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {HELD, next_fence(KEYS[2])}
+if count > 0 then
+  if redis.call('HEXISTS', lock, token) == 0 then
+    return {NOT_HELD}
   end
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-    -- our own earlier call, retried after its reply was lost
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {HELD, fence_at(KEYS[2])}
-  end
-  return {BUSY, redis.call('PTTL', KEYS[1])}
+  redis.call('HSET', lock, token, count)
+  redis.call('PEXPIRE', lock, ttl)
+  return {HELD, fence_at(fence)}
 end
 
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return {NOT_HELD}
+local function take()
+  redis.call('HSET', lock, token, 1)
+  redis.call('PEXPIRE', lock, ttl)
+  dequeue(queue, alive, member)
+  return {HELD, next_fence(fence)}
 end
-redis.call('HSET', KEYS[1], ARGV[1], count)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {HELD, fence_at(KEYS[2])}
+
+if redis.call('EXISTS', lock) == 0 then
+  if ARGV[6] ~= '1' then
+    return take()
+  end
+  local h = first_live(queue, alive)
+  if h == nil or h == member then
+    return take()
+  end
+  -- free, but another waiter is first (the one told before gave up or
+  -- died): keep the lock for it and tell it
+  hand_on(lock, queue, alive, ARGV[7], ARGV[8], true)
+elseif redis.call('HEXISTS', lock, token) == 1 then
+  -- our own earlier call, retried after its reply was lost
+  redis.call('PEXPIRE', lock, ttl)
+  dequeue(queue, alive, member)
+  return {HELD, fence_at(fence)}
+elseif reserved_for(lock, member) then
+  redis.call('DEL', lock)
+  return take()
+end
+
+if place_ttl > 0 then
+  place(queue, alive, member, now_ms(), place_ttl)
+end
+return {BUSY, math.max(redis.call('PTTL', lock), 0)}

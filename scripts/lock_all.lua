@@ -1,32 +1,67 @@
 -- lock_all.lua: take several mutexes at once, all or none.
 --
--- KEYS[2i-1]  lock hash of the i-th mutex: owner token -> hold count
--- KEYS[2i]    its fence counter (never expires)
+-- KEYS[4i-3]  lock hash of the i-th mutex: owner token -> hold count
+-- KEYS[4i-2]  its fence counter (never expires)
+-- KEYS[4i-1]  its queue, KEYS[4i] its alive set (see lib_queue.lua)
 -- ARGV[1]     owner token (the same for every mutex of the set)
--- ARGV[i+1]   the i-th mutex's lease TTL in milliseconds
+-- ARGV[2]     the waiter's member; '' to take no place (TryLock)
+-- ARGV[3]     place TTL in milliseconds; 0 to take no place
+-- ARGV[4]     channel base, ARGV[5] publish command
+-- ARGV[i+5]   the i-th mutex's lease TTL in milliseconds
 --
 -- Returns  {1, fence_1, ..., fence_n}  all held (idempotent: a retried
 --                                      call answers the same)
---          {0, i, pttl}                the i-th is held by another owner
---                                      (pttl ms left); nothing was taken
-local tok = ARGV[1]
-local n = #KEYS / 2
+--          {0, i, wait}                the i-th is held by another owner
+--                                      (or kept for another waiter): try
+--                                      again within wait ms; nothing was
+--                                      taken, and the caller waits in the
+--                                      i-th's queue only
+local tok, member, place_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local n = #KEYS / 4
+local function k(i, j)
+  return KEYS[4 * (i - 1) + j]
+end
+local blocked = 0
 for i = 1, n do
-  local lock = KEYS[2 * i - 1]
-  if redis.call('HEXISTS', lock, tok) == 0 and redis.call('EXISTS', lock) == 1 then
-    return {BUSY, i, redis.call('PTTL', lock)}
+  local lock = k(i, 1)
+  if redis.call('HEXISTS', lock, tok) == 0 and redis.call('EXISTS', lock) == 1
+      and not reserved_for(lock, member) then
+    blocked = i
+    break
   end
+end
+if blocked > 0 then
+  -- wait in the blocked mutex's queue only: give up a place (or a lock
+  -- kept for us) anywhere else
+  for i = 1, n do
+    if i ~= blocked then
+      if reserved_for(k(i, 1), member) then
+        redis.call('DEL', k(i, 1))
+        dequeue(k(i, 3), k(i, 4), member)
+        hand_on(k(i, 1), k(i, 3), k(i, 4), ARGV[4], ARGV[5], true)
+      else
+        dequeue(k(i, 3), k(i, 4), member)
+      end
+    end
+  end
+  local lock = k(blocked, 1)
+  if place_ttl > 0 then
+    place(k(blocked, 3), k(blocked, 4), member, now_ms(), place_ttl)
+  end
+  return {BUSY, blocked, math.max(redis.call('PTTL', lock), 0)}
 end
 local out = {1}
 for i = 1, n do
-  local lock, fence, ttl = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+  local lock, fence, ttl = k(i, 1), k(i, 2), ARGV[i + 5]
   if redis.call('HEXISTS', lock, tok) == 1 then
     redis.call('PEXPIRE', lock, ttl)
     out[i + 1] = fence_at(fence)
   else
+    redis.call('DEL', lock) -- free, or kept for us
     redis.call('HSET', lock, tok, 1)
     redis.call('PEXPIRE', lock, ttl)
     out[i + 1] = next_fence(fence)
   end
+  dequeue(k(i, 3), k(i, 4), member)
 end
 return out

@@ -2,20 +2,21 @@
 --
 -- KEYS[1]  lock hash (see lib_rw.lua)
 -- KEYS[2]  readers: token -> hold expiry (server ms)
--- KEYS[3]  writers' queue: token -> arrival (server µs)
--- KEYS[4]  writers' places: token -> place expiry (server ms)
+-- KEYS[3]  writers' queue, KEYS[4] writers' places (see lib_queue.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  'r' for a read hold, 'w' for the write hold
 -- ARGV[3]  holds to leave: n >= 1 keeps n; 0 releases the hold
--- ARGV[4]  channel, ARGV[5] publish command (PUBLISH or SPUBLISH)
+-- ARGV[4]  channel base, ARGV[5] publish command (PUBLISH or SPUBLISH)
+-- ARGV[6]  the lock's channel, where readers wait
 --
 -- Returns  1 done, -1 the caller holds nothing
 --
 -- When the writer leaves while it still reads, the lock turns into a read
 -- lock (downgrade). The last reader's release can only let a writer in:
--- it tells the first queued writer, by token. A writer's release publishes
--- 'all': readers and writers wake, and the acquire scripts decide who goes
--- first.
+-- it tells the first queued writer. A writer's release tells the first
+-- queued writer and publishes 'all' on the lock's channel for the readers;
+-- the acquire scripts decide who goes first (readers wait behind a queued
+-- writer unless they prefer readers).
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local field = side .. ':' .. tok
 if redis.call('HEXISTS', lock, field) == 0 then
@@ -28,7 +29,7 @@ end
 if side == 'r' then
   forget_reader(lock, readers, tok)
   if settle(lock, readers) then
-    call_next(KEYS[3], KEYS[4], now_ms(), ARGV[4], ARGV[5])
+    call_next(KEYS[3], KEYS[4], ARGV[4], ARGV[5])
   end
   return 1
 end
@@ -38,5 +39,6 @@ if redis.call('HEXISTS', lock, 'r:' .. tok) == 1 then
 else
   redis.call('DEL', lock)
 end
-redis.call(ARGV[5], ARGV[4], WAKE_ALL)
+call_next(KEYS[3], KEYS[4], ARGV[4], ARGV[5])
+redis.call(ARGV[5], ARGV[6], WAKE_ALL)
 return 1

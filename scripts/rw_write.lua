@@ -4,19 +4,21 @@
 -- KEYS[1]  lock hash (see lib_rw.lua)
 -- KEYS[2]  fence counter (never expires)
 -- KEYS[3]  readers: token -> hold expiry (server ms)
--- KEYS[4]  writers' queue: token -> arrival (server µs)
--- KEYS[5]  writers' places: token -> place expiry (server ms)
+-- KEYS[4]  writers' queue: member -> arrival (server µs)
+-- KEYS[5]  writers' places: member -> place expiry (server ms)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
--- ARGV[4]  place TTL in milliseconds; 0 for TryLock (take no place)
--- ARGV[5]  channel, ARGV[6] publish command (PUBLISH or SPUBLISH)
+-- ARGV[4]  the waiter's member ('<client id>:<token>'); '' for none
+-- ARGV[5]  place TTL in milliseconds; 0 for TryLock (take no place)
+-- ARGV[6]  channel base, ARGV[7] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
 local lock, fence, readers, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local tok, ttl, count, place_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local tok, ttl, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local member, place_ttl = ARGV[4], tonumber(ARGV[5])
 local w = 'w:' .. tok
 local now = now_ms()
 expire_readers(lock, readers, now)
@@ -30,7 +32,7 @@ if count > 0 then
 end
 if redis.call('HEXISTS', lock, w) == 1 then
   stretch(lock, ttl)
-  unqueue(queue, alive, tok)
+  unqueue(queue, alive, member)
   return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 
@@ -38,22 +40,23 @@ local dropped = purge(queue, alive, now)
 local first = head(queue)
 local mode = redis.call('HGET', lock, 'mode')
 if not mode then
-  if first == nil or first == tok then
+  if first == nil or first == member then
     local f = next_fence(fence)
     redis.call('HSET', lock, 'mode', 'write', w, 1, 'f:' .. tok, f)
     redis.call('PEXPIRE', lock, ttl)
-    unqueue(queue, alive, tok)
+    unqueue(queue, alive, member)
     return {HELD, f}
   end
   if dropped > 0 then
-    redis.call(ARGV[6], ARGV[5], WAKE_ALL)
+    -- the writers ahead of first died: tell it its turn has come
+    tell(first, ARGV[6], ARGV[7])
   end
 end
 
 if place_ttl == 0 then
   return {BUSY, math.max(redis.call('PTTL', lock), 0)}
 end
-place(queue, alive, tok, now, place_ttl)
+place(queue, alive, member, now, place_ttl)
 local wait
 if mode == 'read' then
   wait = reader_wait(readers, now)

@@ -1,20 +1,26 @@
--- sem_acquire.lua: take n permits of the semaphore.
+-- sem_acquire.lua: take n permits of the semaphore, or keep a waiter's
+-- place in its queue.
 --
 -- KEYS[1]  holders hash (see lib_sem.lua)
 -- KEYS[2]  fence counter (never expires)
 -- KEYS[3]  leases: token -> hold expiry (server ms)
 -- KEYS[4]  capacity (never expires)
+-- KEYS[5]  queue, KEYS[6] alive (see lib_queue.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  permits wanted, n >= 1
 -- ARGV[4]  capacity to set if the semaphore has none yet
+-- ARGV[5]  the waiter's member ('<client id>:<token>:<n>'); '' for none
+-- ARGV[6]  place TTL in milliseconds; 0 to take no place (TryAcquire)
 --
 -- Returns  {1, fence}    held (idempotent: a retried call answers the same)
---          {0, wait}     not enough free: try again within wait ms at the
---                        latest (when the first hold would expire)
+--          {0, wait}     not enough free beside what is kept for the first
+--                        waiter: try again within wait ms at the latest
+--                        (when the first hold would expire)
 --          {-2, cap}     n is above the capacity: it can never be granted
-local holders, fence, leases, cap_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local holders, fence, leases, cap_key, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tok, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local member, place_ttl = ARGV[5], tonumber(ARGV[6])
 local now = now_ms()
 expire_holders(holders, leases, now)
 
@@ -22,13 +28,17 @@ if redis.call('HEXISTS', holders, 'p:' .. tok) == 1 then
   redis.call('ZADD', leases, now + ttl, tok)
   stretch(holders, ttl)
   stretch(leases, ttl)
+  unqueue(queue, alive, member)
   return {HELD, redis.call('HGET', holders, 'f:' .. tok)}
 end
 local cap = capacity(cap_key, ARGV[4])
 if n > cap then
   return {TOO_MANY, cap}
 end
-if used(holders) + n > cap then
+if used(holders) + n + kept(queue, alive, member) > cap then
+  if place_ttl > 0 then
+    place(queue, alive, member, now, place_ttl)
+  end
   local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
   local wait = ttl
   if first[2] then
@@ -41,4 +51,7 @@ redis.call('HSET', holders, 'p:' .. tok, n, 'f:' .. tok, f)
 redis.call('ZADD', leases, now + ttl, tok)
 stretch(holders, ttl)
 stretch(leases, ttl)
+if member ~= '' and redis.call('ZREM', queue, member) == 1 then
+  redis.call('ZREM', alive, member)
+end
 return {HELD, f}

@@ -3,22 +3,23 @@
 -- KEYS[1]  holders hash (see lib_sem.lua)
 -- KEYS[2]  leases: token -> hold expiry (server ms)
 -- KEYS[3]  capacity (never expires)
+-- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
 -- ARGV[1]  capacity to set if the semaphore has none yet
 -- ARGV[2]  new capacity, or 0 to leave it as it is
--- ARGV[3]  channel, ARGV[4] publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {capacity, permits held}
 --
 -- Lowering the capacity below what is held takes nothing away: new
 -- acquires wait until enough is given back. Raising it tells the waiters
--- how many permits are free.
+-- that now fit.
 expire_holders(KEYS[1], KEYS[2], now_ms())
 local cap = capacity(KEYS[3], ARGV[1])
 local held = used(KEYS[1])
 if tonumber(ARGV[2]) > 0 then
   redis.call('SET', KEYS[3], ARGV[2])
   if tonumber(ARGV[2]) > cap and tonumber(ARGV[2]) > held then
-    redis.call(ARGV[4], ARGV[3], WAKE_FREE .. string.format('%d', tonumber(ARGV[2]) - held))
+    wake_fitting(KEYS[4], KEYS[5], tonumber(ARGV[2]) - held, ARGV[3], ARGV[4])
   end
   cap = tonumber(ARGV[2])
 end

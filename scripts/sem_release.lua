@@ -1,12 +1,13 @@
--- sem_release.lua: give a holder's permits back and tell the waiters how
--- many permits are free now.
+-- sem_release.lua: give a holder's permits back and tell the waiters, in
+-- order, whose permits now fit.
 --
 -- KEYS[1]  holders hash (see lib_sem.lua)
 -- KEYS[2]  leases: token -> hold expiry (server ms)
 -- KEYS[3]  capacity (never expires)
+-- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  holds to leave (permits are not re-entrant: always 0)
--- ARGV[3]  channel, ARGV[4] publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1 done, -1 the caller holds nothing
 if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
@@ -14,7 +15,5 @@ if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
 end
 drop(KEYS[1], KEYS[2], ARGV[1])
 local free = tonumber(redis.call('GET', KEYS[3]) or '0') - used(KEYS[1])
-if free > 0 then
-  redis.call(ARGV[4], ARGV[3], WAKE_FREE .. string.format('%d', free))
-end
+wake_fitting(KEYS[4], KEYS[5], free, ARGV[3], ARGV[4])
 return 1

@@ -1,0 +1,16 @@
+-- sem_leave.lua: a semaphore waiter gives up its place; the waiters that
+-- now fit (it may have been first) are told.
+--
+-- KEYS[1]  holders hash (see lib_sem.lua)
+-- KEYS[2]  leases: token -> hold expiry (server ms)
+-- KEYS[3]  capacity (never expires)
+-- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
+-- ARGV[1]  the waiter's member
+-- ARGV[2]  channel base, ARGV[3] publish command (PUBLISH or SPUBLISH)
+--
+-- Returns  1
+unqueue(KEYS[4], KEYS[5], ARGV[1])
+expire_holders(KEYS[1], KEYS[2], now_ms())
+local free = tonumber(redis.call('GET', KEYS[3]) or '0') - used(KEYS[1])
+wake_fitting(KEYS[4], KEYS[5], free, ARGV[2], ARGV[3])
+return 1
