@@ -441,7 +441,7 @@ func (q *quorum) oneScript() bool { return false }
 func (q *quorum) everywhere(ctx context.Context, c call) {
 	q.fanout(ctx, q.all(), func(int) call { return c })
 }
-func (q *quorum) close()          { q.stragglers.Wait() }
+func (q *quorum) close() { q.stragglers.Wait() }
 
 func (q *quorum) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
 	member := c.member(token, 0)

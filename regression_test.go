@@ -736,7 +736,9 @@ func TestOptionsRefusedWhereMeaningless(t *testing.T) {
 	unlock(t, l)
 	for _, try := range []func() (*dlock.Lease, error){
 		func() (*dlock.Lease, error) { return c.Mutex(name, dlock.WithQueueTTL(time.Second)).TryLock(ctx) },
-		func() (*dlock.Lease, error) { return c.Semaphore(name, 1).TryAcquire(ctx, 1, dlock.WithQueueTTL(time.Second)) },
+		func() (*dlock.Lease, error) {
+			return c.Semaphore(name, 1).TryAcquire(ctx, 1, dlock.WithQueueTTL(time.Second))
+		},
 	} {
 		l, err := try()
 		if err != nil {

@@ -67,9 +67,13 @@ var (
 )
 
 // The scripts of each family, with the helpers they share in front.
-func mutexScript(name string) script { return loadScript("lib.lua", "lib_queue.lua", "lib_mutex.lua", name) }
-func rwScript(name string) script    { return loadScript("lib.lua", "lib_queue.lua", "lib_rw.lua", name) }
-func semScript(name string) script   { return loadScript("lib.lua", "lib_queue.lua", "lib_sem.lua", name) }
+func mutexScript(name string) script {
+	return loadScript("lib.lua", "lib_queue.lua", "lib_mutex.lua", name)
+}
+func rwScript(name string) script { return loadScript("lib.lua", "lib_queue.lua", "lib_rw.lua", name) }
+func semScript(name string) script {
+	return loadScript("lib.lua", "lib_queue.lua", "lib_sem.lua", name)
+}
 
 // run runs the script: one round trip when the server has it cached, two
 // when it answers NOSCRIPT.
