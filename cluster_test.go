@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,4 +187,64 @@ func TestClusterExclusionAndFailover(t *testing.T) {
 		t.Logf("counter %d after %d locked increments (a failover lost a lock or a write)", v, acquired.Load())
 	}
 	t.Logf("%d acquisitions, %d failed Locks during the failovers", acquired.Load(), errs.Load())
+}
+
+// A Client waiting on many locks of a cluster keeps one pub/sub connection
+// per master at most, and each waiter is still woken by its release.
+func TestClusterPubSubConnectionsBounded(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	rdb := clusterClient(t, cl)
+	a := newClient(t, clusterClient(t, cl))
+	b := newClient(t, rdb)
+	base := lockName(t)
+	const n = 30
+	holds := make([]*dlock.Lease, n)
+	for i := range n {
+		holds[i] = mustLock(t, a.Mutex(fmt.Sprintf("%s/%d", base, i)), ctx)
+	}
+	got := make(chan error, n)
+	for i := range n {
+		m := b.Mutex(fmt.Sprintf("%s/%d", base, i))
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // far below the 30 s TTL
+			defer cancel()
+			l, err := m.Lock(wctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+	}
+	for i := range n {
+		queue := keysOf(fmt.Sprintf("%s/%d", base, i)).Lock + ":queue"
+		waitFor(t, "every waiter registered", func() bool { return rdb.ZCard(ctx, queue).Val() == 1 })
+	}
+	masters, err := cl.Masters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := 0
+	for _, m := range masters {
+		list, err := newRedis(t, m).ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, "cmd=ssubscribe") || strings.Contains(line, "cmd=sunsubscribe") {
+				conns++
+			}
+		}
+	}
+	if conns == 0 || conns > len(masters) {
+		t.Fatalf("%d pub/sub connections for %d waited locks on %d masters; want 1 to %d", conns, n, len(masters), len(masters))
+	}
+	for _, l := range holds {
+		unlock(t, l)
+	}
+	for range n {
+		if err := <-got; err != nil {
+			t.Fatalf("waiter after the release: %v", err)
+		}
+	}
 }

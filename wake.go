@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 
@@ -19,9 +20,10 @@ import (
 //
 // On a single node (PUBLISH/SUBSCRIBE) one pub/sub connection per Client
 // carries every channel. With sharded pub/sub (a cluster: SPUBLISH and
-// SSUBSCRIBE, where a channel lives on the node of its slot) each waited
-// channel has a connection of its own to that node, for as long as it has
-// waiters.
+// SSUBSCRIBE, where a channel lives on the node of its slot) there is one
+// connection per node, opened when a channel of that node is first waited
+// on: a Client has as many pub/sub connections as the cluster has
+// masters at most, however many locks it waits on.
 //
 // A notification is only a hint: a waiter also wakes when the holder's
 // lease would have run out, so a message lost to a reconnect or a failover
@@ -32,7 +34,8 @@ type hub struct {
 	own     string // the Client's own channel, kept once subscribed ("" on a cluster)
 
 	mu       sync.Mutex
-	shared   *redis.PubSub // single node: the one connection
+	shared   *redis.PubSub            // single node: the one connection
+	nodes    map[string]*nodeConn // sharded: one connection per node, by address
 	closed   bool
 	waiting  map[string]*listeners
 	receives sync.WaitGroup // receive loops
@@ -45,6 +48,17 @@ type listeners struct {
 	ready    chan struct{}
 	confirms uint64 // confirmations of the subscription so far
 	conn     *redis.PubSub
+	node     *nodeConn // sharded: the node's connection, shared
+	alone    bool      // conn is this channel's only (a sharded channel whose node is unknown)
+}
+
+// nodeConn is a pub/sub connection to one node of a cluster, and how many
+// channels it carries; it is closed when it carries none (so a connection
+// to a master that failed over does not outlive its channels).
+type nodeConn struct {
+	addr     string
+	conn     *redis.PubSub
+	channels int
 }
 
 // waiter is one waiting acquire.
@@ -58,7 +72,7 @@ type waiter struct {
 
 func newHub(rdb Redis, sharded bool, own string) *hub {
 	return &hub{rdb: rdb, sharded: sharded, own: own,
-		waiting: make(map[string]*listeners)}
+		waiting: make(map[string]*listeners), nodes: make(map[string]*nodeConn)}
 }
 
 // epoch is how many times the subscription to a channel has been
@@ -89,24 +103,24 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 		h.waiting[name] = ch
 		// The connection belongs to the Client, not to this wait.
 		ctx := context.Background()
+		subscribe := func(ctx context.Context, c *redis.PubSub) error { return c.Subscribe(ctx, name) }
 		if h.sharded {
-			// A connection to the channel's node; go-redis subscribes as
-			// it connects.
-			ch.conn = h.open(h.rdb.SSubscribe(ctx, name))
+			h.openNode(ctx, ch, name)
+			subscribe = func(ctx context.Context, c *redis.PubSub) error { return c.SSubscribe(ctx, name) }
 		} else {
 			if h.shared == nil {
 				h.shared = h.open(h.rdb.Subscribe(ctx))
 			}
 			ch.conn = h.shared
-			// An error is a broken connection. go-redis reconnects at
-			// once, but subscribes the new connection only to the
-			// channels it had before this one: send it again, now that
-			// the channel is on go-redis's list (if that fails too, the
-			// next reconnect includes it; its confirmation makes the
-			// waiters check, and the waiter's timer covers the gap).
-			if h.shared.Subscribe(ctx, name) != nil {
-				_ = h.shared.Subscribe(ctx, name)
-			}
+		}
+		// An error is a broken connection. go-redis reconnects at once,
+		// but subscribes the new connection only to the channels it had
+		// before this one: send it again, now that the channel is on
+		// go-redis's list (if that fails too, the next reconnect includes
+		// it; its confirmation makes the waiters check, and the waiter's
+		// timer covers the gap).
+		if !ch.alone && subscribe(ctx, ch.conn) != nil {
+			_ = subscribe(ctx, ch.conn)
 		}
 	}
 	w := &waiter{name: name, token: token, ready: ch.ready, epoch: ch.confirms, wake: wake}
@@ -141,12 +155,46 @@ func (h *hub) leave(w *waiter) {
 	if h.closed {
 		return
 	}
-	if h.sharded {
+	switch {
+	case ch.alone:
 		// Its receive loop ends when the connection is closed.
 		_ = ch.conn.Close()
+	case h.sharded:
+		if ch.node.channels--; ch.node.channels == 0 {
+			delete(h.nodes, ch.node.addr)
+			_ = ch.conn.Close()
+			return
+		}
+		_ = ch.conn.SUnsubscribe(context.Background(), w.name)
+	default:
+		_ = h.shared.Unsubscribe(context.Background(), w.name)
+	}
+}
+
+// openNode gives a sharded channel the pub/sub connection to the master
+// that serves its slot, opening it on first use. When the node cannot be
+// told (a Redis that is not a go-redis cluster client, or no slot map
+// yet), the channel gets a connection of its own instead, which go-redis
+// opens to the channel's node. h.mu is held.
+func (h *hub) openNode(ctx context.Context, ch *listeners, name string) {
+	cc, ok := h.rdb.(*redis.ClusterClient)
+	var node *redis.Client
+	err := errors.ErrUnsupported
+	if ok {
+		node, err = cc.MasterForKey(ctx, name)
+	}
+	if err != nil {
+		ch.conn, ch.alone = h.open(h.rdb.SSubscribe(ctx, name)), true
 		return
 	}
-	_ = h.shared.Unsubscribe(context.Background(), w.name)
+	addr := node.Options().Addr
+	n := h.nodes[addr]
+	if n == nil {
+		n = &nodeConn{addr: addr, conn: h.open(node.SSubscribe(ctx))}
+		h.nodes[addr] = n
+	}
+	n.channels++
+	ch.conn, ch.node = n.conn, n
 }
 
 // wakeOne wakes the first waiter. If it already has a wake-up pending it
@@ -263,8 +311,11 @@ func (h *hub) close() {
 	if h.shared != nil {
 		conns = append(conns, h.shared)
 	}
+	for _, n := range h.nodes {
+		conns = append(conns, n.conn)
+	}
 	for _, ch := range h.waiting {
-		if h.sharded {
+		if ch.alone {
 			conns = append(conns, ch.conn)
 		}
 	}
