@@ -34,7 +34,7 @@ type hub struct {
 	own     string // the Client's own channel, kept once subscribed ("" on a cluster)
 
 	mu       sync.Mutex
-	shared   *redis.PubSub            // single node: the one connection
+	shared   *redis.PubSub        // single node: the one connection
 	nodes    map[string]*nodeConn // sharded: one connection per node, by address
 	closed   bool
 	waiting  map[string]*listeners
