@@ -5,13 +5,14 @@
 //
 // The family:
 //
-//   - Mutex: reentrant, one owner at a time (Client.Mutex).
+//   - Mutex: reentrant, one owner at a time; under contention it goes
+//     round in arrival order (Client.Mutex).
 //   - FairMutex: reentrant, granted in arrival order across processes; a
 //     dead waiter is skipped within a bounded time (Client.FairMutex).
 //   - RWMutex: shared readers or one writer, writers first, each reader
 //     expiring on its own, downgrade from write to read (Client.RWMutex).
 //   - Semaphore: leased, fenced permits that come back when their holder
-//     stops renewing them (Client.Semaphore).
+//     stops renewing them; waiters served in order (Client.Semaphore).
 //   - Latch: a count-down latch whose waiters are woken at zero
 //     (Client.Latch).
 //   - LockAll: all or nothing over any set of the locks, in a fixed order,
@@ -81,10 +82,15 @@
 //     background until Redis answers or the TTL has passed.
 //   - Client.Close ends every lease it still has (holders are told first)
 //     and releases them, bounded to about two seconds.
-//   - A waiter re-checks the lock once its subscription is confirmed and
-//     again after every resubscription (a pub/sub reconnect), so a release
-//     published while it was not listening is not missed; a lost message
-//     still costs at most the holder's remaining lease.
+//   - A waiter registers in Redis and a release wakes only the process
+//     whose waiter is next, on that Client's own channel: the server's
+//     work per release does not grow with the number of processes waiting.
+//     A waiter that is killed is skipped when its place expires
+//     (WithQueueTTL). A waiter re-checks the lock if its subscription was
+//     not confirmed before it registered, and again after every
+//     resubscription (a pub/sub reconnect), so a release published while
+//     it was not listening is not missed; a lost message still costs at
+//     most the holder's remaining lease, or QueueTTL/3.
 //
 // # Failure model
 //

@@ -24,8 +24,8 @@ var (
 // semCap is the capacity of each semaphore (fixed for the whole run).
 var semCap = map[string]int{"s0": 2, "s1": 3}
 
-// queueTTL is the queue TTL of FairMutex and RWMutex waiters: a dead
-// waiter stalls its queue for at most 4/3 of it.
+// queueTTL is the queue TTL of every waiter (each registers in its lock's
+// queue): a dead waiter stalls its queue for at most 4/3 of it.
 const queueTTL = 600 * time.Millisecond
 
 // relayTTL bounds the TTL of the relay scenario's names: long, so that a

@@ -106,9 +106,7 @@ func (h *history) allowance(name string, x, y int64) (time.Duration, []fault) {
 		case f.server:
 			d += time.Second
 		case strings.HasPrefix(f.Msg, "stop"), strings.HasPrefix(f.Msg, "kill"):
-			if k := lockKind(name); k == "fair" || k == "rw" {
-				d += queueTTL * 4 / 3 // a dead or frozen waiter's place in the queue
-			}
+			d += queueTTL * 4 / 3 // a dead or frozen waiter's place in the queue (a lock kept for it)
 		}
 	}
 	return d, fs
@@ -196,11 +194,8 @@ func (h *history) probeDeadline(name string) (int64, busy) {
 			latest = b
 		}
 	}
-	extra := waitBound
-	if k := lockKind(name); k == "fair" || k == "rw" {
-		extra += queueTTL * 4 / 3
-	}
-	return latest.to + int64(extra), latest
+	// a lock may be kept for a waiter that died, until its place expires
+	return latest.to + int64(waitBound+queueTTL*4/3), latest
 }
 
 // waitHints names what may explain a lost wake-up: a pub/sub reconnect

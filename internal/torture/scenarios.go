@@ -35,7 +35,7 @@ func (g *gor) mixMutex(ctx context.Context, c *dlock.Client, cid string, names [
 		f := c.FairMutex(name, opt, dlock.WithQueueTTL(queueTTL))
 		lock, try = f.Lock, f.TryLock
 	} else {
-		m := c.Mutex(name, opt)
+		m := c.Mutex(name, opt, dlock.WithQueueTTL(queueTTL))
 		lock, try = m.Lock, m.TryLock
 	}
 	call := func(ctx context.Context) (*dlock.Lease, error) { return try(ctx) }
@@ -120,7 +120,7 @@ func (g *gor) mixSem(ctx context.Context, c *dlock.Client, cid string) {
 	name := g.pickName(semNames)
 	capacity := semCap[name]
 	opt, ttl, fixed := g.lockTTL()
-	s := c.Semaphore(name, capacity, opt)
+	s := c.Semaphore(name, capacity, opt, dlock.WithQueueTTL(queueTTL))
 	n := 1
 	if g.rng.IntN(5) < 2 {
 		n = 1 + g.rng.IntN(capacity)
@@ -167,7 +167,7 @@ func (g *gor) longWaiter(ctx context.Context) {
 		lock = func(ctx context.Context) (*dlock.Lease, error) { return rw.Lock(ctx) }
 	default:
 		name = g.pickName(mutexNames)
-		m := c.Mutex(name, opt)
+		m := c.Mutex(name, opt, dlock.WithQueueTTL(queueTTL))
 		lock = func(ctx context.Context) (*dlock.Lease, error) { return m.Lock(ctx) }
 	}
 	sp := spec{scn: "waiter", client: cid, names: []string{name}, ttls: one(name, ttl), sides: sides,
@@ -185,7 +185,7 @@ func (g *gor) unlockEnded(ctx context.Context) {
 	c, cid := g.slot().current()
 	name := g.pickName(mutexNames)
 	ttl := between(g.rng, 100*time.Millisecond, 800*time.Millisecond)
-	m := c.Mutex(name, dlock.WithTTL(ttl))
+	m := c.Mutex(name, dlock.WithTTL(ttl), dlock.WithQueueTTL(queueTTL))
 	sp := spec{scn: "unlock", client: cid, names: []string{name}, ttls: one(name, ttl),
 		wait: true, timeout: 100 * time.Millisecond}
 	h := g.acquire(ctx, sp, func(ctx context.Context) (*dlock.Lease, error) { return m.Lock(ctx) })
@@ -215,7 +215,7 @@ func (g *gor) lockAll(ctx context.Context) {
 	if g.rng.IntN(10) < 6 {
 		for _, i := range g.rng.Perm(len(mutexNames))[:k] {
 			opt, ttl, _ := g.lockTTL()
-			add(mutexNames[i], c.Mutex(mutexNames[i], opt), ttl)
+			add(mutexNames[i], c.Mutex(mutexNames[i], opt, dlock.WithQueueTTL(queueTTL)), ttl)
 		}
 	} else {
 		kinds := g.rng.Perm(3)[:k]
@@ -224,7 +224,7 @@ func (g *gor) lockAll(ctx context.Context) {
 			switch kind {
 			case 0:
 				n := g.pickName(mutexNames)
-				add(n, c.Mutex(n, opt), ttl)
+				add(n, c.Mutex(n, opt, dlock.WithQueueTTL(queueTTL)), ttl)
 			case 1:
 				n := g.pickName(fairNames)
 				add(n, c.FairMutex(n, opt, dlock.WithQueueTTL(queueTTL)), ttl)
@@ -267,7 +267,7 @@ func (g *gor) relay(ctx context.Context, cancelFirst bool) {
 		name = relayName(g.w.cfg.Slot, 1, g.id)
 	}
 	ttl := between(g.rng, relayTTLMin, relayTTLMax)
-	m := c.Mutex(name, dlock.WithTTL(ttl))
+	m := c.Mutex(name, dlock.WithTTL(ttl), dlock.WithQueueTTL(queueTTL))
 	lock := func(ctx context.Context) (*dlock.Lease, error) { return m.Lock(ctx) }
 	sp := spec{scn: "relay", client: cid, names: []string{name}, ttls: one(name, ttl), wait: true,
 		timeout: 200 * time.Millisecond}
@@ -304,7 +304,7 @@ func (g *gor) relay(ctx context.Context, cancelFirst bool) {
 			wc, wcid = hg.slot().current()
 		}
 		wttl := between(hg.rng, relayTTLMin, relayTTLMax)
-		wm := wc.Mutex(name, dlock.WithTTL(wttl))
+		wm := wc.Mutex(name, dlock.WithTTL(wttl), dlock.WithQueueTTL(queueTTL))
 		wsp := spec{scn: "relay-wait", client: wcid, names: []string{name}, ttls: one(name, wttl),
 			wait: true, timeout: 25 * time.Second}
 		waiters.Add(1)
@@ -346,7 +346,7 @@ func (g *gor) closeHeld(ctx context.Context) {
 	ttl := between(g.rng, closeTTLMin, closeTTLMax)
 	sp := spec{scn: "close", client: cid, names: []string{name}, ttls: one(name, ttl), wait: true,
 		timeout: 200 * time.Millisecond}
-	m := own.Mutex(name, dlock.WithTTL(ttl))
+	m := own.Mutex(name, dlock.WithTTL(ttl), dlock.WithQueueTTL(queueTTL))
 	h := g.acquire(ctx, sp, func(ctx context.Context) (*dlock.Lease, error) { return m.Lock(ctx) })
 	if h == nil {
 		_ = own.Close()
@@ -357,7 +357,7 @@ func (g *gor) closeHeld(ctx context.Context) {
 	hg := g.helper()
 	c, wcid := hg.slot().current()
 	wttl := between(hg.rng, closeTTLMin, closeTTLMax)
-	wm := c.Mutex(name, dlock.WithTTL(wttl))
+	wm := c.Mutex(name, dlock.WithTTL(wttl), dlock.WithQueueTTL(queueTTL))
 	wsp := spec{scn: "close-wait", client: wcid, names: []string{name}, ttls: one(name, wttl),
 		wait: true, timeout: 10 * time.Second}
 	waiter.Add(1)
