@@ -210,3 +210,78 @@ func TestSemaphoreAllocCancelDoesntStarve(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An RWMutex's release tells the next writer alone while one waits, and
+// then the waiting readers, one message each; nobody else hears of it.
+func TestRWReleaseTellsWhoMayGo(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t, srv)
+	msgs := observe(t)
+	w := mustLock(t, client(t).RWMutex(name), ctx)
+	type got struct {
+		who string
+		l   *dlock.Lease
+	}
+	won := make(chan got, 4)
+	errs := make(chan error, 4)
+	wait := func(who string, lock func() (*dlock.Lease, error)) {
+		go func() {
+			l, err := lock()
+			if err != nil {
+				errs <- err
+				return
+			}
+			won <- got{who, l}
+		}()
+	}
+	for range 3 {
+		rw := client(t).RWMutex(name)
+		wait("reader", func() (*dlock.Lease, error) { return rw.RLock(ctx) })
+	}
+	rqueue := "dlock:{" + name + "}:rw:rqueue"
+	waitFor(t, "the readers registered", func() bool { return admin.ZCard(ctx, rqueue).Val() == 3 })
+	writer := client(t).RWMutex(name)
+	wait("writer", func() (*dlock.Lease, error) { return writer.Lock(ctx) })
+	queue := "dlock:{" + name + "}:rw:queue"
+	waitFor(t, "the writer registered", func() bool { return admin.ZCard(ctx, queue).Val() == 1 })
+	unlock(t, w)
+	var order []got
+	for range 4 {
+		select {
+		case g := <-won:
+			order = append(order, g)
+			if g.who == "writer" {
+				unlock(t, g.l)
+			}
+		case err := <-errs:
+			t.Fatal(err)
+		}
+	}
+	if order[0].who != "writer" {
+		t.Fatalf("a reader went before the waiting writer")
+	}
+	for _, g := range order[1:] {
+		unlock(t, g.l)
+	}
+	ms := until(t, admin, msgs)
+	if len(ms) != 4 {
+		for _, m := range ms {
+			t.Logf("%s %q", m.Channel, m.Payload)
+		}
+		t.Fatalf("%d messages; want 4: the writer, then each reader", len(ms))
+	}
+	if !strings.HasSuffix(ms[0].Payload, ":"+order[0].l.Token()) {
+		t.Fatalf("the first message %q was not for the writer", ms[0].Payload)
+	}
+	// The readers are told together, in no particular order.
+	told := map[string]bool{}
+	for _, m := range ms[1:] {
+		told[m.Payload[strings.LastIndex(m.Payload, ":")+1:]] = true
+	}
+	for _, g := range order[1:] {
+		if !told[g.l.Token()] {
+			t.Errorf("reader %s was not told; told %v", g.l.Token(), told)
+		}
+	}
+}

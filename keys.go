@@ -31,6 +31,7 @@ type keys struct {
 	queue   string // <lock>:queue    waiters: token -> arrival
 	alive   string // <lock>:alive    waiters: token -> place expiry
 	readers string // <lock>:readers  RWMutex: reader -> hold expiry
+	rqueue  string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
 	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
 	permits string // <lock>:permits  Semaphore: capacity, never expires
 	ids     string // <lock>:ids      Latch: ids that counted down
@@ -49,6 +50,7 @@ func newKeys(prefix string, kd kind, name string) keys {
 		queue:   base + ":queue",
 		alive:   base + ":alive",
 		readers: base + ":readers",
+		rqueue:  base + ":rqueue",
 		leases:  base + ":leases",
 		permits: base + ":permits",
 		ids:     base + ":ids",

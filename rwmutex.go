@@ -17,6 +17,12 @@ import (
 // FairMutex. WithReaderPreference, given to Client.RWMutex, lets readers
 // in while writers wait instead.
 //
+// Waiters register in Redis and are told on their Client's channel when
+// they may go: a writer's release tells the next writer (if the lock is
+// free) and the readers that may go — all of them when no writer waits,
+// else only those that prefer readers; the last reader's release tells
+// the next writer. No other process is sent anything.
+//
 // Every reader's hold expires on its own: a crashed reader blocks writers
 // for at most its own TTL, whatever the other readers' TTLs.
 //
@@ -90,7 +96,8 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 	}
 	c, k := rw.c, rw.k
 	p := rwProto{k, s, c.wakeTo(k)}
-	r := request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders}
+	r := request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders,
+		queue: true, leave: p.leave}
 	if s == sideRead {
 		r.token = func(ctx context.Context) (string, error) {
 			if writer := leaseFrom(ctx, c, k.lock, sideWrite); writer != nil {
@@ -98,11 +105,11 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			}
 			return newToken(), nil
 		}
-		r.call = func(token, _ string, cfg lockConfig) call {
-			return call{rwReadScript, p.acquireKeys(), []any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers)}}
+		r.call = func(token, member string, cfg lockConfig) call {
+			return call{rwReadScript, p.acquireKeys(),
+				[]any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers), member, placeTTL(cfg, member)}}
 		}
 	} else {
-		r.queue, r.leave = true, p.leave
 		r.token = func(ctx context.Context) (string, error) {
 			if leaseFrom(ctx, c, k.lock, sideRead) != nil {
 				return "", invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
@@ -134,12 +141,12 @@ type rwProto struct {
 
 // acquireKeys are the keys of rw_read.lua and rw_write.lua.
 func (p rwProto) acquireKeys() []string {
-	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive}
+	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue}
 }
 
 func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 	if p.side == sideRead {
-		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1"}}
+		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0}}
 	}
 	return p.write(token, ttl, count, "", 0)
 }
@@ -152,13 +159,14 @@ func (p rwProto) write(token string, ttl time.Duration, count int, member string
 }
 
 func (p rwProto) release(token string, left int) op {
-	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive},
-		[]any{token, string(p.side), left, p.w.base, p.w.publish, p.k.channel}}
+	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue},
+		[]any{token, string(p.side), left, p.w.base, p.w.publish}}
 }
 
-// leave is what a writer that gives up its wait runs.
+// leave is what a reader or writer that gives up its wait runs.
 func (p rwProto) leave(member string) call {
-	return call{leaveScript, []string{p.k.lock, p.k.queue, p.k.alive}, []any{member, p.w.base, p.w.publish, "0"}}
+	return call{rwLeaveScript, []string{p.k.lock, p.k.queue, p.k.alive, p.k.rqueue},
+		[]any{member, string(p.side), p.w.base, p.w.publish}}
 }
 
 func (p rwProto) renew(token string, ttl time.Duration, exact bool) op {

@@ -51,6 +51,7 @@ var (
 	rwUnlockScript = rwScript("rw_unlock.lua")
 	rwRenewScript  = rwScript("rw_renew.lua")
 	rwTTLScript    = rwScript("rw_ttl.lua")
+	rwLeaveScript  = rwScript("rw_leave.lua")
 
 	semAcquireScript = semScript("sem_acquire.lua")
 	semReleaseScript = semScript("sem_release.lua")

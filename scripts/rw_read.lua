@@ -3,18 +3,24 @@
 -- KEYS[1]  lock hash (see lib_rw.lua)
 -- KEYS[2]  fence counter (never expires)
 -- KEYS[3]  readers: token -> hold expiry (server ms)
--- KEYS[4]  writers' queue: token -> arrival (server µs)
--- KEYS[5]  writers' places: token -> place expiry (server ms)
+-- KEYS[4]  writers' queue, KEYS[5] writers' places (see lib_queue.lua)
+-- KEYS[6]  waiting readers: member -> place expiry (server ms)
 -- ARGV[1]  owner token (a writer's own token to read inside its write hold)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
 -- ARGV[4]  '1' to let readers in while writers wait (reader preference)
+-- ARGV[5]  the waiter's member ('<client id>:<token>'); '' for none
+-- ARGV[6]  place TTL in milliseconds; 0 to take no place (TryRLock)
 --
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
-local lock, fence, readers, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lock, fence, readers, queue, alive, rqueue = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tok, ttl, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local member, place_ttl = ARGV[5], tonumber(ARGV[6])
+if ARGV[4] == '1' and member ~= '' then
+  member = member .. ':p'
+end
 local r = 'r:' .. tok
 local now = now_ms()
 expire_readers(lock, readers, now)
@@ -29,7 +35,19 @@ if count > 0 then
   return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 
+-- wait keeps the reader's place (a Lock's attempt) and returns {BUSY, wait}.
+local function wait(ms)
+  if place_ttl > 0 then
+    redis.call('ZADD', rqueue, now + place_ttl, member)
+    stretch(rqueue, place_ttl)
+  end
+  return {BUSY, ms}
+end
+
 local function take(f)
+  if member ~= '' then
+    redis.call('ZREM', rqueue, member)
+  end
   redis.call('HSET', lock, r, 1, 'f:' .. tok, f)
   if not redis.call('HGET', lock, 'mode') then
     redis.call('HSET', lock, 'mode', 'read')
@@ -49,17 +67,17 @@ if mode == 'write' then
     -- a writer reading inside its own write hold: its fence
     return take(redis.call('HGET', lock, 'f:' .. tok))
   end
-  return {BUSY, math.max(redis.call('PTTL', lock), 0)}
+  return wait(math.max(redis.call('PTTL', lock), 0))
 end
 purge(queue, alive, now)
 local first = head(queue)
 if first and ARGV[4] ~= '1' then
   -- a writer waits: new readers queue behind it, until the writer has had
   -- its turn or its place expires
-  local wait = tonumber(redis.call('ZSCORE', alive, first)) - now
+  local ms = tonumber(redis.call('ZSCORE', alive, first)) - now
   if mode == 'read' then
-    wait = math.min(wait, math.max(redis.call('PTTL', lock), 0))
+    ms = math.min(ms, math.max(redis.call('PTTL', lock), 0))
   end
-  return {BUSY, wait}
+  return wait(ms)
 end
 return take(next_fence(fence))

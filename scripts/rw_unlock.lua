@@ -3,20 +3,19 @@
 -- KEYS[1]  lock hash (see lib_rw.lua)
 -- KEYS[2]  readers: token -> hold expiry (server ms)
 -- KEYS[3]  writers' queue, KEYS[4] writers' places (see lib_queue.lua)
+-- KEYS[5]  waiting readers (see lib_rw.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  'r' for a read hold, 'w' for the write hold
 -- ARGV[3]  holds to leave: n >= 1 keeps n; 0 releases the hold
 -- ARGV[4]  channel base, ARGV[5] publish command (PUBLISH or SPUBLISH)
--- ARGV[6]  the lock's channel, where readers wait
 --
 -- Returns  1 done, -1 the caller holds nothing
 --
 -- When the writer leaves while it still reads, the lock turns into a read
 -- lock (downgrade). The last reader's release can only let a writer in:
 -- it tells the first queued writer. A writer's release tells the first
--- queued writer and publishes 'all' on the lock's channel for the readers;
--- the acquire scripts decide who goes first (readers wait behind a queued
--- writer unless they prefer readers).
+-- queued writer, if any, and the readers that may go: all of them when no
+-- writer waits, else those that prefer readers.
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local field = side .. ':' .. tok
 if redis.call('HEXISTS', lock, field) == 0 then
@@ -39,6 +38,5 @@ if redis.call('HEXISTS', lock, 'r:' .. tok) == 1 then
 else
   redis.call('DEL', lock)
 end
-call_next(KEYS[3], KEYS[4], ARGV[4], ARGV[5])
-redis.call(ARGV[5], ARGV[6], WAKE_ALL)
+hand_on_rw(lock, KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
 return 1
