@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -27,6 +29,9 @@ type request struct {
 	// readers), the waiter listens on the lock's channel.
 	queue bool
 	leave func(member string) call
+	// handOff: a renewed lease's waiter asks to be handed the lock by the
+	// release itself (a Mutex, a FairMutex; see lib_mutex.lua).
+	handOff bool
 	// check, if set, checks the request's own input, after the checks
 	// every request has.
 	check func() error
@@ -75,13 +80,17 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 		}
 	}
 	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token}
+	member := c.member(token, r.need)
+	if r.handOff && cfg.renew && c.be.handsOff() {
+		member += ":h" + strconv.FormatInt(cfg.ttl.Milliseconds(), 10)
+	}
 	if r.queue && c.directed {
 		a.channel = c.wakeTo(r.k).base + c.id
 		a.keepAlive = cfg.queueTTL / 3
-		leave := r.leave(c.member(token, r.need))
+		leave := r.leave(member)
 		a.abandon = func(ctx context.Context) { c.be.everywhere(ctx, leave) }
 	}
-	a.p, a.attempt = c.be.attempt(c, r, token, cfg)
+	a.p, a.attempt = c.be.attempt(c, r, token, member, cfg)
 	return a.run(ctx, wait)
 }
 
@@ -99,6 +108,34 @@ type Locker interface {
 	// order is the key LockAll sorts by, so that every caller takes the
 	// same set of locks in the same order.
 	order() string
+}
+
+// handedOver takes a lock that its release handed to this waiter: msg is
+// '<member> <fence> <ms>', the lock held for ms from the release, which
+// came after the waiter's attempt sent at placed. The lease is counted
+// from placed (so it ends locally before it does on the server) and
+// renewed to its TTL when due, like any. ok is false when the message is
+// not a hand-off, or leaves too little time to count on: the caller then
+// makes an attempt, which takes the lock it holds.
+func (c *Client) handedOver(ctx context.Context, r request, token string, cfg lockConfig, msg string, placed time.Time) (l *Lease, err error, ok bool) {
+	f := strings.Fields(msg)
+	if len(f) != 3 {
+		return nil, nil, false
+	}
+	fence, err1 := strconv.ParseInt(f[1], 10, 64)
+	ms, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || ms <= 0 {
+		return nil, nil, false
+	}
+	granted := time.Duration(ms) * time.Millisecond
+	if time.Until(placed.Add(granted-c.drift.of(granted))) < granted/4 {
+		return nil, nil, false
+	}
+	h := newHold(c, r.k, r.p, token, fence, cfg, placed)
+	h.deadline = time.Time{}
+	h.confirmed(placed, granted)
+	l, err = c.newLease(ctx, h)
+	return l, err, true
 }
 
 // placeTTL is how long a Lock's attempt keeps the waiter's place in the

@@ -20,7 +20,10 @@ type backend interface {
 	supports(what string) error
 	// attempt returns a request's protocol on this deployment and one
 	// acquire attempt of it.
-	attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc)
+	attempt(c *Client, r request, token, member string, cfg lockConfig) (protocol, attemptFunc)
+	// handsOff reports whether a released mutex may be handed to its next
+	// waiter by the release itself (lib_mutex.lua).
+	handsOff() bool
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
 	grant(ctx context.Context, o op) *redis.Cmd

@@ -88,7 +88,9 @@ func TestReleaseTellsOneProcess(t *testing.T) {
 		t.Fatalf("%d messages for %d releases with waiters; want one each", len(got), W)
 	}
 	for i, m := range got {
-		if !strings.HasSuffix(m.Payload, ":"+order[i]) {
+		// '<client id>:<token>:h<ttl> <fence> <ms>': the lock handed over
+		member := strings.Fields(m.Payload)[0]
+		if f := strings.Split(member, ":"); len(f) < 2 || f[1] != order[i] {
 			t.Errorf("release %d told %q on %s; the next owner was %s", i, m.Payload, m.Channel, order[i])
 		}
 		client := strings.SplitN(m.Payload, ":", 2)[0]
@@ -282,6 +284,42 @@ func TestRWReleaseTellsWhoMayGo(t *testing.T) {
 	for _, g := range order[1:] {
 		if !told[g.l.Token()] {
 			t.Errorf("reader %s was not told; told %v", g.l.Token(), told)
+		}
+	}
+}
+
+// A waiter handed the lock by the release takes it without a round trip
+// of its own: the message carries the lock and its fence.
+func TestHandOffCostsTheWaiterNothing(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t, srv)
+	queue := keysOf(name).Lock + ":queue"
+	c, rec := countedClient(t)
+	m := c.Mutex(name)
+	holder := client(t).Mutex(name)
+	var fences []int64
+	for round := range 2 { // the first subscribes the Client's channel
+		h := mustLock(t, holder, ctx)
+		got := make(chan *dlock.Lease, 1)
+		go func() { got <- mustLock(t, m, ctx) }()
+		waitFor(t, "the waiter registered", func() bool { return admin.ZCard(ctx, queue).Val() == 1 })
+		if round == 1 {
+			rec.take()
+		}
+		unlock(t, h)
+		l := <-got
+		if round == 1 {
+			if calls := rec.take(); len(calls) != 0 {
+				t.Fatalf("the waiter sent %v after the release; want nothing", calls)
+			}
+		}
+		fences = append(fences, h.Fence(), l.Fence())
+		unlock(t, l)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fences %v: not increasing", fences)
 		}
 	}
 }

@@ -105,7 +105,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 		return err
 	}
 	return l.c.waitLoop(ctx, l.k.name, l.k.channel, "", nil, left,
-		func(ctx context.Context) (bool, time.Duration, error) {
+		func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			n, left, err := l.count(ctx)
 			return n == 0, left, err
 		})

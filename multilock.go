@@ -115,7 +115,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
 		}
 	}()
 	err = c.waitLoop(ctx, s.name, channel, s.token, seen, s.bound(next),
-		func(ctx context.Context) (bool, time.Duration, error) {
+		func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			done, next, err := s.attempt(ctx)
 			return done || err != nil, s.bound(next), err
 		})

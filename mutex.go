@@ -93,7 +93,7 @@ func (m *Mutex) request() request {
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.
 func (c *Client) mutexRequest(what string, k keys, opts []LockOption, fair bool) request {
 	p := mutexProto{k, c.wakeTo(k)}
-	return request{what: what, k: k, p: p, handle: opts, queue: true, takes: optQueueTTL, leave: p.leave,
+	return request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: optQueueTTL, leave: p.leave,
 		call: func(token, member string, cfg lockConfig) call {
 			return p.lock(token, cfg.ttl, 0, member, placeTTL(cfg, member), fair)
 		}}
@@ -120,13 +120,13 @@ func (p mutexProto) release(token string, left int) op { return p.unlock(token, 
 
 // unlock is the script call behind release.
 func (p mutexProto) unlock(token string, left int) call {
-	return call{unlockScript, []string{p.k.lock, p.k.queue, p.k.alive},
+	return call{unlockScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
 		[]any{token, left, p.w.base, p.w.publish, flag(p.w.reserve)}}
 }
 
 // leave is what a waiter that gives up runs.
 func (p mutexProto) leave(member string) call {
-	return call{leaveScript, []string{p.k.lock, p.k.queue, p.k.alive},
+	return call{leaveScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
 		[]any{member, p.w.base, p.w.publish, flag(p.w.reserve)}}
 }
 

@@ -93,9 +93,11 @@ func (b *plain) batch(ctx context.Context, ops []op, _ bool) []*redis.Cmd {
 // waiter.
 func (b *plain) everywhere(context.Context, call) {}
 
-func (b *plain) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
+func (b *plain) handsOff() bool { return false }
+
+func (b *plain) attempt(c *Client, r request, token, _ string, cfg lockConfig) (protocol, attemptFunc) {
 	p := plainProto{r.k, b}
-	return p, func(ctx context.Context, _ bool) (*Lease, time.Duration, error) {
+	return p, func(ctx context.Context, _ bool, _ string) (*Lease, time.Duration, error) {
 		return b.lock(ctx, c, p, token, cfg)
 	}
 }

@@ -443,9 +443,11 @@ func (q *quorum) everywhere(ctx context.Context, c call) {
 }
 func (q *quorum) close() { q.stragglers.Wait() }
 
-func (q *quorum) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
-	member := c.member(token, 0)
-	return quorumProto{q, mutexProto{r.k, c.wakeTo(r.k)}}, func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
+// handsOff: the nodes' queues may disagree on who is next.
+func (q *quorum) handsOff() bool { return false }
+
+func (q *quorum) attempt(c *Client, r request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
+	return quorumProto{q, mutexProto{r.k, c.wakeTo(r.k)}}, func(ctx context.Context, queued bool, _ string) (*Lease, time.Duration, error) {
 		m := ""
 		if queued {
 			m = member

@@ -22,10 +22,24 @@ func (s *single) close()                {}
 
 func (s *single) everywhere(ctx context.Context, c call) { _ = c.run(ctx, s.rdb).Err() }
 
-// attempt runs the request's acquire script.
-func (s *single) attempt(c *Client, r request, token string, cfg lockConfig) (protocol, attemptFunc) {
-	member := c.member(token, r.need)
-	return r.p, func(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
+// handsOff: a released mutex can be handed to its next waiter, unless
+// every grant must be followed by WAIT (replica sync), which the waiter
+// must then send itself.
+func (s *single) handsOff() bool { return s.sync.replicas == 0 }
+
+// attempt runs the request's acquire script; a lock handed over by its
+// release (msg) is taken without one.
+func (s *single) attempt(c *Client, r request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
+	// placed is when the last attempt that left a place in the queue was
+	// sent: a hand-off comes after it ran, so a lease counted from it ends
+	// locally before it does on the server.
+	var placed time.Time
+	return r.p, func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
+		if msg != "" && !placed.IsZero() {
+			if l, err, ok := c.handedOver(ctx, r, token, cfg, msg, placed); ok {
+				return l, 0, err
+			}
+		}
 		m := ""
 		if queued && r.queue {
 			m = member
@@ -34,6 +48,9 @@ func (s *single) attempt(c *Client, r request, token string, cfg lockConfig) (pr
 		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, cfg)))
 		if err != nil {
 			return nil, 0, err
+		}
+		if res[0] == replyBusy && m != "" {
+			placed = start
 		}
 		switch res[0] {
 		case replyHeld:

@@ -11,7 +11,9 @@ import (
 // lock was taken; otherwise how long to wait at most before trying again
 // (the holder's remaining lease, say). queued is true for a Lock's
 // attempts, false for a TryLock's.
-type attemptFunc func(ctx context.Context, queued bool) (*Lease, time.Duration, error)
+// msg, if not "", is the message that woke the waiter (a hand-off carries
+// the lock).
+type attemptFunc func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error)
 
 // acquisition is one Lock or TryLock call: the wait loop shared by the
 // primitives.
@@ -47,7 +49,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	if wait {
 		seen = c.epochs(a.channel)
 	}
-	l, next, err := a.try(ctx, wait)
+	l, next, err := a.try(ctx, wait, "")
 	if l != nil || err != nil {
 		return l, err
 	}
@@ -56,9 +58,9 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	}
 
 	err = c.waitLoop(ctx, a.name, a.channel, a.token, seen, a.bound(next),
-		func(ctx context.Context) (bool, time.Duration, error) {
+		func(ctx context.Context, msg string) (bool, time.Duration, error) {
 			var next time.Duration
-			l, next, err = a.try(ctx, true)
+			l, next, err = a.try(ctx, true, msg)
 			return l != nil || err != nil, a.bound(next), err
 		})
 	return l, err
@@ -72,11 +74,12 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 // check returned, whichever is sooner, and checks again. When ctx ends it
 // returns an error matching ErrNotObtained and ctx.Err(); when the Client
 // closes, ErrClosed.
-func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen []uint64, first time.Duration,
-	check func(context.Context) (done bool, next time.Duration, err error)) error {
+func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen []uint64, bound time.Duration,
+	check func(ctx context.Context, msg string) (done bool, next time.Duration, err error)) error {
 	// One wake channel, however many nodes may publish the release.
 	wake := make(chan struct{}, 1)
 	var ready <-chan struct{}
+	var first0 *waiter // on the first node (a hand-off comes from a single node only)
 	listening := seen != nil
 	for i, h := range c.hubs {
 		w, err := h.join(channel, token, wake)
@@ -86,13 +89,14 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		defer h.leave(w)
 		if ready == nil {
 			ready = w.ready // the first node's is enough to know
+			first0 = w
 		}
 		listening = listening && seen[i] > 0 && seen[i] == w.epoch
 	}
 	if listening {
 		ready = nil // no check needed: a message for us cannot have been missed
 	}
-	timer := time.NewTimer(first)
+	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	for {
 		woken := false
@@ -107,7 +111,11 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		case <-c.life.Done():
 			return ErrClosed
 		}
-		done, next, err := check(ctx)
+		msg := ""
+		if woken {
+			msg = c.hubs[0].message(first0)
+		}
+		done, next, err := check(ctx, msg)
 		if err != nil && woken {
 			// Woken, but the check failed (its ctx ended meanwhile, say):
 			// the wake-up was not used. Put it back, and leave hands it
@@ -125,8 +133,8 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 }
 
 // try makes one attempt and undoes it when its outcome is unknown.
-func (a *acquisition) try(ctx context.Context, queued bool) (*Lease, time.Duration, error) {
-	l, next, err := a.attempt(ctx, queued)
+func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
+	l, next, err := a.attempt(ctx, queued, msg)
 	if err == nil {
 		return l, next, nil
 	}

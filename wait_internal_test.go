@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A waiter that is woken but cannot use the wake-up (its ctx ended while
@@ -30,7 +31,7 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	xReady, xDone := make(chan struct{}), make(chan error, 1)
 	xChecks := 0
 	go func() {
-		xDone <- c.waitLoop(xctx, name, channel, "x", nil, time.Hour, func(ctx context.Context) (bool, time.Duration, error) {
+		xDone <- c.waitLoop(xctx, name, channel, "x", nil, time.Hour, func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			xChecks++
 			if xChecks == 1 { // subscribed: still held
 				close(xReady)
@@ -46,7 +47,7 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	yChecks := 0
 	yDone := make(chan error, 1)
 	go func() {
-		yDone <- c.waitLoop(ctx, name, channel, "y", nil, time.Hour, func(ctx context.Context) (bool, time.Duration, error) {
+		yDone <- c.waitLoop(ctx, name, channel, "y", nil, time.Hour, func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			yChecks++
 			if yChecks == 1 {
 				close(yReady)
@@ -165,5 +166,41 @@ func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
 	}
 	if missing > 0 {
 		t.Fatalf("%d of 40 channels never subscribed after a connection kill", missing)
+	}
+}
+
+// A waiter handed the lock that gives up before it takes it (its ctx
+// ended as the release came) passes it on to the next waiter: leaving
+// never leaves the lock held by nobody.
+func TestHandedLockGivenUpGoesOn(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	defer rdb.Close()
+	c, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k := c.keys(kindMutex, "x")
+	p := mutexProto{k, c.wakeTo(k)}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The release handed the lock to a; b waits behind it.
+	rdb.HSet(ctx, k.lock, "a", 1)
+	rdb.PExpire(ctx, k.lock, time.Minute)
+	b := "c1:b:h30000"
+	rdb.ZAdd(ctx, k.queue, redis.Z{Score: 1, Member: b})
+	rdb.ZAdd(ctx, k.alive, redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: b})
+	if err := p.leave("c0:a:h30000").run(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.HGetAll(ctx, k.lock).Val(); len(got) != 1 || got["b"] != "1" {
+		t.Fatalf("after a gave up the lock is %v; want it handed to b", got)
+	}
+	if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
+		t.Fatalf("%d waiters left in the queue; want none", n)
 	}
 }

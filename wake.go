@@ -68,6 +68,16 @@ type waiter struct {
 	ready <-chan struct{} // closed once the subscription is confirmed
 	epoch uint64          // the subscription's confirmations when it joined
 	wake  chan struct{}   // its turn came (buffer of one; may be shared by hubs)
+	msg   string          // the last message naming it (a hand-off carries the lock)
+}
+
+// message returns and forgets the last message that named w.
+func (h *hub) message(w *waiter) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := w.msg
+	w.msg = ""
+	return m
 }
 
 func newHub(rdb Redis, sharded bool, own string) *hub {
@@ -292,15 +302,17 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	case wakeOne:
 		ch.wakeOne()
 	default:
-		ch.wake(tokenOf(payload))
+		// '<member>[ <fence> <ms>]': the member names the waiter
+		member, _, _ := strings.Cut(payload, " ")
+		_, t, _ := strings.Cut(member, ":")
+		t, _, _ = strings.Cut(t, ":")
+		for _, w := range ch.waiters {
+			if w.token == t {
+				w.msg = payload
+			}
+		}
+		ch.wake(t)
 	}
-}
-
-// tokenOf is the owner token in a waiter's member.
-func tokenOf(member string) string {
-	_, t, _ := strings.Cut(member, ":")
-	t, _, _ = strings.Cut(t, ":")
-	return t
 }
 
 // close closes every pub/sub connection and waits for the receive loops.

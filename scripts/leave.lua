@@ -1,21 +1,25 @@
--- leave.lua: a waiter of a mutex or of an RWMutex's write side gives up its
--- place; if the lock is free (or was kept for it), the next waiter is told.
+-- leave.lua: a waiter of a mutex gives up its place; if the lock is free,
+-- or was kept for it or handed to it (a hand-off it will not use), it goes
+-- to the next waiter.
 --
 -- KEYS[1]  lock hash
--- KEYS[2]  queue, KEYS[3] alive (see lib_queue.lua)
+-- KEYS[2]  fence counter
+-- KEYS[3]  queue, KEYS[4] alive (see lib_queue.lua)
 -- ARGV[1]  the waiter's member
 -- ARGV[2]  channel base, ARGV[3] publish command (PUBLISH or SPUBLISH)
--- ARGV[4]  '1' to keep the lock for the waiter told (a mutex, not on a
---          quorum)
+-- ARGV[4]  '1' to hand the lock on or keep it for the next waiter (not on
+--          a quorum)
 --
 -- Returns  1
-unqueue(KEYS[2], KEYS[3], ARGV[1])
-local free = redis.call('EXISTS', KEYS[1]) == 0
-if not free and reserved_for(KEYS[1], ARGV[1]) then
-  redis.call('DEL', KEYS[1])
+local lock, member = KEYS[1], ARGV[1]
+unqueue(KEYS[3], KEYS[4], member)
+local free = redis.call('EXISTS', lock) == 0
+if not free and (reserved_for(lock, member) or redis.call('HEXISTS', lock, token_of(member)) == 1) then
+  -- a waiter that gives up holds nothing: what it was given goes on
+  redis.call('DEL', lock)
   free = true
 end
 if free then
-  hand_on(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4] == '1')
+  hand_on(lock, KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4] == '1')
 end
 return 1

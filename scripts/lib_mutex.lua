@@ -2,26 +2,56 @@
 -- sets). Not a script by itself: it is put in front of the mutex scripts,
 -- after lib.lua and lib_queue.lua.
 --
--- When a mutex becomes free and waiters are registered, the lock is kept
--- for the first live waiter — the hash holds only RESERVED = its member,
--- for as long as that waiter's place lives — and that waiter alone is
--- told. Nobody else can take the lock meanwhile, so a waiter is never
--- passed over; one that died is skipped when its place expires. On a
--- quorum the nodes' queues may disagree on who is first, so there the
--- first waiter is told but nothing is kept for it.
+-- When a mutex becomes free and waiters are registered, it goes to the
+-- first live waiter, for the rest of that waiter's place at most, and that
+-- waiter alone is told. A waiter whose member ends in ':h<ttl>' is handed
+-- the lock itself — it holds it from then on, with a new fence, and the
+-- message '<member> <fence> <ms>' tells it so: it needs no round trip to
+-- take it. Any other (a LockAll set, a fixed lease, replica sync) finds
+-- the lock kept for it — the hash holds only RESERVED = its member — and
+-- takes it with its next attempt. Either way nobody else can take the
+-- lock meanwhile, so a waiter is never passed over, and one that died is
+-- skipped when its place expires. On a quorum the nodes' queues may
+-- disagree on who is first, so there the first waiter is only told.
 local RESERVED = '@next'
 
+-- token_of is the owner token in a member.
+local function token_of(member)
+  return string.match(member, '^[^:]*:([^:]*)')
+end
+
+-- decimal is a fence as a decimal string (a Lua number would print with
+-- only 14 significant digits).
+local function decimal(f)
+  if type(f) == 'string' then
+    return f
+  end
+  return string.format('%d', f)
+end
+
 -- hand_on runs when lock has just become free (its hash is gone).
-local function hand_on(lock, queue, alive, base, pub, reserve)
+local function hand_on(lock, fence, queue, alive, base, pub, reserve)
   local h, now = first_live(queue, alive)
   if not h then
     return
   end
-  if reserve then
-    local left = tonumber(redis.call('ZSCORE', alive, h)) - now
-    redis.call('HSET', lock, RESERVED, h)
-    redis.call('PEXPIRE', lock, math.max(left, 1))
+  if not reserve then
+    tell(h, base, pub)
+    return
   end
+  local left = math.max(tonumber(redis.call('ZSCORE', alive, h)) - now, 1)
+  local ttl = string.match(h, ':h(%d+)$')
+  if ttl then
+    local granted = math.min(tonumber(ttl), left)
+    redis.call('HSET', lock, token_of(h), 1)
+    redis.call('PEXPIRE', lock, granted)
+    unqueue(queue, alive, h)
+    local f = next_fence(fence)
+    redis.call(pub, base .. string.match(h, '^[^:]*'), h .. ' ' .. decimal(f) .. ' ' .. granted)
+    return
+  end
+  redis.call('HSET', lock, RESERVED, h)
+  redis.call('PEXPIRE', lock, left)
   tell(h, base, pub)
 end
 

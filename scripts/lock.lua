@@ -8,7 +8,8 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
--- ARGV[4]  the waiter's member ('<client id>:<token>'); '' to take no place
+-- ARGV[4]  the waiter's member ('<client id>:<token>[:h<lease ttl>]', see
+--          lib_mutex.lua); '' to take no place
 -- ARGV[5]  place TTL in milliseconds; 0 to take no place (TryLock)
 -- ARGV[6]  '1' for a FairMutex: a free lock goes to the first waiter
 -- ARGV[7]  channel base, ARGV[8] publish command (PUBLISH or SPUBLISH)
@@ -51,9 +52,10 @@ if redis.call('EXISTS', lock) == 0 then
   end
   -- free, but another waiter is first (the one told before gave up or
   -- died): keep the lock for it and tell it
-  hand_on(lock, queue, alive, ARGV[7], ARGV[8], true)
+  hand_on(lock, fence, queue, alive, ARGV[7], ARGV[8], true)
 elseif redis.call('HEXISTS', lock, token) == 1 then
-  -- our own earlier call, retried after its reply was lost
+  -- our own earlier call, retried after its reply was lost; or the lock
+  -- was handed to us and the message has not come (yet)
   redis.call('PEXPIRE', lock, ttl)
   dequeue(queue, alive, member)
   return {HELD, fence_at(fence)}

@@ -38,7 +38,7 @@ if blocked > 0 then
       if reserved_for(k(i, 1), member) then
         redis.call('DEL', k(i, 1))
         dequeue(k(i, 3), k(i, 4), member)
-        hand_on(k(i, 1), k(i, 3), k(i, 4), ARGV[4], ARGV[5], true)
+        hand_on(k(i, 1), k(i, 2), k(i, 3), k(i, 4), ARGV[4], ARGV[5], true)
       else
         dequeue(k(i, 3), k(i, 4), member)
       end
