@@ -85,6 +85,8 @@
 //   - A waiter registers in Redis and a release wakes only the process
 //     whose waiter is next, on that Client's own channel: the server's
 //     work per release does not grow with the number of processes waiting.
+//     A Mutex or FairMutex is handed over by the release itself: the
+//     woken Lock returns without a round trip of its own.
 //     A waiter that is killed is skipped when its place expires
 //     (WithQueueTTL). A waiter re-checks the lock if its subscription was
 //     not confirmed before it registered, and again after every

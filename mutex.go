@@ -10,15 +10,17 @@ import (
 // concurrent use; every Lock or TryLock that succeeds returns a new owner,
 // its Lease.
 //
-// A waiting Lock registers in Redis; a release keeps the lock for the
-// waiter that has waited longest and wakes it alone, on its Client's
-// channel — no other process is sent anything, whatever the number of
-// waiters. A newcomer takes the lock only when it is free and not kept
-// for a waiter, so under contention the lock goes round in arrival order
-// and no waiter is passed over. A waiter renews its place every
-// QueueTTL/3 (WithQueueTTL, 3 s by default) as it waits; a waiter that is
-// killed while the lock is kept for it delays the others by QueueTTL at
-// most. FairMutex differs only at the edges: its TryLock fails while
+// A waiting Lock registers in Redis; a release hands the lock to the
+// waiter that has waited longest and tells it alone, on its Client's
+// channel, with a message that carries the lock (its fence): the woken
+// Lock returns without a round trip of its own, and no other process is
+// sent anything, whatever the number of waiters. (A fixed lease has the
+// lock kept for it instead, and takes it with one attempt.) A newcomer
+// takes the lock only when it is free and not kept for a waiter, so under
+// contention the lock goes round in arrival order and no waiter is passed
+// over. A waiter renews its place every QueueTTL/3 (WithQueueTTL, 3 s by
+// default) as it waits; a waiter killed just before its turn holds the
+// lock for the rest of its place at most. FairMutex differs only at the edges: its TryLock fails while
 // anyone waits, and a lock left free with waiters goes to the first.
 //
 // In Redis the lock is a hash "<prefix>:{<name>}" mapping the owner's token

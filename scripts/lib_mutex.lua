@@ -31,7 +31,7 @@ end
 
 -- hand_on runs when lock has just become free (its hash is gone).
 local function hand_on(lock, fence, queue, alive, base, pub, reserve)
-  local h, now = first_live(queue, alive)
+  local h, now, exp = first_live(queue, alive)
   if not h then
     return
   end
@@ -39,7 +39,7 @@ local function hand_on(lock, fence, queue, alive, base, pub, reserve)
     tell(h, base, pub)
     return
   end
-  local left = math.max(tonumber(redis.call('ZSCORE', alive, h)) - now, 1)
+  local left = math.max(exp - now, 1)
   local ttl = string.match(h, ':h(%d+)$')
   if ttl then
     local granted = math.min(tonumber(ttl), left)

@@ -35,15 +35,26 @@ local function head(queue)
   return redis.call('ZRANGE', queue, 0, 0)[1]
 end
 
--- first_live drops the dead waiters and returns the first live one (nil
--- if none) and the server time; it costs one call when nobody waits.
+-- first_live returns the first live waiter (nil if none), the server
+-- time and when that waiter's place expires. Dead waiters are dropped
+-- when they come first. It costs one call when nobody waits, three when
+-- the first is alive.
 local function first_live(queue, alive)
-  if redis.call('EXISTS', queue) == 0 then
-    return nil, nil
+  local h = head(queue)
+  if not h then
+    return nil, nil, nil
   end
   local now = now_ms()
+  local exp = tonumber(redis.call('ZSCORE', alive, h))
+  if exp and exp > now then
+    return h, now, exp
+  end
   purge(queue, alive, now)
-  return head(queue), now
+  h = head(queue)
+  if h then
+    exp = tonumber(redis.call('ZSCORE', alive, h))
+  end
+  return h, now, exp
 end
 
 -- place enters member in the queue if it is not there, and renews its

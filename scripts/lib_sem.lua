@@ -68,9 +68,10 @@ end
 -- wake_fitting tells the waiters, in order, whose permits fit in free,
 -- stopping at the first that does not fit.
 local function wake_fitting(queue, alive, free, base, pub)
-  if free <= 0 or not first_live(queue, alive) then
+  if free <= 0 or redis.call('EXISTS', queue) == 0 then
     return
   end
+  purge(queue, alive, now_ms())
   local i = 0
   while true do
     local m = redis.call('ZRANGE', queue, i, i)[1]

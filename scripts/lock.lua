@@ -51,17 +51,21 @@ if redis.call('EXISTS', lock) == 0 then
     return take()
   end
   -- free, but another waiter is first (the one told before gave up or
-  -- died): keep the lock for it and tell it
+  -- died): hand it the lock (or keep it for it) and tell it
   hand_on(lock, fence, queue, alive, ARGV[7], ARGV[8], true)
-elseif redis.call('HEXISTS', lock, token) == 1 then
-  -- our own earlier call, retried after its reply was lost; or the lock
-  -- was handed to us and the message has not come (yet)
-  redis.call('PEXPIRE', lock, ttl)
-  dequeue(queue, alive, member)
-  return {HELD, fence_at(fence)}
-elseif reserved_for(lock, member) then
-  redis.call('DEL', lock)
-  return take()
+else
+  local mine = redis.call('HMGET', lock, token, RESERVED)
+  if mine[1] then
+    -- our own earlier call, retried after its reply was lost; or the lock
+    -- was handed to us and the message has not come (yet)
+    redis.call('PEXPIRE', lock, ttl)
+    dequeue(queue, alive, member)
+    return {HELD, fence_at(fence)}
+  elseif member ~= '' and mine[2] == member then
+    -- kept for us
+    redis.call('DEL', lock)
+    return take()
+  end
 end
 
 if place_ttl > 0 then
