@@ -2,12 +2,12 @@ package dlock
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
