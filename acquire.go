@@ -91,7 +91,12 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 		a.abandon = func(ctx context.Context) { c.be.everywhere(ctx, leave) }
 	}
 	a.p, a.attempt = c.be.attempt(c, r, token, member, cfg)
-	return a.run(ctx, wait)
+	a.what = r.what
+	start := time.Now()
+	ctx, span := c.tel.acquireStarted(ctx, r.what, r.k.name, wait)
+	l, err := a.run(ctx, wait)
+	c.tel.acquireEnded(ctx, span, r.what, r.k.name, start, err)
+	return l, err
 }
 
 // Locker is what every lock of this package offers: Mutex, FairMutex, and
@@ -131,7 +136,7 @@ func (c *Client) handedOver(ctx context.Context, r request, token string, cfg lo
 	if time.Until(placed.Add(granted-c.drift.of(granted))) < granted/4 {
 		return nil, nil, false
 	}
-	h := newHold(c, r.k, r.p, token, fence, cfg, placed)
+	h := newHold(c, r.k, r.what, r.p, token, fence, cfg, placed)
 	h.deadline = time.Time{}
 	h.confirmed(placed, granted)
 	l, err = c.newLease(ctx, h)
@@ -158,6 +163,7 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 		_ = h.release(ctx)
 		return nil, ErrClosed
 	}
+	c.tel.holdStarted(h)
 	return l, nil
 }
 
@@ -201,7 +207,7 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		return nil, redisErr("lock", h.k.name, err)
 	}
 	if len(res) < 1 || res[0] != replyHeld {
-		err := lost(h.k.name, "the lock was no longer held at re-entry")
+		err := lost(reasonGone, h.k.name, "the lock was no longer held at re-entry")
 		h.end(err)
 		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}

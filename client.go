@@ -54,6 +54,7 @@ type Client struct {
 	wd     *watchdog
 	hubs   []*hub // wake-ups: one per Redis node (one but for a quorum)
 	drift  drift
+	tel    *telemetry
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
@@ -119,7 +120,7 @@ func configure(opts []Option) (clientConfig, error) {
 // watchdog.
 func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: newToken()[:16], directed: !cfg.noScripts, reserve: len(nodes) == 1}
+		id: newToken()[:16], directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg)}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}

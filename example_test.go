@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
-
-// redisAddr is the address of a Redis server: in these examples, the one
-// the package's tests start.
-var redisAddr string
 
 func ExampleMutex_Lock() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, err := dlock.New(rdb, dlock.WithPrefix("example"))
 	if err != nil {
@@ -45,7 +44,7 @@ func ExampleMutex_Lock() {
 
 func ExampleMutex_TryLock() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -63,7 +62,7 @@ func ExampleMutex_TryLock() {
 
 func ExampleLease_Context() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -83,7 +82,7 @@ func ExampleLease_Context() {
 
 func ExampleLease_Done() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -100,7 +99,7 @@ func ExampleLease_Done() {
 
 func ExampleFairMutex() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -119,7 +118,7 @@ func ExampleFairMutex() {
 
 func ExampleRWMutex() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -147,7 +146,7 @@ func ExampleRWMutex() {
 
 func ExampleSemaphore() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -166,7 +165,7 @@ func ExampleSemaphore() {
 
 func ExampleLatch() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -182,7 +181,7 @@ func ExampleLatch() {
 
 func ExampleLockAll() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
 	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
 	defer c.Close()
@@ -200,4 +199,36 @@ func ExampleLockAll() {
 	// Output:
 	// accounts/3
 	// accounts/9
+}
+
+func ExampleWithMeterProvider() {
+	ctx := context.Background()
+	// The application's OpenTelemetry SDK; here one read by hand.
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx)
+
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
+	defer rdb.Close()
+	c, err := dlock.New(rdb, dlock.WithPrefix("example"), dlock.WithMeterProvider(mp))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	lease, err := c.Mutex("metrics/demo").Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+
+	var rm metricdata.ResourceMetrics
+	_ = reader.Collect(ctx, &rm)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if held, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "dlock.leases.held" {
+				fmt.Println(m.Name, held.DataPoints[0].Value)
+			}
+		}
+	}
+	_ = lease.Unlock(ctx)
+	// Output: dlock.leases.held 1
 }

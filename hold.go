@@ -12,9 +12,11 @@ import (
 // count. Re-entry adds leases to the same hold; the hold ends when its last
 // lease is unlocked, or for all of its leases at once when it is lost.
 type hold struct {
-	c     *Client
-	k     keys
-	p     protocol
+	c        *Client
+	k        keys
+	p        protocol
+	what     string    // the primitive, for telemetry
+	acquired time.Time // when the attempt that took it was sent
 	side  side // the side of an RWMutex hold; "" for other locks
 	token string
 	fence int64
@@ -38,8 +40,8 @@ type hold struct {
 	err                 error // why the hold ended; nil while held
 }
 
-func newHold(c *Client, k keys, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
-	h := &hold{c: c, k: k, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
+func newHold(c *Client, k keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
+	h := &hold{c: c, k: k, what: what, acquired: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
 		ttl: cfg.ttl, leases: make(map[*Lease]struct{}), deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.confirmed(start, cfg.ttl)
 	return h
@@ -83,6 +85,7 @@ func (h *hold) end(err error) {
 		l.finish(err)
 	}
 	h.c.wd.remove(h)
+	h.c.tel.holdEnded(h, err)
 }
 
 // expireIfLate ends the hold as lost when its local deadline has passed,
@@ -92,16 +95,12 @@ func (h *hold) expireIfLate(now time.Time) {
 	late := h.err == nil && !now.Before(h.deadline)
 	h.mu.Unlock()
 	if late {
-		why := "no renewal confirmed before its deadline"
+		reason, why := reasonDeadline, "no renewal confirmed before its deadline"
 		if !h.renew {
-			why = "its fixed lease ran out"
+			reason, why = reasonEnded, "its fixed lease ran out"
 		}
-		h.end(lost(h.k.name, why))
+		h.end(lost(reason, h.k.name, why))
 	}
-}
-
-func lost(name, why string) error {
-	return fmt.Errorf("%w: %q: %s", ErrLeaseLost, name, why)
 }
 
 // A hold is what a single lease holds (see held).
@@ -136,7 +135,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	h.mu.Unlock()
 	res, err := h.p.release(h.token, left).run(ctx, h.c.rdb).Int64()
 	if err == nil && res < 0 {
-		err := lost(h.k.name, "the lock was no longer held at unlock")
+		err := lost(reasonGone, h.k.name, "the lock was no longer held at unlock")
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -174,7 +173,7 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 		return redisErr("extend", h.k.name, err)
 	}
 	if ok != 1 {
-		err := lost(h.k.name, "the lock was no longer held at extend")
+		err := lost(reasonGone, h.k.name, "the lock was no longer held at extend")
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -200,7 +199,7 @@ func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
 		return 0, redisErr("ttl", h.k.name, err)
 	}
 	if ms == replyTTLNotHeld {
-		err := lost(h.k.name, "the lock was no longer held")
+		err := lost(reasonGone, h.k.name, "the lock was no longer held")
 		h.end(err)
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}

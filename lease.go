@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/codes"
 )
 
 // Lease is the proof that a lock is held, returned by a successful
@@ -164,7 +166,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
 	}
-	return l.of.unlock(ctx, l)
+	h := l.of.first()
+	tel := h.c.tel
+	ctx, span := tel.tracer.Start(ctx, "dlock.Unlock", tel.spanAttrs(h.what, h.k.name))
+	err := l.of.unlock(ctx, l)
+	if err != nil && span.IsRecording() {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
 }
 
 func (l *Lease) Extend(ctx context.Context, d time.Duration) error {

@@ -35,7 +35,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
 		os.Exit(1)
 	}
-	redisAddr = srv.Addr()
+	// The examples connect where a user's program would: REDIS_ADDR, or
+	// localhost:6379 when it is unset.
+	os.Setenv("REDIS_ADDR", srv.Addr())
 	code := m.Run()
 	srv.Close()
 	if code == 0 {

@@ -209,7 +209,7 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 	}
 	parts := make([]*Lease, len(ms))
 	for i, m := range ms {
-		l, err := c.newLease(ctx, newHold(c, m.k, mutexProto{m.k, c.wakeTo(m.k)}, s.token, res[i+1], s.cfgs[i], start))
+		l, err := c.newLease(ctx, newHold(c, m.k, "Mutex", mutexProto{m.k, c.wakeTo(m.k)}, s.token, res[i+1], s.cfgs[i], start))
 		if err != nil {
 			releaseAll(ctx, parts[:i])
 			cleanupSet(ctx, c, ms[i:], s.token)

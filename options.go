@@ -1,7 +1,11 @@
 package dlock
 
 import (
+	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultTTL is the lease of a lock taken without WithTTL or WithLease: it
@@ -27,6 +31,10 @@ type clientConfig struct {
 	noScripts bool
 	drift     drift
 	quorum    quorumConfig
+	logger    *slog.Logger
+	meters    metric.MeterProvider
+	tracers   trace.TracerProvider
+	names     bool
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:

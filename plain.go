@@ -129,7 +129,7 @@ func (b *plain) lock(ctx context.Context, c *Client, p plainProto, token string,
 	// Ours — by this transaction, or by an earlier one whose reply was lost
 	// and that go-redis sent again: then the fence of this one, still above
 	// every earlier owner's.
-	l, err := c.newLease(ctx, newHold(c, k, p, token, fence.Val(), cfg, start))
+	l, err := c.newLease(ctx, newHold(c, k, "Mutex", p, token, fence.Val(), cfg, start))
 	return l, 0, err
 }
 

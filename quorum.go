@@ -220,10 +220,14 @@ func (q *quorum) lock(ctx context.Context, c *Client, k keys, token, member stri
 	t := q.tally(q.fanout(ctx, nodes, func(int) call {
 		return p.lock(token, cfg.ttl, 0, member, placeTTL(cfg, member), false)
 	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld })
+	if len(t.failed) > 0 {
+		c.tel.log.Warn("dlock: quorum nodes failed", "lock", k.name, "failed", len(t.failed),
+			"node", t.failed[0].Node, "err", t.failed[0].Err)
+	}
 	validity := cfg.ttl - time.Since(start) - c.drift.of(cfg.ttl)
 	if len(t.ok) >= q.majority() && validity > 0 {
 		if fence, err := q.raiseFences(ctx, k, t); err == nil {
-			l, err := c.newLease(ctx, newHold(c, k, quorumProto{q, p}, token, fence, cfg, start))
+			l, err := c.newLease(ctx, newHold(c, k, "Mutex", quorumProto{q, p}, token, fence, cfg, start))
 			return l, 0, err
 		}
 	}

@@ -65,6 +65,7 @@ func (c *Client) releaseLater(h *hold) {
 		defer r.wg.Done()
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx
 		defer timer.Stop()
+		var err error
 		for backoff := releaseMinBackoff; time.Now().Before(until); backoff = min(2*backoff, releaseMaxBackoff) {
 			select {
 			case <-c.life.Done():
@@ -73,7 +74,7 @@ func (c *Client) releaseLater(h *hold) {
 			case <-timer.C:
 			}
 			ctx, cancel := context.WithTimeout(c.life, releaseTry)
-			err := h.release(ctx)
+			err = h.release(ctx)
 			cancel()
 			if err == nil {
 				return
@@ -81,6 +82,8 @@ func (c *Client) releaseLater(h *hold) {
 			c.clusterHint(err)
 			timer.Reset(backoff)
 		}
+		c.tel.log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
+			"lock", h.k.name, "err", err)
 	}()
 }
 

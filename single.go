@@ -54,7 +54,7 @@ func (s *single) attempt(c *Client, r request, token, member string, cfg lockCon
 		}
 		switch res[0] {
 		case replyHeld:
-			h := newHold(c, r.k, r.p, token, res[1], cfg, start)
+			h := newHold(c, r.k, r.what, r.p, token, res[1], cfg, start)
 			h.side = r.side
 			l, err := c.newLease(ctx, h)
 			return l, 0, err

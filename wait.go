@@ -19,6 +19,7 @@ type attemptFunc func(ctx context.Context, queued bool, msg string) (*Lease, tim
 // primitives.
 type acquisition struct {
 	c       *Client
+	what    string // the primitive, for telemetry
 	name    string
 	channel string
 	token   string
@@ -57,6 +58,8 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
 	}
 
+	c.tel.waiting(a.what, a.name, 1)
+	defer c.tel.waiting(a.what, a.name, -1)
 	err = c.waitLoop(ctx, a.name, a.channel, a.token, seen, a.bound(next),
 		func(ctx context.Context, msg string) (bool, time.Duration, error) {
 			var next time.Duration
@@ -140,6 +143,7 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	}
 	a.c.clusterHint(err)
 	if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
+		a.c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
 		a.cleanup(ctx, func(ctx context.Context) {
 			_ = a.p.release(a.token, 0).run(ctx, a.c.rdb).Err()
 		})

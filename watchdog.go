@@ -248,6 +248,7 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 		v, err := cmd.Int64()
 		rs[i].ok, rs[i].err = v == 1, err
 	}
+	w.c.tel.renewed(rs, time.Since(start))
 	select {
 	case w.results <- rs:
 	case <-ctx.Done():
@@ -285,7 +286,7 @@ func (w *watchdog) apply(rs []renewal) {
 		}
 		h.mu.Unlock()
 		if gone {
-			h.end(lost(h.k.name, "renewal found the lock gone or held by another owner"))
+			h.end(lost(reasonGone, h.k.name, "renewal found the lock gone or held by another owner"))
 		}
 	}
 }
