@@ -17,10 +17,10 @@ type hold struct {
 	p        protocol
 	what     string    // the primitive, for telemetry
 	acquired time.Time // when the attempt that took it was sent
-	side  side // the side of an RWMutex hold; "" for other locks
-	token string
-	fence int64
-	renew bool // the watchdog renews it
+	side     side      // the side of an RWMutex hold; "" for other locks
+	token    string
+	fence    int64
+	renew    bool // the watchdog renews it
 
 	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
