@@ -72,7 +72,7 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 			return reenter(ctx, outer)
 		}
 	}
-	token := newToken()
+	token := c.newToken()
 	if r.token != nil {
 		var err error
 		if token, err = r.token(ctx); err != nil {
@@ -225,11 +225,18 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	return l, nil
 }
 
-// newToken returns 128 random bits from crypto/rand, in hex.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
-	return hex.EncodeToString(b[:])
+// newToken returns an owner token: 32 hex digits, the Client's id (64
+// random bits, so an inspector can tell whose hold it is) then 64 random
+// bits of its own, from crypto/rand.
+func (c *Client) newToken() string {
+	return c.id + randomHex(8)
+}
+
+// randomHex returns n random bytes from crypto/rand, in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand, Go 1.24+)
+	return hex.EncodeToString(b)
 }
 
 // retryAfter turns a holder's remaining lease (PTTL) into the longest

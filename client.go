@@ -120,7 +120,7 @@ func configure(opts []Option) (clientConfig, error) {
 // watchdog.
 func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: newToken()[:16], directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg)}
+		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg)}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}

@@ -147,7 +147,7 @@ func (s *mutexSet) prepare(ctx context.Context) error {
 	if err := checkCall(ctx, s.c, s.name); err != nil {
 		return err
 	}
-	s.token = newToken()
+	s.token = s.c.newToken()
 	s.member = s.c.member(s.token, 0)
 	var place time.Duration
 	for _, m := range s.ms {

@@ -103,7 +103,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			if writer := leaseFrom(ctx, c, k.lock, sideWrite); writer != nil {
 				return writer.of.first().token, nil // reading inside its write hold
 			}
-			return newToken(), nil
+			return c.newToken(), nil
 		}
 		r.call = func(token, member string, cfg lockConfig) call {
 			return call{rwReadScript, p.acquireKeys(),
@@ -114,7 +114,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			if leaseFrom(ctx, c, k.lock, sideRead) != nil {
 				return "", invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
 			}
-			return newToken(), nil
+			return c.newToken(), nil
 		}
 		r.call = func(token, member string, cfg lockConfig) call {
 			return p.write(token, cfg.ttl, 0, member, placeTTL(cfg, member))

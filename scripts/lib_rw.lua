@@ -6,6 +6,7 @@
 --   w:<tok>   the writer's hold count
 --   r:<tok>   a reader's hold count (a writer may also read: same token)
 --   f:<tok>   the holder's fence
+--   t:<tok>   when the holder took it (server ms)
 -- and a sorted set 'readers': token -> when that reader's hold expires
 -- (server ms), so that each reader expires on its own. The hash's own
 -- PEXPIRE covers the longest hold.
@@ -21,7 +22,7 @@ local function forget_reader(lock, readers, tok)
   redis.call('HDEL', lock, 'r:' .. tok)
   redis.call('ZREM', readers, tok)
   if redis.call('HEXISTS', lock, 'w:' .. tok) == 0 then
-    redis.call('HDEL', lock, 'f:' .. tok)
+    redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok)
   end
 end
 

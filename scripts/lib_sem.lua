@@ -4,6 +4,7 @@
 -- The holders are one hash:
 --   p:<tok>  permits the holder has
 --   f:<tok>  the holder's fence
+--   t:<tok>  when the holder took them (server ms)
 -- and a sorted set 'leases': token -> when its hold expires (server ms), so
 -- that each holder's permits come back on their own when it stops renewing
 -- (crashed, cut off). Both keys live as long as their longest hold. The
@@ -11,7 +12,7 @@
 
 -- drop removes a holder.
 local function drop(holders, leases, tok)
-  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok)
+  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok)
   redis.call('ZREM', leases, tok)
 end
 

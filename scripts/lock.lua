@@ -1,7 +1,8 @@
 -- lock.lua: acquire the reentrant mutex (Mutex or FairMutex), or re-enter a
 -- hold of it, or keep a waiter's place in its queue.
 --
--- KEYS[1]  lock hash: owner token -> hold count (or RESERVED -> a waiter)
+-- KEYS[1]  lock hash: owner token -> hold count, 't:<token>' -> when it was
+--          taken (server ms); or RESERVED -> a waiter
 -- KEYS[2]  fence counter (INCR'd on first entry only; never expires)
 -- KEYS[3]  queue: member -> arrival (server µs)
 -- KEYS[4]  alive: member -> place expiry (server ms)
@@ -36,7 +37,7 @@ if count > 0 then
 end
 
 local function take()
-  redis.call('HSET', lock, token, 1)
+  redis.call('HSET', lock, token, 1, 't:' .. token, now_ms())
   redis.call('PEXPIRE', lock, ttl)
   dequeue(queue, alive, member)
   return {HELD, next_fence(fence)}

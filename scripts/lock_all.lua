@@ -51,6 +51,7 @@ if blocked > 0 then
   return {BUSY, blocked, math.max(redis.call('PTTL', lock), 0)}
 end
 local out = {1}
+local now = now_ms()
 for i = 1, n do
   local lock, fence, ttl = k(i, 1), k(i, 2), ARGV[i + 5]
   if redis.call('HEXISTS', lock, tok) == 1 then
@@ -58,7 +59,7 @@ for i = 1, n do
     out[i + 1] = fence_at(fence)
   else
     redis.call('DEL', lock) -- free, or kept for us
-    redis.call('HSET', lock, tok, 1)
+    redis.call('HSET', lock, tok, 1, 't:' .. tok, now)
     redis.call('PEXPIRE', lock, ttl)
     out[i + 1] = next_fence(fence)
   end

@@ -48,7 +48,7 @@ local function take(f)
   if member ~= '' then
     redis.call('ZREM', rqueue, member)
   end
-  redis.call('HSET', lock, r, 1, 'f:' .. tok, f)
+  redis.call('HSET', lock, r, 1, 'f:' .. tok, f, 't:' .. tok, now)
   if not redis.call('HGET', lock, 'mode') then
     redis.call('HSET', lock, 'mode', 'read')
   end

@@ -42,7 +42,7 @@ local mode = redis.call('HGET', lock, 'mode')
 if not mode then
   if first == nil or first == member then
     local f = next_fence(fence)
-    redis.call('HSET', lock, 'mode', 'write', w, 1, 'f:' .. tok, f)
+    redis.call('HSET', lock, 'mode', 'write', w, 1, 'f:' .. tok, f, 't:' .. tok, now)
     redis.call('PEXPIRE', lock, ttl)
     unqueue(queue, alive, member)
     return {HELD, f}

@@ -47,7 +47,7 @@ if used(holders) + n + kept(queue, alive, member) > cap then
   return {BUSY, wait}
 end
 local f = next_fence(fence)
-redis.call('HSET', holders, 'p:' .. tok, n, 'f:' .. tok, f)
+redis.call('HSET', holders, 'p:' .. tok, n, 'f:' .. tok, f, 't:' .. tok, now)
 redis.call('ZADD', leases, now + ttl, tok)
 stretch(holders, ttl)
 stretch(leases, ttl)
