@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -133,7 +134,9 @@ func readLock(ctx context.Context, rdb *redis.Client, k dlock.Keys) (lockState, 
 	if st.kind == "hash" {
 		st.owners = make(map[string]int64)
 		for tok, n := range owners.Val() {
-			st.owners[tok], _ = strconv.ParseInt(n, 10, 64)
+			if isOwner(tok) {
+				st.owners[tok], _ = strconv.ParseInt(n, 10, 64)
+			}
 		}
 	}
 	if err := fence.Err(); err != nil && !errors.Is(err, redis.Nil) {
@@ -202,7 +205,9 @@ func forceDelete(ctx context.Context, rdb *redis.Client, name string, k dlock.Ke
 	fmt.Fprintf(stdout, "deleted lock %q (key %s), which had %s left\n", name, k.Lock,
 		formatPTTL(time.Duration(pttl)*time.Millisecond))
 	for i := 2; i+1 < len(res); i += 2 {
-		fmt.Fprintf(stdout, "  owner:  %v  hold count %v: loses its lease at its next renewal\n", res[i], res[i+1])
+		if tok, _ := res[i].(string); isOwner(tok) {
+			fmt.Fprintf(stdout, "  owner:  %v  hold count %v: loses its lease at its next renewal\n", res[i], res[i+1])
+		}
 	}
 	fmt.Fprintf(stdout, "waiters were woken; the fence counter %s is kept (fences never go back)\n", k.Fence)
 	return exitOK
@@ -225,4 +230,11 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// isOwner tells an owner token among a mutex hash's fields from the
+// others: "t:<token>" (when it was taken) and "@next" (a waiter it is kept
+// for).
+func isOwner(field string) bool {
+	return !strings.HasPrefix(field, "t:") && !strings.HasPrefix(field, "@")
 }
