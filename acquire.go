@@ -164,6 +164,7 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	c.tel.holdStarted(h)
+	c.announce(ctx)
 	return l, nil
 }
 

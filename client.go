@@ -55,6 +55,7 @@ type Client struct {
 	hubs   []*hub // wake-ups: one per Redis node (one but for a quorum)
 	drift  drift
 	tel    *telemetry
+	owner  *owners // what it records of itself for inspectors
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
@@ -120,7 +121,7 @@ func configure(opts []Option) (clientConfig, error) {
 // watchdog.
 func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg)}
+		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg), owner: newOwners(cfg)}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}
@@ -151,6 +152,7 @@ func (c *Client) Close() error {
 		c.cancel()
 		<-c.wd.done // it ends and releases the holds still there
 		c.waitReleases()
+		c.forget()
 		c.be.close()
 		for _, h := range c.hubs {
 			h.close()

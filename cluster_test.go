@@ -248,3 +248,28 @@ func TestClusterPubSubConnectionsBounded(t *testing.T) {
 		}
 	}
 }
+
+// Locks walks every master of a cluster.
+func TestClusterLocksScansEveryMaster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	c := newClient(t, clusterClient(t, cl))
+	base := lockName(t)
+	const n = 20
+	for i := range n {
+		mustLock(t, c.Mutex(fmt.Sprintf("%s/%d", base, i)), ctx)
+	}
+	ls, err := c.Locks(ctx, base+"/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, l := range ls {
+		if l.Held && l.Kind == dlock.KindMutex {
+			held++
+		}
+	}
+	if held != n {
+		t.Fatalf("Locks found %d held mutexes; want %d", held, n)
+	}
+}

@@ -35,6 +35,8 @@ type clientConfig struct {
 	meters    metric.MeterProvider
 	tracers   trace.TracerProvider
 	names     bool
+	label     string
+	noOwner   bool
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:

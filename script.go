@@ -43,6 +43,7 @@ var (
 	lockScript   = mutexScript("lock.lua")
 	unlockScript = mutexScript("unlock.lua")
 	leaveScript  = mutexScript("leave.lua")
+	forceScript  = mutexScript("force.lua")
 	renewScript  = loadScript("lib.lua", "renew.lua")
 	ttlScript    = loadScript("ttl.lua")
 
@@ -52,6 +53,7 @@ var (
 	rwRenewScript  = rwScript("rw_renew.lua")
 	rwTTLScript    = rwScript("rw_ttl.lua")
 	rwLeaveScript  = rwScript("rw_leave.lua")
+	rwForceScript  = rwScript("rw_force.lua")
 
 	semAcquireScript = semScript("sem_acquire.lua")
 	semReleaseScript = semScript("sem_release.lua")
@@ -59,12 +61,15 @@ var (
 	semTTLScript     = semScript("sem_ttl.lua")
 	semPermitsScript = semScript("sem_permits.lua")
 	semLeaveScript   = semScript("sem_leave.lua")
+	semForceScript   = semScript("sem_force.lua")
 
 	latchSetScript  = loadScript("latch_set.lua")
 	latchDownScript = loadScript("latch_down.lua")
+	latchOpenScript = loadScript("latch_open.lua")
 
 	lockAllScript  = mutexScript("lock_all.lua")
 	fenceMaxScript = loadScript("fence_max.lua")
+	ownerScript    = loadScript("owner.lua")
 )
 
 // The scripts of each family, with the helpers they share in front.

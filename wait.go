@@ -58,6 +58,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
 	}
 
+	c.announce(ctx) // inspectors can tell who waits
 	c.tel.waiting(a.what, a.name, 1)
 	defer c.tel.waiting(a.what, a.name, -1)
 	err = c.waitLoop(ctx, a.name, a.channel, a.token, seen, a.bound(next),

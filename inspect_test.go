@@ -1,0 +1,175 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// waitQueued waits until Inspect shows n waiters.
+func waitQueued(t *testing.T, c *dlock.Client, kd dlock.Kind, name string, n int) *dlock.LockInfo {
+	t.Helper()
+	var info *dlock.LockInfo
+	waitFor(t, "the waiters registered", func() bool {
+		var err error
+		info, err = c.Inspect(context.Background(), kd, name)
+		return err == nil && len(info.Waiters) == n
+	})
+	return info
+}
+
+func TestInspectMutex(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	a := client(t, dlock.WithOwnerLabel("job-a"))
+	b := client(t, dlock.WithOwnerLabel("job-b"))
+	outer := mustLock(t, a.Mutex(name), ctx)
+	inner := mustLock(t, a.Mutex(name), outer.Context(ctx))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Mutex(name).Lock(wctx)
+		done <- err
+	}()
+	info := waitQueued(t, a, dlock.KindMutex, name, 1)
+	if !info.Held || len(info.Holders) != 1 || info.Fence != outer.Fence() {
+		t.Fatalf("info %+v", info)
+	}
+	h := info.Holders[0]
+	if h.Token != outer.Token() || h.Holds != 2 || h.TTL <= 0 || h.Since.IsZero() || time.Since(h.Since) > time.Minute {
+		t.Errorf("holder %+v", h)
+	}
+	host, _ := os.Hostname()
+	if h.Owner == nil || h.Owner.Label != "job-a" || h.Owner.PID != os.Getpid() || h.Owner.Host != host {
+		t.Errorf("holder's owner %+v", h.Owner)
+	}
+	if w := info.Waiters[0]; w.Owner == nil || w.Owner.Label != "job-b" || w.Expires <= 0 || w.Since.IsZero() {
+		t.Errorf("waiter %+v (owner %+v)", w, w.Owner)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	unlock(t, inner)
+	unlock(t, outer)
+	info, err := a.Inspect(ctx, dlock.KindMutex, name)
+	if err != nil || info.Held || len(info.Waiters) != 0 || info.Fence != outer.Fence() {
+		t.Fatalf("after unlock: %+v, %v", info, err)
+	}
+}
+
+func TestInspectEveryKind(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	c := client(t)
+	other := client(t)
+
+	rw := c.RWMutex(name)
+	r1 := mustLock(t, rw.RLocker(), ctx)
+	r2 := mustLock(t, rw.RLocker(), ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _, _ = other.RWMutex(name).Lock(wctx) }()
+	info := waitQueued(t, c, dlock.KindRWMutex, name, 1)
+	if info.Mode != "read" || len(info.Holders) != 2 || info.Holders[0].Side != "read" || info.Waiters[0].Side != "write" {
+		t.Errorf("rwmutex %+v", info)
+	}
+
+	sem := c.Semaphore(name, 5)
+	p2 := mustAcquire(t, sem, 2)
+	p1 := mustAcquire(t, sem, 1)
+	go func() { _, _ = other.Semaphore(name, 5).Acquire(wctx, 4) }()
+	info = waitQueued(t, c, dlock.KindSemaphore, name, 1)
+	if info.Capacity != 5 || info.Free != 2 || len(info.Holders) != 2 || info.Waiters[0].Permits != 4 {
+		t.Errorf("semaphore %+v", info)
+	}
+
+	latch := c.Latch(name)
+	if _, err := latch.TrySetCount(ctx, 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Inspect(ctx, dlock.KindLatch, name)
+	if err != nil || !info.Held || info.Count != 3 {
+		t.Errorf("latch %+v, %v", info, err)
+	}
+
+	m := mustLock(t, c.Mutex(name), ctx)
+	all, err := c.Locks(ctx, lockName(t)[:len(name)-8]+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[dlock.Kind]bool{}
+	for _, l := range all {
+		if l.Name == name {
+			got[l.Kind] = true
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("Locks found kinds %v of %q; want all four", got, name)
+	}
+	if _, err := c.Inspect(ctx, "table", name); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Inspect of an unknown kind: %v", err)
+	}
+	cancel()
+	for _, l := range []*dlock.Lease{r1, r2, p2, p1, m} {
+		unlock(t, l)
+	}
+	if _, err := latch.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unlock --force frees a lock held by a Client that cannot be reached:
+// the waiter gets it at once, and the holder learns of the loss.
+func TestForceUnlock(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	holder := client(t)
+	l := mustLock(t, holder.Mutex(name), ctx, dlock.WithTTL(300*time.Millisecond))
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		w, err := client(t).Mutex(name).Lock(wctx)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	admin := client(t)
+	waitQueued(t, admin, dlock.KindMutex, name, 1)
+	before, err := admin.ForceUnlock(ctx, dlock.KindMutex, name)
+	if err != nil || len(before.Holders) != 1 || before.Holders[0].Token != l.Token() {
+		t.Fatalf("ForceUnlock: %+v, %v", before, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter after the forced unlock: %v", err)
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Fatalf("the holder's lease: %v; want lost", l.Err())
+	}
+	// Every kind.
+	sem := holder.Semaphore(name, 2)
+	mustAcquire(t, sem, 2)
+	if _, err := admin.ForceUnlock(ctx, dlock.KindSemaphore, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, free, _ := sem.Permits(ctx); free != 2 {
+		t.Errorf("after ForceUnlock the semaphore has %d free; want 2", free)
+	}
+	mustLock(t, holder.RWMutex(name).RLocker(), ctx)
+	if _, err := admin.ForceUnlock(ctx, dlock.KindRWMutex, name); err != nil {
+		t.Fatal(err)
+	}
+	w, err := holder.RWMutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("writer after ForceUnlock of the readers: %v", err)
+	}
+	unlock(t, w)
+}

@@ -1,0 +1,11 @@
+-- latch_open.lua: open a latch whatever its count (unlock --force); its
+-- waiters are woken.
+--
+-- KEYS[1]  count, KEYS[2] ids that have counted down
+-- ARGV[1]  channel, ARGV[2] publish command (PUBLISH or SPUBLISH)
+--
+-- Returns  1 if the latch was closed, 0 if not
+local had = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2])
+redis.call(ARGV[2], ARGV[1], WAKE_ALL)
+return had
