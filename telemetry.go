@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -103,12 +102,29 @@ type telemetry struct {
 	batchSize  metric.Int64Histogram
 	batchDur   metric.Float64Histogram
 
-	mu   sync.Mutex
-	sets map[[3]string]metric.MeasurementOption // attribute sets without a name, made once
+	// sets are the attribute sets without a name, made once (read-only
+	// after newTelemetry: no lock on the hot path).
+	sets map[[3]string]metric.MeasurementOption
 }
+
+// The values the attribute sets take.
+var (
+	primitives = []string{"Mutex", "FairMutex", "RWMutex", "Semaphore"}
+	outcomes   = []string{"acquired", "busy", "canceled", "closed", "invalid", "error"}
+	reasons    = []string{reasonDeadline, reasonEnded, reasonGone}
+)
 
 func newTelemetry(cfg clientConfig) *telemetry {
 	t := &telemetry{log: cfg.logger, names: cfg.names, sets: map[[3]string]metric.MeasurementOption{}}
+	for _, p := range primitives {
+		t.sets[[3]string{p, "", ""}] = metric.WithAttributeSet(attribute.NewSet(attrPrimitive.String(p)))
+		for _, o := range outcomes {
+			t.sets[[3]string{p, string(attrOutcome), o}] = metric.WithAttributeSet(attribute.NewSet(attrPrimitive.String(p), attrOutcome.String(o)))
+		}
+		for _, r := range reasons {
+			t.sets[[3]string{p, string(attrReason), r}] = metric.WithAttributeSet(attribute.NewSet(attrPrimitive.String(p), attrReason.String(r)))
+		}
+	}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
@@ -154,19 +170,14 @@ func (t *telemetry) attrs(what, name string, k2 attribute.Key, v2 string) metric
 		}
 		return metric.WithAttributes(kv...)
 	}
-	key := [3]string{what, string(k2), v2}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	o, ok := t.sets[key]
-	if !ok {
-		kv := []attribute.KeyValue{attrPrimitive.String(what)}
-		if k2 != "" {
-			kv = append(kv, k2.String(v2))
-		}
-		o = metric.WithAttributeSet(attribute.NewSet(kv...))
-		t.sets[key] = o
+	if o, ok := t.sets[[3]string{what, string(k2), v2}]; ok {
+		return o
 	}
-	return o
+	kv := []attribute.KeyValue{attrPrimitive.String(what)}
+	if k2 != "" {
+		kv = append(kv, k2.String(v2))
+	}
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
 }
 
 // spanAttrs are a span's attributes.
