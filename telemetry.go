@@ -105,6 +105,8 @@ type telemetry struct {
 	// sets are the attribute sets without a name, made once (read-only
 	// after newTelemetry: no lock on the hot path).
 	sets map[[3]string]metric.MeasurementOption
+	// spans are the span start options without a name, made once.
+	spans map[string]trace.SpanStartOption
 }
 
 // The values the attribute sets take.
@@ -116,7 +118,9 @@ var (
 
 func newTelemetry(cfg clientConfig) *telemetry {
 	t := &telemetry{log: cfg.logger, names: cfg.names, sets: map[[3]string]metric.MeasurementOption{}}
+	t.spans = map[string]trace.SpanStartOption{}
 	for _, p := range primitives {
+		t.spans[p] = trace.WithAttributes(attrPrimitive.String(p))
 		t.sets[[3]string{p, "", ""}] = metric.WithAttributeSet(attribute.NewSet(attrPrimitive.String(p)))
 		for _, o := range outcomes {
 			t.sets[[3]string{p, string(attrOutcome), o}] = metric.WithAttributeSet(attribute.NewSet(attrPrimitive.String(p), attrOutcome.String(o)))
@@ -184,6 +188,9 @@ func (t *telemetry) attrs(what, name string, k2 attribute.Key, v2 string) metric
 func (t *telemetry) spanAttrs(what, name string) trace.SpanStartOption {
 	if t.names {
 		return trace.WithAttributes(attrPrimitive.String(what), attrName.String(name))
+	}
+	if o, ok := t.spans[what]; ok {
+		return o
 	}
 	return trace.WithAttributes(attrPrimitive.String(what))
 }
