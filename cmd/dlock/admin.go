@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,42 +18,48 @@ import (
 
 // Usage lines and limits of inspect and unlock.
 const (
-	inspectSynopsis = "dlock inspect [--redis URL] [--prefix P] NAME"
-	unlockSynopsis  = "dlock unlock [--redis URL] [--prefix P] NAME"
+	inspectSynopsis = "dlock inspect [--redis URL] [--tls-*] [--prefix P] NAME"
+	unlockSynopsis  = "dlock unlock [--redis URL] [--tls-*] [--prefix P] NAME"
 	// adminTimeout bounds inspect and unlock, connection included.
 	adminTimeout = 10 * time.Second
 )
 
 // adminArgs parses the command line shared by inspect and unlock. It
-// returns the lock's keys and name, or ok false and the exit status.
-func adminArgs(cmd, synopsis string, args []string, stdout, stderr io.Writer) (url, name string, k dlock.Keys, code int, ok bool) {
+// returns the connection options and the lock's name and keys, or ok
+// false and the exit status.
+func adminArgs(cmd, synopsis string, args []string, stdout, stderr io.Writer) (opt *redis.Options, name string, k dlock.Keys, code int, ok bool) {
+	var conn connFlags
 	fs := newFlags(cmd)
-	fs.StringVar(&url, "redis", defaultRedisURL, "the Redis `URL`")
+	conn.register(fs)
 	prefix := fs.String("prefix", dlock.DefaultPrefix, "key `prefix` of the lock")
 	if code, ok := parseFlags(fs, synopsis, args, stdout, stderr); !ok {
-		return "", "", k, code, false
+		return nil, "", k, code, false
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
-		return "", "", k, usageError(stderr, synopsis, "want exactly one lock NAME, got %q", fs.Args()), false
+		return nil, "", k, usageError(stderr, synopsis, "want exactly one lock NAME, got %q", fs.Args()), false
 	}
 	if err := checkPrefix(*prefix); err != nil {
-		return "", "", k, usageError(stderr, synopsis, "%v", err), false
+		return nil, "", k, usageError(stderr, synopsis, "%v", err), false
+	}
+	opt, err := conn.options(os.Getenv)
+	if err != nil {
+		return nil, "", k, usageError(stderr, synopsis, "%v", err), false
 	}
 	name = fs.Arg(0)
-	return url, name, keysFor(*prefix, name), exitOK, true
+	return opt, name, keysFor(*prefix, name), exitOK, true
 }
 
 // adminRun parses an admin command's arguments, connects to Redis with
 // the admin timeout, and runs do.
 func adminRun(cmd, synopsis string, args []string, stdout, stderr io.Writer,
 	do func(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys) int) int {
-	url, name, k, code, ok := adminArgs(cmd, synopsis, args, stdout, stderr)
+	opt, name, k, code, ok := adminArgs(cmd, synopsis, args, stdout, stderr)
 	if !ok {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	rdb, err := dial(ctx, url)
+	rdb, err := dial(ctx, opt)
 	if err != nil {
 		complain(stderr, "%v", err)
 		return exitFail

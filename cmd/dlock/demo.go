@@ -108,7 +108,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (bool, er
 		return false, err
 	}
 	defer srv.stop()
-	rdb, err := dial(ctx, srv.url)
+	rdb, err := dialURL(ctx, srv.url)
 	if err != nil {
 		return false, err
 	}

@@ -4,6 +4,7 @@
 //	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock
 //	dlock inspect NAME                  show who holds a lock
 //	dlock unlock NAME                   force-delete a lock (admin)
+//	dlock version                       print dlock's version
 //
 // "go run ./cmd/dlock demo" starts its own throwaway redis-server (or, when
 // none is installed, an embedded one), lets several processes contend for
@@ -67,7 +68,9 @@ var commands = []command{
 	{name: "run", summary: "run a command while holding a lock; stop it if the lock is lost", fn: runCmd},
 	{name: "inspect", summary: "show a lock's holders, time to live and fencing counter", fn: inspectCmd},
 	{name: "unlock", summary: "force-delete a lock (admin); its holder finds out at its next renewal", fn: unlockCmd},
+	{name: "version", summary: "print dlock's version (also --version)", fn: versionCmd},
 	{name: workerCommand, fn: demoWorkerCmd, hidden: true},
+	{name: guardCommand, fn: guardCmd, hidden: true},
 }
 
 // run executes the command line args (without the program name), writing
@@ -81,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
+	case "-version", "--version":
+		return versionCmd(args[1:], stdout, stderr)
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
@@ -95,9 +100,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 // synopses are the one-line forms of the public commands, for the usage.
 var synopses = []string{
 	"dlock demo    [--workers 4] [--rounds 5] [--redis URL] [--prefix dlock-demo]",
-	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] NAME -- CMD [ARGS...]",
+	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] [-n | --wait D] NAME -- CMD [ARGS...]",
 	"dlock inspect [--redis URL] [--prefix P] NAME",
 	"dlock unlock  [--redis URL] [--prefix P] NAME",
+	"dlock version",
 }
 
 // usage writes the overview of all public commands to w.
@@ -115,7 +121,8 @@ func usage(w io.Writer) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n--redis defaults to %s (demo: a server of its own).\n", defaultRedisURL)
+	fmt.Fprintf(w, "\n--redis defaults to $%s, else %s (demo: a server of its own);\n", redisURLEnv, defaultRedisURL)
+	fmt.Fprintln(w, "rediss:// and --tls-ca, --tls-cert, --tls-key, --tls-insecure for TLS (run, inspect, unlock).")
 	fmt.Fprintln(w, `Run "dlock COMMAND -h" for a command's flags.`)
 }
 

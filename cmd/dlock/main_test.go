@@ -20,14 +20,22 @@ import (
 // against, shared by the package's tests (each uses its own lock names).
 var testServer *redistest.Server
 
-// TestMain doubles as the demo's worker: the demo starts os.Executable(),
-// which under "go test" is this test binary, with workerEnv set. Otherwise
-// it starts the shared server, runs the tests and checks that they left
-// no goroutine behind.
+// TestMain doubles as the programs that the CLI starts as itself:
+// os.Executable() is this test binary under "go test". It is the demo's
+// worker when workerEnv is set, run's guard when called as guardCommand,
+// the whole CLI when cliEnv is set (the tests that kill a "dlock run"
+// process), and a test helper when helperEnv is set. Otherwise it starts
+// the shared server, runs the tests and checks that they left no
+// goroutine behind.
 func TestMain(m *testing.M) {
-	if os.Getenv(workerEnv) == "1" {
+	switch {
+	case os.Getenv(workerEnv) == "1", os.Getenv(cliEnv) == "1",
+		len(os.Args) > 1 && os.Args[1] == guardCommand:
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	case os.Getenv(helperEnv) != "":
+		os.Exit(helperMain(os.Getenv(helperEnv), os.Args[1:]))
 	}
+	redis.SetLogger(quietLogger{}) // as main does: the tests check what dlock says
 	srv, err := redistest.Start(redistest.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -3,86 +3,208 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // runSynopsis is run's usage line.
-const runSynopsis = "dlock run [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] [--quiet] NAME -- CMD [ARGS...]"
+const runSynopsis = "dlock run [--redis URL] [--tls-*] [--prefix P] [--ttl 30s] [--grace 5s] " +
+	"[-n | --wait D] [--conflict-exit-code 75] [--quiet] NAME -- CMD [ARGS...]"
+
+// runNotes follow run's flags in "dlock run -h".
+const runNotes = `
+Flags go before NAME; "--" between NAME and CMD is required.
+--redis defaults to $DLOCK_REDIS_URL, else ` + defaultRedisURL + `.
+
+exit status:
+  CMD's       CMD's own, 128+n if signal n ended it
+  1           a Redis error, or the lease was lost and CMD exited 0
+  2           bad command line (nothing locked, Redis not contacted)
+  75          the lock stayed busy (-n, --wait); --conflict-exit-code changes it
+  126, 127    CMD could not be started, was not found
+  128+n       signal n came before CMD was started
+
+CMD runs in a process group of its own. Lease lost: SIGTERM to the group,
+SIGKILL after --grace. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+are passed on to the group; the first four also end run once CMD has
+exited. When CMD exits, what it left in its group is killed; if run dies,
+even by SIGKILL, the whole group is killed at once.
+`
 
 // Exit statuses of run besides the child's own.
 const (
+	exitBusy      = 75  // EX_TEMPFAIL: the lock was busy (-n) or --wait ran out; --conflict-exit-code changes it
 	exitCannotRun = 126 // the command could not be started
 	exitNotFound  = 127 // the command was not found
-	// childWaitDelay bounds how long run waits, after the child exited,
-	// for processes it left behind to close the output they inherited.
+	// childWaitDelay bounds how long run waits, after the command's
+	// process group was killed, for a process that left the group to close
+	// the output it inherited.
 	childWaitDelay = time.Second
 )
 
 // runConfig is run's command line.
 type runConfig struct {
-	url, prefix, name string
-	ttl, grace        time.Duration
-	quiet             bool
-	argv              []string
+	opt          *redis.Options // where the lock is: --redis, $DLOCK_REDIS_URL, --tls-*
+	prefix, name string
+	ttl, grace   time.Duration
+	wait         waitFlag // --wait; unset: wait as long as it takes
+	noWait       bool     // -n, --no-wait: one try
+	conflictCode int      // exit status when the lock stays busy
+	quiet        bool
+	argv         []string
 }
 
-// runCmd is "dlock run": it takes the lock NAME (waiting for it; a signal
-// gives up), runs CMD with DLOCK_NAME and DLOCK_FENCE in its environment,
-// and releases the lock when CMD exits. If the lease is lost meanwhile,
-// CMD is sent SIGTERM, then SIGKILL after the grace period. A SIGINT or
-// SIGTERM that run receives is passed on to CMD in the same way.
+// runCmd is "dlock run": it takes the lock NAME, runs CMD with DLOCK_NAME
+// and DLOCK_FENCE in its environment, and releases the lock when CMD has
+// exited. The command line is
+//
+//	dlock run [flags] NAME -- CMD [ARGS...]
+//
+// Flags go before NAME, and "--" between NAME and CMD is required: any word
+// between them is refused with status 2 before Redis is contacted, so that
+// "dlock run job --ttl 5s -- x" cannot take the lock and run "--ttl".
+//
+// Waiting: by default run waits for the lock as long as it takes; --wait D
+// gives up after D, -n (--no-wait) after one try; both then exit with
+// --conflict-exit-code (75, EX_TEMPFAIL, unless changed). A SIGINT,
+// SIGTERM, SIGHUP or SIGQUIT ends the wait (status 128+n).
+//
+// CMD runs in a process group of its own, led by a guard process, so that
+// every signal reaches CMD and everything it started (see group_unix.go):
+// if the lease is lost, the group gets SIGTERM, then SIGKILL after --grace;
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to run are
+// passed on to the group, and the first four also make run exit once CMD
+// has (SIGKILL for the group if that takes longer than --grace, or at once
+// on a second one). When CMD exits, what it left behind in its group is
+// killed before the lock is released. If run itself dies, even by
+// SIGKILL, the guard kills the group at once; the lock stays taken until
+// its TTL runs out.
 //
 // The exit status is CMD's (128+n if signal n ended it); 1 if the lease
-// was lost and CMD's status was 0; 1 for Redis errors, 126 if CMD could
-// not be started, 127 if it was not found, 128+n if signal n came before
-// CMD was started; 2 for a bad command line.
+// was lost and CMD's status was 0; 1 for Redis errors; 2 for a bad command
+// line; 75 (--conflict-exit-code) if the lock stayed busy; 126 if CMD could
+// not be started, 127 if it was not found; 128+n if signal n came before
+// CMD was started.
 func runCmd(args []string, stdout, stderr io.Writer) int {
-	var c runConfig
+	// run must not die of a signal that it passes on (SIGHUP above all):
+	// catch them before anything else happens.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, groupSignals...)
+	defer signal.Stop(sigs)
+
+	c, code, ok := parseRun(args, os.Getenv, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if err := runSupported(); err != nil {
+		complain(stderr, "%v", err)
+		return exitFail
+	}
+	return c.run(sigs, stdout, stderr)
+}
+
+// parseRun parses run's command line, reading $DLOCK_REDIS_URL with
+// getenv. It returns ok false and the exit status when run must not go on:
+// 0 after -h, 2 for a bad command line. It contacts no server.
+func parseRun(args []string, getenv func(string) string, stdout, stderr io.Writer) (c runConfig, code int, ok bool) {
+	var conn connFlags
 	fs := newFlags("run")
-	fs.StringVar(&c.url, "redis", defaultRedisURL, "the Redis `URL`")
+	conn.register(fs)
 	fs.StringVar(&c.prefix, "prefix", dlock.DefaultPrefix, "key `prefix` of the lock")
 	fs.DurationVar(&c.ttl, "ttl", dlock.DefaultTTL, "lease time to live, renewed every ttl/3 while CMD runs")
 	fs.DurationVar(&c.grace, "grace", 5*time.Second, "after SIGTERM, how long CMD may take before SIGKILL")
+	fs.Var(&c.wait, "wait", "give up after waiting `DURATION` for the lock (exit status: --conflict-exit-code); default: wait as long as it takes")
+	fs.BoolVar(&c.noWait, "no-wait", false, "try once; if the lock is busy, exit at once with --conflict-exit-code (also -n)")
+	fs.BoolVar(&c.noWait, "n", false, "") // flock's short form of --no-wait
+	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitBusy, "exit `status` when the lock stays busy (-n, --wait)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors (not the waiting and holding notes)")
 	if code, ok := parseFlags(fs, runSynopsis, args, stdout, stderr); !ok {
-		return code
+		if code == exitOK {
+			fmt.Fprint(stdout, runNotes)
+		}
+		return c, code, false
+	}
+	bad := func(format string, a ...any) (runConfig, int, bool) {
+		return c, usageError(stderr, runSynopsis, format, a...), false
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return usageError(stderr, runSynopsis, "missing the lock NAME")
+		return bad("missing the lock NAME")
 	}
-	c.name, c.argv = rest[0], rest[1:]
-	if len(c.argv) > 0 && c.argv[0] == "--" {
-		c.argv = c.argv[1:]
-	}
+	c.name = rest[0]
 	switch {
 	case c.name == "":
-		return usageError(stderr, runSynopsis, "empty lock NAME")
+		return bad("empty lock NAME")
+	case len(rest) == 1:
+		return bad("missing \"-- CMD\" after the lock NAME %q", c.name)
+	case rest[1] != "--" && strings.HasPrefix(rest[1], "-"):
+		return bad("%q after the lock NAME %q: flags go before NAME", rest[1], c.name)
+	case rest[1] != "--":
+		return bad("%q after the lock NAME %q: want \"--\" between NAME and the command", rest[1], c.name)
+	}
+	c.argv = rest[2:]
+	switch {
 	case len(c.argv) == 0:
-		return usageError(stderr, runSynopsis, "missing the command to run")
+		return bad("missing the command to run after \"--\"")
 	case c.ttl < 10*time.Millisecond:
-		return usageError(stderr, runSynopsis, "--ttl %v: want at least 10ms", c.ttl)
+		return bad("--ttl %v: want at least 10ms", c.ttl)
 	case c.grace < 0:
-		return usageError(stderr, runSynopsis, "--grace %v: must not be negative", c.grace)
+		return bad("--grace %v: must not be negative", c.grace)
+	case c.noWait && c.wait.set:
+		return bad("-n and --wait: give one of them")
+	case c.conflictCode < 0 || c.conflictCode > 255:
+		return bad("--conflict-exit-code %d: want 0 to 255", c.conflictCode)
+	}
+	if c.wait.set && c.wait.d == 0 {
+		c.noWait = true // --wait 0 is one try, as in flock
 	}
 	if err := checkPrefix(c.prefix); err != nil {
-		return usageError(stderr, runSynopsis, "%v", err)
+		return bad("%v", err)
 	}
+	opt, err := conn.options(getenv)
+	if err != nil {
+		return bad("%v", err)
+	}
+	c.opt = opt
+	return c, exitOK, true
+}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	return c.run(sigs, stdout, stderr)
+// waitFlag is the value of --wait: a duration that is either set or not.
+type waitFlag struct {
+	d   time.Duration
+	set bool
+}
+
+// String returns the duration, or "" when not set (so that no default is
+// shown).
+func (w *waitFlag) String() string {
+	if w == nil || !w.set {
+		return ""
+	}
+	return w.d.String()
+}
+
+// Set parses a duration of zero or more.
+func (w *waitFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return fmt.Errorf("%v: must not be negative", d)
+	}
+	w.d, w.set = d, true
+	return nil
 }
 
 // run holds the lock around the child. sigs delivers the signals that end
@@ -96,33 +218,34 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// Until the child runs, a signal cancels what is in progress.
-	var (
-		sigMu sync.Mutex
-		sig   os.Signal
-	)
+	// Until the child runs, a stopping signal cancels what is in progress;
+	// SIGUSR1 and SIGUSR2 are dropped, there is no one to pass them to.
+	// The signal is handed over by closing watchDone.
+	var sig os.Signal
 	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		select {
-		case s := <-sigs:
-			sigMu.Lock()
-			sig = s
-			sigMu.Unlock()
-			cancel()
-		case <-stopWatch:
+		for {
+			select {
+			case s := <-sigs:
+				if stops(s) {
+					sig = s
+					cancel()
+					return
+				}
+			case <-stopWatch:
+				return
+			}
 		}
 	}()
 	interrupted := func() os.Signal {
-		sigMu.Lock()
-		defer sigMu.Unlock()
+		close(stopWatch)
+		<-watchDone
 		return sig
 	}
 
-	rdb, err := dial(ctx, c.url)
+	rdb, err := dial(ctx, c.opt)
 	if err != nil {
-		close(stopWatch)
-		<-watchDone
 		if s := interrupted(); s != nil {
 			return signalStatus(s)
 		}
@@ -132,21 +255,13 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	defer rdb.Close()
 	client, err := dlock.New(rdb, dlock.WithPrefix(c.prefix))
 	if err != nil {
-		close(stopWatch)
-		<-watchDone
+		interrupted()
 		complain(stderr, "%v", err)
 		return exitFail
 	}
 	defer client.Close()
 
-	m := client.Mutex(c.name, dlock.WithTTL(c.ttl))
-	lease, err := m.TryLock(ctx)
-	if errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil {
-		note("lock %q is held by another owner; waiting (Ctrl-C gives up)", c.name)
-		lease, err = m.Lock(ctx)
-	}
-	close(stopWatch)
-	<-watchDone
+	lease, err := c.acquire(ctx, client.Mutex(c.name, dlock.WithTTL(c.ttl)), note)
 	if s := interrupted(); s != nil {
 		if err == nil {
 			_ = unlock(lease)
@@ -154,7 +269,14 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 		complain(stderr, "%v: gave up waiting for lock %q", s, c.name)
 		return signalStatus(s)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, dlock.ErrNotObtained) && c.noWait:
+		complain(stderr, "lock %q is held by another owner (-n: not waiting)", c.name)
+		return c.conflictCode
+	case errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded):
+		complain(stderr, "gave up waiting for lock %q after %v (--wait)", c.name, c.wait.d)
+		return c.conflictCode
+	case err != nil:
 		complain(stderr, "%v", err)
 		return exitFail
 	}
@@ -170,79 +292,40 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	return code
 }
 
-// runChild runs the command while lease is held and returns the exit
-// status (see runCmd).
-func (c runConfig) runChild(lease *dlock.Lease, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	cmd := exec.Command(c.argv[0], c.argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(),
+// acquire takes the lock with one try and then, unless -n was given,
+// waits for it: until ctx ends, or for --wait at most. A lock that stays
+// busy comes back as an error matching dlock.ErrNotObtained (and
+// context.DeadlineExceeded when --wait ran out).
+func (c runConfig) acquire(ctx context.Context, m *dlock.Mutex, note func(string, ...any)) (*dlock.Lease, error) {
+	lease, err := m.TryLock(ctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || ctx.Err() != nil || c.noWait {
+		return lease, err
+	}
+	if !c.wait.set {
+		note("lock %q is held by another owner; waiting (Ctrl-C gives up)", c.name)
+		return m.Lock(ctx)
+	}
+	note("lock %q is held by another owner; waiting up to %v", c.name, c.wait.d)
+	wctx, cancel := context.WithTimeout(ctx, c.wait.d)
+	defer cancel()
+	return m.Lock(wctx)
+}
+
+// childEnv is the environment of the command: run's, with DLOCK_NAME and
+// DLOCK_FENCE added.
+func (c runConfig) childEnv(lease *dlock.Lease) []string {
+	return append(os.Environ(),
 		"DLOCK_NAME="+c.name,
 		"DLOCK_FENCE="+strconv.FormatInt(lease.Fence(), 10))
-	cmd.WaitDelay = childWaitDelay
-	if err := cmd.Start(); err != nil {
-		complain(stderr, "%v", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotRun
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
-	select {
-	case err := <-exited:
-		code := exitStatus(cmd, err)
-		if lerr := lease.Err(); lerr != nil {
-			complain(stderr, "the lease ended while %s ran: %v", c.argv[0], lerr)
-			if code == exitOK {
-				code = exitFail
-			}
-		}
-		return code
-	case <-lease.Done():
-		complain(stderr, "%v; stopping %s (SIGTERM, SIGKILL after %v)", lease.Err(), c.argv[0], c.grace)
-		code := exitStatus(cmd, stopChild(cmd, exited, syscall.SIGTERM, c.grace, sigs))
-		if code == exitOK {
-			code = exitFail
-		}
-		return code
-	case s := <-sigs:
-		complain(stderr, "%v: passing it on to %s (SIGKILL after %v)", s, c.argv[0], c.grace)
-		return exitStatus(cmd, stopChild(cmd, exited, s, c.grace, sigs))
-	}
 }
 
-// stopChild sends sig to the child and waits for it to exit, sending
-// SIGKILL when grace has passed or another signal arrives. It returns what
-// Wait returned.
-func stopChild(cmd *exec.Cmd, exited <-chan error, sig os.Signal, grace time.Duration, sigs <-chan os.Signal) error {
-	_ = cmd.Process.Signal(sig)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case err := <-exited:
-		return err
-	case <-t.C:
-	case <-sigs:
+// startErrorStatus is the status for a command that could not be
+// started: 127 if it was not found, 126 otherwise (as the shell does).
+func startErrorStatus(err error) int {
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+		return exitNotFound
 	}
-	_ = cmd.Process.Kill()
-	return <-exited
-}
-
-// exitStatus is the shell's view of how the child ended: its exit code,
-// or 128+n if signal n killed it.
-func exitStatus(cmd *exec.Cmd, err error) int {
-	ps := cmd.ProcessState
-	if ps == nil {
-		if err != nil {
-			return exitFail
-		}
-		return exitOK
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return signalStatus(ws.Signal())
-	}
-	return ps.ExitCode()
+	return exitCannotRun
 }
 
 // signalStatus is the exit status for a process ended by sig: 128+n.

@@ -1,0 +1,38 @@
+//go:build !unix
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+
+	"github.com/dlock-go/dlock"
+)
+
+// guardCommand is the hidden command that run starts on Unix systems.
+const guardCommand = "run-guard"
+
+// groupSignals are the signals run catches here.
+var groupSignals = []os.Signal{os.Interrupt}
+
+// stops reports whether sig asks run to stop: every signal does here.
+func stops(os.Signal) bool { return true }
+
+// runSupported refuses: without process groups run cannot make sure that
+// nothing the command started outlives the lock.
+func runSupported() error {
+	return fmt.Errorf("dlock run needs Unix process groups, which %s does not have", runtime.GOOS)
+}
+
+// runChild is never called where runSupported refuses.
+func (c runConfig) runChild(*dlock.Lease, <-chan os.Signal, io.Writer, io.Writer) int {
+	return exitFail
+}
+
+// guardCmd refuses: the guard exists on Unix only.
+func guardCmd(_ []string, _, stderr io.Writer) int {
+	complain(stderr, "%s: Unix only", guardCommand)
+	return exitUsage
+}

@@ -1,0 +1,323 @@
+//go:build unix
+
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// helperArgv is the command line of a helperFamily command logging to
+// logPath, for "dlock run ... -- argv".
+func helperArgv(t *testing.T, logPath string) []string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"env", helperEnv + "=" + helperFamily, exe, logPath}
+}
+
+// familyLog is what a helper family logged.
+type familyLog struct {
+	ready map[int]int      // pid -> pgid
+	got   map[int][]string // pid -> signals, in order
+}
+
+// readFamilyLog parses the log of a helper family.
+func readFamilyLog(t *testing.T, path string) familyLog {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	l := familyLog{ready: map[int]int{}, got: map[int][]string{}}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && f[0] == "ready":
+			pid, _ := strconv.Atoi(f[1])
+			pgid, _ := strconv.Atoi(f[2])
+			l.ready[pid] = pgid
+		case len(f) == 2:
+			pid, _ := strconv.Atoi(f[0])
+			l.got[pid] = append(l.got[pid], f[1])
+		}
+	}
+	return l
+}
+
+// awaitFamily waits until both members of a helper family are ready and
+// returns their pids. It checks that they share a process group that is
+// not the test's.
+func awaitFamily(t *testing.T, logPath string) []int {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the command and its child to be ready", func() bool {
+		return len(readFamilyLog(t, logPath).ready) == 2
+	})
+	l := readFamilyLog(t, logPath)
+	var pids []int
+	pgids := map[int]bool{}
+	for pid, pgid := range l.ready {
+		pids = append(pids, pid)
+		pgids[pgid] = true
+	}
+	if len(pgids) != 1 || pgids[syscall.Getpgrp()] {
+		t.Fatalf("process groups %v: want one, of the command's own (the test's is %d)", pgids, syscall.Getpgrp())
+	}
+	return pids
+}
+
+// awaitSignal waits until every pid has logged sig.
+func awaitSignal(t *testing.T, logPath string, pids []int, sig string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "every process of the group to get "+sig, func() bool {
+		l := readFamilyLog(t, logPath)
+		for _, pid := range pids {
+			if !slices.Contains(l.got[pid], sig) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestRunSignalsTheWholeGroupOnLeaseLoss deletes the lock while a command
+// with a child runs: both get SIGTERM (not only the command), and run
+// exits with the command's status.
+func TestRunSignalsTheWholeGroupOnLeaseLoss(t *testing.T) {
+	const name = "job/lost-group"
+	logPath := filepath.Join(t.TempDir(), "signals")
+	_, stderr, code := startRun(append(runArgs(t, "--ttl", "600ms", "--grace", "10s", name, "--"),
+		helperArgv(t, logPath)...))
+	pids := awaitFamily(t, logPath)
+	if err := testClient(t).Del(testCtx(t), keysFor(testPrefix(t), name).Lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	awaitSignal(t, logPath, pids, "TERM")
+	if got := await(t, code, 10*time.Second); got != helperStatus {
+		t.Errorf("code %d, want %d (the command's own, after SIGTERM); stderr:\n%s", got, helperStatus, stderr)
+	}
+	if !strings.Contains(stderr.String(), "SIGTERM to its process group") {
+		t.Errorf("stderr does not say the group was stopped:\n%s", stderr)
+	}
+}
+
+// TestRunWakesAStoppedGroup stops the command and its child (SIGSTOP),
+// then deletes the lock: run's SIGTERM is followed by SIGCONT, so both act
+// on it at once rather than being killed when the grace period is over.
+func TestRunWakesAStoppedGroup(t *testing.T) {
+	const name = "job/stopped"
+	logPath := filepath.Join(t.TempDir(), "signals")
+	_, stderr, code := startRun(append(runArgs(t, "--ttl", "600ms", "--grace", "20s", name, "--"),
+		helperArgv(t, logPath)...))
+	pids := awaitFamily(t, logPath)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := testClient(t).Del(testCtx(t), keysFor(testPrefix(t), name).Lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	awaitSignal(t, logPath, pids, "TERM")
+	if got := await(t, code, 10*time.Second); got != helperStatus {
+		t.Errorf("code %d, want %d (the command's own, after SIGTERM); stderr:\n%s", got, helperStatus, stderr)
+	}
+}
+
+// TestRunPassesSignalsToTheGroup sends this process (where run runs)
+// SIGUSR1, then SIGHUP: both reach the command and its child, run survives
+// SIGHUP, exits once the command has with its status, and releases the
+// lock.
+func TestRunPassesSignalsToTheGroup(t *testing.T) {
+	const name = "job/hup"
+	logPath := filepath.Join(t.TempDir(), "signals")
+	_, stderr, code := startRun(append(runArgs(t, name, "--"), helperArgv(t, logPath)...))
+	pids := awaitFamily(t, logPath)
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	awaitSignal(t, logPath, pids, "USR1")
+	select {
+	case c := <-code:
+		t.Fatalf("run exited with %d after SIGUSR1; it should only pass it on", c)
+	default:
+	}
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	awaitSignal(t, logPath, pids, "HUP")
+	if got := await(t, code, 10*time.Second); got != helperStatus {
+		t.Errorf("code %d, want %d (the command's status); stderr:\n%s", got, helperStatus, stderr)
+	}
+	n, err := testClient(t).Exists(testCtx(t), keysFor(testPrefix(t), name).Lock).Result()
+	if err != nil || n != 0 {
+		t.Errorf("the lock is still held after run exited (exists %d, %v)", n, err)
+	}
+}
+
+// TestRunRefusesWordsAfterName: flags (or anything) between NAME and "--"
+// are refused with status 2 before any lock is taken — even when the
+// server is unreachable, which shows it is not contacted.
+func TestRunRefusesWordsAfterName(t *testing.T) {
+	const name = "job/refused"
+	for _, tc := range []struct {
+		after []string
+		want  string
+	}{
+		{[]string{"--ttl", "5s", "--", "echo", "hi"}, `"--ttl" after the lock NAME "job/refused": flags go before NAME`},
+		{[]string{"-n", "--", "echo", "hi"}, `"-n" after the lock NAME`},
+		{[]string{"echo", "hi"}, `want "--" between NAME and the command`},
+		{nil, `missing "-- CMD"`},
+		{[]string{"--"}, "missing the command"},
+	} {
+		for _, url := range []string{serverURL(), "redis://127.0.0.1:1"} {
+			args := append([]string{"run", "--redis", url, "--prefix", testPrefix(t), name}, tc.after...)
+			r := runCLI(args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || r.stdout != "" {
+				t.Errorf("%q: code %d, stdout %q, stderr %q; want %d and %q", args, r.code, r.stdout, r.stderr, exitUsage, tc.want)
+			}
+		}
+	}
+	k := keysFor(testPrefix(t), name)
+	n, err := testClient(t).Exists(testCtx(t), k.Lock, k.Fence).Result()
+	if err != nil || n != 0 {
+		t.Errorf("the lock or its fence counter exists (%d keys, %v): a lock was taken", n, err)
+	}
+}
+
+// TestRunBusy holds the lock: -n gives up at once and --wait after its
+// time, both with the conflict status, without running the command.
+func TestRunBusy(t *testing.T) {
+	const name = "job/busy"
+	ctx := testCtx(t)
+	held, err := dlockClient(t, testPrefix(t)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+
+	r := runCLI(runArgs(t, "-n", name, "--", "echo", "ran")...)
+	if r.code != exitBusy || r.stdout != "" || !strings.Contains(r.stderr, "held by another owner") {
+		t.Errorf("-n: code %d, stdout %q, stderr %q; want %d, no output from the command", r.code, r.stdout, r.stderr, exitBusy)
+	}
+	r = runCLI(runArgs(t, "--no-wait", "--conflict-exit-code", "9", name, "--", "echo", "ran")...)
+	if r.code != 9 || r.stdout != "" {
+		t.Errorf("--no-wait --conflict-exit-code 9: code %d, stdout %q; want 9", r.code, r.stdout)
+	}
+	start := time.Now()
+	r = runCLI(runArgs(t, "--wait", "200ms", name, "--", "echo", "ran")...)
+	if r.code != exitBusy || r.stdout != "" || !strings.Contains(r.stderr, "gave up waiting") {
+		t.Errorf("--wait 200ms: code %d, stdout %q, stderr %q; want %d", r.code, r.stdout, r.stderr, exitBusy)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("--wait 200ms gave up after %v", d)
+	}
+	if err := held.Err(); err != nil {
+		t.Errorf("the holder's lease ended: %v", err)
+	}
+}
+
+// TestRunWaitSucceeds: --wait that is long enough gets the lock once it
+// is released.
+func TestRunWaitSucceeds(t *testing.T) {
+	const name = "job/wait-ok"
+	ctx := testCtx(t)
+	held, err := dlockClient(t, testPrefix(t)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := startRun(runArgs(t, "--wait", "20s", name, "--", "echo", "ran"))
+	waitFor(t, 5*time.Second, "run to wait", func() bool { return strings.Contains(stderr.String(), "waiting up to 20s") })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := await(t, code, 10*time.Second); got != exitOK || stdout.String() != "ran\n" {
+		t.Errorf("code %d, stdout %q; want 0 and the command's output; stderr:\n%s", got, stdout, stderr)
+	}
+}
+
+// TestRunRedisURLFromEnvironment: without --redis, run and inspect use
+// $DLOCK_REDIS_URL; --redis wins over it.
+func TestRunRedisURLFromEnvironment(t *testing.T) {
+	const name = "job/env"
+	t.Setenv(redisURLEnv, serverURL())
+	r := runCLI("run", "--prefix", testPrefix(t), name, "--", "sh", "-c", `echo "fence=$DLOCK_FENCE name=$DLOCK_NAME"`)
+	m := fenceLine.FindStringSubmatch(r.stdout)
+	if r.code != exitOK || m == nil {
+		t.Fatalf("run with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI("inspect", "--prefix", testPrefix(t), name); r.code != exitOK || !strings.Contains(r.stdout, "fence:  "+m[1]+",") {
+		t.Errorf("inspect with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
+	}
+
+	t.Setenv(redisURLEnv, "redis://:secret@127.0.0.1:1")
+	r = runCLI("run", "--redis", serverURL(), "--prefix", testPrefix(t), name, "--", "true")
+	if r.code != exitOK {
+		t.Errorf("--redis did not win over $%s: code %d, stderr %q", redisURLEnv, r.code, r.stderr)
+	}
+	r = runCLI("run", "--prefix", testPrefix(t), name, "--", "true")
+	if r.code != exitFail || !strings.Contains(r.stderr, "cannot reach Redis at 127.0.0.1:1") || strings.Contains(r.stderr, "secret") {
+		t.Errorf("unreachable $%s: code %d, stderr %q; want 1, the address and no password", redisURLEnv, r.code, r.stderr)
+	}
+	t.Setenv(redisURLEnv, "http://:secret@host")
+	r = runCLI("run", "--prefix", testPrefix(t), name, "--", "true")
+	if r.code != exitUsage || strings.Contains(r.stderr, "secret") {
+		t.Errorf("bad $%s: code %d, stderr %q; want 2 and no password", redisURLEnv, r.code, r.stderr)
+	}
+}
+
+// TestGuardRefusesStrayCalls starts the hidden guard command the way a
+// user might, in a process group of its own (so that a guard that did not
+// refuse would kill only that group): not as a group leader, and without
+// its pipes. It must refuse both, and so run nothing.
+func TestGuardRefusesStrayCalls(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	r1, w1, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Close()
+	defer w1.Close()
+	r2, w2, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	defer w2.Close()
+	for _, tc := range []struct {
+		what  string
+		cmd   *exec.Cmd
+		files []*os.File
+	}{
+		// sh leads the group; the guard is its child, not a leader.
+		{"not a group leader", exec.Command("sh", "-c", `"$0" `+guardCommand+` -- touch "$1"`, exe, marker), []*os.File{r1, w2}},
+		{"no pipes", exec.Command(exe, guardCommand, "--", "touch", marker), nil},
+	} {
+		tc.cmd.ExtraFiles = tc.files
+		tc.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := tc.cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitUsage {
+			t.Errorf("%s: %v, want exit status %d; output %q", tc.what, err, exitUsage, out)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("%s: the guard ran the command", tc.what)
+		}
+	}
+}
