@@ -130,7 +130,7 @@ func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 		own = c.wakeTo(keys{}).base + c.id
 	}
 	for _, n := range nodes {
-		c.hubs = append(c.hubs, newHub(n, cfg.sharded, own))
+		c.hubs = append(c.hubs, newHub(n, cfg.sharded, own, c.id))
 	}
 	c.life, c.cancel = context.WithCancel(context.Background())
 	c.wd = newWatchdog(c)

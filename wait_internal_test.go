@@ -84,7 +84,7 @@ func TestEveryConfirmationMakesWaitersCheck(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
 	rdb := s.Client()
 	defer rdb.Close()
-	h := newHub(rdb, false, "")
+	h := newHub(rdb, false, "", "id")
 	defer h.close()
 	// The pub/sub connection is up (a first channel is confirmed) before
 	// the server is paused, so that SUBSCRIBEs are written to it.
@@ -128,7 +128,7 @@ func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
 	rdb, admin := s.Client(), s.Client()
 	defer rdb.Close()
 	defer admin.Close()
-	h := newHub(rdb, false, "")
+	h := newHub(rdb, false, "", "id")
 	defer h.close()
 	ctx := context.Background()
 	w0, err := h.join("other", "z", make(chan struct{}, 1))

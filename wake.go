@@ -32,6 +32,7 @@ type hub struct {
 	rdb     Redis
 	sharded bool
 	own     string // the Client's own channel, kept once subscribed ("" on a cluster)
+	id      string // the Client's id: its channels end with ":wake:<id>"
 
 	mu       sync.Mutex
 	shared   *redis.PubSub        // single node: the one connection
@@ -80,8 +81,8 @@ func (h *hub) message(w *waiter) string {
 	return m
 }
 
-func newHub(rdb Redis, sharded bool, own string) *hub {
-	return &hub{rdb: rdb, sharded: sharded, own: own,
+func newHub(rdb Redis, sharded bool, own, id string) *hub {
+	return &hub{rdb: rdb, sharded: sharded, own: own, id: id,
 		waiting: make(map[string]*listeners), nodes: make(map[string]*nodeConn)}
 }
 
@@ -153,10 +154,15 @@ func (h *hub) leave(w *waiter) {
 			break
 		}
 	}
-	select {
-	case <-w.wake:
-		ch.wakeOne()
-	default:
+	// A broadcast's wake-up that the waiter did not use goes to the next
+	// waiter here. On its Client's own channel a waiter was told by name,
+	// and what it was given Redis passes on when it leaves the queue.
+	if !strings.HasSuffix(w.name, ":wake:"+h.id) {
+		select {
+		case <-w.wake:
+			ch.wakeOne()
+		default:
+		}
 	}
 	if len(ch.waiters) > 0 || w.name == h.own {
 		return
