@@ -173,6 +173,9 @@ func (c *Client) reader() (Redis, error) {
 // state of its kind (mode, permits, count). A lock that does not exist is
 // returned with Held false and nothing in it.
 func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, error) {
+	if err := checkCall(ctx, c, name); err != nil {
+		return nil, err
+	}
 	r, err := c.reader()
 	if err != nil {
 		return nil, err
@@ -180,9 +183,6 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	lk, ok := kinds[kd]
 	if !ok {
 		return nil, invalid("lock kind %q: want mutex, rwmutex, semaphore or latch", kd)
-	}
-	if err := checkCall(ctx, c, name); err != nil {
-		return nil, err
 	}
 	k := c.keys(lk, name)
 	info := &LockInfo{Kind: kd, Name: name, Key: k.lock}
@@ -429,6 +429,9 @@ func (c *Client) fillOwners(ctx context.Context, r Redis, info *LockInfo) error 
 // KEYS. Locks that only ever existed (a fence counter, a semaphore's
 // capacity) are listed too, free.
 func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error) {
+	if err := checkCall(ctx, c, "*"); err != nil {
+		return nil, err
+	}
 	if pattern != "" {
 		if _, err := path.Match(pattern, ""); err != nil {
 			return nil, invalid("pattern %q: %v", pattern, err)

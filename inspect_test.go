@@ -173,3 +173,20 @@ func TestForceUnlock(t *testing.T) {
 	}
 	unlock(t, w)
 }
+
+func TestInspectBadInput(t *testing.T) {
+	c := client(t)
+	var nilClient *dlock.Client
+	for what, err := range map[string]error{
+		"nil ctx":     func() error { _, err := c.Inspect(nil, dlock.KindMutex, "x"); return err }(), //nolint:staticcheck // bad input on purpose
+		"empty name":  func() error { _, err := c.Inspect(context.Background(), dlock.KindMutex, ""); return err }(),
+		"nil Client":  func() error { _, err := nilClient.Inspect(context.Background(), dlock.KindMutex, "x"); return err }(),
+		"bad pattern": func() error { _, err := c.Locks(context.Background(), "["); return err }(),
+		"Locks nil":   func() error { _, err := nilClient.Locks(context.Background(), ""); return err }(),
+		"force kind":  func() error { _, err := c.ForceUnlock(context.Background(), "table", "x"); return err }(),
+	} {
+		if !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s: %v; want ErrInvalidArgument", what, err)
+		}
+	}
+}
