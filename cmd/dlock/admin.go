@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
+	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,232 +15,334 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Usage lines and limits of inspect and unlock.
+// The operator's commands (inspect, ls, unlock --force, top) read and
+// change locks through the library's inspection API (Client.Inspect,
+// Locks, ForceUnlock); this file holds their command lines and
+// connection, report.go and jsonout.go what they print, top.go the live
+// view.
+
+// Usage lines of the operator's commands.
 const (
-	inspectSynopsis = "dlock inspect [--redis URL] [--tls-*] [--prefix P] NAME"
-	unlockSynopsis  = "dlock unlock [--redis URL] [--tls-*] [--prefix P] NAME"
-	// adminTimeout bounds inspect and unlock, connection included.
+	inspectSynopsis = "dlock inspect [--redis URL] [--tls-*] [--prefix P] [--kind K] [--json] NAME"
+	lsSynopsis      = "dlock ls [--redis URL] [--tls-*] [--prefix P] [--json] [PATTERN]"
+	unlockSynopsis  = "dlock unlock --force [--redis URL] [--tls-*] [--prefix P] [--kind K] NAME"
+	// adminTimeout bounds inspect, ls and unlock, connection included,
+	// and each refresh of top.
 	adminTimeout = 10 * time.Second
 )
 
-// adminArgs parses the command line shared by inspect and unlock. It
-// returns the connection options and the lock's name and keys, or ok
-// false and the exit status.
-func adminArgs(cmd, synopsis string, args []string, stdout, stderr io.Writer) (opt *redis.Options, name string, k dlock.Keys, code int, ok bool) {
-	var conn connFlags
-	fs := newFlags(cmd)
-	conn.register(fs)
-	prefix := fs.String("prefix", dlock.DefaultPrefix, "key `prefix` of the lock")
-	if code, ok := parseFlags(fs, synopsis, args, stdout, stderr); !ok {
-		return nil, "", k, code, false
+// allKinds are the kinds of lock, in the order they are shown.
+var allKinds = []dlock.Kind{dlock.KindMutex, dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindLatch}
+
+// kindFlag is --kind: one kind of lock, or none given (every kind).
+type kindFlag struct{ kind dlock.Kind }
+
+// String returns the kind, or "" when not given.
+func (k *kindFlag) String() string {
+	if k == nil {
+		return ""
 	}
-	if fs.NArg() != 1 || fs.Arg(0) == "" {
-		return nil, "", k, usageError(stderr, synopsis, "want exactly one lock NAME, got %q", fs.Args()), false
-	}
-	if err := checkPrefix(*prefix); err != nil {
-		return nil, "", k, usageError(stderr, synopsis, "%v", err), false
-	}
-	opt, err := conn.options(os.Getenv)
-	if err != nil {
-		return nil, "", k, usageError(stderr, synopsis, "%v", err), false
-	}
-	name = fs.Arg(0)
-	return opt, name, keysFor(*prefix, name), exitOK, true
+	return string(k.kind)
 }
 
-// adminRun parses an admin command's arguments, connects to Redis with
-// the admin timeout, and runs do.
-func adminRun(cmd, synopsis string, args []string, stdout, stderr io.Writer,
-	do func(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys) int) int {
-	opt, name, k, code, ok := adminArgs(cmd, synopsis, args, stdout, stderr)
-	if !ok {
-		return code
+// Set parses a kind's name; fairmutex is a mutex (they share their locks).
+func (k *kindFlag) Set(s string) error {
+	switch v := dlock.Kind(strings.ToLower(s)); v {
+	case dlock.KindMutex, dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindLatch:
+		k.kind = v
+	case "fairmutex":
+		k.kind = dlock.KindMutex
+	default:
+		return fmt.Errorf("want mutex, rwmutex, semaphore or latch")
 	}
+	return nil
+}
+
+// kinds returns the kind given, or every kind.
+func (k kindFlag) kinds() []dlock.Kind {
+	if k.kind == "" {
+		return allKinds
+	}
+	return []dlock.Kind{k.kind}
+}
+
+// adminFlags are the flags every operator's command has: where Redis is
+// and under which prefix the locks are.
+type adminFlags struct {
+	conn   connFlags
+	prefix string
+}
+
+// register adds --redis, the TLS flags and --prefix to fs.
+func (a *adminFlags) register(fs *flag.FlagSet) {
+	a.conn.register(fs)
+	fs.StringVar(&a.prefix, "prefix", dlock.DefaultPrefix, "key `prefix` of the locks")
+}
+
+// options checks the prefix and resolves the connection flags (reading
+// $DLOCK_REDIS_URL); it does not connect.
+func (a *adminFlags) options() (*redis.Options, error) {
+	if err := checkPrefix(a.prefix); err != nil {
+		return nil, err
+	}
+	return a.conn.options(os.Getenv)
+}
+
+// session is a connection to Redis and a library Client on it, for
+// inspection: it records no owner information, as it takes no lock.
+type session struct {
+	rdb *redis.Client
+	c   *dlock.Client
+}
+
+// connect dials Redis and makes the Client. Close the session when done.
+func connect(ctx context.Context, opt *redis.Options, prefix string) (*session, error) {
+	rdb, err := dial(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	c, err := dlock.New(rdb, dlock.WithPrefix(prefix), dlock.WithoutOwnerInfo())
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &session{rdb: rdb, c: c}, nil
+}
+
+// close closes the Client, then the connection.
+func (s *session) close() {
+	s.c.Close()
+	s.rdb.Close()
+}
+
+// adminRun connects with opt under prefix, bounded by adminTimeout, runs
+// do, and returns its status; 1 if Redis cannot be reached.
+func adminRun(opt *redis.Options, prefix string, stderr io.Writer, do func(ctx context.Context, s *session) int) int {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	rdb, err := dial(ctx, opt)
+	s, err := connect(ctx, opt, prefix)
 	if err != nil {
 		complain(stderr, "%v", err)
 		return exitFail
 	}
-	defer rdb.Close()
-	return do(ctx, rdb, name, k)
+	defer s.close()
+	return do(ctx, s)
 }
 
-// lockState is what Redis holds for one lock.
-type lockState struct {
-	kind   string           // the lock key's type: "none" when not held, "hash" when held
-	owners map[string]int64 // owner token -> hold count
-	pttl   time.Duration    // -1 ns: no expiry; -2 ns: no key
-	fence  int64            // last fencing token issued; 0: none yet
+// exists reports whether Redis has anything of the lock: a holder, a
+// waiter, a key with a TTL, a fence issued, a capacity or a count.
+func exists(l *dlock.LockInfo) bool {
+	return l.Held || l.TTL != 0 || l.Fence != 0 || len(l.Waiters) > 0 || l.KeptFor != "" || l.Capacity != 0 || l.Count != 0
 }
 
-// inspectCmd is "dlock inspect": it shows whether the lock NAME is held,
-// by which owner tokens with which hold counts, its time to live, and its
-// fencing counter. It reads the keys the library writes, in one MULTI.
-func inspectCmd(args []string, stdout, stderr io.Writer) int {
-	return adminRun("inspect", inspectSynopsis, args, stdout, stderr, func(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys) int {
-		return inspect(ctx, rdb, name, k, stdout, stderr)
-	})
+// lockKeyTypes are the Redis types a lock's own key (LockInfo.Key) may
+// have: a Mutex's is a string when taken WithoutScripts.
+var lockKeyTypes = map[dlock.Kind][]string{
+	dlock.KindMutex:     {"none", "hash", "string"},
+	dlock.KindRWMutex:   {"none", "hash"},
+	dlock.KindSemaphore: {"none", "hash"},
+	dlock.KindLatch:     {"none", "string"},
 }
 
-// inspect prints what Redis holds for the lock.
-func inspect(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys, stdout, stderr io.Writer) int {
-	st, err := readLock(ctx, rdb, k)
+// checkKeyType fails when the lock's key holds something that is no
+// dlock lock (a name clash under the prefix): unlock must not delete it,
+// and inspect must not call it free.
+func checkKeyType(ctx context.Context, rdb *redis.Client, l *dlock.LockInfo) error {
+	t, err := rdb.Type(ctx, l.Key).Result()
 	if err != nil {
-		complain(stderr, "inspect %q: %v", name, err)
-		return exitFail
+		return fmt.Errorf("%s %q: %w", l.Kind, l.Name, err)
 	}
-
-	fmt.Fprintf(stdout, "lock %q (key %s)\n", name, k.Lock)
-	switch st.kind {
-	case "none":
-		fmt.Fprintln(stdout, "  held:   no")
-	case "hash":
-		fmt.Fprintf(stdout, "  held:   yes, by %d owner%s\n", len(st.owners), plural(len(st.owners)))
-		for _, tok := range slices.Sorted(maps.Keys(st.owners)) {
-			fmt.Fprintf(stdout, "  owner:  %s  hold count %d\n", tok, st.owners[tok])
-		}
-		fmt.Fprintf(stdout, "  ttl:    %s\n", formatPTTL(st.pttl))
-	default:
-		complain(stderr, "key %s is a %s, not a dlock lock (a hash)", k.Lock, st.kind)
-		return exitFail
+	if !slices.Contains(lockKeyTypes[l.Kind], t) {
+		return fmt.Errorf("key %s is a %s, not a dlock %s", l.Key, t, l.Kind)
 	}
-	if st.fence == 0 {
-		fmt.Fprintf(stdout, "  fence:  none issued yet (%s)\n", k.Fence)
-	} else {
-		fmt.Fprintf(stdout, "  fence:  %d, the last one issued (%s)\n", st.fence, k.Fence)
-	}
-	return exitOK
+	return nil
 }
 
-// readLock reads the lock's hash, its PTTL and its fencing counter as one
-// atomic snapshot.
-func readLock(ctx context.Context, rdb *redis.Client, k dlock.Keys) (lockState, error) {
+// inspectLocks reads the lock name of each kind in kinds; of every kind,
+// only those that exist. Each key is checked to be a lock's.
+func inspectLocks(ctx context.Context, s *session, name string, kinds []dlock.Kind) ([]*dlock.LockInfo, error) {
+	var out []*dlock.LockInfo
+	for _, kd := range kinds {
+		l, err := s.c.Inspect(ctx, kd, name)
+		if err != nil {
+			return nil, err
+		}
+		if len(kinds) > 1 && !exists(l) {
+			continue
+		}
+		if err := checkKeyType(ctx, s.rdb, l); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// oneName checks that fs has exactly one non-empty argument and returns it.
+func oneName(fs *flag.FlagSet) (string, error) {
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		return "", fmt.Errorf("want exactly one lock NAME, got %q", fs.Args())
+	}
+	return fs.Arg(0), nil
+}
+
+// inspectCmd is "dlock inspect": it shows the lock NAME of the kind
+// --kind, or of every kind that exists under that name — holders with
+// their owners, hold counts, fences and TTLs; waiters in the order they
+// will be served; the kind's state — as a report or, with --json, as an
+// array of lock objects (see lockJSON). It exits 0 also when no lock is
+// called NAME (an empty report; [] in JSON).
+func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	var (
-		kind   *redis.StatusCmd
-		owners *redis.MapStringStringCmd
-		pttl   *redis.DurationCmd
-		fence  *redis.StringCmd
+		a      adminFlags
+		kind   kindFlag
+		asJSON bool
 	)
-	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		kind = p.Type(ctx, k.Lock)
-		owners = p.HGetAll(ctx, k.Lock) // WRONGTYPE if it is no hash: kind says so
-		pttl = p.PTTL(ctx, k.Lock)
-		fence = p.Get(ctx, k.Fence)
-		return nil
+	fs := newFlags("inspect")
+	a.register(fs)
+	fs.Var(&kind, "kind", "inspect only the lock of `KIND`: mutex (also FairMutex), rwmutex, semaphore or latch (default: every kind that exists)")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of locks (the schema is in the README)")
+	if code, ok := parseFlags(fs, inspectSynopsis, args, stdout, stderr); !ok {
+		return code
+	}
+	name, err := oneName(fs)
+	if err != nil {
+		return usageError(stderr, inspectSynopsis, "%v", err)
+	}
+	opt, err := a.options()
+	if err != nil {
+		return usageError(stderr, inspectSynopsis, "%v", err)
+	}
+	return adminRun(opt, a.prefix, stderr, func(ctx context.Context, s *session) int {
+		locks, err := inspectLocks(ctx, s, name, kind.kinds())
+		if err != nil {
+			complain(stderr, "inspect %q: %v", name, err)
+			return exitFail
+		}
+		if asJSON {
+			return printJSON(stdout, stderr, locks)
+		}
+		if len(locks) == 0 {
+			fmt.Fprintf(stdout, "no lock called %q under prefix %q, of any kind\n", name, a.prefix)
+			return exitOK
+		}
+		now := time.Now()
+		for i, l := range locks {
+			if i > 0 {
+				fmt.Fprintln(stdout)
+			}
+			writeLock(stdout, l, now)
+		}
+		return exitOK
 	})
-	st := lockState{kind: kind.Val(), pttl: pttl.Val()}
-	if kind.Err() != nil {
-		return st, kind.Err()
+}
+
+// lsCmd is "dlock ls": it lists the locks under the prefix whose names
+// match PATTERN (path.Match syntax; all without one), of every kind, with
+// their holders, waiters and TTL, found with SCAN (never KEYS).
+func lsCmd(args []string, stdout, stderr io.Writer) int {
+	var (
+		a      adminFlags
+		asJSON bool
+	)
+	fs := newFlags("ls")
+	a.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of locks (the schema is in the README)")
+	if code, ok := parseFlags(fs, lsSynopsis, args, stdout, stderr); !ok {
+		return code
 	}
-	if err != nil && !errors.Is(err, redis.Nil) && st.kind == "hash" {
-		return st, err
+	pattern, err := patternArg(fs)
+	if err != nil {
+		return usageError(stderr, lsSynopsis, "%v", err)
 	}
-	if st.kind == "hash" {
-		st.owners = make(map[string]int64)
-		for tok, n := range owners.Val() {
-			if isOwner(tok) {
-				st.owners[tok], _ = strconv.ParseInt(n, 10, 64)
+	opt, err := a.options()
+	if err != nil {
+		return usageError(stderr, lsSynopsis, "%v", err)
+	}
+	return adminRun(opt, a.prefix, stderr, func(ctx context.Context, s *session) int {
+		locks, err := s.c.Locks(ctx, pattern)
+		if err != nil {
+			complain(stderr, "ls: %v", err)
+			return exitFail
+		}
+		if asJSON {
+			return printJSON(stdout, stderr, locks)
+		}
+		writeList(stdout, locks, a.prefix, pattern)
+		return exitOK
+	})
+}
+
+// patternArg returns the optional PATTERN argument of ls and top, checked.
+func patternArg(fs *flag.FlagSet) (string, error) {
+	if fs.NArg() > 1 {
+		return "", fmt.Errorf("want at most one PATTERN, got %q", fs.Args())
+	}
+	p := fs.Arg(0)
+	if _, err := path.Match(p, ""); err != nil {
+		return "", fmt.Errorf("PATTERN %q: %v", p, err)
+	}
+	return p, nil
+}
+
+// unlockCmd is "dlock unlock --force": it frees the lock NAME whoever
+// holds it, through Client.ForceUnlock — the next waiters get it as from a
+// release; a Semaphore gets every permit back; a Latch is opened — and
+// prints what it freed. Holders learn of the loss at their next renewal.
+// Without --kind it frees the one kind of lock under NAME that is held
+// (or kept for a waiter), and refuses when there are several.
+func unlockCmd(args []string, stdout, stderr io.Writer) int {
+	var (
+		a     adminFlags
+		kind  kindFlag
+		force bool
+	)
+	fs := newFlags("unlock")
+	a.register(fs)
+	fs.Var(&kind, "kind", "free the lock of `KIND`: mutex (also FairMutex), rwmutex, semaphore or latch (default: the one kind held under NAME)")
+	fs.BoolVar(&force, "force", false, "required: free the lock whoever holds it (its holders find out at their next renewal)")
+	if code, ok := parseFlags(fs, unlockSynopsis, args, stdout, stderr); !ok {
+		return code
+	}
+	name, err := oneName(fs)
+	if err != nil {
+		return usageError(stderr, unlockSynopsis, "%v", err)
+	}
+	if !force {
+		return usageError(stderr, unlockSynopsis, "unlock frees a lock whoever holds it: say --force")
+	}
+	opt, err := a.options()
+	if err != nil {
+		return usageError(stderr, unlockSynopsis, "%v", err)
+	}
+	return adminRun(opt, a.prefix, stderr, func(ctx context.Context, s *session) int {
+		locks, err := inspectLocks(ctx, s, name, kind.kinds())
+		if err != nil {
+			complain(stderr, "unlock %q: %v", name, err)
+			return exitFail
+		}
+		if kind.kind == "" {
+			locks = slices.DeleteFunc(locks, func(l *dlock.LockInfo) bool { return !l.Held && l.KeptFor == "" })
+			switch len(locks) {
+			case 0:
+				fmt.Fprintf(stdout, "no lock called %q is held under prefix %q: nothing freed\n", name, a.prefix)
+				return exitOK
+			case 1:
+			default:
+				var ks []string
+				for _, l := range locks {
+					ks = append(ks, string(l.Kind))
+				}
+				return usageError(stderr, unlockSynopsis, "%d kinds of lock called %q are held (%s): say which with --kind",
+					len(locks), name, strings.Join(ks, ", "))
 			}
 		}
-	}
-	if err := fence.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return st, fmt.Errorf("fence %s: %w", k.Fence, err)
-	}
-	if v := fence.Val(); v != "" {
-		st.fence, _ = strconv.ParseInt(v, 10, 64)
-	}
-	return st, nil
-}
-
-// forceUnlock deletes a lock whatever its owner, atomically with reading
-// what it deletes, and wakes the lock's waiters as a release would.
-//
-// KEYS[1]  lock hash: owner token -> hold count
-// ARGV[1]  the lock's release channel
-//
-// Returns  {0}                    no such key: nothing deleted
-//
-//	{-1, type}             the key is no hash: nothing deleted
-//	{1, pttl, owners...}   deleted; owners as HGETALL gives them
-var forceUnlock = redis.NewScript(`
-local t = redis.call('TYPE', KEYS[1])
-t = t.ok or t
-if t == 'none' then
-  return {0}
-end
-if t ~= 'hash' then
-  return {-1, t}
-end
-local reply = {1, redis.call('PTTL', KEYS[1])}
-for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do
-  reply[#reply + 1] = v
-end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], 'all')
-return reply
-`)
-
-// unlockCmd is "dlock unlock": it deletes the lock NAME whoever holds it,
-// says what it deleted, and wakes the lock's waiters. The holder's lease
-// ends at its next renewal. The fencing counter stays: fences never go
-// back.
-func unlockCmd(args []string, stdout, stderr io.Writer) int {
-	return adminRun("unlock", unlockSynopsis, args, stdout, stderr, func(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys) int {
-		return forceDelete(ctx, rdb, name, k, stdout, stderr)
-	})
-}
-
-// forceDelete deletes the lock and reports what it deleted.
-func forceDelete(ctx context.Context, rdb *redis.Client, name string, k dlock.Keys, stdout, stderr io.Writer) int {
-	res, err := forceUnlock.Run(ctx, rdb, []string{k.Lock}, k.Channel).Slice()
-	if err != nil {
-		complain(stderr, "unlock %q: %v", name, err)
-		return exitFail
-	}
-	switch status, _ := res[0].(int64); status {
-	case 0:
-		fmt.Fprintf(stdout, "lock %q is not held (no key %s): nothing deleted\n", name, k.Lock)
-		return exitOK
-	case -1:
-		complain(stderr, "key %s is a %v, not a dlock lock (a hash): nothing deleted", k.Lock, res[1])
-		return exitFail
-	}
-	pttl, _ := res[1].(int64)
-	fmt.Fprintf(stdout, "deleted lock %q (key %s), which had %s left\n", name, k.Lock,
-		formatPTTL(time.Duration(pttl)*time.Millisecond))
-	for i := 2; i+1 < len(res); i += 2 {
-		if tok, _ := res[i].(string); isOwner(tok) {
-			fmt.Fprintf(stdout, "  owner:  %v  hold count %v: loses its lease at its next renewal\n", res[i], res[i+1])
+		before, err := s.c.ForceUnlock(ctx, locks[0].Kind, name)
+		if err != nil {
+			complain(stderr, "unlock %q: %v", name, err)
+			return exitFail
 		}
-	}
-	fmt.Fprintf(stdout, "waiters were woken; the fence counter %s is kept (fences never go back)\n", k.Fence)
-	return exitOK
-}
-
-// formatPTTL formats a PTTL reply: a duration, or what -1 and -2 mean.
-func formatPTTL(d time.Duration) string {
-	switch {
-	case d == -1 || d == -time.Millisecond: // go-redis's PTTL, the script's
-		return "no expiry (not set by dlock)"
-	case d < 0:
-		return "gone"
-	}
-	return d.Round(time.Millisecond).String()
-}
-
-// plural returns "s" unless n is 1.
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
-}
-
-// isOwner tells an owner token among a mutex hash's fields from the
-// others: "t:<token>" (when it was taken) and "@next" (a waiter it is kept
-// for).
-func isOwner(field string) bool {
-	return !strings.HasPrefix(field, "t:") && !strings.HasPrefix(field, "@")
+		writeFreed(stdout, before, time.Now())
+		return exitOK
+	})
 }

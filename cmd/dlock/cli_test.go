@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -12,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/dlock-go/dlock"
 )
 
 // runArgs is the start of a "dlock run" command line on the test server.
@@ -183,101 +180,5 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 	}
 	if err := held.Err(); err != nil {
 		t.Errorf("the holder's lease ended: %v", err)
-	}
-}
-
-// TestInspectAndUnlock inspects a re-entered lock whose name needs
-// escaping, force-deletes it (its holder is told), and inspects again.
-func TestInspectAndUnlock(t *testing.T) {
-	const name = "a{b}%c/d" // braces and '%' are escaped in the key
-	prefix := testPrefix(t)
-	key := prefix + ":{a%7Bb%7D%25c/d}"
-	ctx := testCtx(t)
-	m := dlockClient(t, prefix).Mutex(name, dlock.WithTTL(time.Second))
-	lease, err := m.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner, err := m.Lock(lease.Context(ctx)) // re-entry: hold count 2
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := func(cmd string) result { return runCLI(cmd, "--redis", serverURL(), "--prefix", prefix, name) }
-	expect := func(r result, code int, wants ...string) {
-		t.Helper()
-		if r.code != code {
-			t.Errorf("code %d, want %d; stderr %q", r.code, code, r.stderr)
-		}
-		for _, w := range wants {
-			if !strings.Contains(r.stdout, w) {
-				t.Errorf("output lacks %q:\n%s", w, r.stdout)
-			}
-		}
-	}
-
-	expect(admin("inspect"), exitOK,
-		fmt.Sprintf("lock %q (key %s)", name, key),
-		"held:   yes, by 1 owner\n",
-		"owner:  "+lease.Token()+"  hold count 2\n",
-		"ttl:    ",
-		fmt.Sprintf("fence:  %d, the last one issued (%s:fence)", lease.Fence(), key))
-
-	expect(admin("unlock"), exitOK, "deleted lock", lease.Token()+"  hold count 2", "waiters were woken")
-	told := time.NewTimer(3 * time.Second) // the renewal is due within 1/3 s
-	defer told.Stop()
-	for _, l := range []namedLease{{"outer", lease}, {"inner", inner}} {
-		select {
-		case <-l.Done():
-			if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
-				t.Errorf("%s lease ended with %v, want ErrLeaseLost", l.what, l.Err())
-			}
-		case <-told.C:
-			t.Fatalf("%s lease not told within 3s that its lock was deleted", l.what)
-		}
-	}
-
-	r := admin("inspect")
-	expect(r, exitOK, "held:   no\n", fmt.Sprintf("fence:  %d,", lease.Fence()))
-	if strings.Contains(r.stdout, "owner:") {
-		t.Errorf("an unheld lock shows an owner:\n%s", r.stdout)
-	}
-	expect(admin("unlock"), exitOK, "is not held", "nothing deleted")
-
-	r = runCLI("inspect", "--redis", serverURL(), "--prefix", prefix, "never-used")
-	expect(r, exitOK, "held:   no\n", "fence:  none issued yet")
-}
-
-// namedLease names a lease in a table.
-type namedLease struct {
-	what string
-	*dlock.Lease
-}
-
-// TestAdminRefusesOtherKeys: a key that is not a lock is reported, and
-// unlock leaves it alone.
-func TestAdminRefusesOtherKeys(t *testing.T) {
-	prefix := testPrefix(t)
-	ctx := testCtx(t)
-	rdb := testClient(t)
-	key := keysFor(prefix, "not-a-lock").Lock
-	if err := rdb.Set(ctx, key, "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for _, cmd := range []string{"inspect", "unlock"} {
-		r := runCLI(cmd, "--redis", serverURL(), "--prefix", prefix, "not-a-lock")
-		if r.code != exitFail || !strings.Contains(r.stderr, "is a string, not a dlock lock") {
-			t.Errorf("%s of a string key: code %d, stderr %q", cmd, r.code, r.stderr)
-		}
-	}
-	if v, err := rdb.Get(ctx, key).Result(); err != nil || v != "x" {
-		t.Errorf("the key was changed: %q, %v", v, err)
-	}
-}
-
-// TestAdminUnreachable: no server gives a clear error, not a hang.
-func TestAdminUnreachable(t *testing.T) {
-	r := runCLI("inspect", "--redis", "redis://127.0.0.1:1", "x")
-	if r.code != exitFail || !strings.Contains(r.stderr, "cannot reach Redis at 127.0.0.1:1") {
-		t.Errorf("code %d, stderr %q; want 1 and a clear error", r.code, r.stderr)
 	}
 }

@@ -2,8 +2,10 @@
 //
 //	dlock demo                          see the lock at work (no setup needed)
 //	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock
-//	dlock inspect NAME                  show who holds a lock
-//	dlock unlock NAME                   force-delete a lock (admin)
+//	dlock inspect NAME                  show who holds a lock, who waits, and its state
+//	dlock ls [PATTERN]                  list the locks, of every kind
+//	dlock top [PATTERN]                 watch the locks live, busiest first
+//	dlock unlock --force NAME           free a lock whoever holds it (admin)
 //	dlock version                       print dlock's version
 //
 // "go run ./cmd/dlock demo" starts its own throwaway redis-server (or, when
@@ -51,7 +53,8 @@ const (
 	exitInterrupted = 130 // SIGINT or SIGTERM ended the command (128 + SIGINT)
 )
 
-// defaultRedisURL is where run, inspect and unlock look without --redis.
+// defaultRedisURL is where run, inspect, ls, top and unlock look without
+// --redis.
 const defaultRedisURL = "redis://127.0.0.1:6379"
 
 // command is one subcommand of the CLI.
@@ -66,8 +69,10 @@ type command struct {
 var commands = []command{
 	{name: "demo", summary: "show the lock at work: processes contend for one lock, then the history is checked", fn: demoCmd},
 	{name: "run", summary: "run a command while holding a lock; stop it if the lock is lost", fn: runCmd},
-	{name: "inspect", summary: "show a lock's holders, time to live and fencing counter", fn: inspectCmd},
-	{name: "unlock", summary: "force-delete a lock (admin); its holder finds out at its next renewal", fn: unlockCmd},
+	{name: "inspect", summary: "show a lock's holders and their owners, its waiters in order, TTL, fence and state", fn: inspectCmd},
+	{name: "ls", summary: "list the locks under the prefix, of every kind, with holders, waiters and TTL", fn: lsCmd},
+	{name: "top", summary: "a live view of the locks, busiest first: holders, hold times, waiters, acquisitions/s", fn: topCmd},
+	{name: "unlock", summary: "free a lock whoever holds it (--force; admin); its holders find out at their next renewal", fn: unlockCmd},
 	{name: "version", summary: "print dlock's version (also --version)", fn: versionCmd},
 	{name: workerCommand, fn: demoWorkerCmd, hidden: true},
 	{name: guardCommand, fn: guardCmd, hidden: true},
@@ -101,8 +106,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 var synopses = []string{
 	"dlock demo    [--workers 4] [--rounds 5] [--redis URL] [--prefix dlock-demo]",
 	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] [-n | --wait D] NAME -- CMD [ARGS...]",
-	"dlock inspect [--redis URL] [--prefix P] NAME",
-	"dlock unlock  [--redis URL] [--prefix P] NAME",
+	"dlock inspect [--redis URL] [--prefix P] [--kind K] [--json] NAME",
+	"dlock ls      [--redis URL] [--prefix P] [--json] [PATTERN]",
+	"dlock top     [--redis URL] [--prefix P] [--interval 1s] [PATTERN]",
+	"dlock unlock  --force [--redis URL] [--prefix P] [--kind K] NAME",
 	"dlock version",
 }
 
@@ -122,7 +129,8 @@ func usage(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n--redis defaults to $%s, else %s (demo: a server of its own);\n", redisURLEnv, defaultRedisURL)
-	fmt.Fprintln(w, "rediss:// and --tls-ca, --tls-cert, --tls-key, --tls-insecure for TLS (run, inspect, unlock).")
+	fmt.Fprintln(w, "rediss:// and --tls-ca, --tls-cert, --tls-key, --tls-insecure for TLS (every command but demo).")
+	fmt.Fprintln(w, "--kind: mutex (FairMutex too), rwmutex, semaphore or latch; PATTERN: path.Match syntax on names.")
 	fmt.Fprintln(w, `Run "dlock COMMAND -h" for a command's flags.`)
 }
 

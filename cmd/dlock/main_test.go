@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-// testServer is the redis-server that run, inspect and unlock are tested
-// against, shared by the package's tests (each uses its own lock names).
+// testServer is the redis-server that run and the operator's commands are
+// tested against, shared by the package's tests (each uses its own lock names).
 var testServer *redistest.Server
 
 // TestMain doubles as the programs that the CLI starts as itself:
@@ -144,7 +144,7 @@ func TestUsage(t *testing.T) {
 	if r.code != exitOK {
 		t.Errorf("-h: code %d, want 0", r.code)
 	}
-	for _, cmd := range []string{"demo", "run", "inspect", "unlock"} {
+	for _, cmd := range []string{"demo", "run", "inspect", "ls", "top", "unlock"} {
 		if !strings.Contains(r.stdout, "\n  "+cmd+" ") {
 			t.Errorf("-h does not list %q:\n%s", cmd, r.stdout)
 		}
@@ -168,7 +168,15 @@ func TestUsage(t *testing.T) {
 		{"run"},
 		{"inspect"},
 		{"inspect", "a", "b"},
+		{"inspect", "--kind", "table", "x"},
 		{"unlock", "--bogus", "x"},
+		{"unlock", "x"}, // --force is required
+		{"unlock", "--force"},
+		{"ls", "a", "b"},
+		{"ls", "["},
+		{"top", "--interval", "1ms"},
+		{"top", "-n", "-1"},
+		{"ls", "--prefix", "a{b"},
 	}
 	for _, args := range bad {
 		if r := runCLI(args...); r.code != exitUsage {

@@ -18,13 +18,15 @@ import (
 // connectTimeout bounds the first contact with a server named by --redis.
 const connectTimeout = 5 * time.Second
 
-// redisURLEnv names the environment variable that run, inspect and unlock
-// read the server's URL from when --redis is not given, so that a
-// password need not appear in their argv (which ps shows to every user).
+// redisURLEnv names the environment variable that run and the operator's
+// commands (inspect, ls, top, unlock) read the server's URL from when
+// --redis is not given, so that a password need not appear in their argv
+// (which ps shows to every user).
 const redisURLEnv = "DLOCK_REDIS_URL"
 
 // connFlags are the flags of the commands that connect to a Redis the user
-// names (run, inspect, unlock): where it is and how to speak TLS to it.
+// names (run, inspect, ls, top, unlock): where it is and how to speak TLS
+// to it.
 type connFlags struct {
 	url         string // --redis; "" when not given
 	tlsCA       string // PEM file of CA certificates to verify the server with

@@ -248,7 +248,7 @@ func TestRunWaitSucceeds(t *testing.T) {
 	}
 }
 
-// TestRunRedisURLFromEnvironment: without --redis, run and inspect use
+// TestRunRedisURLFromEnvironment: without --redis, run, inspect and ls use
 // $DLOCK_REDIS_URL; --redis wins over it.
 func TestRunRedisURLFromEnvironment(t *testing.T) {
 	const name = "job/env"
@@ -258,8 +258,11 @@ func TestRunRedisURLFromEnvironment(t *testing.T) {
 	if r.code != exitOK || m == nil {
 		t.Fatalf("run with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
 	}
-	if r := runCLI("inspect", "--prefix", testPrefix(t), name); r.code != exitOK || !strings.Contains(r.stdout, "fence:  "+m[1]+",") {
+	if r := runCLI("inspect", "--prefix", testPrefix(t), name); r.code != exitOK || !strings.Contains(r.stdout, "fence:     "+m[1]+",") {
 		t.Errorf("inspect with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI("ls", "--prefix", testPrefix(t)); r.code != exitOK || !strings.Contains(r.stdout, name) {
+		t.Errorf("ls with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
 	}
 
 	t.Setenv(redisURLEnv, "redis://:secret@127.0.0.1:1")

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Rendering from fixed inputs: no Redis.
+
+var (
+	t0    = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	alice = &dlock.Owner{Client: "0123456789abcdef", Host: "web-1", PID: 4242, Program: "api", Label: "billing"}
+)
+
+// fixedLocks is a scene of one lock of each kind, as seen at t0.
+func fixedLocks(mutexFence, rwFence int64) []*dlock.LockInfo {
+	return []*dlock.LockInfo{
+		{Kind: dlock.KindLatch, Name: "boot", Held: true, Count: 3, TTL: time.Minute},
+		{Kind: dlock.KindMutex, Name: "orders/42", Held: true, TTL: 20 * time.Second, Fence: mutexFence,
+			Holders: []dlock.Holder{{Token: "0123456789abcdef00000000000000aa", Holds: 1, Fence: mutexFence,
+				Since: t0.Add(-1500 * time.Millisecond), TTL: 20 * time.Second, Owner: alice}}},
+		{Kind: dlock.KindRWMutex, Name: "config", Held: true, Mode: "read", Fence: rwFence, TTL: 10 * time.Second,
+			Holders: []dlock.Holder{
+				{Token: "fedcba9876543210fedcba9876543210", Side: "read", Holds: 1, Since: t0.Add(-time.Minute)},
+				{Token: "0123456789abcdef00000000000000bb", Side: "read", Holds: 1, Since: t0.Add(-2 * time.Second), Owner: alice}},
+			Waiters: []dlock.Waiter{{Token: "w1", Side: "write"}, {Token: "w2", Side: "read"}}},
+		{Kind: dlock.KindMutex, Name: "idle", Fence: 7},
+		{Kind: dlock.KindSemaphore, Name: "pool", Capacity: 5, Free: 5, Fence: 3,
+			Waiters: []dlock.Waiter{{Token: "w3", Permits: 2}}},
+	}
+}
+
+// TestRenderTop renders two refreshes two seconds apart: orders/42 took
+// 20 fences (10/s), config 4 (2/s); the rest none. Rows are busiest
+// first; the latch has no rate; the first frame has none at all.
+func TestRenderTop(t *testing.T) {
+	v := topView{prefix: "dlock", pattern: "*", interval: time.Second}
+	prev := &snapshot{at: t0.Add(-2 * time.Second), locks: fixedLocks(100, 40)}
+	cur := &snapshot{at: t0, locks: fixedLocks(120, 44)}
+	want := `dlock top  03:04:05  prefix "dlock", locks matching "*", every 1s  (Ctrl-C quits)
+5 locks, 3 held, 3 waiters, 12.0 acquisitions/s
+
+KIND       NAME       HOLDER                HELD FOR  WAITERS  ACQ/S  LOST/S
+mutex      orders/42  web-1/4242 (billing)  1.5s      0        10.0   –
+rwmutex    config     fedcba987654… +1      1m0s      2        2.0    –
+semaphore  pool       -                     -         1        0.0    –
+latch      boot       count 3               -         0        –      –
+mutex      idle       -                     -         0        0.0    –
+
+ACQ/S: fences issued per second since the last refresh (a re-entry takes none).
+` + lostNote + "\n"
+	if got := renderTop(v, prev, cur); got != want {
+		t.Errorf("frame:\n%s\nwant:\n%s", got, want)
+	}
+
+	first := renderTop(topView{prefix: "dlock", interval: time.Second, limit: 2}, nil, cur)
+	for _, w := range []string{"all locks", "5 locks, 3 held, 3 waiters\n", "… and 3 more (--limit)"} {
+		if !strings.Contains(first, w) {
+			t.Errorf("first frame lacks %q:\n%s", w, first)
+		}
+	}
+	// Without rates, the most waiters come first, then the longest hold.
+	if rows := topRows(nil, cur); rows[0].l.Name != "config" || rows[1].l.Name != "pool" || rows[2].l.Name != "orders/42" || rows[0].hasRate {
+		t.Errorf("first frame's order: %s, %s, %s", rows[0].l.Name, rows[1].l.Name, rows[2].l.Name)
+	}
+	if strings.Contains(first, "acquisitions/s") || strings.Count(first, "–") < 2*2 {
+		t.Errorf("the first frame shows rates:\n%s", first)
+	}
+
+	failed := renderTop(v, prev, &snapshot{at: t0, err: dlock.ErrClosed})
+	if !strings.Contains(failed, "refresh failed: "+dlock.ErrClosed.Error()) {
+		t.Errorf("a failed refresh:\n%s", failed)
+	}
+}
+
+// TestTopRates: a lock that is new since the last refresh counts from
+// fence 0; a counter that went back (deleted) gives no rate.
+func TestTopRates(t *testing.T) {
+	prev := &snapshot{at: t0.Add(-time.Second), locks: []*dlock.LockInfo{{Kind: dlock.KindMutex, Name: "reset", Fence: 50}}}
+	cur := &snapshot{at: t0, locks: []*dlock.LockInfo{
+		{Kind: dlock.KindMutex, Name: "reset", Fence: 2},
+		{Kind: dlock.KindSemaphore, Name: "new", Fence: 3},
+	}}
+	rows := topRows(prev, cur)
+	if rows[0].l.Name != "new" || rows[0].rate != 3 || !rows[0].hasRate || rows[1].hasRate {
+		t.Errorf("rows %+v %+v", rows[0], rows[1])
+	}
+}
+
+// TestWriteList renders ls's table.
+func TestWriteList(t *testing.T) {
+	var b strings.Builder
+	writeList(&b, fixedLocks(9, 4), "dlock", "")
+	want := `KIND       NAME       HELD  HOLDERS               WAITERS  TTL     FENCE  STATE
+latch      boot       yes   -                     0        1m0s    0      count 3
+mutex      orders/42  yes   web-1/4242 (billing)  0        20s     9      -
+rwmutex    config     yes   fedcba987654… +1      2        10s     4      read
+mutex      idle       no    -                     0        no key  7      -
+semaphore  pool       no    -                     1        no key  3      5/5 free
+5 locks
+`
+	if b.String() != want {
+		t.Errorf("ls:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	writeList(&b, nil, "p", "a/*")
+	if b.String() != "no locks under prefix \"p\" matching \"a/*\"\n" {
+		t.Errorf("empty ls: %q", b.String())
+	}
+}
+
+// TestWriteLock renders inspect's report of an RWMutex: a reader whose
+// Client recorded nothing shows dashes.
+func TestWriteLock(t *testing.T) {
+	var b strings.Builder
+	l := fixedLocks(1, 4)[2]
+	l.Key = "dlock:{config}:rw"
+	writeLock(&b, l, t0)
+	want := `rwmutex "config" (key dlock:{config}:rw)
+  held:      yes, by 2 holders
+  mode:      read
+  ttl:       10s
+  fence:     4, the last one issued
+  holders:
+    TOKEN                             SIDE  HOLDS  FENCE  HELD FOR  TTL  HOST   PID   PROGRAM  LABEL
+    fedcba9876543210fedcba9876543210  read  1      0      1m0s      0s   -      -     -        -
+    0123456789abcdef00000000000000bb  read  1      0      2s        0s   web-1  4242  api      billing
+  waiters:   2, in the order they will be served:
+    #  TOKEN  SIDE   WAITING  EXPIRES  HOST  PID  PROGRAM  LABEL
+    1  w1     write  -        0s       -     -    -        -
+    2  w2     read   -        0s       -     -    -        -
+`
+	if b.String() != want {
+		t.Errorf("inspect:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// TestJSONValues: durations in milliseconds with -1 kept, times in UTC.
+func TestJSONValues(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{{0, 0}, {-1, -1}, {-5 * time.Millisecond, 0}, {time.Microsecond, 1}, {1500 * time.Millisecond, 1500}} {
+		if got := msJSON(tc.d); got != tc.want {
+			t.Errorf("msJSON(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+	at := time.Date(2030, 1, 2, 4, 4, 5, 7e6, time.FixedZone("CET", 3600))
+	if s := timeJSON(at); s == nil || *s != "2030-01-02T03:04:05.007Z" {
+		t.Errorf("timeJSON = %v", s)
+	}
+	if timeJSON(time.Time{}) != nil {
+		t.Error("the zero time is not null")
+	}
+	j := toJSON(fixedLocks(1, 4))
+	if len(j) != 5 || j[1].Holders[0].Owner.Label != "billing" || j[2].Holders[0].Owner != nil || j[0].Holders == nil || j[0].Waiters == nil {
+		t.Errorf("toJSON: %+v", j)
+	}
+}
