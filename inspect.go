@@ -459,7 +459,7 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 		}
 		return iter.Err()
 	}
-	switch r := r.(type) {
+	switch r := raw(r).(type) {
 	case *redis.ClusterClient:
 		err = r.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
 	case redis.Cmdable:

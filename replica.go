@@ -52,7 +52,7 @@ func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {
 // dialling the dead node until its periodic reload (a minute). At most
 // one refresh a second; go-redis runs it in the background itself.
 func (c *Client) clusterHint(err error) {
-	cc, ok := c.rdb.(*redis.ClusterClient)
+	cc, ok := raw(c.rdb).(*redis.ClusterClient)
 	if !ok || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
 		return
 	}

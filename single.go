@@ -74,7 +74,7 @@ func (s *single) grant(ctx context.Context, o op) *redis.Cmd {
 		return o.run(ctx, s.rdb)
 	}
 	r := s.rdb
-	if cc, ok := r.(*redis.ClusterClient); ok {
+	if cc, ok := raw(r).(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(ctx, cl.keys[0])
 		if err != nil {
 			cmd := redis.NewCmd(ctx)
@@ -95,7 +95,7 @@ func (s *single) batch(ctx context.Context, ops []op, grant bool) []*redis.Cmd {
 	if grant {
 		sync = s.sync
 	}
-	_, cluster := s.rdb.(*redis.ClusterClient)
+	_, cluster := raw(s.rdb).(*redis.ClusterClient)
 	if cluster && sync.replicas > 0 {
 		out := make([]*redis.Cmd, len(ops))
 		for i, o := range ops {

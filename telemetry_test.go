@@ -62,6 +62,8 @@ func TestTelemetryOfAScriptedScenario(t *testing.T) {
 	// The lock vanishes; the next renewal finds it gone.
 	newRedis(t, srv).Del(ctx, keysOf(name).Lock)
 	<-l.Done()
+	// The holder is told first; the loss is counted and logged just after.
+	waitFor(t, "the loss logged", func() bool { return strings.Contains(logs.String(), "lease lost") })
 	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Unlock of a lost lease: %v", err)
 	}

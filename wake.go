@@ -193,7 +193,7 @@ func (h *hub) leave(w *waiter) {
 // yet), the channel gets a connection of its own instead, which go-redis
 // opens to the channel's node. h.mu is held.
 func (h *hub) openNode(ctx context.Context, ch *listeners, name string) {
-	cc, ok := h.rdb.(*redis.ClusterClient)
+	cc, ok := raw(h.rdb).(*redis.ClusterClient)
 	var node *redis.Client
 	err := errors.ErrUnsupported
 	if ok {

@@ -1,0 +1,88 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Script calls made while another is in flight go together, as one
+// pipeline, when it returns: the server is paused so that the first call
+// stays in flight while the others come.
+func TestCallsInFlightShareAPipeline(t *testing.T) {
+	ctx := context.Background()
+	c, rec := countedClient(t)
+	name := lockName(t)
+	unlock(t, mustLock(t, c.Mutex(name), ctx)) // loads the script, records the Client
+	admin := newRedis(t, srv)
+	rec.take()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	var wg sync.WaitGroup
+	leases := make([]*dlock.Lease, n)
+	for i := range n {
+		wg.Go(func() {
+			l, err := c.Mutex(fmt.Sprintf("%s/%d", name, i)).TryLock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			leases[i] = l
+		})
+	}
+	wg.Wait()
+	trips := rec.take()
+	batched := 0
+	for _, names := range trips {
+		batched = max(batched, len(names))
+	}
+	if batched < 2 || len(trips) >= n {
+		t.Fatalf("%d TryLocks during a pause went in %d round trips %v; want fewer, some carrying several", n, len(trips), trips)
+	}
+	for _, l := range leases {
+		if l != nil {
+			unlock(t, l)
+		}
+	}
+}
+
+// A call whose ctx ends while it is queued behind a batch in flight is
+// taken back unsent: nothing of it reaches Redis.
+func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	name := lockName(t)
+	unlock(t, mustLock(t, c.Mutex(name), ctx))
+	admin := newRedis(t, srv)
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 400, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name + "/first").TryLock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		first <- err
+	}()
+	// Sampling, not synchronisation: the first call is on its way (no
+	// signal says it is in flight inside the paused server).
+	time.Sleep(30 * time.Millisecond)
+	qctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Mutex(name+"/queued").TryLock(qctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the queued TryLock: %v; want its deadline", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := admin.Exists(ctx, keysOf(name+"/queued").Lock, keysOf(name+"/queued").Fence).Val(); n != 0 {
+		t.Fatalf("the given-up call reached Redis (%d of its keys exist)", n)
+	}
+}
