@@ -8,10 +8,10 @@ import (
 )
 
 // pipelined is a Redis whose script calls (EVALSHA) from many goroutines
-// share round trips: while a batch is in flight, calls from other
-// goroutines queue; when it returns, everything queued goes as the next
-// pipeline. There is no timer: a lone call goes at once, on its own. The
-// caller that finds nothing in flight leads — it sends its batch and,
+// share round trips: while maxBatches batches are in flight, calls from
+// other goroutines queue; when one returns, everything queued goes as the
+// next pipeline. There is no timer: a lone call goes at once, on its own. The
+// caller that finds a batch slot free leads — it sends its batch and,
 // when the replies are in, hands the lead to the first caller still
 // waiting, with everything queued meanwhile — so no goroutine is added
 // and none is left behind.
@@ -24,10 +24,15 @@ import (
 // batched: rare). Everything else passes through to the client.
 type pipelined struct {
 	Redis
-	mu     sync.Mutex
-	busy   bool           // a batch is in flight
-	queued []*pendingCall // calls waiting for the next batch
+	mu       sync.Mutex
+	inflight int            // batches in flight
+	queued   []*pendingCall // calls waiting for the next batch
 }
+
+// maxBatches is how many batches may be in flight at once: a call that
+// finds fewer goes at once. More than one, so that a release (which hands
+// a lock on) is not held up behind a batch of other goroutines' calls.
+const maxBatches = 4
 
 // pendingCall is one queued EVALSHA.
 type pendingCall struct {
@@ -36,7 +41,7 @@ type pendingCall struct {
 	keys []string
 	args []any
 	cmd  *redis.Cmd
-	done chan struct{}     // closed when cmd has its reply
+	done chan struct{}       // closed when cmd has its reply
 	lead chan []*pendingCall // this caller leads: the batch to send, itself first
 }
 
@@ -57,8 +62,8 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	c := &pendingCall{ctx: ctx, sha: sha, keys: keys, args: args,
 		done: make(chan struct{}), lead: make(chan []*pendingCall, 1)}
 	p.mu.Lock()
-	if !p.busy {
-		p.busy = true
+	if p.inflight < maxBatches {
+		p.inflight++
 		p.mu.Unlock()
 		p.send([]*pendingCall{c})
 		return c.cmd
@@ -121,7 +126,7 @@ func (p *pipelined) send(batch []*pendingCall) {
 	next := p.queued
 	p.queued = nil
 	if len(next) == 0 {
-		p.busy = false
+		p.inflight--
 	}
 	p.mu.Unlock()
 	if len(next) > 0 {

@@ -63,24 +63,30 @@ func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
 	if err := admin.Do(ctx, "CLIENT", "PAUSE", 400, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan error, 1)
-	go func() {
-		l, err := c.Mutex(name + "/first").TryLock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		first <- err
-	}()
-	// Sampling, not synchronisation: the first call is on its way (no
-	// signal says it is in flight inside the paused server).
+	// More calls than may be in flight at once: the later ones queue.
+	const first = 8
+	firsts := make(chan error, first)
+	for i := range first {
+		go func() {
+			l, err := c.Mutex(fmt.Sprintf("%s/first/%d", name, i)).TryLock(ctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			firsts <- err
+		}()
+	}
+	// Sampling, not synchronisation: the first calls are on their way (no
+	// signal says they are in flight inside the paused server).
 	time.Sleep(30 * time.Millisecond)
 	qctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := c.Mutex(name+"/queued").TryLock(qctx); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Mutex(name + "/queued").TryLock(qctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the queued TryLock: %v; want its deadline", err)
 	}
-	if err := <-first; err != nil {
-		t.Fatal(err)
+	for range first {
+		if err := <-firsts; err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := admin.Exists(ctx, keysOf(name+"/queued").Lock, keysOf(name+"/queued").Fence).Val(); n != 0 {
 		t.Fatalf("the given-up call reached Redis (%d of its keys exist)", n)
