@@ -3,12 +3,15 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -239,5 +242,51 @@ func TestNamesNeedNoEscapingByTheCaller(t *testing.T) {
 	// Every name got its own lock: none of them collided.
 	for _, l := range held {
 		unlock(t, l)
+	}
+}
+
+// The commands an uncontended Lock + Unlock costs the server, counted by
+// INFO commandstats on a server of its own (script-internal calls
+// included): the lean path's budget, pinned so that a change to it is
+// seen.
+func TestUncontendedServerCommands(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	defer rdb.Close()
+	c := newClient(t, rdb)
+	m := c.Mutex("x")
+	unlock(t, mustLock(t, m, ctx)) // loads the scripts, records the Client
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, mustLock(t, m, ctx))
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if strings.HasPrefix(name, "config") || name == "info" {
+			continue
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		got[name] = n
+	}
+	want := map[string]int{
+		"evalsha": 2, // Lock, Unlock
+		// Lock: the lock is free; take it, stamp it, fence it, drop a
+		// place the caller may have had
+		"exists": 1, "hset": 1, "time": 1, "pexpire": 1, "incr": 1, "zrem": 1,
+		// Unlock: check the owner, free it, look for a waiter
+		"hexists": 1, "del": 1, "zrange": 1,
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("an uncontended Lock+Unlock ran %v; want %v", got, want)
 	}
 }
