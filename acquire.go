@@ -88,7 +88,7 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 		a.channel = c.wakeTo(r.k).base + c.id
 		a.keepAlive = cfg.queueTTL / 3
 		leave := r.leave(member)
-		a.abandon = func(ctx context.Context) { c.be.everywhere(ctx, leave) }
+		a.abandon = func(ctx context.Context) { _ = c.be.everywhere(ctx, leave) }
 	}
 	a.p, a.attempt = c.be.attempt(c, r, token, member, cfg)
 	a.what = r.what

@@ -30,9 +30,10 @@ type backend interface {
 	// batch runs many operations together (the watchdog's renewals, with
 	// grant set; Close's releases) and returns one reply per operation.
 	batch(ctx context.Context, ops []op, grant bool) []*redis.Cmd
-	// everywhere runs a script call on every node, for its effect (a
+	// everywhere runs a script call on every node, for its effect, and
+	// returns the first error (a
 	// waiter leaving the queues).
-	everywhere(ctx context.Context, c call)
+	everywhere(ctx context.Context, c call) error
 	// oneScript reports whether a set of Mutexes can be taken by one
 	// script call (LockAll): one node with scripts.
 	oneScript() bool

@@ -127,8 +127,10 @@ func newOwners(cfg clientConfig) *owners {
 // ownerKey names a Client's record.
 func ownerKey(prefix, id string) string { return prefix + ":client:" + id }
 
-// announce records who the Client is when it takes a hold and its record
-// is missing or half its life old. It costs one call, rarely.
+// announce records who the Client is when it takes a hold or waits and
+// its record is missing or half its life old. It costs one call, rarely,
+// within the caller's ctx (a short ctx is not stretched for it: a record
+// that could not be written is tried again next time).
 func (c *Client) announce(ctx context.Context) {
 	o := c.owner
 	if o.off {
@@ -144,9 +146,11 @@ func (c *Client) announce(ctx context.Context) {
 		return
 	}
 	args := append([]any{ownerTTL.Milliseconds()}, o.fields...)
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args})
+	if c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args}) != nil {
+		o.mu.Lock()
+		o.written = time.Time{}
+		o.mu.Unlock()
+	}
 }
 
 // forget deletes the Client's record (Close).
@@ -156,7 +160,7 @@ func (c *Client) forget() {
 	}
 	ctx, cancel := bounded(context.Background())
 	defer cancel()
-	c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}})
+	_ = c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}})
 }
 
 // reader is the Redis that inspection reads: the Client's, or a quorum's

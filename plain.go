@@ -91,7 +91,7 @@ func (b *plain) batch(ctx context.Context, ops []op, _ bool) []*redis.Cmd {
 
 // everywhere is never called: without scripts nobody registers as a
 // waiter.
-func (b *plain) everywhere(context.Context, call) {}
+func (b *plain) everywhere(context.Context, call) error { return nil }
 
 func (b *plain) handsOff() bool { return false }
 

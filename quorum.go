@@ -442,8 +442,13 @@ func (q *quorum) supports(what string) error {
 
 func (q *quorum) oneScript() bool { return false }
 
-func (q *quorum) everywhere(ctx context.Context, c call) {
-	q.fanout(ctx, q.all(), func(int) call { return c })
+func (q *quorum) everywhere(ctx context.Context, c call) error {
+	for _, cmd := range q.fanout(ctx, q.all(), func(int) call { return c }) {
+		if cmd != nil && cmd.Err() != nil {
+			return cmd.Err()
+		}
+	}
+	return nil
 }
 func (q *quorum) close() { q.stragglers.Wait() }
 

@@ -20,7 +20,7 @@ func (s *single) supports(string) error { return nil }
 func (s *single) oneScript() bool       { return !s.sharded }
 func (s *single) close()                {}
 
-func (s *single) everywhere(ctx context.Context, c call) { _ = c.run(ctx, s.rdb).Err() }
+func (s *single) everywhere(ctx context.Context, c call) error { return c.run(ctx, s.rdb).Err() }
 
 // handsOff: a released mutex can be handed to its next waiter, unless
 // every grant must be followed by WAIT (replica sync), which the waiter
