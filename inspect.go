@@ -1,11 +1,14 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,7 +221,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		alive = p.ZRangeWithScores(ctx, k.alive, 0, -1)
 		return nil
 	})
-	if err != nil && !isNil(err) {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, redisErr("inspect", name, err)
 	}
 	srv := now.Val()
@@ -307,7 +310,9 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		info.Free = info.Capacity - used
 	}
 	info.Held = len(info.Holders) > 0
-	sortHolders(info.Holders)
+	slices.SortFunc(info.Holders, func(a, b Holder) int {
+		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Token, b.Token))
+	})
 
 	// Waiters: the queue in arrival order, each with its place's expiry.
 	places := map[string]float64{}
@@ -316,7 +321,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	for _, z := range queue.Val() {
 		m := z.Member.(string)
-		w := waiterOf(m)
+		w := Waiter{Token: tokenOf(m)}
 		w.Since = time.UnixMicro(int64(z.Score))
 		w.Expires = expiry(places[m])
 		if kd == KindRWMutex {
@@ -329,19 +334,12 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	if kd == KindRWMutex {
 		for _, z := range rqueue.Val() {
-			w := waiterOf(z.Member.(string))
+			w := Waiter{Token: tokenOf(z.Member.(string))}
 			w.Side, w.Expires = "read", expiry(z.Score)
 			info.Waiters = append(info.Waiters, w)
 		}
 	}
 	return info, c.fillOwners(ctx, r, info)
-}
-
-// waiterOf parses a waiter's member: '<client id>:<token>[:<more>]'.
-func waiterOf(member string) Waiter {
-	_, rest, _ := strings.Cut(member, ":")
-	tok, _, _ := strings.Cut(rest, ":")
-	return Waiter{Token: tok}
 }
 
 // extraInt is the number at the end of a semaphore waiter's member.
@@ -359,18 +357,6 @@ func ttlOf(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
-}
-
-func isNil(err error) bool { return err == redis.Nil }
-
-// sortHolders orders holders by when they took the lock.
-func sortHolders(hs []Holder) {
-	for i := 1; i < len(hs); i++ {
-		for j := i; j > 0 && (hs[j].Since.Before(hs[j-1].Since) ||
-			hs[j].Since.Equal(hs[j-1].Since) && hs[j].Token < hs[j-1].Token); j-- {
-			hs[j], hs[j-1] = hs[j-1], hs[j]
-		}
-	}
 }
 
 // fillOwners looks up who the holders and waiters are: their tokens start
@@ -397,7 +383,7 @@ func (c *Client) fillOwners(ctx context.Context, r Redis, info *LockInfo) error 
 		}
 		return nil
 	})
-	if err != nil && !isNil(err) {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return redisErr("inspect", info.Name, err)
 	}
 	for id, cmd := range cmds {
@@ -482,22 +468,15 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 		}
 		out = append(out, info)
 	}
-	sortLocks(out)
+	slices.SortFunc(out, func(a, b *LockInfo) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(string(a.Kind), string(b.Kind)))
+	})
 	return out, nil
 }
 
 func matches(pattern, name string) bool {
 	ok, _ := path.Match(pattern, name)
 	return ok
-}
-
-// sortLocks orders locks by name, then kind.
-func sortLocks(ls []*LockInfo) {
-	for i := 1; i < len(ls); i++ {
-		for j := i; j > 0 && (ls[j].Name < ls[j-1].Name || ls[j].Name == ls[j-1].Name && ls[j].Kind < ls[j-1].Kind); j-- {
-			ls[j], ls[j-1] = ls[j-1], ls[j]
-		}
-	}
 }
 
 // tagUnescaper undoes escapeTag.

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,15 @@ const (
 	wakeOne = "one" // wake one waiter per process
 	wakeAll = "all" // wake every waiter
 )
+
+// tokenOf is the owner token in a waiter's member, '<client id>:<token>
+// [:<more>]', or in a hand-off message, '<member> <fence> <ms>'.
+func tokenOf(member string) string {
+	member, _, _ = strings.Cut(member, " ")
+	_, t, _ := strings.Cut(member, ":")
+	t, _, _ = strings.Cut(t, ":")
+	return t
+}
 
 // wakeTo says where a release wakes the waiters whose turn it is: each on
 // its Client's channel, base + the Client's id (see Client.wakeTo).

@@ -266,22 +266,16 @@ func (t *telemetry) renewed(rs []renewal, took time.Duration) {
 	var first error
 	for _, r := range rs {
 		if r.err != nil {
+			if failed == 0 {
+				first = r.err
+			}
 			failed++
-			first = cmp(first, r.err)
 		}
 	}
 	if failed > 0 {
 		t.renewFails.Add(ctx, int64(failed))
 		t.log.Warn("dlock: renewals failed; retrying", "failed", failed, "batch", len(rs), "err", first)
 	}
-}
-
-// cmp keeps the first error.
-func cmp(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // lossError is the error of a lost hold: it matches ErrLeaseLost and says

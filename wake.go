@@ -227,10 +227,14 @@ func (ch *listeners) wakeOne() {
 	}
 }
 
-// wake wakes the waiters that match: every one, or those with the token.
-func (ch *listeners) wake(token string) {
+// wake wakes the waiters that match: every one, or those with the token,
+// which keep msg (the message that named them).
+func (ch *listeners) wake(token, msg string) {
 	for _, w := range ch.waiters {
 		if token == "" || w.token == token {
+			if token != "" {
+				w.msg = msg
+			}
 			select {
 			case w.wake <- struct{}{}:
 			default:
@@ -285,7 +289,7 @@ func (h *hub) confirmed(c *redis.PubSub, name string) {
 	ch.confirms++
 	select {
 	case <-ch.ready:
-		ch.wake("")
+		ch.wake("", "")
 	default:
 		close(ch.ready)
 	}
@@ -304,20 +308,12 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	}
 	switch payload {
 	case wakeAll:
-		ch.wake("")
+		ch.wake("", "")
 	case wakeOne:
 		ch.wakeOne()
 	default:
-		// '<member>[ <fence> <ms>]': the member names the waiter
-		member, _, _ := strings.Cut(payload, " ")
-		_, t, _ := strings.Cut(member, ":")
-		t, _, _ = strings.Cut(t, ":")
-		for _, w := range ch.waiters {
-			if w.token == t {
-				w.msg = payload
-			}
-		}
-		ch.wake(t)
+		// a member, or a hand-off '<member> <fence> <ms>'
+		ch.wake(tokenOf(payload), payload)
 	}
 }
 
