@@ -40,8 +40,10 @@ type request struct {
 	token func(ctx context.Context) (string, error)
 	// call is the acquire script call of one attempt; member is the
 	// waiter's registration for a Lock's attempts (which take or keep a
-	// place in the queue), "" for a TryLock's.
-	call func(token, member string, cfg lockConfig) call
+	// place in the queue), "" for a TryLock's; queued is true when an
+	// earlier attempt of the same acquire carried member (it may have a
+	// place to give up).
+	call func(token, member string, queued bool, cfg lockConfig) call
 }
 
 // acquire runs a request: a TryLock (wait false) or a Lock.
@@ -87,8 +89,7 @@ func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockO
 	if r.queue && c.directed {
 		a.channel = c.wakeTo(r.k).base + c.id
 		a.keepAlive = cfg.queueTTL / 3
-		leave := r.leave(member)
-		a.abandon = func(ctx context.Context) { _ = c.be.everywhere(ctx, leave) }
+		a.leave, a.member = r.leave, member
 	}
 	a.p, a.attempt = c.be.attempt(c, r, token, member, cfg)
 	a.what = r.what

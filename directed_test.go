@@ -323,3 +323,49 @@ func TestHandOffCostsTheWaiterNothing(t *testing.T) {
 		}
 	}
 }
+
+// A Lock's first attempt gives up no place when it takes a free lock: it
+// has none, unless go-redis sent the call again after losing its reply and
+// the first run left one. Such a stale place of the holder's own is
+// dropped by its release, which hands the lock to the next waiter — not
+// back to the holder, which would pin it until the place expired.
+func TestReleaseSkipsItsOwnStalePlace(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t, srv)
+	k := keysOf(name).Lock
+	c := client(t)
+	holder := mustLock(t, c.Mutex(name), ctx) // TTL 30 s
+	// The place the holder's lost first run would have left: first in
+	// line, alive for 30 s.
+	tok := holder.Token()
+	stale := tok[:16] + ":" + tok + ":h30000"
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.ZAdd(ctx, k+":queue", redis.Z{Score: 1, Member: stale})
+	admin.ZAdd(ctx, k+":alive", redis.Z{Score: float64(now.Add(30 * time.Second).UnixMilli()), Member: stale})
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := client(t).Mutex(name).Lock(wctx)
+		if err != nil {
+			t.Errorf("the waiter: %v", err)
+		}
+		got <- l
+	}()
+	waitFor(t, "the waiter registered", func() bool { return admin.ZCard(ctx, k+":queue").Val() == 2 })
+	unlock(t, holder)
+	// The release handed the lock on at once: the hash names the waiter.
+	if admin.HExists(ctx, k, tok).Val() {
+		t.Errorf("the release handed the lock back to its own stale place")
+	}
+	if n := admin.ZCard(ctx, k+":queue").Val(); n != 0 {
+		t.Errorf("%d places left in the queue; want 0", n)
+	}
+	if l := <-got; l != nil {
+		unlock(t, l)
+	}
+}

@@ -96,8 +96,8 @@ func (m *Mutex) request() request {
 func (c *Client) mutexRequest(what string, k keys, opts []LockOption, fair bool) request {
 	p := mutexProto{k, c.wakeTo(k)}
 	return request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: optQueueTTL, leave: p.leave,
-		call: func(token, member string, cfg lockConfig) call {
-			return p.lock(token, cfg.ttl, 0, member, placeTTL(cfg, member), fair)
+		call: func(token, member string, queued bool, cfg lockConfig) call {
+			return p.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), fair)
 		}}
 }
 
@@ -108,14 +108,15 @@ type mutexProto struct {
 }
 
 func (p mutexProto) reenter(token string, count int, ttl time.Duration) op {
-	return p.lock(token, ttl, count, "", 0, false)
+	return p.lock(token, ttl, count, "", false, 0, false)
 }
 
 // lock is lock.lua: count 0 acquires (as member, keeping a place for
-// placeTTL ms if it is held), count >= 2 re-enters.
-func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, placeTTL int64, fair bool) call {
+// placeTTL ms if it is held; queued: an earlier attempt carried member),
+// count >= 2 re-enters.
+func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) call {
 	return call{lockScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.base, p.w.publish}}
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.base, p.w.publish, flag(queued), time.Now().UnixMilli()}}
 }
 
 func (p mutexProto) release(token string, left int) op { return p.unlock(token, left) }

@@ -59,15 +59,17 @@ func raw(r Redis) Redis {
 // EvalSha runs the script call, batched with the calls of other
 // goroutines when a batch is in flight.
 func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	c := &pendingCall{ctx: ctx, sha: sha, keys: keys, args: args,
-		done: make(chan struct{}), lead: make(chan []*pendingCall, 1)}
 	p.mu.Lock()
 	if p.inflight < maxBatches {
+		// A slot is free: go at once, on its own.
 		p.inflight++
 		p.mu.Unlock()
-		p.send([]*pendingCall{c})
-		return c.cmd
+		cmd := p.Redis.EvalSha(ctx, sha, keys, args...)
+		p.passLead()
+		return cmd
 	}
+	c := &pendingCall{ctx: ctx, sha: sha, keys: keys, args: args,
+		done: make(chan struct{}), lead: make(chan []*pendingCall, 1)}
 	p.queued = append(p.queued, c)
 	p.mu.Unlock()
 	select {
@@ -103,6 +105,7 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 // completes its calls, then hands the lead on with what was queued
 // meanwhile, or ends the busy spell.
 func (p *pipelined) send(batch []*pendingCall) {
+	defer p.passLead()
 	if len(batch) == 1 {
 		c := batch[0]
 		c.cmd = p.Redis.EvalSha(c.ctx, c.sha, c.keys, c.args...)
@@ -122,6 +125,11 @@ func (p *pipelined) send(batch []*pendingCall) {
 	for _, c := range batch[1:] {
 		close(c.done)
 	}
+}
+
+// passLead ends a batch: the first caller queued meanwhile leads the next,
+// with everything queued; or, if none, the batch's slot is free again.
+func (p *pipelined) passLead() {
 	p.mu.Lock()
 	next := p.queued
 	p.queued = nil

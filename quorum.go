@@ -218,7 +218,7 @@ func (q *quorum) lock(ctx context.Context, c *Client, k keys, token, member stri
 	nodes := q.all()
 	p := mutexProto{k, c.wakeTo(k)}
 	t := q.tally(q.fanout(ctx, nodes, func(int) call {
-		return p.lock(token, cfg.ttl, 0, member, placeTTL(cfg, member), false)
+		return p.lock(token, cfg.ttl, 0, member, member != "", placeTTL(cfg, member), false)
 	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld })
 	if len(t.failed) > 0 {
 		c.tel.log.Warn("dlock: quorum nodes failed", "lock", k.name, "failed", len(t.failed),

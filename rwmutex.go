@@ -105,7 +105,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			}
 			return c.newToken(), nil
 		}
-		r.call = func(token, member string, cfg lockConfig) call {
+		r.call = func(token, member string, _ bool, cfg lockConfig) call {
 			return call{rwReadScript, p.acquireKeys(),
 				[]any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers), member, placeTTL(cfg, member)}}
 		}
@@ -116,7 +116,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			}
 			return c.newToken(), nil
 		}
-		r.call = func(token, member string, cfg lockConfig) call {
+		r.call = func(token, member string, _ bool, cfg lockConfig) call {
 			return p.write(token, cfg.ttl, 0, member, placeTTL(cfg, member))
 		}
 	}

@@ -78,7 +78,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 			}
 			return nil
 		},
-		call: func(token, member string, cfg lockConfig) call {
+		call: func(token, member string, _ bool, cfg lockConfig) call {
 			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits, k.queue, k.alive},
 				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}}
 		}}, wait, opts)

@@ -34,6 +34,7 @@ func (s *single) attempt(c *Client, r request, token, member string, cfg lockCon
 	// sent: a hand-off comes after it ran, so a lease counted from it ends
 	// locally before it does on the server.
 	var placed time.Time
+	sent := false // an earlier attempt carried member
 	return r.p, func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
 		if msg != "" && !placed.IsZero() {
 			if l, err, ok := c.handedOver(ctx, r, token, cfg, msg, placed); ok {
@@ -45,7 +46,8 @@ func (s *single) attempt(c *Client, r request, token, member string, cfg lockCon
 			m = member
 		}
 		start := time.Now()
-		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, cfg)))
+		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, sent, cfg)))
+		sent = sent || m != ""
 		if err != nil {
 			return nil, 0, err
 		}

@@ -28,18 +28,22 @@ type acquisition struct {
 	// keepAlive, when positive, is how often a waiter must try again at
 	// the least, to keep its place in a queue alive.
 	keepAlive time.Duration
-	// abandon, if set, runs when a Lock gives up without the lock (ctx
-	// ended, client closed, Redis error): it removes the waiter's place
-	// in a queue.
-	abandon func(ctx context.Context)
+	// leave, if set, is run with member when a Lock gives up without the
+	// lock (ctx ended, client closed, Redis error): it removes the
+	// waiter's place in a queue.
+	leave  func(member string) call
+	member string
 }
+
+// abandon gives up the waiter's place (see leave).
+func (a *acquisition) abandon(ctx context.Context) { _ = a.c.be.everywhere(ctx, a.leave(a.member)) }
 
 // run acquires: one attempt, then, for a Lock, waits woken by releases.
 // An attempt that fails with an unknown outcome is undone before run
 // returns, so that no lock is left held by nobody.
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
-	if wait && a.abandon != nil {
+	if wait && a.leave != nil {
 		defer func() {
 			if l == nil {
 				a.cleanup(ctx, a.abandon)

@@ -21,7 +21,6 @@ import (
 // network does.
 type watchdog struct {
 	c       *Client
-	wake    chan struct{} // a schedule changed
 	results chan []renewal
 	done    chan struct{} // closed when run returns
 
@@ -31,7 +30,8 @@ type watchdog struct {
 	deadlines *schedule // every hold, by local deadline
 	renewals  *schedule // renewed holds with no renewal in flight, by next renewal
 	closed    bool
-	next      time.Time // when the loop wakes next; zero while it is busy
+	next      time.Time   // when the loop wakes next; zero while it is busy
+	timer     *time.Timer // wakes the loop at next (set while it sleeps)
 }
 
 const (
@@ -52,7 +52,6 @@ type renewal struct {
 func newWatchdog(c *Client) *watchdog {
 	return &watchdog{
 		c:         c,
-		wake:      make(chan struct{}, 1),
 		results:   make(chan []renewal),
 		done:      make(chan struct{}),
 		deadlines: newSchedule(func(h *hold) *slot { return &h.deadlineAt }),
@@ -96,11 +95,15 @@ func (w *watchdog) reschedule(h *hold) {
 	w.kickBefore(first)
 }
 
-// kickBefore wakes the loop if it sleeps past t; a busy loop looks at the
-// schedules before it sleeps again. w.mu is held.
+// kickBefore makes the loop wake at t if it sleeps past t; a busy loop
+// looks at the schedules before it sleeps again. The loop's timer is
+// moved, and the loop left asleep: a Lock does not wake a goroutine (a
+// hold taken and released within its renewal interval costs the loop
+// nothing). w.mu is held.
 func (w *watchdog) kickBefore(t time.Time) {
 	if !w.next.IsZero() && t.Before(w.next) {
-		w.kick()
+		w.next = t
+		w.timer.Reset(time.Until(t))
 	}
 }
 
@@ -109,14 +112,6 @@ func (w *watchdog) remove(h *hold) {
 	w.deadlines.remove(h)
 	w.renewals.remove(h)
 	w.mu.Unlock()
-}
-
-// kick makes the loop look at its schedules again.
-func (w *watchdog) kick() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (w *watchdog) run(ctx context.Context) {
@@ -146,13 +141,13 @@ func (w *watchdog) run(ctx context.Context) {
 			next = earlier(next, t)
 		}
 		w.next = next
+		w.timer = timer
+		timer.Reset(time.Until(next)) // under w.mu: kickBefore moves it too
 		w.mu.Unlock()
-		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
 			w.shutdown()
 			return
-		case <-w.wake:
 		case <-timer.C:
 		case rs := <-w.results:
 			inflight--

@@ -61,3 +61,11 @@ local function set_holds(lock, field, n)
   redis.call('DEL', lock)
   return 0
 end
+
+-- dequeue removes member from a lock's queue (lib_queue.lua) if it is
+-- there (one call if not).
+local function dequeue(queue, alive, member)
+  if member ~= '' and redis.call('ZREM', queue, member) == 1 then
+    redis.call('ZREM', alive, member)
+  end
+end

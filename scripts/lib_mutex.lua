@@ -29,9 +29,16 @@ local function decimal(f)
   return string.format('%d', f)
 end
 
--- hand_on runs when lock has just become free (its hash is gone).
-local function hand_on(lock, fence, queue, alive, base, pub, reserve)
+-- hand_on runs when lock has just become free (its hash is gone). released
+-- is the token of the hold that ended, if any: a place of its own in the
+-- queue is stale (left by a call that go-redis sent again after losing its
+-- reply, which then took the lock) and is dropped.
+local function hand_on(lock, fence, queue, alive, base, pub, reserve, released)
   local h, now, exp = first_live(queue, alive)
+  while h and token_of(h) == released do
+    unqueue(queue, alive, h)
+    h, now, exp = first_live(queue, alive)
+  end
   if not h then
     return
   end
@@ -59,11 +66,4 @@ end
 -- reserved_for reports whether the free lock is kept for member.
 local function reserved_for(lock, member)
   return member ~= '' and redis.call('HGET', lock, RESERVED) == member
-end
-
--- dequeue removes member from the queue if it is there (one call if not).
-local function dequeue(queue, alive, member)
-  if member ~= '' and redis.call('ZREM', queue, member) == 1 then
-    redis.call('ZREM', alive, member)
-  end
 end

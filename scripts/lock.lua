@@ -14,6 +14,11 @@
 -- ARGV[5]  place TTL in milliseconds; 0 to take no place (TryLock)
 -- ARGV[6]  '1' for a FairMutex: a free lock goes to the first waiter
 -- ARGV[7]  channel base, ARGV[8] publish command (PUBLISH or SPUBLISH)
+-- ARGV[9]  '1' if an earlier attempt of this acquire carried its member
+--          (it may have a place to give up when it takes the lock)
+-- ARGV[10] the caller's clock (Unix ms): when it took the lock, for who
+--          inspects it (the server's TIME would cost more than the rest of
+--          an uncontended acquire's work)
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          {0, wait}   held by another owner (or kept for another waiter):
@@ -27,6 +32,27 @@ local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local member, place_ttl = ARGV[4], tonumber(ARGV[5])
 
+-- take acquires the free lock; queued: the caller may have a place to
+-- give up.
+local function take(queued)
+  redis.call('HSET', lock, token, 1, 't:' .. token, ARGV[10])
+  redis.call('PEXPIRE', lock, ttl)
+  if queued then
+    dequeue(queue, alive, member)
+  end
+  return {HELD, next_fence(fence)}
+end
+
+-- The common case, before the helpers: a free lock that nobody waits for
+-- (a Mutex takes a free lock whoever waits, unless it is kept for one).
+-- A first attempt has no place to give up (a call that go-redis sent
+-- again after losing its reply may have left one: the release skips it).
+local free = count == 0 and redis.call('EXISTS', lock) == 0
+if free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0) then
+  return take(ARGV[9] == '1')
+end
+-- @helpers
+
 if count > 0 then
   if redis.call('HEXISTS', lock, token) == 0 then
     return {NOT_HELD}
@@ -36,20 +62,11 @@ if count > 0 then
   return {HELD, fence_at(fence)}
 end
 
-local function take()
-  redis.call('HSET', lock, token, 1, 't:' .. token, now_ms())
-  redis.call('PEXPIRE', lock, ttl)
-  dequeue(queue, alive, member)
-  return {HELD, next_fence(fence)}
-end
-
-if redis.call('EXISTS', lock) == 0 then
-  if ARGV[6] ~= '1' then
-    return take()
-  end
+if free then
+  -- a FairMutex's, and waiters are registered
   local h = first_live(queue, alive)
   if h == nil or h == member then
-    return take()
+    return take(true)
   end
   -- free, but another waiter is first (the one told before gave up or
   -- died): hand it the lock (or keep it for it) and tell it
@@ -65,7 +82,7 @@ else
   elseif member ~= '' and mine[2] == member then
     -- kept for us
     redis.call('DEL', lock)
-    return take()
+    return take(true)
   end
 end
 

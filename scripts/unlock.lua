@@ -20,5 +20,9 @@ local held = set_holds(KEYS[1], ARGV[1], ARGV[2])
 if held ~= 0 then
   return held
 end
-hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1')
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  return 1 -- nobody waits: the common case, before the helpers
+end
+-- @helpers
+hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1])
 return 1
