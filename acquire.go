@@ -17,7 +17,7 @@ import (
 // lease and its watchdog registration.
 type request struct {
 	what   string       // the primitive, for errors: "Mutex", "RWMutex", ...
-	k      keys         // its keys
+	k      *keys        // its keys
 	side   side         // an RWMutex's read or write side: a separate re-entry per side
 	p      protocol     // its protocol on one deployment with scripts
 	handle []LockOption // the handle's defaults
@@ -47,7 +47,7 @@ type request struct {
 }
 
 // acquire runs a request: a TryLock (wait false) or a Lock.
-func (c *Client) acquire(ctx context.Context, r request, wait bool, opts []LockOption) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []LockOption) (*Lease, error) {
 	if err := checkCall(ctx, c, r.k.name); err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ type Locker interface {
 // renewed to its TTL when due, like any. ok is false when the message is
 // not a hand-off, or leaves too little time to count on: the caller then
 // makes an attempt, which takes the lock it holds.
-func (c *Client) handedOver(ctx context.Context, r request, token string, cfg lockConfig, msg string, placed time.Time) (l *Lease, err error, ok bool) {
+func (c *Client) handedOver(ctx context.Context, r *request, token string, cfg lockConfig, msg string, placed time.Time) (l *Lease, err error, ok bool) {
 	f := strings.Fields(msg)
 	if len(f) != 3 {
 		return nil, nil, false

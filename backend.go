@@ -20,7 +20,7 @@ type backend interface {
 	supports(what string) error
 	// attempt returns a request's protocol on this deployment and one
 	// acquire attempt of it.
-	attempt(c *Client, r request, token, member string, cfg lockConfig) (protocol, attemptFunc)
+	attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc)
 	// handsOff reports whether a released mutex may be handed to its next
 	// waiter by the release itself (lib_mutex.lua).
 	handsOff() bool

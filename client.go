@@ -131,7 +131,7 @@ func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 	}
 	own := ""
 	if !cfg.sharded {
-		own = c.wakeTo(keys{}).base + c.id
+		own = c.wakeTo(&keys{}).base + c.id
 	}
 	for _, n := range nodes {
 		c.hubs = append(c.hubs, newHub(n, cfg.sharded, own, c.id))
@@ -174,7 +174,7 @@ func (c *Client) closed() bool { return c.life.Err() != nil }
 // with sharded pub/sub (a cluster) a channel must live in the slot of the
 // keys of the script that publishes on it, so there it is per lock,
 // <lock>:wake:<id>.
-func (c *Client) wakeTo(k keys) wakeTo {
+func (c *Client) wakeTo(k *keys) wakeTo {
 	base := c.prefix + ":wake:"
 	if c.publish == "SPUBLISH" {
 		base = k.lock + ":wake:"
@@ -193,4 +193,4 @@ func (c *Client) member(token string, need int) string {
 }
 
 // keys returns the Redis names of the lock of kind kd called name.
-func (c *Client) keys(kd kind, name string) keys { return newKeys(c.prefix, kd, name) }
+func (c *Client) keys(kd kind, name string) *keys { return newKeys(c.prefix, kd, name) }

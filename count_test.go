@@ -292,3 +292,31 @@ func TestUncontendedServerCommands(t *testing.T) {
 		t.Fatalf("an uncontended Lock+Unlock ran %v; want %v", got, want)
 	}
 }
+
+// An uncontended Lock+Unlock allocates a bounded number of objects, most
+// of them go-redis's own (its command, arguments and reply): a count, so
+// that an allocation that creeps into the hot path (a closure copying a
+// struct, a map per hold, a value boxed per call) is seen. The bound has
+// some room over the 76 measured, for go-redis's variation.
+func TestUncontendedAllocations(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	defer rdb.Close()
+	c := newClient(t, rdb)
+	m := c.Mutex("x")
+	unlock(t, mustLock(t, m, ctx)) // loads the scripts, records the Client
+	allocs := testing.AllocsPerRun(200, func() {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("%.0f allocations per Lock+Unlock", allocs)
+	if allocs > 90 {
+		t.Errorf("an uncontended Lock+Unlock made %.0f allocations; want at most 90", allocs)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -13,7 +14,7 @@ import (
 // lease is unlocked, or for all of its leases at once when it is lost.
 type hold struct {
 	c        *Client
-	k        keys
+	k        *keys
 	p        protocol
 	what     string    // the primitive, for telemetry
 	acquired time.Time // when the attempt that took it was sent
@@ -36,13 +37,13 @@ type hold struct {
 	deadlineAt, renewAt slot
 	releasing           bool // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	epoch               int  // bumped by Extend: older renewals confirm nothing
-	leases              map[*Lease]struct{}
+	leases              []*Lease // unlocked ones are removed (few: one per re-entry)
 	err                 error // why the hold ended; nil while held
 }
 
-func newHold(c *Client, k keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
+func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
 	h := &hold{c: c, k: k, what: what, acquired: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
-		ttl: cfg.ttl, leases: make(map[*Lease]struct{}), deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+		ttl: cfg.ttl, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.confirmed(start, cfg.ttl)
 	return h
 }
@@ -65,7 +66,7 @@ func (h *hold) newLease() (*Lease, error) {
 		return nil, h.err
 	}
 	l := &Lease{of: h, done: make(chan struct{})}
-	h.leases[l] = struct{}{}
+	h.leases = append(h.leases, l)
 	return l, nil
 }
 
@@ -81,7 +82,7 @@ func (h *hold) end(err error) {
 	leases := h.leases
 	h.leases = nil
 	h.mu.Unlock()
-	for l := range leases {
+	for _, l := range leases {
 		l.finish(err)
 	}
 	h.c.wd.remove(h)
@@ -145,7 +146,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	// goes on in the background.
 	h.mu.Lock()
 	h.count = left
-	delete(h.leases, l)
+	h.leases = slices.DeleteFunc(h.leases, func(x *Lease) bool { return x == l })
 	h.mu.Unlock()
 	l.finish(ErrUnlocked)
 	if left == 0 {

@@ -37,12 +37,12 @@ type keys struct {
 	ids     string // <lock>:ids      Latch: ids that counted down
 }
 
-func newKeys(prefix string, kd kind, name string) keys {
+func newKeys(prefix string, kd kind, name string) *keys {
 	base := prefix + ":{" + escapeTag(name) + "}"
 	if kd != kindMutex {
 		base += ":" + string(kd)
 	}
-	return keys{
+	return &keys{
 		name:    name,
 		lock:    base,
 		fence:   base + ":fence",

@@ -89,7 +89,7 @@ func TestKeysOf(t *testing.T) {
 // alike never touch each other's keys.
 func TestKindsHaveDisjointKeys(t *testing.T) {
 	kinds := []kind{kindMutex, kindRW, kindSemaphore, kindLatch}
-	all := func(k keys) []string {
+	all := func(k *keys) []string {
 		return []string{k.lock, k.fence, k.channel, k.queue, k.alive, k.readers, k.leases, k.permits, k.ids}
 	}
 	owner := map[string]kind{}

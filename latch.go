@@ -23,7 +23,7 @@ import (
 // A handle is safe for concurrent use.
 type Latch struct {
 	c *Client
-	k keys
+	k *keys
 }
 
 // Latch returns the handle of the count-down latch called name.

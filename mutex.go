@@ -35,7 +35,7 @@ type Mutex struct {
 // options for its acquires.
 type handle struct {
 	c    *Client
-	k    keys
+	k    *keys
 	opts []LockOption
 }
 
@@ -88,14 +88,14 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 }
 
 // request is what a Mutex tells the acquire path.
-func (m *Mutex) request() request {
+func (m *Mutex) request() *request {
 	return m.c.mutexRequest("Mutex", m.k, m.opts, false)
 }
 
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.
-func (c *Client) mutexRequest(what string, k keys, opts []LockOption, fair bool) request {
+func (c *Client) mutexRequest(what string, k *keys, opts []LockOption, fair bool) *request {
 	p := mutexProto{k, c.wakeTo(k)}
-	return request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: optQueueTTL, leave: p.leave,
+	return &request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: optQueueTTL, leave: p.leave,
 		call: func(token, member string, queued bool, cfg lockConfig) call {
 			return p.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), fair)
 		}}
@@ -103,7 +103,7 @@ func (c *Client) mutexRequest(what string, k keys, opts []LockOption, fair bool)
 
 // mutexProto is the Redis side of a Mutex or FairMutex hold.
 type mutexProto struct {
-	k keys
+	k *keys
 	w wakeTo
 }
 

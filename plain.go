@@ -95,7 +95,7 @@ func (b *plain) everywhere(context.Context, call) error { return nil }
 
 func (b *plain) handsOff() bool { return false }
 
-func (b *plain) attempt(c *Client, r request, token, _ string, cfg lockConfig) (protocol, attemptFunc) {
+func (b *plain) attempt(c *Client, r *request, token, _ string, cfg lockConfig) (protocol, attemptFunc) {
 	p := plainProto{r.k, b}
 	return p, func(ctx context.Context, _ bool, _ string) (*Lease, time.Duration, error) {
 		return b.lock(ctx, c, p, token, cfg)
@@ -135,7 +135,7 @@ func (b *plain) lock(ctx context.Context, c *Client, p plainProto, token string,
 
 // plainProto is the Redis side of a Mutex hold without scripts.
 type plainProto struct {
-	k keys
+	k *keys
 	b *plain
 }
 

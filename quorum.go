@@ -213,7 +213,7 @@ func (q *quorum) outcome(t tally, op, name string) (bool, error) {
 }
 
 // lock is one RedLock round for a Mutex.
-func (q *quorum) lock(ctx context.Context, c *Client, k keys, token, member string, cfg lockConfig) (*Lease, time.Duration, error) {
+func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member string, cfg lockConfig) (*Lease, time.Duration, error) {
 	start := time.Now()
 	nodes := q.all()
 	p := mutexProto{k, c.wakeTo(k)}
@@ -267,7 +267,7 @@ func (t tally) failedNodes() []int {
 // of them, and returns it once a majority holds at least that value. When
 // a majority granted with that very value already (the common case), no
 // write is needed.
-func (q *quorum) raiseFences(ctx context.Context, k keys, t tally) (int64, error) {
+func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, error) {
 	var fence int64
 	for _, i := range t.ok {
 		fence = max(fence, t.vals[i][1])
@@ -455,7 +455,7 @@ func (q *quorum) close() { q.stragglers.Wait() }
 // handsOff: the nodes' queues may disagree on who is next.
 func (q *quorum) handsOff() bool { return false }
 
-func (q *quorum) attempt(c *Client, r request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
+func (q *quorum) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
 	return quorumProto{q, mutexProto{r.k, c.wakeTo(r.k)}}, func(ctx context.Context, queued bool, _ string) (*Lease, time.Duration, error) {
 		m := ""
 		if queued {

@@ -96,7 +96,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 	}
 	c, k := rw.c, rw.k
 	p := rwProto{k, s, c.wakeTo(k)}
-	r := request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders,
+	r := &request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders,
 		queue: true, leave: p.leave}
 	if s == sideRead {
 		r.token = func(ctx context.Context) (string, error) {
@@ -134,7 +134,7 @@ const (
 
 // rwProto is the Redis side of a read or write hold of an RWMutex.
 type rwProto struct {
-	k    keys
+	k    *keys
 	side side
 	w    wakeTo
 }

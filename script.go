@@ -169,9 +169,13 @@ func isNoScript(err error) bool {
 }
 
 // flag is a boolean script argument: "1" or "0".
-func flag(b bool) string {
+func flag(b bool) any {
 	if b {
-		return "1"
+		return argTrue
 	}
-	return "0"
+	return argFalse
 }
+
+// argTrue and argFalse are boxed once: a string made an interface
+// anew would cost an allocation per call.
+var argTrue, argFalse any = "1", "0"

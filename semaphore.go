@@ -67,7 +67,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	}
 	c, k := s.c, s.k
 	p := semProto{k, c.wakeTo(k)}
-	return c.acquire(ctx, request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
+	return c.acquire(ctx, &request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
 		queue: true, leave: p.leave, takes: optQueueTTL,
 		check: func() error {
 			if err := validPermits(k.name, s.permits); err != nil {
@@ -150,7 +150,7 @@ func validPermits(name string, n int) error {
 
 // semProto is the Redis side of a semaphore hold.
 type semProto struct {
-	k keys
+	k *keys
 	w wakeTo
 }
 

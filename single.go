@@ -29,7 +29,7 @@ func (s *single) handsOff() bool { return s.sync.replicas == 0 }
 
 // attempt runs the request's acquire script; a lock handed over by its
 // release (msg) is taken without one.
-func (s *single) attempt(c *Client, r request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
+func (s *single) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
 	// placed is when the last attempt that left a place in the queue was
 	// sent: a hand-off comes after it ran, so a lease counted from it ends
 	// locally before it does on the server.

@@ -10,7 +10,7 @@ import (
 )
 
 // uncontendedGoroutines are the parallelisms of BenchmarkUncontended.
-var uncontendedGoroutines = []int{1, 64}
+var uncontendedGoroutines = []int{1, 16, 64}
 
 // BenchmarkUncontended measures Lock+Unlock of a free lock: each goroutine
 // has a key of its own, so nobody ever waits. ns/op is the wall time per
