@@ -35,10 +35,10 @@ type hold struct {
 	renewing  bool          // a renewal of it is in flight
 	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
 	deadlineAt, renewAt slot
-	releasing           bool // its final Unlock is in flight: a renewal that finds it gone is not a loss
-	epoch               int  // bumped by Extend: older renewals confirm nothing
+	releasing           bool     // its final Unlock is in flight: a renewal that finds it gone is not a loss
+	epoch               int      // bumped by Extend: older renewals confirm nothing
 	leases              []*Lease // unlocked ones are removed (few: one per re-entry)
-	err                 error // why the hold ended; nil while held
+	err                 error    // why the hold ended; nil while held
 }
 
 func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
