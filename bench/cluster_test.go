@@ -47,7 +47,7 @@ func clusterCases() []benchCase {
 	var cs []benchCase
 	for _, name := range backendNames {
 		cs = append(cs, benchCase{"Cluster", fmt.Sprintf("g%d", clusterGoroutines), name,
-			uncontended(onCluster(name), clusterGoroutines)})
+			uncontended(onCluster(name), clusterGoroutines, nil)})
 	}
 	return cs
 }

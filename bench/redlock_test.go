@@ -126,10 +126,10 @@ func redlockCases() []benchCase {
 	rtt := fmt.Sprintf("uncontended-rtt%dms", 2*netDelay/time.Millisecond)
 	var cs []benchCase
 	for _, im := range impls {
-		cs = append(cs, benchCase{"RedLock", "uncontended", im.name, uncontended(im.o(quorumAddrs), 1)})
+		cs = append(cs, benchCase{"RedLock", "uncontended", im.name, uncontended(im.o(quorumAddrs), 1, nil)})
 	}
 	for _, im := range impls {
-		cs = append(cs, benchCase{"RedLock", rtt, im.name, uncontended(im.o(delayedQuorumAddrs), 1)})
+		cs = append(cs, benchCase{"RedLock", rtt, im.name, uncontended(im.o(delayedQuorumAddrs), 1, nil)})
 	}
 	for _, im := range impls {
 		cs = append(cs, benchCase{"RedLock", fmt.Sprintf("contended-g%d", redlockGoroutines),

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // uncontendedGoroutines are the parallelisms of BenchmarkUncontended.
@@ -23,7 +25,7 @@ func uncontendedCases() []benchCase {
 	var cs []benchCase
 	for _, g := range uncontendedGoroutines {
 		for _, name := range backendNames {
-			cs = append(cs, benchCase{"Uncontended", fmt.Sprintf("g%d", g), name, uncontended(shared(name), g)})
+			cs = append(cs, benchCase{"Uncontended", fmt.Sprintf("g%d", g), name, uncontended(shared(name), g, serverAddr)})
 		}
 	}
 	return cs
@@ -32,8 +34,10 @@ func uncontendedCases() []benchCase {
 // uncontended returns the benchmark of the implementation that o opens,
 // with g goroutines. A Lock that has not returned after stallAfter (a lost
 // wake-up: the lock is free) is cancelled and called again, and counted in
-// the stalls metric.
-func uncontended(o opener, g int) func(*testing.B) {
+// the stalls metric. With one goroutine and ping set (the address of the
+// implementation's one server), it also reports the median Lock latency
+// and, measured right after on a client of its own, the median PING's.
+func uncontended(o opener, g int, ping func(*testing.B) string) func(*testing.B) {
 	return func(b *testing.B) {
 		be := o(b)
 		name := be.name
@@ -47,25 +51,38 @@ func uncontended(o opener, g int) func(*testing.B) {
 		done := make(chan struct{})
 		stalls := longWaitWatch(since, done, w.unstick)
 		defer close(done)
-		cycle := func(m mutex, slot *atomic.Int64) error {
-			slot.Store(time.Now().UnixNano())
+		// cycle takes m and releases it; it returns how long the Lock took.
+		cycle := func(m mutex, slot *atomic.Int64) (time.Duration, error) {
+			start := time.Now()
+			slot.Store(start.UnixNano())
 			err := w.lock(m)
+			took := time.Since(start)
 			slot.Store(0)
 			if err != nil {
-				return fmt.Errorf("lock: %w", err)
+				return took, fmt.Errorf("lock: %w", err)
 			}
 			if err := m.Unlock(ctx); err != nil {
-				return fmt.Errorf("unlock: %w", err)
+				return took, fmt.Errorf("unlock: %w", err)
 			}
-			return nil
+			return took, nil
 		}
 
 		if g == 1 {
 			m := be.newMutex(label)
+			var lat []time.Duration
 			for b.Loop() {
-				if err := cycle(m, &since[0]); err != nil {
+				took, err := cycle(m, &since[0])
+				if err != nil {
 					fatalf(b, "%s: %v", name, err)
 				}
+				if ping != nil {
+					lat = append(lat, took)
+				}
+			}
+			if ping != nil {
+				b.StopTimer()
+				b.ReportMetric(float64(summarize(lat).p50.Nanoseconds()), "lock-p50-ns")
+				b.ReportMetric(float64(pingMedian(b, ping(b), len(lat)).Nanoseconds()), "ping-p50-ns")
 			}
 		} else {
 			var ids atomic.Int64
@@ -77,7 +94,7 @@ func uncontended(o opener, g int) func(*testing.B) {
 				id := int(ids.Add(1)) - 1
 				m := be.newMutex(fmt.Sprintf("%s:%d", label, id))
 				for pb.Next() {
-					if err := cycle(m, &since[id%g]); err != nil {
+					if _, err := cycle(m, &since[id%g]); err != nil {
 						errorf(b, "%s: %v", name, err)
 						return
 					}
@@ -98,4 +115,25 @@ func lockUnlock(ctx context.Context, m mutex) error {
 		return fmt.Errorf("unlock: %w", err)
 	}
 	return nil
+}
+
+// pingMedian is the median of n back-to-back PINGs (at most 5000) to the
+// server at addr, on a client of its own: the round trip that a Lock of
+// one round trip cannot beat.
+func pingMedian(b *testing.B, addr string, n int) time.Duration {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	n = min(max(n, 100), 5000)
+	ds := make([]time.Duration, 0, n)
+	for i := range n + 10 {
+		t0 := time.Now()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			fatalf(b, "ping: %v", err)
+		}
+		if i >= 10 { // the first ones dial and warm up
+			ds = append(ds, time.Since(t0))
+		}
+	}
+	return summarize(ds).p50
 }
