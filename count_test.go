@@ -280,10 +280,9 @@ func TestUncontendedServerCommands(t *testing.T) {
 	}
 	want := map[string]int{
 		"evalsha": 2, // Lock, Unlock
-		// Lock: the lock is free; take it (stamped with the caller's
-		// clock: no TIME), fence it; a first attempt has no place to
-		// give up (no ZREM)
-		"exists": 2, "hset": 1, "pexpire": 1, "incr": 1,
+		// Lock: the lock is free; take it, stamp it, fence it; a first
+		// attempt has no place to give up (no ZREM)
+		"exists": 2, "hset": 1, "time": 1, "pexpire": 1, "incr": 1,
 		// Unlock: check the owner, free it, look for a waiter (EXISTS
 		// of the queue)
 		"hexists": 1, "del": 1,

@@ -59,11 +59,7 @@ type LockInfo struct {
 	Count int64
 }
 
-// Holder is one owner of a lock. Its Since is by the server's clock, but
-// for a Mutex or FairMutex that its holder took free with its own attempt:
-// that one is by the holder's clock (reading the server's would cost more
-// than the rest of an uncontended Lock's work on the server). Compare it
-// with another clock with care.
+// Holder is one owner of a lock.
 type Holder struct {
 	Token string
 	Side  string // an RWMutex's: "read" or "write"
@@ -71,7 +67,7 @@ type Holder struct {
 	// permits.
 	Holds int64
 	Fence int64         // the holder's fencing token (a Mutex's is LockInfo.Fence)
-	Since time.Time     // when it took the lock (zero if unknown); see below
+	Since time.Time     // when it took the lock, by the server's clock (zero if unknown)
 	TTL   time.Duration // how long its hold has left, as the server sees it
 	Owner *Owner        // who it is, if its Client said (nil otherwise)
 }

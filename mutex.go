@@ -116,7 +116,7 @@ func (p mutexProto) reenter(token string, count int, ttl time.Duration) op {
 // count >= 2 re-enters.
 func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) call {
 	return call{lockScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.base, p.w.publish, flag(queued), time.Now().UnixMilli()}}
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.base, p.w.publish, flag(queued)}}
 }
 
 func (p mutexProto) release(token string, left int) op { return p.unlock(token, left) }

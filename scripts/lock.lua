@@ -16,9 +16,6 @@
 -- ARGV[7]  channel base, ARGV[8] publish command (PUBLISH or SPUBLISH)
 -- ARGV[9]  '1' if an earlier attempt of this acquire carried its member
 --          (it may have a place to give up when it takes the lock)
--- ARGV[10] the caller's clock (Unix ms): when it took the lock, for who
---          inspects it (the server's TIME would cost more than the rest of
---          an uncontended acquire's work)
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          {0, wait}   held by another owner (or kept for another waiter):
@@ -35,7 +32,7 @@ local member, place_ttl = ARGV[4], tonumber(ARGV[5])
 -- take acquires the free lock; queued: the caller may have a place to
 -- give up.
 local function take(queued)
-  redis.call('HSET', lock, token, 1, 't:' .. token, ARGV[10])
+  redis.call('HSET', lock, token, 1, 't:' .. token, now_ms())
   redis.call('PEXPIRE', lock, ttl)
   if queued then
     dequeue(queue, alive, member)
