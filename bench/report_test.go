@@ -43,7 +43,7 @@ func TestReport(t *testing.T) {
 	failed := make(map[caseKey][]string)
 	start := time.Now()
 	for round := 1; round <= *reportRounds; round++ {
-		for _, c := range cases {
+		for _, c := range inRoundOrder(cases, round) {
 			bad := false
 			r := testing.Benchmark(func(b *testing.B) {
 				defer func() { bad = bad || b.Failed() }()
@@ -63,6 +63,25 @@ func TestReport(t *testing.T) {
 	}
 	rep := &report{w: os.Stdout, cases: cases, runs: runs, failed: failed}
 	rep.print(time.Since(start))
+}
+
+// inRoundOrder is the cases in the order round runs them: the
+// implementations of each configuration rotated by one place per round, so
+// that no implementation always runs first after another benchmark (whose
+// servers and connections may still be winding down) or last.
+func inRoundOrder(cases []benchCase, round int) []benchCase {
+	var out []benchCase
+	for i := 0; i < len(cases); {
+		j := i
+		for j < len(cases) && cases[j].bench == cases[i].bench && cases[j].variant == cases[i].variant {
+			j++
+		}
+		group := slices.Clone(cases[i:j])
+		k := round % len(group)
+		out = append(out, append(group[k:], group[:k]...)...)
+		i = j
+	}
+	return out
 }
 
 // selectCases returns the cases whose name matches the regexp only (all of
@@ -206,7 +225,7 @@ func (r *report) uncontended() {
 			ops, _ := r.metric("Uncontended", v, impl, "ops/s")
 			stalls, _ := r.metric("Uncontended", v, impl, "stalls")
 			lock, ping := "", ""
-			if x, ok := r.metric("Uncontended", v, impl, "lock-p50-ns"); ok {
+			if x, ok := r.metric("Uncontended", v, impl, "lock-p50-ns"); ok && x > 0 {
 				y, _ := r.metric("Uncontended", v, impl, "ping-p50-ns")
 				lock, ping = dur(x), dur(y)
 			}
@@ -277,7 +296,7 @@ func (r *report) verdicts() {
 		}
 		r.printf("- (1) uncontended %s: dlock %.0f ns/op vs fastest anchor %s %.0f ns/op: ops/s = %.2f× the best anchor's (target ≥ %.2f×): **%s**\n",
 			v, ns, a, fastest, fastest/ns, want, verdict(fastest/ns >= want))
-		if lock, ok := r.metric("Uncontended", v, "dlock", "lock-p50-ns"); ok {
+		if lock, ok := r.metric("Uncontended", v, "dlock", "lock-p50-ns"); ok && lock > 0 {
 			ping, _ := r.metric("Uncontended", v, "dlock", "ping-p50-ns")
 			r.printf("- (1) uncontended %s latency: dlock Lock p50 %s vs PING p50 %s: %s more (target: within one round trip, ≤ %s): **%s**\n",
 				v, dur(lock), dur(ping), dur(lock-ping), dur(ping), verdict(lock-ping <= ping))
