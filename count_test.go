@@ -251,12 +251,7 @@ func TestNamesNeedNoEscapingByTheCaller(t *testing.T) {
 // seen.
 func TestUncontendedServerCommands(t *testing.T) {
 	ctx := context.Background()
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	defer rdb.Close()
-	c := newClient(t, rdb)
-	m := c.Mutex("x")
-	unlock(t, mustLock(t, m, ctx)) // loads the scripts, records the Client
+	rdb, m := warmMutex(t)
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -299,12 +294,7 @@ func TestUncontendedServerCommands(t *testing.T) {
 // some room over the 76 measured, for go-redis's variation.
 func TestUncontendedAllocations(t *testing.T) {
 	ctx := context.Background()
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	defer rdb.Close()
-	c := newClient(t, rdb)
-	m := c.Mutex("x")
-	unlock(t, mustLock(t, m, ctx)) // loads the scripts, records the Client
+	_, m := warmMutex(t)
 	allocs := testing.AllocsPerRun(200, func() {
 		l, err := m.Lock(ctx)
 		if err != nil {
@@ -318,4 +308,16 @@ func TestUncontendedAllocations(t *testing.T) {
 	if allocs > 90 {
 		t.Errorf("an uncontended Lock+Unlock made %.0f allocations; want at most 90", allocs)
 	}
+}
+
+// warmMutex is a Mutex on a server of its own, taken and released once
+// (its scripts are loaded, its Client recorded), and that server's client.
+func warmMutex(t *testing.T) (*redis.Client, *dlock.Mutex) {
+	t.Helper()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	t.Cleanup(func() { rdb.Close() })
+	m := newClient(t, rdb).Mutex("x")
+	unlock(t, mustLock(t, m, context.Background()))
+	return rdb, m
 }
