@@ -32,9 +32,10 @@ func (s *single) handsOff() bool { return s.sync.replicas == 0 }
 func (s *single) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
 	// placed is when the last attempt that left a place in the queue was
 	// sent: a hand-off comes after it ran, so a lease counted from it ends
-	// locally before it does on the server.
+	// locally before it does on the server. Set, it also tells the next
+	// attempt that it may have a place to give up (an attempt that ends
+	// otherwise ends the acquire).
 	var placed time.Time
-	sent := false // an earlier attempt carried member
 	return r.p, func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
 		if msg != "" && !placed.IsZero() {
 			if l, err, ok := c.handedOver(ctx, r, token, cfg, msg, placed); ok {
@@ -46,8 +47,7 @@ func (s *single) attempt(c *Client, r *request, token, member string, cfg lockCo
 			m = member
 		}
 		start := time.Now()
-		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, sent, cfg)))
-		sent = sent || m != ""
+		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, !placed.IsZero(), cfg)))
 		if err != nil {
 			return nil, 0, err
 		}

@@ -120,6 +120,9 @@ func (w *watchdog) run(ctx context.Context) {
 	defer batches.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	w.mu.Lock()
+	w.timer = timer
+	w.mu.Unlock()
 	inflight := 0
 	for {
 		now := time.Now()
@@ -141,7 +144,6 @@ func (w *watchdog) run(ctx context.Context) {
 			next = earlier(next, t)
 		}
 		w.next = next
-		w.timer = timer
 		timer.Reset(time.Until(next)) // under w.mu: kickBefore moves it too
 		w.mu.Unlock()
 		select {

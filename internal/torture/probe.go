@@ -112,15 +112,6 @@ func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last
 	}
 }
 
-func containsName(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
-
 // inspect reads a lock's hash in Redis: its fields, its PTTL, and the
 // owner tokens in it.
 func (r *runner) inspect(name string) (string, map[string]bool) {
