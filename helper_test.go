@@ -22,7 +22,7 @@ import (
 // several processes: with helperEnv set, TestMain runs helperMain instead
 // of the tests. Settings come in the environment.
 const (
-	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold, fairwait
+	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold, fairwait, mutexwait
 	addrEnv    = "DLOCK_TEST_ADDR"   // redis-server address
 	nameEnv    = "DLOCK_TEST_NAME"   // lock name
 	ttlEnv     = "DLOCK_TEST_TTL"    // lease TTL (time.Duration)
@@ -61,7 +61,9 @@ func helperMain(mode string) int {
 	case "semaphore":
 		err = helperSemaphore(ctx, rdb, c.Semaphore(m.Name(), 3, dlock.WithTTL(ttl)))
 	case "fairwait":
-		err = helperFairWait(ctx, c.FairMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
+		err = helperWait(ctx, c.FairMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
+	case "mutexwait":
+		err = helperWait(ctx, c.Mutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
@@ -157,10 +159,11 @@ func helperHold(ctx context.Context, rdb *redis.Client, m *dlock.Mutex) error {
 	return nil
 }
 
-// helperFairWait reads "wait <id>" lines on stdin; for each it waits for
-// the fair lock in a goroutine, prints "granted <id> <fence>" when it has
-// it, and unlocks. It returns when stdin is closed and every wait is over.
-func helperFairWait(ctx context.Context, f *dlock.FairMutex) error {
+// helperWait reads "wait <id>" lines on stdin; for each it waits for the
+// lock (fairwait: a FairMutex; mutexwait: a Mutex) in a goroutine, prints
+// "granted <id> <fence>" when it has it, and unlocks. It returns when stdin
+// is closed and every wait is over.
+func helperWait(ctx context.Context, f dlock.Locker) error {
 	var wg sync.WaitGroup
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {

@@ -17,7 +17,17 @@ func waitQueued(t *testing.T, c *dlock.Client, kd dlock.Kind, name string, n int
 	waitFor(t, "the waiters registered", func() bool {
 		var err error
 		info, err = c.Inspect(context.Background(), kd, name)
-		return err == nil && len(info.Waiters) == n
+		if err != nil || len(info.Waiters) != n {
+			return false
+		}
+		// A waiter's Client records who it is just after its first
+		// attempt has queued it: wait for the record too.
+		for _, w := range info.Waiters {
+			if w.Owner == nil {
+				return false
+			}
+		}
+		return true
 	})
 	return info
 }

@@ -31,7 +31,7 @@ const (
 )
 
 // tokenOf is the owner token in a waiter's member, '<client id>:<token>
-// [:<more>]', or in a hand-off message, '<member> <fence> <ms>'.
+// [:<more>]', or in a hand-off message, '<member> <fence> <ms> <place>'.
 func tokenOf(member string) string {
 	member, _, _ = strings.Cut(member, " ")
 	_, t, _ := strings.Cut(member, ":")

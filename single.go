@@ -30,15 +30,16 @@ func (s *single) handsOff() bool { return s.sync.replicas == 0 }
 // attempt runs the request's acquire script; a lock handed over by its
 // release (msg) is taken without one.
 func (s *single) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
-	// placed is when the last attempt that left a place in the queue was
-	// sent: a hand-off comes after it ran, so a lease counted from it ends
-	// locally before it does on the server. Set, it also tells the next
-	// attempt that it may have a place to give up (an attempt that ends
-	// otherwise ends the acquire).
+	// placed is when the latest attempt that made a place in the queue
+	// was sent, and place that place's expiry as the server told it (see
+	// Client.handedOver: a hand-off names the place it consumed). Set, it
+	// also tells the next attempt that it may have a place to give up (an
+	// attempt that ends otherwise ends the acquire).
 	var placed time.Time
+	var place int64
 	return r.p, func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
 		if msg != "" && !placed.IsZero() {
-			if l, err, ok := c.handedOver(ctx, r, token, cfg, msg, placed); ok {
+			if l, err, ok := c.handedOver(ctx, r, token, cfg, msg, place, placed); ok {
 				return l, 0, err
 			}
 		}
@@ -53,6 +54,9 @@ func (s *single) attempt(c *Client, r *request, token, member string, cfg lockCo
 		}
 		if res[0] == replyBusy && m != "" {
 			placed = start
+			if len(res) > 2 {
+				place = res[2]
+			}
 		}
 		switch res[0] {
 		case replyHeld:

@@ -312,7 +312,7 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 	case wakeOne:
 		ch.wakeOne()
 	default:
-		// a member, or a hand-off '<member> <fence> <ms>'
+		// a member, or a hand-off '<member> <fence> <ms> <place>'
 		ch.wake(tokenOf(payload), payload)
 	}
 }

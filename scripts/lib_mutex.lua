@@ -6,8 +6,12 @@
 -- first live waiter, for the rest of that waiter's place at most, and that
 -- waiter alone is told. A waiter whose member ends in ':h<ttl>' is handed
 -- the lock itself — it holds it from then on, with a new fence, and the
--- message '<member> <fence> <ms>' tells it so: it needs no round trip to
--- take it. Any other (a LockAll set, a fixed lease, replica sync) finds
+-- message '<member> <fence> <ms> <place>' tells it so: it needs no round
+-- trip to take it. '<place>' is the expiry (server ms) of the waiter's place that
+-- the hand-off consumed, as the attempt that made it was told: the waiter
+-- honours the message only if no later attempt of its own has made a new
+-- place since (see Client.handedOver for why that cannot grant twice).
+-- Any other (a LockAll set, a fixed lease, replica sync) finds
 -- the lock kept for it — the hash holds only RESERVED = its member — and
 -- takes it with its next attempt. Either way nobody else can take the
 -- lock meanwhile, so a waiter is never passed over, and one that died is
@@ -55,7 +59,8 @@ local function hand_on(lock, fence, queue, alive, base, pub, reserve, released)
     redis.call('PEXPIRE', lock, granted)
     unqueue(queue, alive, h)
     local f = next_fence(fence)
-    redis.call(pub, base .. string.match(h, '^[^:]*'), h .. ' ' .. decimal(f) .. ' ' .. granted)
+    redis.call(pub, base .. string.match(h, '^[^:]*'),
+      h .. ' ' .. decimal(f) .. ' ' .. granted .. ' ' .. decimal(exp))
     return
   end
   redis.call('HSET', lock, RESERVED, h)

@@ -59,11 +59,14 @@ end
 
 -- place enters member in the queue if it is not there, and renews its
 -- place for place_ttl ms. Both sets live as long as their newest place.
+-- It returns when the place now expires (server ms): the place's name, as
+-- a hand-off that consumes it says (lib_mutex.lua).
 local function place(queue, alive, member, now, place_ttl)
   redis.call('ZADD', queue, 'NX', arrival_us(), member)
   redis.call('ZADD', alive, now + place_ttl, member)
   redis.call('PEXPIRE', queue, place_ttl)
   redis.call('PEXPIRE', alive, place_ttl)
+  return now + place_ttl
 end
 
 -- unqueue removes member from the queue.

@@ -20,6 +20,9 @@
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          {0, wait}   held by another owner (or kept for another waiter):
 --                      try again within wait ms at the latest
+--          {0, wait, place}  the same, and the caller's place in the queue
+--                      now expires at place (server ms): a hand-off that
+--                      consumes this place names it (lib_mutex.lua)
 --          {-1}        re-entry asked for, but the caller holds nothing
 --
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
@@ -83,7 +86,8 @@ else
   end
 end
 
+local wait = math.max(redis.call('PTTL', lock), 0)
 if place_ttl > 0 then
-  place(queue, alive, member, now_ms(), place_ttl)
+  return {BUSY, wait, place(queue, alive, member, now_ms(), place_ttl)}
 end
-return {BUSY, math.max(redis.call('PTTL', lock), 0)}
+return {BUSY, wait}
