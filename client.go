@@ -78,12 +78,13 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if !cfg.shardOK {
 		_, cfg.sharded = rdb.(*redis.ClusterClient)
 	}
+	// Every call returns when its ctx ends; script calls from many
+	// goroutines share round trips.
+	rdb = newPipelined(rdb)
 	var be backend
 	if cfg.noScripts {
 		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
 	} else {
-		// Script calls from many goroutines share round trips.
-		rdb = newPipelined(rdb)
 		be = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
 	}
 	return start(be, []Redis{rdb}, cfg), nil

@@ -136,9 +136,9 @@ func TestFairCancelInTheMiddle(t *testing.T) {
 	if r := <-middle; !errors.Is(r.err, dlock.ErrNotObtained) || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled waiter: %v", r.err)
 	}
-	if n := qlen(); n != 2 {
-		t.Fatalf("queue has %d places after a waiter gave up; want 2", n)
-	}
+	// It gives its place up as it returns, or, if Redis is slow to answer,
+	// just after, in the background.
+	waitFor(t, "the cancelled waiter's place given up", func() bool { return qlen() == 2 })
 	unlock(t, holder)
 	r1 := <-first
 	if r1.err != nil {

@@ -449,15 +449,17 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 		}
 		return iter.Err()
 	}
-	switch r := raw(r).(type) {
-	case *redis.ClusterClient:
-		err = r.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
-	case redis.Cmdable:
-		err = scan(ctx, r)
-	default:
-		err = fmt.Errorf("dlock: Locks needs a go-redis client (SCAN)")
-	}
-	if err != nil {
+	// Within ctx (see within): found is not read when ctx ends first.
+	scanned, late := within(ctx, func() error {
+		switch r := raw(r).(type) {
+		case *redis.ClusterClient:
+			return r.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+		case redis.Cmdable:
+			return scan(ctx, r)
+		}
+		return fmt.Errorf("dlock: Locks needs a go-redis client (SCAN)")
+	})
+	if err = cmp.Or(late, scanned); err != nil {
 		return nil, redisErr("scan", pattern, err)
 	}
 	var out []*LockInfo

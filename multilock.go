@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // LockAll acquires every one of lockers, all or nothing, and returns one
@@ -105,15 +107,29 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
 	c := s.c
 	channel := c.wakeTo(ms[0].k).base + c.id
 	seen := c.epochs(channel)
+	// Without the set, what the attempts may have left is undone in the
+	// background, once the last of them can no longer run on the server
+	// (see acquisition.run).
+	defer func() {
+		if s.lease != nil {
+			return
+		}
+		after := s.settled
+		if after == nil {
+			after = closedChan
+		}
+		c.undo(ctx, after, func(ctx context.Context) error {
+			var err error
+			if s.unknown {
+				err = cleanupSet(ctx, c, ms, s.token)
+			}
+			return errors.Join(err, s.leave(ctx))
+		})
+	}()
 	done, next, err := s.attempt(ctx)
 	if done || err != nil {
 		return s.lease, err
 	}
-	defer func() {
-		if s.lease == nil {
-			s.leave(ctx)
-		}
-	}()
 	err = c.waitLoop(ctx, s.name, channel, s.token, seen, s.bound(next),
 		func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			done, next, err := s.attempt(ctx)
@@ -134,6 +150,11 @@ type mutexSet struct {
 	keys      []string
 	args      []any
 	lease     *Lease // the set's, once taken
+	// unknown: an attempt failed with an outcome unknown (it may have
+	// taken the set); settled closes when it can no longer run on the
+	// server.
+	unknown bool
+	settled <-chan struct{}
 }
 
 // prepare checks the call and each mutex's options, and builds the
@@ -177,15 +198,13 @@ func (s *mutexSet) prepare(ctx context.Context) error {
 // bound caps a wait at the keep-alive interval of the set's place.
 func (s *mutexSet) bound(d time.Duration) time.Duration { return min(d, s.keepAlive) }
 
-// leave gives up the set's place in the queues, even if ctx has ended.
-func (s *mutexSet) leave(ctx context.Context) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
+// leave gives up the set's place in the queues.
+func (s *mutexSet) leave(ctx context.Context) error {
 	calls := make([]call, len(s.ms))
 	for i, m := range s.ms {
 		calls[i] = mutexProto{m.k, s.c.wakeTo(m.k)}.leave(s.member)
 	}
-	runBatch(ctx, s.c.rdb, calls, replicaSync{})
+	return firstErr(runBatch(ctx, s.c.rdb, calls, replicaSync{}))
 }
 
 // attempt tries to take the whole set at once: done, or how long to wait
@@ -198,7 +217,7 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 		err = errors.New("unexpected script reply")
 	}
 	if err != nil {
-		cleanupSet(ctx, c, ms, s.token)
+		s.unknown, s.settled = true, settled(err)
 		if ctx.Err() != nil {
 			return false, 0, waitEnded(s.name, ctx.Err())
 		}
@@ -211,8 +230,9 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 	for i, m := range ms {
 		l, err := c.newLease(ctx, newHold(c, m.k, "Mutex", mutexProto{m.k, c.wakeTo(m.k)}, s.token, res[i+1], s.cfgs[i], start))
 		if err != nil {
+			// the Client closed: the set is undone (see lockMutexes)
 			releaseAll(ctx, parts[:i])
-			cleanupSet(ctx, c, ms[i:], s.token)
+			s.unknown, s.settled = true, closedChan
 			return false, 0, err
 		}
 		parts[i] = l
@@ -222,20 +242,30 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 }
 
 // cleanupSet undoes what an attempt with an unknown outcome may have
-// taken, even if ctx has ended, for a bounded time.
-func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
+// taken.
+func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) error {
 	calls := make([]call, len(ms))
 	for i, m := range ms {
 		calls[i] = mutexProto{m.k, c.wakeTo(m.k)}.unlock(token, 0)
 	}
-	runBatch(ctx, c.rdb, calls, replicaSync{})
+	return firstErr(runBatch(ctx, c.rdb, calls, replicaSync{}))
 }
 
-// releaseAll unlocks leases after a failed LockAll, even if ctx has ended.
+// firstErr returns the first error of a batch's replies.
+func firstErr(cmds []*redis.Cmd) error {
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseAll unlocks leases after a failed LockAll, within undoGrace
+// when ctx has ended; a release that cannot be made then goes on in the
+// background (see hold.unlock).
 func releaseAll(ctx context.Context, leases []*Lease) {
-	ctx, cancel := bounded(ctx)
+	ctx, cancel := graced(ctx)
 	defer cancel()
 	for i := len(leases) - 1; i >= 0; i-- {
 		_ = leases[i].Unlock(ctx)

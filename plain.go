@@ -267,6 +267,9 @@ func compareAndDo(ctx context.Context, r Redis, key, want string, cond func(*red
 			done = err == nil
 			return err
 		}, key)
+		if gaveUp(err) {
+			return false, err // done is not ours to read: fn may still run
+		}
 		if !errors.Is(err, redis.TxFailedErr) {
 			return done, err
 		}

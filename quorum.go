@@ -66,7 +66,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 		if any(n) == nil {
 			return nil, invalid("NewQuorum: node %d is nil", i)
 		}
-		rs[i] = n
+		rs[i] = newPipelined(n) // every call returns when its ctx ends
 	}
 	cfg, err := configure(opts)
 	if err != nil {

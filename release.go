@@ -87,6 +87,70 @@ func (c *Client) releaseLater(h *hold) {
 	}()
 }
 
+// undo runs undo — undoing what an acquire may have left in Redis — at
+// once when after has closed already, so that the acquire's caller
+// usually finds it done: within ctx, or, when ctx has ended, within
+// undoGrace more. Otherwise, or when that fails, in the background
+// (undoLater).
+func (c *Client) undo(ctx context.Context, after <-chan struct{}, undo func(ctx context.Context) error) {
+	select {
+	case <-after:
+		ctx, cancel := graced(ctx)
+		err := undo(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	default:
+	}
+	c.undoLater(after, func(ctx context.Context) { _ = undo(ctx) })
+}
+
+// undoGrace is how long a call whose ctx has ended may still spend undoing
+// what it left in Redis (a place in a queue, a hold it took) before it
+// leaves that to the background: a round trip when Redis answers, and
+// well within the promise that a call returns within 50 ms of its ctx.
+const undoGrace = 20 * time.Millisecond
+
+// graced returns ctx while it lasts; once it has ended, a context that
+// lasts undoGrace.
+func graced(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), undoGrace)
+}
+
+// undoLater runs undo in the background — undoing what an acquire may
+// have left in Redis: a hold, a place in a queue — once after has closed:
+// the call that may have left it can no longer run on the server (see
+// lateCall), so the undoing cannot come first. undo gets a ctx bounded by
+// cleanupTimeout. When the Client closes meanwhile it does not wait for
+// after: it makes the one try now.
+func (c *Client) undoLater(after <-chan struct{}, undo func(ctx context.Context)) {
+	r := &c.releasers
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		ctx, cancel := bounded(context.Background())
+		defer cancel()
+		undo(ctx) // Close is under way: one bounded try
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		select {
+		case <-after:
+		case <-c.life.Done():
+		}
+		ctx, cancel := bounded(context.Background())
+		defer cancel()
+		undo(ctx)
+	}()
+}
+
 // releaseNow makes one release of h, bounded by cleanupTimeout.
 func (c *Client) releaseNow(h *hold) {
 	ctx, cancel := bounded(context.Background())

@@ -131,7 +131,7 @@ func (c call) run(ctx context.Context, r Redis) *redis.Cmd {
 func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
 	var wait *redis.Cmd
-	_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
 			out[i] = p.EvalSha(ctx, c.s.sha, c.keys, c.args...)
 		}
@@ -140,6 +140,9 @@ func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*r
 		}
 		return nil
 	})
+	if gaveUp(err) {
+		return failedAll(ctx, len(calls), err) // out is not ours to read
+	}
 	var again []int
 	for i, cmd := range out {
 		if isNoScript(cmd.Err()) {
@@ -147,19 +150,35 @@ func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*r
 		}
 	}
 	if len(again) > 0 {
-		_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range again {
+		evals := make([]*redis.Cmd, len(again))
+		_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j, i := range again {
 				c := calls[i]
-				out[i] = p.Eval(ctx, c.s.src, c.keys, c.args...)
+				evals[j] = p.Eval(ctx, c.s.src, c.keys, c.args...)
 			}
 			if sync.replicas > 0 {
 				wait = p.Do(ctx, "WAIT", sync.replicas, sync.timeout.Milliseconds())
 			}
 			return nil
 		})
+		if gaveUp(err) {
+			return failedAll(ctx, len(calls), err)
+		}
+		for j, i := range again {
+			out[i] = evals[j]
+		}
 	}
 	if sync.replicas > 0 {
 		sync.check(wait, out)
+	}
+	return out
+}
+
+// failedAll returns n commands that failed with err.
+func failedAll(ctx context.Context, n int, err error) []*redis.Cmd {
+	out := make([]*redis.Cmd, n)
+	for i := range out {
+		out[i] = failed(ctx, err)
 	}
 	return out
 }

@@ -87,7 +87,7 @@ func (s *single) grant(ctx context.Context, o op) *redis.Cmd {
 			cmd.SetErr(err)
 			return cmd
 		}
-		r = node
+		r = newPipelined(node) // within ctx, as every call
 	}
 	return runBatch(ctx, r, []call{cl}, s.sync)[0]
 }

@@ -33,23 +33,48 @@ type acquisition struct {
 	// waiter's place in a queue.
 	leave  func(member string) call
 	member string
+	// unknown: an attempt failed with an outcome unknown (it may have
+	// taken the lock); settled closes when it can no longer run on the
+	// server.
+	unknown bool
+	settled <-chan struct{}
 }
 
 // abandon gives up the waiter's place (see leave).
-func (a *acquisition) abandon(ctx context.Context) { _ = a.c.be.everywhere(ctx, a.leave(a.member)) }
+func (a *acquisition) abandon(ctx context.Context) error {
+	return a.c.be.everywhere(ctx, a.leave(a.member))
+}
 
 // run acquires: one attempt, then, for a Lock, waits woken by releases.
-// An attempt that fails with an unknown outcome is undone before run
-// returns, so that no lock is left held by nobody.
+// What an acquire that ends without the lock may have left in Redis — a
+// hold taken by an attempt whose outcome is unknown (a Redis error, a
+// reply that came after ctx ended), a place in a queue — is undone in the
+// background once that attempt can no longer run on the server (see
+// lateCall), so that no lock is left held by nobody and run returns as
+// soon as ctx ends.
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
-	if wait && a.leave != nil {
-		defer func() {
-			if l == nil {
-				a.cleanup(ctx, a.abandon)
+	defer func() {
+		leave := wait && a.leave != nil
+		if l != nil || (!a.unknown && !leave) {
+			return
+		}
+		after := a.settled
+		if after == nil {
+			after = closedChan
+		}
+		c.undo(ctx, after, func(ctx context.Context) error {
+			var err1, err2 error
+			if a.unknown {
+				c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
+				err1 = a.p.release(a.token, 0).run(ctx, c.rdb).Err()
 			}
-		}()
-	}
+			if leave {
+				err2 = a.abandon(ctx)
+			}
+			return errors.Join(err1, err2)
+		})
+	}()
 	var seen []uint64
 	if wait {
 		seen = c.epochs(a.channel)
@@ -140,7 +165,8 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	}
 }
 
-// try makes one attempt and undoes it when its outcome is unknown.
+// try makes one attempt. One whose outcome is unknown is marked so, for
+// run to undo it.
 func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
 	l, next, err := a.attempt(ctx, queued, msg)
 	if err == nil {
@@ -148,10 +174,7 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	}
 	a.c.clusterHint(err)
 	if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
-		a.c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
-		a.cleanup(ctx, func(ctx context.Context) {
-			_ = a.p.release(a.token, 0).run(ctx, a.c.rdb).Err()
-		})
+		a.unknown, a.settled = true, settled(err)
 	}
 	if ctx.Err() != nil {
 		return nil, 0, waitEnded(a.name, ctx.Err())
@@ -174,11 +197,4 @@ func (a *acquisition) bound(d time.Duration) time.Duration {
 		return a.keepAlive
 	}
 	return d
-}
-
-// cleanup runs f even when ctx has ended, for a bounded time.
-func (a *acquisition) cleanup(ctx context.Context, f func(context.Context)) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	f(ctx)
 }
