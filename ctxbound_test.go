@@ -83,10 +83,13 @@ func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
 				"LockAll": func(ctx context.Context) (*dlock.Lease, error) {
 					return dlock.LockAll(ctx, c.Mutex(names["all1"]), c.Mutex(names["all2"]))
 				},
-				"Unlock":  func(ctx context.Context) (*dlock.Lease, error) { return nil, toUnlock.Unlock(ctx) },
-				"Extend":  func(ctx context.Context) (*dlock.Lease, error) { return nil, toExtend.Extend(ctx, time.Minute) },
-				"TTL":     func(ctx context.Context) (*dlock.Lease, error) { _, err := toExtend.TTL(ctx); return nil, err },
-				"Inspect": func(ctx context.Context) (*dlock.Lease, error) { _, err := c.Inspect(ctx, dlock.KindMutex, names["held"]); return nil, err },
+				"Unlock": func(ctx context.Context) (*dlock.Lease, error) { return nil, toUnlock.Unlock(ctx) },
+				"Extend": func(ctx context.Context) (*dlock.Lease, error) { return nil, toExtend.Extend(ctx, time.Minute) },
+				"TTL":    func(ctx context.Context) (*dlock.Lease, error) { _, err := toExtend.TTL(ctx); return nil, err },
+				"Inspect": func(ctx context.Context) (*dlock.Lease, error) {
+					_, err := c.Inspect(ctx, dlock.KindMutex, names["held"])
+					return nil, err
+				},
 				"Latch.Wait": func(ctx context.Context) (*dlock.Lease, error) {
 					return nil, c.Latch(names["latch"]).Wait(ctx)
 				},
