@@ -56,6 +56,7 @@ type Client struct {
 	drift  drift
 	tel    *telemetry
 	owner  *owners // what it records of itself for inspectors
+	dep    *deployment
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
@@ -80,10 +81,11 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	}
 	var be backend
 	if cfg.noScripts {
+		rdb = &reporter{rdb, cfg.dep}
 		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
 	} else {
 		// Script calls from many goroutines share round trips.
-		rdb = newPipelined(rdb)
+		rdb = &reporter{newPipelined(rdb), cfg.dep}
 		be = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
 	}
 	return start(be, []Redis{rdb}, cfg), nil
@@ -118,6 +120,7 @@ func configure(opts []Option) (clientConfig, error) {
 	if cfg.noScripts && cfg.sync != (replicaSync{}) {
 		return clientConfig{}, invalid("WithoutScripts and WithReplicaSync cannot be combined")
 	}
+	cfg.dep = &deployment{prefix: cfg.prefix, evictionRisk: cfg.evictionRisk, warned: map[string]bool{}}
 	return cfg, nil
 }
 
@@ -125,7 +128,9 @@ func configure(opts []Option) (clientConfig, error) {
 // watchdog.
 func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg), owner: newOwners(cfg)}
+		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg), owner: newOwners(cfg),
+		dep: cfg.dep}
+	c.dep.tel, c.dep.publish = c.tel, c.publish
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -66,10 +67,29 @@ func TestACLWithoutChannels(t *testing.T) {
 			t.Fatalf("round %d: B's Lock after A's release: %v", round, err)
 		}
 	}
+	for who, c := range map[string]*dlock.Client{"A": cA, "B": cB} {
+		err := c.Health()
+		if !errors.Is(err, dlock.ErrPubSubRefused) || !strings.Contains(err.Error(), "&dlock:*") {
+			t.Errorf("%s's Health: %v; want an error matching ErrPubSubRefused naming &dlock:*", who, err)
+		}
+	}
 	for who, logs := range map[string]*syncBuffer{"A": &logA, "B": &logB} {
 		if n := strings.Count(logs.String(), "&dlock:*"); n != 1 {
 			t.Errorf("%s logged the missing grant &dlock:* %d times, want once; logs:\n%s", who, n, logs.String())
 		}
+	}
+}
+
+// With the channels granted, nothing is refused and nothing is logged.
+func TestACLWithChannels(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	var logs syncBuffer
+	c := newClient(t, aclUser(t, s, "app", "~dlock:*", "&dlock:*", "+@all"),
+		dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx))
+	if err := c.Health(); err != nil || logs.String() != "" {
+		t.Errorf("Health: %v; logs: %q", err, logs.String())
 	}
 }
 
@@ -88,9 +108,53 @@ func TestEvictingServerRefused(t *testing.T) {
 				_ = l.Unlock(ctx)
 				t.Fatal("TryLock on a server that evicts keys: no error")
 			}
-			if !strings.Contains(err.Error(), "maxmemory-policy noeviction") {
-				t.Errorf("error %q does not name the fix", err)
+			if !errors.Is(err, dlock.ErrEvictionPolicy) || !strings.Contains(err.Error(), "maxmemory-policy noeviction") {
+				t.Errorf("error %q: want ErrEvictionPolicy naming the fix", err)
+			}
+			// Refused again (not cached as passed), then accepted with the
+			// risk taken, with one warning.
+			if _, err := c.Mutex(lockName(t)).Lock(ctx); !errors.Is(err, dlock.ErrEvictionPolicy) {
+				t.Errorf("second Lock: %v, want ErrEvictionPolicy", err)
+			}
+			var logs syncBuffer
+			risky := newClient(t, newRedis(t, s), dlock.WithEvictionRisk(),
+				dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			for range 2 {
+				unlock(t, mustLock(t, risky.Mutex(lockName(t)), ctx))
+			}
+			if n := strings.Count(logs.String(), "WithEvictionRisk"); n != 1 {
+				t.Errorf("WithEvictionRisk warned %d times, want once: %s", n, logs.String())
 			}
 		})
+	}
+}
+
+// A script whose wake-up is refused still does its work, answers as it
+// would have, and the refusal reaches the Client: a Latch counted down to
+// zero by a Client that never acquired (so made no check of its own).
+func TestRefusedPublishInScriptIsReported(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	var logs syncBuffer
+	c := newClient(t, aclUser(t, s, "app", "~dlock:*", "+@all"),
+		dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l := c.Latch(lockName(t))
+	if ok, err := l.TrySetCount(ctx, 1, time.Minute); !ok || err != nil {
+		t.Fatalf("TrySetCount: %v %v", ok, err)
+	}
+	if err := c.Health(); err != nil {
+		t.Fatalf("Health before any publish: %v", err)
+	}
+	if n, err := l.CountDown(ctx); n != 0 || err != nil {
+		t.Fatalf("CountDown: %d, %v; want 0, nil", n, err)
+	}
+	if n, err := l.Count(ctx); n != 0 || err != nil {
+		t.Fatalf("Count after the last CountDown: %d, %v; want 0 (open)", n, err)
+	}
+	if err := c.Health(); !errors.Is(err, dlock.ErrPubSubRefused) {
+		t.Errorf("Health after a refused wake-up: %v", err)
+	}
+	if n := strings.Count(logs.String(), "&dlock:*"); n != 1 {
+		t.Errorf("logged &dlock:* %d times, want once: %s", n, logs.String())
 	}
 }

@@ -43,6 +43,9 @@ func (a *acquisition) abandon(ctx context.Context) { _ = a.c.be.everywhere(ctx, 
 // returns, so that no lock is left held by nobody.
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
+	if err := c.checkDeployment(ctx, a.channel); err != nil {
+		return nil, err
+	}
 	if wait && a.leave != nil {
 		defer func() {
 			if l == nil {
@@ -104,7 +107,8 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	if listening {
 		ready = nil // no check needed: a message for us cannot have been missed
 	}
-	timer := time.NewTimer(bound)
+	poll := poller{d: c.dep} // waits poll while pub/sub is refused
+	timer := time.NewTimer(poll.cap(bound))
 	defer timer.Stop()
 	for {
 		woken := false
@@ -136,7 +140,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		if done || err != nil {
 			return err
 		}
-		timer.Reset(next)
+		timer.Reset(poll.cap(next))
 	}
 }
 

@@ -20,7 +20,7 @@ end
 c = redis.call('DECR', KEYS[1])
 if c <= 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call(ARGV[3], ARGV[2], WAKE_ALL)
+  publish(ARGV[3], ARGV[2], WAKE_ALL)
   return 0
 end
 return c

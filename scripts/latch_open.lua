@@ -7,5 +7,5 @@
 -- Returns  1 if the latch was closed, 0 if not
 local had = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
-redis.call(ARGV[2], ARGV[1], WAKE_ALL)
+publish(ARGV[2], ARGV[1], WAKE_ALL)
 return had
