@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ import (
 //     ChannelWithSubscriptions's goroutine swallows the error reply), so the
 //     hub cannot see it. Scripts therefore publish through pcall and report a
 //     refusal in their reply (scripts/lib.lua, unwrapRefused), and a Client
-//     probes its wake-up channel with one PUBLISH at its first acquire. Once
+//     probes its wake-up channel with one PUBLISH at its first wait. Once
 //     either has seen a refusal, the Client warns once, Health reports it,
 //     and its waits poll (poller) instead of sleeping until the next renewal
 //     of their place.
@@ -60,8 +61,9 @@ type deployment struct {
 	evictionRisk bool
 	tel          *telemetry
 
-	checked atomic.Bool // the check passed (or could not be read, and was let be)
-	mu      sync.Mutex  // one check at a time
+	checked atomic.Bool // the eviction check passed (or could not be told, and was let be)
+	probed  atomic.Bool // the pub/sub probe was answered
+	mu      sync.Mutex  // one check or probe at a time
 
 	wmu    sync.Mutex
 	warned map[string]bool
@@ -69,11 +71,14 @@ type deployment struct {
 	refused atomic.Pointer[error] // pub/sub refused: the error Health returns
 }
 
-// checkDeployment runs the deployment check at a Client's first acquire
-// (once it has passed; a check that could not be made, or that refused
-// the server, is made again by the next call, so a server fixed meanwhile
-// is accepted). channel is the channel that the acquire would wait on.
-func (c *Client) checkDeployment(ctx context.Context, channel string) error {
+// checkDeployment checks, at a Client's first acquire, that no node may
+// evict lock keys. Once it has passed it costs an atomic load; a check
+// that could not be made, or that refused the server, is made again by
+// the next call, so a server fixed meanwhile is accepted without a new
+// Client. A quorum checks the nodes it can reach (a node that is down is
+// the quorum's business, and is checked at a later call); a single
+// deployment returns the error of a check it could not make.
+func (c *Client) checkDeployment(ctx context.Context) error {
 	d := c.dep
 	if d.checked.Load() {
 		return nil
@@ -83,49 +88,34 @@ func (c *Client) checkDeployment(ctx context.Context, channel string) error {
 	if d.checked.Load() {
 		return nil
 	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		read int
-	)
-	for _, h := range c.hubs {
-		wg.Go(func() {
-			err := d.checkNode(ctx, h.rdb, channel)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-			} else {
-				read++
-			}
-		})
+	errs := make([]error, len(c.hubs))
+	var wg sync.WaitGroup
+	for i, h := range c.hubs {
+		wg.Go(func() { errs[i] = d.checkEviction(ctx, h.rdb) })
 	}
 	wg.Wait()
+	unread := false
 	for _, err := range errs {
 		if errors.Is(err, ErrEvictionPolicy) {
 			return err
 		}
+		unread = unread || err != nil
 	}
-	// A quorum goes on without the nodes it could not read (they are
-	// checked at the next call); a single deployment returns the error.
-	if len(errs) > 0 && (len(c.hubs) == 1 || read < len(c.hubs)/2+1) {
-		return errors.Join(errs...)
+	if unread && len(c.hubs) == 1 {
+		return errs[0]
 	}
-	if len(errs) == 0 {
+	if !unread {
 		d.checked.Store(true)
 	}
 	return nil
 }
 
-// checkNode reads one node's eviction policy (every master's on a
-// cluster) and publishes the probe on channel, in one round trip where it
-// can. It returns an error matching ErrEvictionPolicy for a server that
-// may evict without WithEvictionRisk, a wrapped Redis error when it could
-// not ask; a refused PUBLISH marks pub/sub refused.
-func (d *deployment) checkNode(ctx context.Context, r Redis, channel string) error {
+// checkEviction reads one node's eviction policy (every master's on a
+// cluster). It returns an error matching ErrEvictionPolicy for a policy
+// that may evict keys, unless WithEvictionRisk was given, and a wrapped
+// Redis error when it could not ask.
+func (d *deployment) checkEviction(ctx context.Context, r Redis) error {
 	var infos []*redis.StringCmd
-	var pub *redis.Cmd
 	if cc, ok := raw(r).(*redis.ClusterClient); ok {
 		var mu sync.Mutex
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
@@ -136,20 +126,14 @@ func (d *deployment) checkNode(ctx context.Context, r Redis, channel string) err
 			return nil
 		})
 		if err != nil {
-			return redisErr("check", "INFO memory", err)
+			return checkErr("INFO memory", err)
 		}
-		pub = r.Do(ctx, d.publish, channel, wakeNone)
 	} else {
-		_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
-			infos = append(infos, p.Info(ctx, "memory"))
-			pub = p.Do(ctx, d.publish, channel, wakeNone)
-			return nil
-		})
-	}
-	if err := pub.Err(); isReply(err) {
-		d.pubsubRefused(d.publish+" "+channel, err)
-	} else if err != nil {
-		return redisErr("check", d.publish, err)
+		cmd := redis.NewStringCmd(ctx)
+		v, err := r.Do(ctx, "INFO", "memory").Text()
+		cmd.SetVal(v)
+		cmd.SetErr(err)
+		infos = append(infos, cmd)
 	}
 	for _, info := range infos {
 		if err := d.checkPolicy(info); err != nil {
@@ -167,7 +151,7 @@ func (d *deployment) checkPolicy(info *redis.StringCmd) error {
 			"err", err)
 		return nil
 	} else if err != nil {
-		return redisErr("check", "INFO memory", err)
+		return checkErr("INFO memory", err)
 	}
 	policy := infoField(info.Val(), "maxmemory_policy")
 	if policy == "" || policy == "noeviction" {
@@ -180,6 +164,45 @@ func (d *deployment) checkPolicy(info *redis.StringCmd) error {
 	}
 	return fmt.Errorf("%w: maxmemory-policy is %s: an evicted lock key lets a second owner in, an evicted fence counter "+
 		"issues fences again; set maxmemory-policy noeviction (or accept the risk with WithEvictionRisk)", ErrEvictionPolicy, policy)
+}
+
+// checkErr is the error of a check that could not be made.
+func checkErr(what string, err error) error {
+	return fmt.Errorf("dlock: checking the server (%s): %w", what, err)
+}
+
+// probePubSub finds out, at a Client's first wait, whether its ACL user
+// may use the channel it is about to subscribe to (a refused SUBSCRIBE
+// cannot be seen: see the top of this file): it publishes wakeNone on it,
+// on every node, once. Nobody else listens on a Client's own channel, and
+// on a lock's channel (WithoutScripts) the message wakes nobody. A probe
+// that does not get an answer is made again at the next wait; the wait
+// goes on either way.
+func (c *Client) probePubSub(ctx context.Context, channel string) {
+	d := c.dep
+	if d.probed.Load() {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.probed.Load() {
+		return
+	}
+	answered := make([]bool, len(c.hubs))
+	var wg sync.WaitGroup
+	for i, h := range c.hubs {
+		wg.Go(func() {
+			err := h.rdb.Do(ctx, d.publish, channel, wakeNone).Err()
+			if isReply(err) {
+				d.pubsubRefused(d.publish+" "+channel, err)
+			}
+			answered[i] = err == nil || isReply(err)
+		})
+	}
+	wg.Wait()
+	if !slices.Contains(answered, false) {
+		d.probed.Store(true)
+	}
 }
 
 // isReply reports whether err is an error reply from the server (a

@@ -43,7 +43,10 @@ func (a *acquisition) abandon(ctx context.Context) { _ = a.c.be.everywhere(ctx, 
 // returns, so that no lock is left held by nobody.
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
-	if err := c.checkDeployment(ctx, a.channel); err != nil {
+	if err := c.checkDeployment(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, waitEnded(a.name, ctx.Err())
+		}
 		return nil, err
 	}
 	if wait && a.leave != nil {
@@ -87,6 +90,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 // closes, ErrClosed.
 func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen []uint64, bound time.Duration,
 	check func(ctx context.Context, msg string) (done bool, next time.Duration, err error)) error {
+	c.probePubSub(ctx, channel) // once per Client: are its channels granted?
 	// One wake channel, however many nodes may publish the release.
 	wake := make(chan struct{}, 1)
 	var ready <-chan struct{}
