@@ -7,6 +7,8 @@
 -- ARGV[2]  channel, ARGV[3] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  the count left (0 when the latch is open or does not exist)
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 local c = tonumber(redis.call('GET', KEYS[1]))
 if not c then
   return 0

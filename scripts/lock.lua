@@ -21,6 +21,8 @@
 --          {0, wait}   held by another owner (or kept for another waiter):
 --                      try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 --
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
 -- had already been applied answers the same when it runs again (the token
