@@ -56,6 +56,7 @@ type Client struct {
 	drift  drift
 	tel    *telemetry
 	owner  *owners // what it records of itself for inspectors
+	dep    *deployment
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
@@ -79,8 +80,8 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 		_, cfg.sharded = rdb.(*redis.ClusterClient)
 	}
 	// Every call returns when its ctx ends; script calls from many
-	// goroutines share round trips.
-	rdb = newPipelined(rdb)
+	// goroutines share round trips; the Client hears of refused publishes.
+	rdb = &reporter{newPipelined(rdb), cfg.dep}
 	var be backend
 	if cfg.noScripts {
 		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
@@ -119,6 +120,7 @@ func configure(opts []Option) (clientConfig, error) {
 	if cfg.noScripts && cfg.sync != (replicaSync{}) {
 		return clientConfig{}, invalid("WithoutScripts and WithReplicaSync cannot be combined")
 	}
+	cfg.dep = &deployment{prefix: cfg.prefix, evictionRisk: cfg.evictionRisk, warned: map[string]bool{}}
 	return cfg, nil
 }
 
@@ -126,7 +128,9 @@ func configure(opts []Option) (clientConfig, error) {
 // watchdog.
 func start(be backend, nodes []Redis, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg), owner: newOwners(cfg)}
+		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg), owner: newOwners(cfg),
+		dep: cfg.dep}
+	c.dep.tel, c.dep.publish = c.tel, c.publish
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}

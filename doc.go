@@ -118,6 +118,20 @@
 //   - A lock deleted behind its holder's back (an administrator, a
 //     FLUSHALL) is noticed at the holder's next renewal, up to TTL/3 later;
 //     meanwhile another owner may take it. Fencing covers that window too.
+//   - A server that evicts keys (any maxmemory-policy but noeviction,
+//     volatile-* included, since lock keys carry TTLs) can drop a held lock
+//     and its fence counter: a second owner, the same fence twice. A
+//     Client's first Lock or TryLock reads the policy (INFO memory, on every
+//     node, every master of a cluster) and fails with ErrEvictionPolicy
+//     unless WithEvictionRisk accepts the risk.
+//   - An ACL user without pub/sub channels (Redis 7 grants none by
+//     default) cannot publish a release or subscribe to one. Locks stay
+//     correct — the scripts publish last, through pcall, so a refused
+//     wake-up fails nothing — but waits are no longer woken: the Client
+//     logs a warning once, Client.Health returns an error matching
+//     ErrPubSubRefused, and waits poll (16 ms doubling to 256 ms). Grant
+//     the channels &<prefix>:*. "dlock check" lists what a server and user
+//     lack.
 //
 // # Ownership and re-entry
 //
@@ -129,7 +143,8 @@
 // # Errors
 //
 // Errors match the sentinels ErrNotObtained, ErrNotHeld, ErrLeaseLost,
-// ErrUnlocked, ErrClosed and ErrInvalidArgument under errors.Is; a wait
+// ErrUnlocked, ErrClosed, ErrReplicaSync, ErrEvictionPolicy and
+// ErrInvalidArgument under errors.Is (Client.Health's, ErrPubSubRefused); a wait
 // that its context ended also matches ctx.Err(). Redis errors are
 // returned wrapped.
 package dlock

@@ -36,6 +36,18 @@ var (
 	// released.
 	ErrReplicaSync = errors.New("dlock: not acknowledged by enough replicas")
 
+	// ErrEvictionPolicy is returned by a Client's first Lock or TryLock
+	// when a server's maxmemory-policy may evict keys (anything but
+	// noeviction): an evicted lock lets a second owner in, an evicted fence
+	// counter issues the same fences again. Set maxmemory-policy
+	// noeviction, or accept the risk with WithEvictionRisk.
+	ErrEvictionPolicy = errors.New("dlock: the server may evict lock keys")
+
+	// ErrPubSubRefused is matched by Client.Health's error once the server
+	// refused the Client's PUBLISH or SUBSCRIBE (an ACL user without the
+	// channels &<prefix>:*): releases wake nobody, and waits poll.
+	ErrPubSubRefused = errors.New("dlock: pub/sub refused by the server")
+
 	// ErrInvalidArgument is wrapped by every error about bad input: an
 	// empty lock name, a TTL out of range, a nil context or client.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")

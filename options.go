@@ -37,6 +37,9 @@ type clientConfig struct {
 	names     bool
 	label     string
 	noOwner   bool
+
+	evictionRisk bool        // WithEvictionRisk (deploy.go)
+	dep          *deployment // what the Client learns of its deployment
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:

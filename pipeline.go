@@ -61,13 +61,16 @@ func newPipelined(r Redis) *pipelined {
 	return &pipelined{Redis: r}
 }
 
-// raw is the client under a pipelined one, for what asks which kind of
-// client it has (a cluster's).
+// raw is the client under dlock's wrappers (pipelined, reporter), for what
+// asks which kind of client it has (a cluster's).
 func raw(r Redis) Redis {
-	if p, ok := r.(*pipelined); ok {
-		return p.Redis
+	for {
+		w, ok := r.(interface{ unwrap() Redis })
+		if !ok {
+			return r
+		}
+		r = w.unwrap()
 	}
-	return r
 }
 
 // lateCall is the error of a call whose ctx ended before Redis answered.
@@ -195,6 +198,9 @@ func pipelineWithin(ctx context.Context, fn func(redis.Pipeliner) error,
 	}
 	return r.cmds, r.err
 }
+
+// unwrap returns the client under it (see raw).
+func (p *pipelined) unwrap() Redis { return p.Redis }
 
 // EvalSha runs the script call, batched with the calls of other
 // goroutines when batches are in flight, within ctx.

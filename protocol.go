@@ -22,6 +22,11 @@ const (
 	replyTTLNotHeld = -3 // a ttl script: the caller holds nothing
 )
 
+// refusedMark starts the reply of a script whose publish was refused:
+// {refusedMark, error, reply} (see publish in scripts/lib.lua and
+// unwrapRefused).
+const refusedMark = "dlock:refused"
+
 // Wake messages, published on a lock's channel (script-free mutexes,
 // latches, an RWMutex's readers). A waiter whose turn it is is told on its
 // Client's own channel instead, by its member (see wakeTo).

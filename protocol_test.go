@@ -24,6 +24,7 @@ func TestProtocolAgrees(t *testing.T) {
 		"TOO_MANY":     strconv.Itoa(replyTooMany),
 		"TTL_NOT_HELD": strconv.Itoa(replyTTLNotHeld),
 		"WAKE_ALL":     wakeAll,
+		"REFUSED":      refusedMark,
 	}
 	for name, v := range want {
 		if lua[name] != v {

@@ -72,6 +72,9 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i := range rs {
+		rs[i] = &reporter{rs[i], cfg.dep}
+	}
 	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
 	}

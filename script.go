@@ -51,6 +51,7 @@ func loadScript(names ...string) script {
 	} else {
 		src += helpers.String() + body
 	}
+	src = wrapPublishing(src)
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
@@ -107,6 +108,7 @@ func (s script) run(ctx context.Context, r Redis, keys []string, args ...any) *r
 	if isNoScript(cmd.Err()) {
 		cmd = r.Eval(ctx, s.src, keys, args...)
 	}
+	unwrapRefused(r, cmd)
 	return cmd
 }
 
@@ -167,6 +169,9 @@ func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*r
 		for j, i := range again {
 			out[i] = evals[j]
 		}
+	}
+	for _, cmd := range out {
+		unwrapRefused(r, cmd)
 	}
 	if sync.replicas > 0 {
 		sync.check(wait, out)

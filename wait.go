@@ -54,6 +54,12 @@ func (a *acquisition) abandon(ctx context.Context) error {
 // soon as ctx ends.
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
+	if err := c.checkDeployment(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, waitEnded(a.name, ctx.Err())
+		}
+		return nil, err
+	}
 	defer func() {
 		leave := wait && a.leave != nil
 		if l != nil || (!a.unknown && !leave) {
@@ -109,6 +115,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 // closes, ErrClosed.
 func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen []uint64, bound time.Duration,
 	check func(ctx context.Context, msg string) (done bool, next time.Duration, err error)) error {
+	c.probePubSub(ctx, channel) // once per Client: are its channels granted?
 	// One wake channel, however many nodes may publish the release.
 	wake := make(chan struct{}, 1)
 	var ready <-chan struct{}
@@ -129,7 +136,8 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	if listening {
 		ready = nil // no check needed: a message for us cannot have been missed
 	}
-	timer := time.NewTimer(bound)
+	poll := poller{d: c.dep} // waits poll while pub/sub is refused
+	timer := time.NewTimer(poll.cap(bound))
 	defer timer.Stop()
 	for {
 		woken := false
@@ -161,7 +169,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		if done || err != nil {
 			return err
 		}
-		timer.Reset(next)
+		timer.Reset(poll.cap(next))
 	}
 }
 

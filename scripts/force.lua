@@ -6,6 +6,8 @@
 -- ARGV[1]  channel base, ARGV[2] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1 if there was a lock to free, 0 if not
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 local had = redis.call('DEL', KEYS[1])
 hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], true)
 return had

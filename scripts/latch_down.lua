@@ -7,6 +7,8 @@
 -- ARGV[2]  channel, ARGV[3] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  the count left (0 when the latch is open or does not exist)
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 local c = tonumber(redis.call('GET', KEYS[1]))
 if not c then
   return 0
@@ -20,7 +22,7 @@ end
 c = redis.call('DECR', KEYS[1])
 if c <= 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call(ARGV[3], ARGV[2], WAKE_ALL)
+  publish(ARGV[3], ARGV[2], WAKE_ALL)
   return 0
 end
 return c

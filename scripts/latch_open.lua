@@ -5,7 +5,9 @@
 -- ARGV[1]  channel, ARGV[2] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1 if the latch was closed, 0 if not
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 local had = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
-redis.call(ARGV[2], ARGV[1], WAKE_ALL)
+publish(ARGV[2], ARGV[1], WAKE_ALL)
 return had

@@ -11,6 +11,8 @@
 --          a quorum)
 --
 -- Returns  1
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 local lock, member = KEYS[1], ARGV[1]
 unqueue(KEYS[3], KEYS[4], member)
 local free = redis.call('EXISTS', lock) == 0

@@ -15,6 +15,22 @@ local TTL_NOT_HELD = -3 -- ttl scripts: the caller holds nothing
 -- (lib_queue.lua):
 local WAKE_ALL = 'all'   -- wake every waiter
 
+-- publish sends msg on channel with pub (PUBLISH or SPUBLISH). Every
+-- script publishes through it, after its writes: a refused publish (an ACL
+-- user without the channel: Redis 7 grants none by default) must not fail
+-- the script, whose writes stand (Redis does not roll them back), so it is
+-- run with pcall and its error kept in refused. A script that may publish
+-- is wrapped when it is loaded (script.go): when refused is set, its reply
+-- R comes back as {REFUSED, error, R}, and Go unwraps it.
+local REFUSED = 'dlock:refused'
+local refused = false
+local function publish(pub, channel, msg)
+  local r = redis.pcall(pub, channel, msg)
+  if type(r) == 'table' and r.err then
+    refused = r.err
+  end
+end
+
 -- now_ms is the server's time in milliseconds.
 local function now_ms()
   local t = redis.call('TIME')

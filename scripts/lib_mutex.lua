@@ -59,7 +59,7 @@ local function hand_on(lock, fence, queue, alive, base, pub, reserve, released)
     redis.call('PEXPIRE', lock, granted)
     unqueue(queue, alive, h)
     local f = next_fence(fence)
-    redis.call(pub, base .. string.match(h, '^[^:]*'),
+    publish(pub, base .. string.match(h, '^[^:]*'),
       h .. ' ' .. decimal(f) .. ' ' .. granted .. ' ' .. decimal(exp))
     return
   end

@@ -75,9 +75,10 @@ local function unqueue(queue, alive, member)
   redis.call('ZREM', alive, member)
 end
 
--- tell wakes one waiter: its member, on its client's channel.
+-- tell wakes one waiter: its member, on its client's channel (a refused
+-- publish is kept, not raised: see publish in lib.lua).
 local function tell(member, base, pub)
-  redis.call(pub, base .. string.match(member, '^[^:]*'), member)
+  publish(pub, base .. string.match(member, '^[^:]*'), member)
 end
 
 -- call_next tells the first live waiter that it is its turn; it returns

@@ -24,6 +24,8 @@
 --                      now expires at place (server ms): a hand-off that
 --                      consumes this place names it (lib_mutex.lua)
 --          {-1}        re-entry asked for, but the caller holds nothing
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 --
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
 -- had already been applied answers the same when it runs again (the token

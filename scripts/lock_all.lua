@@ -16,6 +16,8 @@
 --                                      again within wait ms; nothing was
 --                                      taken, and the caller waits in the
 --                                      i-th's queue only
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 local tok, member, place_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local n = #KEYS / 4
 local function k(i, j)

@@ -18,6 +18,8 @@
 --                        waiter: try again within wait ms at the latest
 --                        (when the first hold would expire)
 --          {-2, cap}     n is above the capacity: it can never be granted
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 local holders, fence, leases, cap_key, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tok, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local member, place_ttl = ARGV[5], tonumber(ARGV[6])

@@ -9,6 +9,8 @@
 -- ARGV[2]  channel base, ARGV[3] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 unqueue(KEYS[4], KEYS[5], ARGV[1])
 expire_holders(KEYS[1], KEYS[2], now_ms())
 local free = tonumber(redis.call('GET', KEYS[3]) or '0') - used(KEYS[1])

@@ -9,6 +9,8 @@
 -- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {capacity, permits held}
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 --
 -- Lowering the capacity below what is held takes nothing away: new
 -- acquires wait until enough is given back. Raising it tells the waiters

@@ -10,6 +10,8 @@
 -- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1 done, -1 the caller holds nothing
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
   return NOT_HELD
 end

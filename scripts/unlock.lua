@@ -12,6 +12,8 @@
 --
 -- Returns  1   done
 --          -1  the caller holds nothing: its lease was lost, or never held
+--          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
+--          error, reply}: see publish in lib.lua; Go unwraps it)
 --
 -- Idempotent: the count is set, not subtracted from, so a retried call
 -- changes nothing more. (A retried call that freed the lock finds nothing

@@ -6,6 +6,7 @@
 //	dlock ls [PATTERN]                  list the locks, of every kind
 //	dlock top [PATTERN]                 watch the locks live, busiest first
 //	dlock unlock --force NAME           free a lock whoever holds it (admin)
+//	dlock check                         check a server against what dlock needs
 //	dlock version                       print dlock's version
 //
 // "go run ./cmd/dlock demo" starts its own throwaway redis-server (or, when
@@ -53,7 +54,7 @@ const (
 	exitInterrupted = 130 // SIGINT or SIGTERM ended the command (128 + SIGINT)
 )
 
-// defaultRedisURL is where run, inspect, ls, top and unlock look without
+// defaultRedisURL is where run, inspect, ls, top, unlock and check look without
 // --redis.
 const defaultRedisURL = "redis://127.0.0.1:6379"
 
@@ -73,6 +74,7 @@ var commands = []command{
 	{name: "ls", summary: "list the locks under the prefix, of every kind, with holders, waiters and TTL", fn: lsCmd},
 	{name: "top", summary: "a live view of the locks, busiest first: holders, hold times, waiters, acquisitions/s", fn: topCmd},
 	{name: "unlock", summary: "free a lock whoever holds it (--force; admin); its holders find out at their next renewal", fn: unlockCmd},
+	{name: "check", summary: "check a server against what dlock needs: scripts, commands, keys and channels under the prefix, noeviction, persistence", fn: checkCmd},
 	{name: "version", summary: "print dlock's version (also --version)", fn: versionCmd},
 	{name: workerCommand, fn: demoWorkerCmd, hidden: true},
 	{name: guardCommand, fn: guardCmd, hidden: true},
@@ -110,6 +112,7 @@ var synopses = []string{
 	"dlock ls      [--redis URL] [--prefix P] [--json] [PATTERN]",
 	"dlock top     [--redis URL] [--prefix P] [--interval 1s] [PATTERN]",
 	"dlock unlock  --force [--redis URL] [--prefix P] [--kind K] NAME",
+	checkSynopsis,
 	"dlock version",
 }
 

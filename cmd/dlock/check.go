@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const checkSynopsis = "dlock check [--redis URL] [--prefix P]"
+
+// checkCmd checks a server against what a dlock deployment needs, as the
+// user of the URL: scripts, the commands the scripts call, its keys and
+// pub/sub channels under the prefix, an eviction policy that keeps lock
+// keys, and (warnings only) persistence and replicas. It prints one line
+// per check and exits 1 when something required is missing.
+func checkCmd(args []string, stdout, stderr io.Writer) int {
+	var a adminFlags
+	fs := newFlags("check")
+	a.register(fs)
+	if code, ok := parseFlags(fs, checkSynopsis, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, checkSynopsis, "check takes no arguments")
+	}
+	opt, err := a.options()
+	if err != nil {
+		return usageError(stderr, checkSynopsis, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	rdb, err := dial(ctx, opt)
+	if err != nil {
+		complain(stderr, "%v", err)
+		return exitFail
+	}
+	defer rdb.Close()
+	v := serverVersion(ctx, rdb)
+	if v == "" {
+		v = "version unknown"
+	}
+	fmt.Fprintf(stdout, "checking Redis %s at %s for dlock (prefix %q)\n", v, opt.Addr, a.prefix)
+	ck := checker{rdb: rdb, prefix: a.prefix, w: stdout}
+	ck.scripts(ctx)
+	ck.keys(ctx)
+	ck.pubsub(ctx)
+	ck.eviction(ctx)
+	ck.persistence(ctx)
+	ck.replicas(ctx)
+	if ck.missing > 0 {
+		fmt.Fprintf(stdout, "%d required check(s) failed: dlock's locks are not safe or not prompt on this server as this user\n", ck.missing)
+		return exitFail
+	}
+	fmt.Fprintln(stdout, "everything dlock needs is there")
+	return exitOK
+}
+
+// checker runs the checks and prints their outcome.
+type checker struct {
+	rdb     *redis.Client
+	prefix  string
+	w       io.Writer
+	missing int
+}
+
+// Outcomes of a check.
+const (
+	checkOK      = "ok"
+	checkMissing = "MISSING"
+	checkWarning = "warning"
+	checkInfo    = "info"
+)
+
+func (c *checker) say(outcome, what, format string, a ...any) {
+	if outcome == checkMissing {
+		c.missing++
+	}
+	fmt.Fprintf(c.w, "  %-8s %-12s %s\n", outcome, what, fmt.Sprintf(format, a...))
+}
+
+// key returns a fresh key under the prefix, in one slot ({dlock-check}).
+func (c *checker) key(suffix string) string {
+	return c.prefix + ":{dlock-check}:" + suffix
+}
+
+// scriptCommands are the commands dlock's scripts call, with arguments on
+// the check's keys (KEYS[1] hash, KEYS[2] sorted set, KEYS[3] counter,
+// KEYS[4] set); each is tried with pcall.
+const checkScript = `
+local tries = {
+  {'TIME'},
+  {'HSET', KEYS[1], 'f', '1'}, {'HGET', KEYS[1], 'f'}, {'HEXISTS', KEYS[1], 'f'}, {'HDEL', KEYS[1], 'f'},
+  {'HGETALL', KEYS[1]}, {'HLEN', KEYS[1]},
+  {'PEXPIRE', KEYS[1], '10000'}, {'PTTL', KEYS[1]}, {'EXISTS', KEYS[1]},
+  {'ZADD', KEYS[2], '1', 'm'}, {'ZSCORE', KEYS[2], 'm'}, {'ZRANGE', KEYS[2], '0', '0'},
+  {'ZRANGEBYSCORE', KEYS[2], '-inf', '+inf'}, {'ZCARD', KEYS[2]}, {'ZREM', KEYS[2], 'm'},
+  {'INCR', KEYS[3]}, {'INCRBY', KEYS[3], '1'}, {'DECR', KEYS[3]}, {'GET', KEYS[3]}, {'SET', KEYS[3], '1'},
+  {'SADD', KEYS[4], 'x'}, {'SREM', KEYS[4], 'x'},
+  {'DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]},
+}
+local refused = {}
+for _, t in ipairs(tries) do
+  local r = redis.pcall(unpack(t))
+  if type(r) == 'table' and r.err then
+    table.insert(refused, t[1] .. ': ' .. r.err)
+  end
+end
+redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return refused
+`
+
+// scripts checks EVAL and EVALSHA, and the commands the scripts call on
+// keys under the prefix.
+func (c *checker) scripts(ctx context.Context) {
+	keys := []string{c.key("h"), c.key("z"), c.key("n"), c.key("s")}
+	res, err := c.rdb.Eval(ctx, checkScript, keys).StringSlice()
+	if err != nil {
+		c.say(checkMissing, "scripts", "EVAL refused: %v (dlock needs Lua scripts; without them, only a plain Mutex: WithoutScripts)", err)
+		return
+	}
+	if err := c.rdb.EvalSha(ctx, sha1hex(checkScript), keys).Err(); err != nil {
+		c.say(checkMissing, "scripts", "EVALSHA refused: %v", err)
+	} else {
+		c.say(checkOK, "scripts", "EVAL and EVALSHA run")
+	}
+	if len(res) > 0 {
+		c.say(checkMissing, "commands", "refused in a script on %s:*: %s (grant them: ACL SETUSER <user> +@all, or each command)",
+			c.prefix, strings.Join(res, "; "))
+		return
+	}
+	c.say(checkOK, "commands", "every command dlock's scripts call runs on %s:* keys", c.prefix)
+}
+
+// keys checks plain reads and writes under the prefix (the script-free
+// mode, inspection) and that keys elsewhere are not needed.
+func (c *checker) keys(ctx context.Context) {
+	k := c.key("plain")
+	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, k, "1", 10*time.Second)
+		p.Get(ctx, k)
+		p.Type(ctx, k)
+		p.Del(ctx, k)
+		return nil
+	})
+	if err == nil {
+		err = c.rdb.Scan(ctx, 0, c.prefix+":{*", 10).Err()
+	}
+	if err != nil {
+		c.say(checkMissing, "keys", "%v (grant the keys: ACL SETUSER <user> ~%s:*)", err, c.prefix)
+		return
+	}
+	c.say(checkOK, "keys", "read, write, SCAN and MULTI/EXEC on %s:*", c.prefix)
+}
+
+// pubsub subscribes to a channel under the prefix and publishes on it:
+// both must be allowed, and the message must arrive.
+func (c *checker) pubsub(ctx context.Context) {
+	ch := c.prefix + ":check:" + randomHex()
+	grant := fmt.Sprintf("(grant the channels: ACL SETUSER <user> &%s:*; without them every release wakes nobody and waits poll)", c.prefix)
+	ps := c.rdb.Subscribe(ctx, ch)
+	defer ps.Close()
+	m, err := ps.ReceiveTimeout(ctx, 2*time.Second)
+	if err == nil {
+		if _, ok := m.(*redis.Subscription); !ok {
+			err = fmt.Errorf("unexpected reply %v", m)
+		}
+	}
+	if err != nil {
+		c.say(checkMissing, "pub/sub", "SUBSCRIBE %s: %v %s", ch, err, grant)
+		return
+	}
+	if err := c.rdb.Publish(ctx, ch, "check").Err(); err != nil {
+		c.say(checkMissing, "pub/sub", "PUBLISH %s: %v %s", ch, err, grant)
+		return
+	}
+	if _, err := ps.ReceiveTimeout(ctx, 2*time.Second); err != nil {
+		c.say(checkMissing, "pub/sub", "a message published on %s did not arrive: %v", ch, err)
+		return
+	}
+	c.say(checkOK, "pub/sub", "SUBSCRIBE and PUBLISH on %s:*", c.prefix)
+}
+
+// eviction checks that the server never evicts keys.
+func (c *checker) eviction(ctx context.Context) {
+	info, err := c.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		c.say(checkMissing, "eviction", "INFO memory: %v (cannot tell the maxmemory-policy; dlock reads it at a Client's first Lock)", err)
+		return
+	}
+	policy := infoField(info, "maxmemory_policy")
+	if policy != "noeviction" {
+		c.say(checkMissing, "eviction", "maxmemory-policy is %s: an evicted lock lets a second owner in, an evicted fence counter "+
+			"repeats fences; set maxmemory-policy noeviction (dlock refuses this server unless WithEvictionRisk)", policy)
+		return
+	}
+	c.say(checkOK, "eviction", "maxmemory-policy noeviction")
+}
+
+// persistence warns when a restart would forget fence counters.
+func (c *checker) persistence(ctx context.Context) {
+	info, err := c.rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		c.say(checkWarning, "persistence", "INFO persistence: %v", err)
+		return
+	}
+	if infoField(info, "aof_enabled") == "1" {
+		c.say(checkOK, "persistence", "AOF on: fence counters survive a restart (appendfsync always keeps the last ones too)")
+		return
+	}
+	save := "RDB snapshots: unknown, CONFIG GET refused"
+	if cfg, err := c.rdb.ConfigGet(ctx, "save").Result(); err == nil {
+		save = "RDB save " + cfg["save"]
+		if cfg["save"] == "" {
+			save = "no RDB snapshots either"
+		}
+	}
+	c.say(checkWarning, "persistence", "no AOF (%s): a restart loses locks and fence counters written since the last "+
+		"snapshot, so fences can repeat; use appendonly yes for fences across restarts", save)
+}
+
+// replicas says what a failover could lose.
+func (c *checker) replicas(ctx context.Context) {
+	info, err := c.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		c.say(checkInfo, "replication", "INFO replication: %v", err)
+		return
+	}
+	role, n := infoField(info, "role"), infoField(info, "connected_slaves")
+	switch {
+	case role != "master":
+		c.say(checkWarning, "replication", "this server is a %s: dlock must talk to the primary", role)
+	case n == "" || n == "0":
+		c.say(checkInfo, "replication", "no replicas: a lock lives as long as this server")
+	default:
+		c.say(checkInfo, "replication", "%s replica(s): replication is asynchronous; WithReplicaSync(n, timeout) makes a grant wait "+
+			"for n of them, so that a failover does not forget it", n)
+	}
+}
+
+// randomHex returns 8 random hex digits.
+func randomHex() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// sha1hex is the SHA1 by which EVALSHA names a script.
+func sha1hex(s string) string { return redis.NewScript(s).Hash() }

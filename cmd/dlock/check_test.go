@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// dlock check on real servers: the shared one (default settings: nothing
+// missing), an ACL user without channels, and a server used as a cache.
+func TestCheck(t *testing.T) {
+	// The shared server: ACL user "nochan" has keys and commands, no
+	// channels (Redis 7's default); "noscript" cannot EVAL.
+	admin := testClient(t)
+	for user, rules := range map[string][]string{
+		"nochan":   {"~dlock:*", "+@all"},
+		"noscript": {"~dlock:*", "&dlock:*", "+@all", "-eval", "-evalsha"},
+	} {
+		args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw"}
+		for _, r := range rules {
+			args = append(args, r)
+		}
+		if err := admin.Do(context.Background(), args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	}
+	lru := redistest.StartT(t, redistest.Options{Args: []string{"--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"}})
+	aof := redistest.StartT(t, redistest.Options{AOF: true})
+	as := func(user string) string {
+		return fmt.Sprintf("redis://%s:pw@%s", user, testServer.Addr())
+	}
+	for _, tc := range []struct {
+		name, url string
+		code      int
+		want      []string // lines of the output, in part
+		not       []string
+	}{
+		{"default", serverURL(), exitOK,
+			[]string{"ok       scripts", "ok       commands", "ok       keys", "ok       pub/sub", "ok       eviction",
+				"warning  persistence", "everything dlock needs is there"}, []string{"MISSING"}},
+		{"aof", "redis://" + aof.Addr(), exitOK, []string{"ok       persistence"}, []string{"MISSING", "warning"}},
+		{"acl without channels", as("nochan"), exitFail,
+			[]string{"ok       keys", "MISSING  pub/sub", "&dlock:*", "1 required check(s) failed"}, nil},
+		{"acl without scripts", as("noscript"), exitFail,
+			[]string{"MISSING  scripts", "EVAL refused", "ok       pub/sub"}, nil},
+		{"allkeys-lru", "redis://" + lru.Addr(), exitFail,
+			[]string{"MISSING  eviction", "allkeys-lru", "maxmemory-policy noeviction"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI("check", "--redis", tc.url)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d; stdout:\n%s\nstderr: %s", r.code, tc.code, r.stdout, r.stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("output lacks %q:\n%s", w, r.stdout)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(r.stdout, w) {
+					t.Errorf("output has %q:\n%s", w, r.stdout)
+				}
+			}
+		})
+	}
+}

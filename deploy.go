@@ -1,0 +1,336 @@
+package dlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What a deployment must give dlock, and what a Client does when it does
+// not. Two misconfigurations break locks without an error of their own:
+//
+//   - An ACL user without pub/sub channels (Redis 7 grants none to a new
+//     user). Every PUBLISH of a release is refused, after the script has
+//     written: the lock is handed on all the same, since Redis does not roll
+//     a script back. Every SUBSCRIBE is refused too, and go-redis drops that
+//     error in its receive loop (PubSub.Subscribe only sends the command;
+//     ChannelWithSubscriptions's goroutine swallows the error reply), so the
+//     hub cannot see it. Scripts therefore publish through pcall and report a
+//     refusal in their reply (scripts/lib.lua, unwrapRefused), and a Client
+//     probes its wake-up channel with one PUBLISH at its first wait. Once
+//     either has seen a refusal, the Client warns once, Health reports it,
+//     and its waits poll (poller) instead of sleeping until the next renewal
+//     of their place.
+//   - A server that evicts keys (any maxmemory-policy but noeviction; the
+//     volatile-* policies too, since a lock key carries a TTL). An evicted
+//     lock is free for a second holder, and an evicted fence counter starts
+//     again at 1. The first acquire reads maxmemory_policy from INFO memory
+//     on every node (every master of a cluster) and fails with
+//     ErrEvictionPolicy unless WithEvictionRisk was given.
+
+// WithEvictionRisk lets the Client run on a server whose maxmemory-policy
+// may evict keys (anything but noeviction). Without it, the first Lock or
+// TryLock of such a Client fails with an error matching ErrEvictionPolicy.
+// With it, the Client works there and logs one warning: an evicted lock
+// key lets a second owner in while the first still holds a live lease,
+// and an evicted fence counter issues fences that were issued before.
+// Default: off.
+func WithEvictionRisk() Option {
+	return func(c *clientConfig) { c.evictionRisk = true }
+}
+
+// wakeNone is the payload of the probe that a Client publishes on its
+// wake-up channel: a member whose token ("-") no waiter has, so that a
+// listener of a shared channel (a script-free mutex's) wakes nobody.
+const wakeNone = "check:-"
+
+// deployment is what a Client has learnt of its deployment: whether the
+// first acquire's check passed, and whether pub/sub is refused. It is
+// shared with the Redis wrappers that report refusals from scripts.
+type deployment struct {
+	prefix       string
+	publish      string
+	evictionRisk bool
+	tel          *telemetry
+
+	checked atomic.Bool // the eviction check passed (or could not be told, and was let be)
+	probed  atomic.Bool // the pub/sub probe was answered
+	probing atomic.Bool // a probe is under way
+
+	wmu    sync.Mutex
+	warned map[string]bool
+
+	refused atomic.Pointer[error] // pub/sub refused: the error Health returns
+}
+
+// checkDeployment checks, at a Client's first acquire, that no node may
+// evict lock keys. Once it has passed it costs an atomic load; a check
+// that could not be made, or that refused the server, is made again by
+// the next call, so a server fixed meanwhile is accepted without a new
+// Client. A quorum checks the nodes it can reach (a node that is down is
+// the quorum's business, and is checked at a later call); a single
+// deployment returns the error of a check it could not make.
+func (c *Client) checkDeployment(ctx context.Context) error {
+	d := c.dep
+	if d.checked.Load() {
+		return nil
+	}
+	// Calls made while the first check is under way check too, each
+	// within its own ctx (a lock held across the check would make a short
+	// ctx wait for a long one).
+	errs := make([]error, len(c.hubs))
+	var wg sync.WaitGroup
+	for i, h := range c.hubs {
+		wg.Go(func() { errs[i] = d.checkEviction(ctx, h.rdb) })
+	}
+	wg.Wait()
+	unread := false
+	for _, err := range errs {
+		if errors.Is(err, ErrEvictionPolicy) {
+			return err
+		}
+		unread = unread || err != nil
+	}
+	if unread && len(c.hubs) == 1 {
+		return errs[0]
+	}
+	if !unread {
+		d.checked.Store(true)
+	}
+	return nil
+}
+
+// checkEviction reads one node's eviction policy (every master's on a
+// cluster). It returns an error matching ErrEvictionPolicy for a policy
+// that may evict keys, unless WithEvictionRisk was given, and a wrapped
+// Redis error when it could not ask.
+func (d *deployment) checkEviction(ctx context.Context, r Redis) error {
+	var infos []*redis.StringCmd
+	if cc, ok := raw(r).(*redis.ClusterClient); ok {
+		// Within ctx (see within): infos is not read when ctx ends first.
+		var mu sync.Mutex
+		each, late := within(ctx, func() error {
+			return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+				cmd := node.Info(ctx, "memory")
+				mu.Lock()
+				infos = append(infos, cmd)
+				mu.Unlock()
+				return nil
+			})
+		})
+		if err := cmp.Or(late, each); err != nil {
+			return checkErr("INFO memory", err)
+		}
+	} else {
+		cmd := redis.NewStringCmd(ctx)
+		v, err := r.Do(ctx, "INFO", "memory").Text()
+		cmd.SetVal(v)
+		cmd.SetErr(err)
+		infos = append(infos, cmd)
+	}
+	for _, info := range infos {
+		if err := d.checkPolicy(info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPolicy checks one INFO memory reply.
+func (d *deployment) checkPolicy(info *redis.StringCmd) error {
+	if err := info.Err(); isReply(err) {
+		// A proxy or an ACL that refuses INFO: the policy cannot be told.
+		d.warnOnce("info", "dlock: cannot read the server's maxmemory-policy; make sure it is noeviction, or a lock key may be evicted while held",
+			"err", err)
+		return nil
+	} else if err != nil {
+		return checkErr("INFO memory", err)
+	}
+	policy := infoField(info.Val(), "maxmemory_policy")
+	if policy == "" || policy == "noeviction" {
+		return nil
+	}
+	if d.evictionRisk {
+		d.warnOnce("eviction", "dlock: the server may evict lock keys (WithEvictionRisk): a lock can be taken twice and a fence issued twice",
+			"maxmemory_policy", policy)
+		return nil
+	}
+	return fmt.Errorf("%w: maxmemory-policy is %s: an evicted lock key lets a second owner in, an evicted fence counter "+
+		"issues fences again; set maxmemory-policy noeviction (or accept the risk with WithEvictionRisk)", ErrEvictionPolicy, policy)
+}
+
+// checkErr is the error of a check that could not be made.
+func checkErr(what string, err error) error {
+	return fmt.Errorf("dlock: checking the server (%s): %w", what, err)
+}
+
+// probePubSub finds out, at a Client's first wait, whether its ACL user
+// may use the channel it is about to subscribe to (a refused SUBSCRIBE
+// cannot be seen: see the top of this file): it publishes wakeNone on it,
+// on every node, once. Nobody else listens on a Client's own channel, and
+// on a lock's channel (WithoutScripts) the message wakes nobody. A probe
+// that does not get an answer is made again at the next wait; the wait
+// goes on either way.
+func (c *Client) probePubSub(ctx context.Context, channel string) {
+	d := c.dep
+	// One probe at a time; a wait that finds one under way does not wait
+	// for it.
+	if d.probed.Load() || !d.probing.CompareAndSwap(false, true) {
+		return
+	}
+	defer d.probing.Store(false)
+	answered := make([]bool, len(c.hubs))
+	var wg sync.WaitGroup
+	for i, h := range c.hubs {
+		wg.Go(func() {
+			err := h.rdb.Do(ctx, d.publish, channel, wakeNone).Err()
+			if isReply(err) {
+				d.pubsubRefused(d.publish+" "+channel, err)
+			}
+			answered[i] = err == nil || isReply(err)
+		})
+	}
+	wg.Wait()
+	if !slices.Contains(answered, false) {
+		d.probed.Store(true)
+	}
+}
+
+// isReply reports whether err is an error reply from the server (a
+// refusal), not a failure to reach it.
+func isReply(err error) bool {
+	var re redis.Error
+	return err != nil && errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
+
+// infoField returns the value of a field of an INFO reply ("" if absent).
+func infoField(info, field string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// pubsubRefused records that the server refused a PUBLISH or SUBSCRIBE
+// (what): from then on the Client's waits poll, Health reports it, and it
+// is logged once.
+func (d *deployment) pubsubRefused(what string, cause error) {
+	err := fmt.Errorf("%w: %s: %w; grant the Client's ACL user the channels &%s:* (until then waits poll)",
+		ErrPubSubRefused, what, cause, d.prefix)
+	if d.refused.CompareAndSwap(nil, &err) {
+		d.tel.log.Warn("dlock: pub/sub refused; waits poll instead of being woken", "err", err)
+	}
+}
+
+// warnOnce logs a warning the first time it is given for key.
+func (d *deployment) warnOnce(key, msg string, args ...any) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if d.warned[key] {
+		return
+	}
+	d.warned[key] = true
+	d.tel.log.Warn(msg, args...)
+}
+
+// Health returns nil, or an error saying what the deployment refuses that
+// the Client works around at a cost. It is an error matching
+// ErrPubSubRefused once the Client found that its ACL user may not publish
+// on its channels (the check of the first Lock or TryLock, or a release
+// whose wake-up was refused): locks stay correct, but releases wake
+// nobody, so every wait polls (from 16 ms, doubling, up to 256 ms) and
+// costs that much more. The Client also logs it once (WithLogger). Health
+// does no I/O and does not block.
+func (c *Client) Health() error {
+	if err := c.dep.refused.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// Polling, when pub/sub is refused: a wait's first sleep is pollFirst,
+// doubled after each sleep up to pollMax, and never longer than the wait
+// would sleep anyway (the holder's remaining lease, its place's renewal).
+const (
+	pollFirst = 16 * time.Millisecond
+	pollMax   = 256 * time.Millisecond
+)
+
+// poller is one wait's polling backoff (fresh for every wait).
+type poller struct {
+	d    *deployment
+	next time.Duration
+}
+
+// cap returns how long the wait sleeps at most: bound, or less while
+// pub/sub is refused.
+func (p *poller) cap(bound time.Duration) time.Duration {
+	if p.d.refused.Load() == nil {
+		return bound
+	}
+	if p.next == 0 {
+		p.next = pollFirst
+	}
+	d := p.next
+	p.next = min(2*p.next, pollMax)
+	return min(d, bound)
+}
+
+// publishes finds the scripts that call lib.lua's publish.
+var publishes = regexp.MustCompile(`\bpublish\(`)
+
+// wrapPublishing wraps a script that may publish (src: lib.lua, then the
+// rest) so that its reply R comes back as {REFUSED, error, R} when a
+// publish was refused (see publish in scripts/lib.lua).
+func wrapPublishing(src string) string {
+	lib, err := scriptFiles.ReadFile("scripts/lib.lua")
+	if err != nil || !strings.HasPrefix(src, string(lib)) {
+		panic("dlock: a script does not start with lib.lua")
+	}
+	rest := src[len(lib):]
+	if !publishes.MatchString(rest) {
+		return src
+	}
+	return string(lib) + "local function main()\n" + rest +
+		"\nend\nlocal reply = main()\nif refused then\n  return {REFUSED, refused, reply}\nend\nreturn reply\n"
+}
+
+// unwrapRefused gives cmd the reply its script meant when the script had
+// a publish refused, and tells the Client whose Redis r is (reporter).
+func unwrapRefused(r Redis, cmd *redis.Cmd) {
+	v, ok := cmd.Val().([]any)
+	if !ok || len(v) < 2 || v[0] != refusedMark {
+		return
+	}
+	if len(v) > 2 {
+		cmd.SetVal(v[2])
+	} else {
+		cmd.SetVal(nil)
+		cmd.SetErr(redis.Nil)
+	}
+	if rp, ok := r.(*reporter); ok {
+		msg, _ := v[1].(string)
+		rp.d.pubsubRefused("a script's "+rp.d.publish, errors.New(msg))
+	}
+}
+
+// reporter is a Client's Redis: it tells the Client of refusals that its
+// scripts report (unwrapRefused).
+type reporter struct {
+	Redis
+	d *deployment
+}
+
+// unwrap returns the client under it (see raw).
+func (r *reporter) unwrap() Redis { return r.Redis }
