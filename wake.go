@@ -39,7 +39,9 @@ type hub struct {
 	nodes    map[string]*nodeConn // sharded: one connection per node, by address
 	closed   bool
 	waiting  map[string]*listeners
-	receives sync.WaitGroup // receive loops
+	receives sync.WaitGroup // receive loops and the sender
+	ops      []func()       // subscription changes not sent yet (see send)
+	sending  bool           // the sender goroutine runs
 }
 
 // listeners is this hub's state of one lock's pub/sub channel: who waits
@@ -130,9 +132,12 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 		// go-redis's list (if that fails too, the next reconnect includes
 		// it; its confirmation makes the waiters check, and the waiter's
 		// timer covers the gap).
-		if !ch.alone && subscribe(ctx, ch.conn) != nil {
-			_ = subscribe(ctx, ch.conn)
-		}
+		conn := ch.conn
+		h.send(func() {
+			if subscribe(ctx, conn) != nil {
+				_ = subscribe(ctx, conn)
+			}
+		})
 	}
 	w := &waiter{name: name, token: token, ready: ch.ready, epoch: ch.confirms, wake: wake}
 	ch.waiters = append(ch.waiters, w)
@@ -171,20 +176,53 @@ func (h *hub) leave(w *waiter) {
 	if h.closed {
 		return
 	}
+	conn, name := ch.conn, w.name
 	switch {
 	case ch.alone:
 		// Its receive loop ends when the connection is closed.
-		_ = ch.conn.Close()
+		h.send(func() { _ = conn.Close() })
 	case h.sharded:
 		if ch.node.channels--; ch.node.channels == 0 {
 			delete(h.nodes, ch.node.addr)
-			_ = ch.conn.Close()
+			h.send(func() { _ = conn.Close() })
 			return
 		}
-		_ = ch.conn.SUnsubscribe(context.Background(), w.name)
+		h.send(func() { _ = conn.SUnsubscribe(context.Background(), name) })
 	default:
-		_ = h.shared.Unsubscribe(context.Background(), w.name)
+		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
 	}
+}
+
+// send queues a change of subscriptions (SUBSCRIBE, UNSUBSCRIBE, closing
+// a connection) to be sent in order by the hub's sender goroutine, started
+// when there is something to send and ended when there is nothing: those
+// are round trips, or may wait for one (dialling, go-redis's hello on a
+// new connection), and a stalled server must not hold up a waiter's join
+// or leave, or the delivery of wake-ups, which wait for h.mu. The waiter's
+// ready channel and timer cover the time until the subscription takes
+// effect. h.mu is held.
+func (h *hub) send(op func()) {
+	h.ops = append(h.ops, op)
+	if h.sending {
+		return
+	}
+	h.sending = true
+	h.receives.Add(1)
+	go func() {
+		defer h.receives.Done()
+		for {
+			h.mu.Lock()
+			if len(h.ops) == 0 {
+				h.sending = false
+				h.mu.Unlock()
+				return
+			}
+			op := h.ops[0]
+			h.ops = h.ops[1:]
+			h.mu.Unlock()
+			op()
+		}
+	}()
 }
 
 // openNode gives a sharded channel the pub/sub connection to the master
@@ -200,7 +238,7 @@ func (h *hub) openNode(ctx context.Context, ch *listeners, name string) {
 		node, err = cc.MasterForKey(ctx, name)
 	}
 	if err != nil {
-		ch.conn, ch.alone = h.open(h.rdb.SSubscribe(ctx, name)), true
+		ch.conn, ch.alone = h.open(h.rdb.SSubscribe(ctx)), true // no channel yet: nothing sent
 		return
 	}
 	addr := node.Options().Addr
