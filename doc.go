@@ -9,8 +9,9 @@
 //     round in arrival order (Client.Mutex).
 //   - FairMutex: reentrant, granted in arrival order across processes; a
 //     dead waiter is skipped within a bounded time (Client.FairMutex).
-//   - RWMutex: shared readers or one writer, writers first, each reader
-//     expiring on its own, downgrade from write to read (Client.RWMutex).
+//   - RWMutex: shared readers or one writer, phase-fair (neither side
+//     starves), each reader expiring on its own, downgrade from write to
+//     read (Client.RWMutex).
 //   - Semaphore: leased, fenced permits that come back when their holder
 //     stops renewing them; waiters served in order (Client.Semaphore).
 //   - Latch: a count-down latch whose waiters are woken at zero

@@ -47,8 +47,9 @@ type LockInfo struct {
 	// Mode is an RWMutex's: "read", "write", or "" when free.
 	Mode    string
 	Holders []Holder
-	// Waiters are in the order they will be served (an RWMutex's writers,
-	// in order, then its readers).
+	// Waiters are in the order they will be served (an RWMutex's readers
+	// admitted by the last writer's release, then its writers in order,
+	// then its other readers).
 	Waiters []Waiter
 	// KeptFor is the member of the waiter a free Mutex is kept for ("" if
 	// none).
@@ -198,6 +199,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		pttl                          *redis.DurationCmd
 		fence, permits, str           *redis.StringCmd
 		queue, alive, readers, rqueue *redis.ZSliceCmd
+		rphase                        *redis.ZSliceCmd
 		leases                        *redis.ZSliceCmd
 		now                           *redis.TimeCmd
 	)
@@ -216,6 +218,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		case KindRWMutex:
 			readers = p.ZRangeWithScores(ctx, k.readers, 0, -1)
 			rqueue = p.ZRangeWithScores(ctx, k.rqueue, 0, -1)
+			rphase = p.ZRangeWithScores(ctx, k.rphase, 0, -1)
 		}
 		queue = p.ZRangeWithScores(ctx, k.queue, 0, -1)
 		alive = p.ZRangeWithScores(ctx, k.alive, 0, -1)
@@ -314,7 +317,19 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Token, b.Token))
 	})
 
-	// Waiters: the queue in arrival order, each with its place's expiry.
+	// Waiters: an RWMutex's admitted readers (a read phase: they go
+	// first), then the queue in arrival order, each with its place's
+	// expiry.
+	readersIn := func(zs []redis.Z) {
+		for _, z := range zs {
+			w := Waiter{Token: tokenOf(z.Member.(string))}
+			w.Side, w.Expires = "read", expiry(z.Score)
+			info.Waiters = append(info.Waiters, w)
+		}
+	}
+	if kd == KindRWMutex {
+		readersIn(rphase.Val())
+	}
 	places := map[string]float64{}
 	for _, z := range alive.Val() {
 		places[z.Member.(string)] = z.Score
@@ -333,11 +348,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		info.Waiters = append(info.Waiters, w)
 	}
 	if kd == KindRWMutex {
-		for _, z := range rqueue.Val() {
-			w := Waiter{Token: tokenOf(z.Member.(string))}
-			w.Side, w.Expires = "read", expiry(z.Score)
-			info.Waiters = append(info.Waiters, w)
-		}
+		readersIn(rqueue.Val())
 	}
 	return info, c.fillOwners(ctx, r, info)
 }
@@ -538,7 +549,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 		}
 		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.base, w.publish)
 	case KindRWMutex:
-		cmd = rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue}, w.base, w.publish)
+		cmd = rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.base, w.publish)
 	case KindSemaphore:
 		cmd = semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive}, w.base, w.publish)
 	case KindLatch:

@@ -32,6 +32,7 @@ type keys struct {
 	alive   string // <lock>:alive    waiters: token -> place expiry
 	readers string // <lock>:readers  RWMutex: reader -> hold expiry
 	rqueue  string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
+	rphase  string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
 	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
 	permits string // <lock>:permits  Semaphore: capacity, never expires
 	ids     string // <lock>:ids      Latch: ids that counted down
@@ -51,6 +52,7 @@ func newKeys(prefix string, kd kind, name string) *keys {
 		alive:   base + ":alive",
 		readers: base + ":readers",
 		rqueue:  base + ":rqueue",
+		rphase:  base + ":rphase",
 		leases:  base + ":leases",
 		permits: base + ":permits",
 		ids:     base + ":ids",

@@ -102,8 +102,9 @@ const DefaultQueueTTL = 3 * time.Second
 // waits, so a waiter that was killed is skipped at most d after its last
 // renewal (a lock kept for it is kept that long at most). Default:
 // DefaultQueueTTL (3 s). Shorter skips dead waiters sooner and costs more
-// renewals. d must be at least 3 ms. (An RWMutex's readers take no place:
-// it does nothing for them.)
+// renewals. d must be at least 3 ms. An RWMutex's waiting readers keep a
+// place too: one let in by a writer's release that never comes holds the
+// next writer up at most d.
 func WithQueueTTL(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.queueTTL, c.set = d, c.set|optQueueTTL }
 }
@@ -125,9 +126,10 @@ func WithLease(d time.Duration) LockOption {
 }
 
 // WithReaderPreference lets an RWMutex's readers in while writers wait.
-// Default: off — once a writer waits, new readers queue behind it, so a
-// steady stream of readers cannot starve writers. With it, readers never
-// wait for waiting writers, and writers may starve. Pass it to
+// Default: off — the lock is phase-fair: once a writer waits, new readers
+// queue behind it, and a writer's release lets the readers then waiting
+// in before the next writer, so neither side starves. With it, readers
+// never wait for waiting writers, and writers may starve. Pass it to
 // Client.RWMutex so that every reader of the handle uses it. Other locks
 // refuse it (ErrInvalidArgument).
 func WithReaderPreference() LockOption {

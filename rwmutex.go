@@ -10,18 +10,28 @@ import (
 // and fenced like a Mutex's (every reader and writer gets a fence of its
 // own, so a writer's fence is above every earlier holder's).
 //
-// Policy: writers first. Once a writer waits, new readers queue behind it,
-// so a steady stream of readers cannot starve writers; writers among
-// themselves are served in arrival order, each keeping a place in a queue
-// that expires when the writer stops renewing it (WithQueueTTL), as in
-// FairMutex. WithReaderPreference, given to Client.RWMutex, lets readers
-// in while writers wait instead.
+// Policy: phase-fair, so that neither side starves. A writer that arrives
+// while readers hold stops new readers: they wait, and the writer goes
+// when the readers it found are done. When a writer releases, the readers
+// waiting at that moment go before the next writer (a read phase), and
+// readers arriving after that wait for the next writer. So a reader sees
+// at most one write hold begin while it waits, and a writer with k
+// writers ahead of it waits at most k + 1 read phases (two, with two
+// writers), whatever the numbers of readers and how long anyone holds
+// (scripts/lib_rw.lua argues both bounds, and why the rule never lets a
+// writer in beside a reader or another writer). Writers among themselves
+// are served in arrival order, each keeping a place in a queue that
+// expires when the writer stops renewing it (WithQueueTTL), as in
+// FairMutex; a waiting reader keeps a place the same way, and an admitted
+// reader that never comes holds writers up only until its place expires.
+// WithReaderPreference, given to Client.RWMutex, lets its readers in
+// while writers wait (those readers do not wait for queued writers, and
+// writers may wait for them indefinitely).
 //
 // Waiters register in Redis and are told on their Client's channel when
-// they may go: a writer's release tells the next writer (if the lock is
-// free) and the readers that may go — all of them when no writer waits,
-// else only those that prefer readers; the last reader's release tells
-// the next writer. No other process is sent anything.
+// they may go: a writer's release tells the readers it admits, or, when
+// none wait, the next writer; the last reader to leave (holding or
+// admitted) tells the next writer. No other process is sent anything.
 //
 // Every reader's hold expires on its own: a crashed reader blocks writers
 // for at most its own TTL, whatever the other readers' TTLs.
@@ -47,8 +57,10 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 }
 
 // RLock takes a read hold, waiting while a writer holds the lock or (with
-// the default policy) waits for it. Woken when a writer releases; bounded
-// by the holder's lease. It returns the same errors as Mutex.Lock.
+// the default policy) waits for it; a writer's release lets the readers
+// then waiting in before the next writer. Woken when its turn comes;
+// bounded by the holder's lease. It returns the same errors as
+// Mutex.Lock.
 func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
 	return rw.acquire(ctx, sideRead, true, opts)
 }
@@ -60,15 +72,17 @@ func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (*Lease, er
 }
 
 // Lock takes the write hold, waiting until no reader or writer holds the
-// lock and the writers that came before have had their turn. It returns
-// the same errors as Mutex.Lock.
+// lock, the writers that came before have had their turn, and the readers
+// that the last writer's release let in have had theirs. It returns the
+// same errors as Mutex.Lock.
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (*Lease, error) {
 	return rw.acquire(ctx, sideWrite, true, opts)
 }
 
 // TryLock makes one attempt at the write hold, taking no place in the
 // writers' queue, and returns an error matching ErrNotObtained if the lock
-// is held or writers wait.
+// is held, writers wait, or readers let in by a writer's release have
+// yet to come.
 func (rw *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
 	return rw.acquire(ctx, sideWrite, false, opts)
 }
@@ -141,7 +155,7 @@ type rwProto struct {
 
 // acquireKeys are the keys of rw_read.lua and rw_write.lua.
 func (p rwProto) acquireKeys() []string {
-	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue}
+	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase}
 }
 
 func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
@@ -159,13 +173,13 @@ func (p rwProto) write(token string, ttl time.Duration, count int, member string
 }
 
 func (p rwProto) release(token string, left int) op {
-	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue},
+	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
 		[]any{token, string(p.side), left, p.w.base, p.w.publish}}
 }
 
 // leave is what a reader or writer that gives up its wait runs.
 func (p rwProto) leave(member string) call {
-	return call{rwLeaveScript, []string{p.k.lock, p.k.queue, p.k.alive, p.k.rqueue},
+	return call{rwLeaveScript, []string{p.k.lock, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
 		[]any{member, string(p.side), p.w.base, p.w.publish}}
 }
 

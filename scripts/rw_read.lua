@@ -5,6 +5,7 @@
 -- KEYS[3]  readers: token -> hold expiry (server ms)
 -- KEYS[4]  writers' queue, KEYS[5] writers' places (see lib_queue.lua)
 -- KEYS[6]  waiting readers: member -> place expiry (server ms)
+-- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)
 -- ARGV[1]  owner token (a writer's own token to read inside its write hold)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
@@ -12,10 +13,13 @@
 -- ARGV[5]  the waiter's member ('<client id>:<token>'); '' for none
 -- ARGV[6]  place TTL in milliseconds; 0 to take no place (TryRLock)
 --
+-- A waiting writer keeps new readers out, but not those that a writer's
+-- release admitted (lib_rw.lua): they go before the next writer.
+--
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
-local lock, fence, readers, queue, alive, rqueue = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local lock, fence, readers, queue, alive, rqueue, rphase = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok, ttl, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local member, place_ttl = ARGV[5], tonumber(ARGV[6])
 if ARGV[4] == '1' and member ~= '' then
@@ -47,6 +51,7 @@ end
 local function take(f)
   if member ~= '' then
     redis.call('ZREM', rqueue, member)
+    redis.call('ZREM', rphase, member)
   end
   redis.call('HSET', lock, r, 1, 'f:' .. tok, f, 't:' .. tok, now)
   if not redis.call('HGET', lock, 'mode') then
@@ -71,7 +76,10 @@ if mode == 'write' then
 end
 purge(queue, alive, now)
 local first = head(queue)
-if first and ARGV[4] ~= '1' then
+local function admitted()
+  return member ~= '' and tonumber(redis.call('ZSCORE', rphase, member) or '0') > now
+end
+if first and ARGV[4] ~= '1' and not admitted() then
   -- a writer waits: new readers queue behind it, until the writer has had
   -- its turn or its place expires
   local ms = tonumber(redis.call('ZSCORE', alive, first)) - now

@@ -3,7 +3,7 @@
 -- KEYS[1]  lock hash (see lib_rw.lua)
 -- KEYS[2]  readers: token -> hold expiry (server ms)
 -- KEYS[3]  writers' queue, KEYS[4] writers' places (see lib_queue.lua)
--- KEYS[5]  waiting readers (see lib_rw.lua)
+-- KEYS[5]  waiting readers, KEYS[6] admitted readers (see lib_rw.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  'r' for a read hold, 'w' for the write hold
 -- ARGV[3]  holds to leave: n >= 1 keeps n; 0 releases the hold
@@ -13,9 +13,10 @@
 --
 -- When the writer leaves while it still reads, the lock turns into a read
 -- lock (downgrade). The last reader's release can only let a writer in:
--- it tells the first queued writer. A writer's release tells the first
--- queued writer, if any, and the readers that may go: all of them when no
--- writer waits, else those that prefer readers.
+-- it tells the first queued writer, unless readers admitted by the last
+-- writer's release are still to come (the last of them will). A writer's
+-- release admits the readers waiting now and tells each; only when there
+-- are none does it tell the first queued writer (lib_rw.lua).
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local field = side .. ':' .. tok
 if redis.call('HEXISTS', lock, field) == 0 then
@@ -27,7 +28,7 @@ if tonumber(ARGV[3]) > 0 then
 end
 if side == 'r' then
   forget_reader(lock, readers, tok)
-  if settle(lock, readers) then
+  if settle(lock, readers) and not phase_pending(KEYS[6], now_ms()) then
     call_next(KEYS[3], KEYS[4], ARGV[4], ARGV[5])
   end
   return 1
@@ -38,5 +39,5 @@ if redis.call('HEXISTS', lock, 'r:' .. tok) == 1 then
 else
   redis.call('DEL', lock)
 end
-hand_on_rw(lock, KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
+hand_on_rw(lock, KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5], true)
 return 1

@@ -6,6 +6,8 @@
 -- KEYS[3]  readers: token -> hold expiry (server ms)
 -- KEYS[4]  writers' queue: member -> arrival (server µs)
 -- KEYS[5]  writers' places: member -> place expiry (server ms)
+-- KEYS[6]  waiting readers (unused here: the keys are rw_read.lua's)
+-- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
@@ -13,10 +15,15 @@
 -- ARGV[5]  place TTL in milliseconds; 0 for TryLock (take no place)
 -- ARGV[6]  channel base, ARGV[7] publish command (PUBLISH or SPUBLISH)
 --
+-- The write hold is granted only on a free lock (no 'mode'), to the first
+-- live writer in the queue (or to any when none waits), and only when no
+-- reader admitted by the last writer's release is still to come
+-- (lib_rw.lua).
+--
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
-local lock, fence, readers, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lock, fence, readers, queue, alive, rphase = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7]
 local tok, ttl, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local member, place_ttl = ARGV[4], tonumber(ARGV[5])
 local w = 'w:' .. tok
@@ -39,7 +46,8 @@ end
 local dropped = purge(queue, alive, now)
 local first = head(queue)
 local mode = redis.call('HGET', lock, 'mode')
-if not mode then
+local pending = phase_pending(rphase, now) -- admitted readers still to come
+if not mode and not pending then
   if first == nil or first == member then
     local f = next_fence(fence)
     redis.call('HSET', lock, 'mode', 'write', w, 1, 'f:' .. tok, f, 't:' .. tok, now)
@@ -58,10 +66,15 @@ if place_ttl == 0 then
 end
 place(queue, alive, member, now, place_ttl)
 local wait
-if mode == 'read' then
-  wait = reader_wait(readers, now)
-elseif mode == 'write' then
+if mode == 'write' then
   wait = math.max(redis.call('PTTL', lock), 0)
+elseif mode == 'read' then
+  wait = reader_wait(readers, now)
+  if pending then
+    wait = math.min(wait, pending - now)
+  end
+elseif pending then
+  wait = pending - now
 else
   wait = tonumber(redis.call('ZSCORE', alive, first)) - now
 end
