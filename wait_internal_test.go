@@ -204,3 +204,58 @@ func TestHandedLockGivenUpGoesOn(t *testing.T) {
 		t.Fatalf("%d waiters left in the queue; want none", n)
 	}
 }
+
+// A message naming a waiter that comes between the waiter's attempt and
+// its joining the hub is kept for it: on its Client's own channel, which
+// stays subscribed, the waiter does not check the lock when it joins (a
+// message for it could not have been missed while it was subscribed),
+// so a message dropped there costs it its whole wait bound. (Found by the
+// RWMutex phase tests: waits of QueueTTL/3 now and then.)
+func TestMessageBeforeJoinIsKept(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	defer rdb.Close()
+	admin := s.Client()
+	defer admin.Close()
+	c, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	own := c.wakeTo(&keys{}).base + c.id
+
+	// Another waiter keeps the Client's own channel subscribed.
+	other := make(chan struct{}, 1)
+	w0, err := c.hubs[0].join(own, "z", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.hubs[0].leave(w0)
+	<-w0.ready
+
+	// The waiter's attempt has been made (the epochs are read before
+	// it); the release that names it comes before it joins.
+	seen := c.epochs(own)
+	if err := admin.Publish(ctx, own, c.id+":T").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Publish(ctx, own, c.id+":z").Err(); err != nil { // after it, on the same connection
+		t.Fatal(err)
+	}
+	<-other // so the message for T has been received
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := ""
+	err = c.waitLoop(wctx, "x", own, "T", seen, time.Hour, func(ctx context.Context, msg string) (bool, time.Duration, error) {
+		got = msg
+		return true, 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the waiter named by a message that came before it joined was not woken: %v", err)
+	}
+	if got != c.id+":T" {
+		t.Fatalf("woken with message %q; want %q", got, c.id+":T")
+	}
+}

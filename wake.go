@@ -3,8 +3,10 @@ package dlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -51,8 +53,9 @@ type listeners struct {
 	ready    chan struct{}
 	confirms uint64 // confirmations of the subscription so far
 	conn     *redis.PubSub
-	node     *nodeConn // sharded: the node's connection, shared
-	alone    bool      // conn is this channel's only (a sharded channel whose node is unknown)
+	node     *nodeConn   // sharded: the node's connection, shared
+	alone    bool        // conn is this channel's only (a sharded channel whose node is unknown)
+	kept     []unclaimed // messages for waiters that have not joined (see keep)
 }
 
 // nodeConn is a pub/sub connection to one node of a cluster, and how many
@@ -141,6 +144,9 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 	}
 	w := &waiter{name: name, token: token, ready: ch.ready, epoch: ch.confirms, wake: wake}
 	ch.waiters = append(ch.waiters, w)
+	if token != "" {
+		ch.claim(w)
+	}
 	return w, nil
 }
 
@@ -266,10 +272,13 @@ func (ch *listeners) wakeOne() {
 }
 
 // wake wakes the waiters that match: every one, or those with the token,
-// which keep msg (the message that named them).
-func (ch *listeners) wake(token, msg string) {
+// which keep msg (the message that named them). It reports whether any
+// matched.
+func (ch *listeners) wake(token, msg string) bool {
+	woken := false
 	for _, w := range ch.waiters {
 		if token == "" || w.token == token {
+			woken = true
 			if token != "" {
 				w.msg = msg
 			}
@@ -277,6 +286,53 @@ func (ch *listeners) wake(token, msg string) {
 			case w.wake <- struct{}{}:
 			default:
 			}
+		}
+	}
+	return woken
+}
+
+// A message that names a waiter who has not joined (yet) is kept for a
+// while: a release may name a waiter between its attempt and its joining
+// the hub, and a waiter that joins a channel that was subscribed all
+// along does not check the lock when it joins (see waitLoop), so it would
+// sleep until its bound. Tokens are not reused, so a message kept for a
+// waiter that never comes (it took the lock, or gave up) is only
+// forgotten: after keptFor, or when more than maxKept are kept.
+const (
+	keptFor = 10 * time.Second
+	maxKept = 256
+)
+
+// unclaimed is a message kept for a waiter that has not joined.
+type unclaimed struct {
+	token, msg string
+	at         time.Time
+}
+
+// keep keeps msg for the waiter with token, which has not joined.
+func (ch *listeners) keep(token, msg string) {
+	now := time.Now()
+	ch.kept = slices.DeleteFunc(ch.kept, func(u unclaimed) bool { return now.Sub(u.at) > keptFor })
+	if len(ch.kept) >= maxKept {
+		ch.kept = ch.kept[1:]
+	}
+	ch.kept = append(ch.kept, unclaimed{token, msg, now})
+}
+
+// claim gives w the last message kept for its token, if any, and wakes it.
+func (ch *listeners) claim(w *waiter) {
+	found := false
+	ch.kept = slices.DeleteFunc(ch.kept, func(u unclaimed) bool {
+		if u.token != w.token {
+			return false
+		}
+		w.msg, found = u.msg, true
+		return true
+	})
+	if found {
+		select {
+		case w.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -351,7 +407,9 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 		ch.wakeOne()
 	default:
 		// a member, or a hand-off '<member> <fence> <ms> <place>'
-		ch.wake(tokenOf(payload), payload)
+		if tok := tokenOf(payload); !ch.wake(tok, payload) && tok != "" {
+			ch.keep(tok, payload)
+		}
 	}
 }
 
