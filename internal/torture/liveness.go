@@ -325,7 +325,7 @@ func (h *history) checkOverruns() []Violation {
 		related := []Event{e, *r}
 		for _, f := range h.faults {
 			if f.T <= r.T && f.End >= e.T {
-				fs = append(fs, strings.SplitN(f.Msg, ":", 2)[0])
+				fs = append(fs, faultKind(f.Msg))
 				related = append(related, f.Event)
 			}
 		}
@@ -460,4 +460,16 @@ func (h *history) checkPhases(name string) []Violation {
 				name, what, callKey(e.W, e.Op), e.Scn, h.rel(e.T), time.Duration(end-e.T).Round(time.Millisecond), n, other, bound, outcome)})
 	}
 	return vs
+}
+
+// faultKind is a fault's message without its numbers ("stall: DEBUG
+// SLEEP", "stall: redis-server SIGSTOP"), to tell categories apart.
+func faultKind(msg string) string {
+	if i := strings.IndexAny(msg, "0123456789("); i > 0 {
+		msg = msg[:i]
+	}
+	msg = strings.TrimSpace(msg)
+	msg = strings.TrimSuffix(msg, " for")
+	msg = strings.TrimSuffix(msg, " worker")
+	return strings.TrimSpace(strings.TrimSuffix(msg, " x"))
 }

@@ -92,7 +92,9 @@ func Run(opts Options) (*Result, error) {
 		}
 	}
 
-	ictx, stopInjecting := context.WithCancel(context.Background())
+	// The deadline lets the injector leave out a long fault (handoff) that
+	// would run past the load phase.
+	ictx, stopInjecting := context.WithTimeout(context.Background(), opts.Duration)
 	injected := make(chan struct{})
 	go func() {
 		defer close(injected)
