@@ -117,7 +117,7 @@ var defaultFaults = map[string]int{
 	"kill":    2, // SIGKILL of a worker (respawned)
 	// The worst moments (TESTING.md): a hand-off that arrives late, calls
 	// in flight while the server stalls for seconds.
-	"handoff":  2, // a waiter's process SIGSTOPped past its place and TTL while the holder hands it the lock; a third party takes it
+	"handoff":  3, // a waiter's process SIGSTOPped past its place and TTL while the holder hands it the lock; a third party takes it
 	"waitstop": 1, // SIGSTOP of a worker with a Lock waiting, past that Lock's TTL and the queue TTL
 	"stall":    2, // DEBUG SLEEP, CLIENT PAUSE ALL or SIGSTOP of redis-server for 1-2 s
 }

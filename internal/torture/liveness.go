@@ -468,6 +468,9 @@ func faultKind(msg string) string {
 	if i := strings.IndexAny(msg, "0123456789("); i > 0 {
 		msg = msg[:i]
 	}
+	if i := strings.Index(msg, " worker "); i > 0 {
+		msg = msg[:i]
+	}
 	msg = strings.TrimSpace(msg)
 	msg = strings.TrimSuffix(msg, " for")
 	msg = strings.TrimSuffix(msg, " worker")
