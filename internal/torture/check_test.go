@@ -1,6 +1,8 @@
 package torture
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +107,7 @@ func TestCheckFences(t *testing.T) {
 	b.add("w2", kUnlock, l, 22, "")
 	c := b.grant("w2", "m0", "", "C", 4, 30, 31, time.Second, false) // lower, called after A returned
 	b.add("w2", kUnlock, c, 32, "")
-	wantKinds(t, b.check(100), "fence", "fence", "fence")
+	wantKinds(t, b.check(100), "fence", "fence", "fence", "safety") // C's fence 4 also began after 5: an inversion
 }
 
 func TestCheckCapacity(t *testing.T) {
@@ -151,4 +153,168 @@ func TestCheckWaits(t *testing.T) {
 	killed.events = append(killed.events, Event{T: 200 * ms, K: kKill, W: "w1"})
 	killed.waitFor("w2", "m0", 50, 1900, true)
 	wantKinds(t, killed.check(6000))
+}
+
+// reenter records a re-entry of an owner's lease (same token and fence).
+func (b *hist) reenter(w, name, side, owner string, fence int64, call, at int64, ttl time.Duration) int64 {
+	id := b.grant(w, name, side, owner, fence, call, at, ttl, true)
+	for i := len(b.events) - 2; i < len(b.events); i++ {
+		b.events[i].Reent = true
+	}
+	return id
+}
+
+func TestCheckFenceInversion(t *testing.T) {
+	// The late hand-off (issue 16): B waits from 0 ms, C is granted fence
+	// 3 at 2000 ms, B's Lock returns fence 2 with Err() nil at 2100 ms.
+	// B's call began before C's grant, so the fence order check cannot
+	// see it; only the grant order can.
+	stop := Event{T: 40 * ms, End: 2050 * ms, K: kFault, W: "parent", Msg: "handoff: worker w1 SIGSTOP for 2s waiting on mutex \"mh0\""}
+	var b hist
+	b.events = append(b.events, stop)
+	a := b.grant("ho", "mh0", "", "A", 1, 0, 1, time.Second, true)
+	b.add("ho", kUnlock, a, 50, "")
+	c := b.grant("ho", "mh0", "", "C", 3, 1900, 2000, time.Second, true)
+	b.add("ho", kUnlock, c, 3000, "")
+	late := b.grant("w1", "mh0", "", "B", 2, 10, 2100, time.Second, true)
+	b.add("w1", kUnlock, late, 2101, "")
+	vs := b.check(4000)
+	wantKinds(t, vs, "safety")
+	if !strings.Contains(vs[0].Msg, "fence inversion") {
+		t.Fatalf("want a fence inversion, got %s", vs[0].Msg)
+	}
+
+	// The same lease, but Err() said it was lost right after the return:
+	// it did not begin, nothing to report.
+	var lost hist
+	lost.events = append(lost.events, stop)
+	a = lost.grant("ho", "mh0", "", "A", 1, 0, 1, time.Second, true)
+	lost.add("ho", kUnlock, a, 50, "")
+	c = lost.grant("ho", "mh0", "", "C", 3, 1900, 2000, time.Second, true)
+	lost.add("ho", kUnlock, c, 3000, "")
+	late = lost.grant("w1", "mh0", "", "B", 2, 10, 2100, time.Second, true)
+	lost.events[len(lost.events)-1].EK = "lost"
+	wantKinds(t, lost.check(4000))
+
+	// Clean: re-entry of fence 1 after fence 2 was granted is the
+	// holder's own (a re-entry keeps the outer fence); RWMutex readers
+	// with fences out of order do not exclude each other; LockAll parts
+	// in order.
+	var ok hist
+	o := ok.grant("w1", "m0", "", "A", 1, 0, 10, time.Second, true)
+	ok.add("w1", kUnlock, o, 100, "")
+	n := ok.grant("w2", "m0", "", "B", 2, 101, 110, time.Second, true)
+	ok.add("w2", kUnlock, n, 200, "")
+	r1 := ok.grant("w1", "rw0", "r", "R1", 5, 0, 30, time.Second, true)
+	r2 := ok.grant("w2", "rw0", "r", "R2", 6, 0, 20, time.Second, true)
+	ok.add("w1", kUnlock, r1, 40, "")
+	ok.add("w2", kUnlock, r2, 40, "")
+	wantKinds(t, ok.check(4000))
+	// ... the re-entry is recorded after B's grant, but it is A's own.
+	var re hist
+	o = re.grant("w1", "m0", "", "A", 1, 0, 10, time.Second, true)
+	in := re.reenter("w1", "m0", "", "A", 1, 11, 120, time.Second)
+	re.add("w1", kUnlock, in, 121, "")
+	re.add("w1", kUnlock, o, 122, "")
+	n = re.grant("w2", "m0", "", "B", 2, 5, 110, time.Second, true)
+	re.add("w2", kUnlock, n, 200, "")
+	for _, v := range re.check(4000) {
+		if strings.Contains(v.Msg, "fence inversion") {
+			t.Fatalf("a re-entry counted as a beginning: %s", v.Msg)
+		}
+	}
+	// An RWMutex reader that begins with fence 5 after a writer had
+	// fence 6 is an inversion.
+	var rw hist
+	wl := rw.grant("w1", "rw0", "w", "W", 6, 0, 20, time.Second, true)
+	rw.add("w1", kUnlock, wl, 25, "")
+	rl := rw.grant("w2", "rw0", "r", "R", 5, 0, 30, time.Second, true)
+	rw.add("w2", kUnlock, rl, 40, "")
+	vs = rw.check(4000)
+	if !slices.ContainsFunc(vs, func(v Violation) bool { return strings.Contains(v.Msg, "fence inversion") }) {
+		t.Fatalf("reader after a higher writer fence not seen: %v", vs)
+	}
+}
+
+// timed records an acquire with a ctx of timeout ms called at call that
+// returned (failed with ek, or granted) at at.
+func (b *hist) timed(w, client, name string, call, timeout, at int64, ek string) {
+	b.op++
+	b.events = append(b.events, Event{T: call * ms, K: kCall, W: w, Op: b.op, Client: client, Names: []string{name},
+		TTLs: []int64{us(500 * time.Millisecond)}, Wait: true, Timeout: timeout * 1000, DL: (call + timeout) * ms})
+	if ek == "" {
+		b.events = append(b.events, Event{T: at * ms, K: kGrant, W: w, Op: b.op, Lease: b.op, Names: []string{name},
+			Owners: []string{fmt.Sprint("o", b.op)}, Fences: []int64{b.op}, TTLs: []int64{us(500 * time.Millisecond)}, St: call * ms})
+		b.add(w, kUnlock, b.op, at+1, "")
+		return
+	}
+	b.events = append(b.events, Event{T: at * ms, K: kFail, W: w, Op: b.op, EK: ek, St: call * ms})
+}
+
+func TestCheckCtxOverrun(t *testing.T) {
+	stall := Event{T: 900 * ms, End: 2900 * ms, K: kFault, W: "parent", Msg: "stall: DEBUG SLEEP 2s"}
+	// A 200 ms Lock during a 2 s DEBUG SLEEP that returned after 1.9 s.
+	var b hist
+	b.events = append(b.events, stall)
+	b.timed("w1", "c1.0", "m0", 1000, 200, 2900, "ctx")
+	vs := b.check(4000)
+	wantKinds(t, vs, "ctx")
+	if !strings.Contains(vs[0].Cat, "without ContextTimeoutEnabled") || !strings.Contains(vs[0].Cat, "stall") {
+		t.Fatalf("category %q", vs[0].Cat)
+	}
+
+	// Clean: back within the bound (a grant and a failure), and a call
+	// whose process was frozen past its deadline (it returns once
+	// continued).
+	var ok hist
+	ok.events = append(ok.events, stall)
+	ok.timed("w1", "c1.0", "m0", 1000, 200, 1200+int64(overrunMax/time.Millisecond)-1, "ctx")
+	ok.timed("w1", "c0.0", "m1", 1000, 200, 1150, "")
+	ok.events = append(ok.events, Event{T: 3000 * ms, End: 5000 * ms, K: kFault, W: "parent", Msg: "waitstop: worker w2 SIGSTOP for 2s (…)"})
+	ok.timed("w2", "c1.0", "m2", 2950, 200, 5010, "ctx")
+	wantKinds(t, ok.check(6000))
+}
+
+// rwGrant records a granted RLock/Lock of rw0 called at call, granted at
+// at and unlocked at at+hold.
+func (b *hist) rwGrant(w, side string, call, at, hold int64) {
+	b.op++
+	b.events = append(b.events,
+		Event{T: call * ms, K: kCall, W: w, Op: b.op, Names: []string{"rws"}, Sides: []string{side}, TTLs: []int64{us(time.Second)}, Wait: true},
+		Event{T: at * ms, K: kGrant, W: w, Op: b.op, Lease: b.op, Names: []string{"rws"}, Sides: []string{side},
+			Owners: []string{fmt.Sprint("o", b.op)}, Fences: []int64{at}, TTLs: []int64{us(time.Second)}})
+	b.add(w, kUnlock, b.op, at+hold, "")
+}
+
+func TestCheckPhases(t *testing.T) {
+	// A reader waits from 0 to 1000 ms while two writers take turns 9
+	// times.
+	var b hist
+	b.rwGrant("w3", "r", 0, 1000, 5)
+	for i := range int64(9) {
+		b.rwGrant("w1", "w", i*100, i*100+10, 80)
+	}
+	vs := b.check(2000)
+	wantKinds(t, vs, "phase")
+
+	// A writer waits from 0 to 1000 ms while 4 read phases come and go.
+	var wr hist
+	wr.rwGrant("w3", "w", 0, 1000, 5)
+	for i := range int64(4) {
+		wr.rwGrant("w1", "r", i*200, i*200+10, 50)
+		wr.rwGrant("w2", "r", i*200, i*200+20, 50)
+		wr.rwGrant("w4", "w", i*200+90, i*200+100, 50)
+	}
+	wantKinds(t, wr.check(2000), "phase")
+
+	// Clean: a reader served after two writer turns; a writer after one
+	// read phase (two readers in it).
+	var ok hist
+	ok.rwGrant("w3", "r", 0, 250, 5)
+	ok.rwGrant("w1", "w", 0, 10, 80)
+	ok.rwGrant("w2", "w", 5, 100, 80)
+	ok.rwGrant("w3", "w", 300, 500, 5)
+	ok.rwGrant("w1", "r", 310, 320, 100)
+	ok.rwGrant("w2", "r", 310, 330, 100)
+	wantKinds(t, ok.check(2000))
 }

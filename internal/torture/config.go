@@ -21,6 +21,9 @@ var (
 	semNames   = []string{"s0", "s1"}
 )
 
+// rwStreamName is the RWMutex of the rwstream scenario.
+const rwStreamName = "rws"
+
 // semCap is the capacity of each semaphore (fixed for the whole run).
 var semCap = map[string]int{"s0": 2, "s1": 3}
 
@@ -75,6 +78,7 @@ func allNames(slots, goroutines int) []string {
 	out = append(out, fairNames...)
 	out = append(out, rwNames...)
 	out = append(out, semNames...)
+	out = append(out, rwStreamName)
 	for s := range slots {
 		for g := range goroutines {
 			out = append(out, relayName(s, 0, g+1), relayName(s, 1, g+1), relayName(s, 2, g+1))
@@ -94,6 +98,11 @@ var defaultWeights = map[string]int{
 	"waiter":      8,  // a long wait on a shared name
 	"reopen":      1,  // Client.Close and a new Client
 	"lockall":     6,  // LockAll over 2-3 locks
+	"shortctx":    6,  // Lock/TryLock/Acquire with a 100-300 ms ctx on the Client without ContextTimeoutEnabled
+	// rwstream is a switch, not a weight: > 0 starts, in every worker, a
+	// stream of RWMutex writers and readers looping on one name beside
+	// the driver goroutines (2 writers and 4 readers with 3 workers).
+	"rwstream": 1,
 }
 
 // fault kinds the parent injects, with default weights.
@@ -106,6 +115,11 @@ var defaultFaults = map[string]int{
 	"restart": 1, // kill -9 and restart with AOF
 	"stop":    2, // SIGSTOP/SIGCONT of a worker
 	"kill":    2, // SIGKILL of a worker (respawned)
+	// The worst moments (TESTING.md): a hand-off that arrives late, calls
+	// in flight while the server stalls for seconds.
+	"handoff":  3, // a waiter's process SIGSTOPped past its place and TTL while the holder hands it the lock; a third party takes it
+	"waitstop": 1, // SIGSTOP of a worker with a Lock waiting, past that Lock's TTL and the queue TTL
+	"stall":    2, // DEBUG SLEEP, CLIENT PAUSE ALL or SIGSTOP of redis-server for 1-2 s
 }
 
 // weights parses "a=1,b=2" (or "a,b": weight 1 each; "none": empty) over

@@ -29,7 +29,7 @@ import (
 // which the parent records.
 const (
 	kCall      = "call"    // an acquire is about to be called (T before the call)
-	kGrant     = "grant"   // it returned a lease (T just after it returned)
+	kGrant     = "grant"   // it returned a lease (T just after it returned; EK: what Err() said right after, "" nil)
 	kFail      = "fail"    // it returned an error (T after)
 	kBelief    = "belief"  // Err() returned nil; T was taken just before the call
 	kLost      = "lost"    // Err() returned an error (T after)
@@ -67,6 +67,8 @@ type Event struct {
 	Reent   bool     `json:"re,omitempty"` // re-entry through a lease's context
 	Fixed   bool     `json:"fx,omitempty"` // WithLease
 	Timeout int64    `json:"to,omitempty"` // µs; 0: none
+	DL      int64    `json:"dl,omitempty"` // call: the ctx's deadline (unix ns), 0: none
+	St      int64    `json:"st,omitempty"` // grant/fail: when the call was made (after the call event was written)
 	D       int64    `json:"d,omitempty"`  // Extend duration, µs
 	EK      string   `json:"ek,omitempty"` // error class (see errKind)
 	Err     string   `json:"e,omitempty"`

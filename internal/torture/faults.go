@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"syscall"
 	"time"
 
@@ -32,6 +33,9 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand) {
 		kind := pick(rng, r.opts.Faults)
 		if kind == "" {
 			continue
+		}
+		if dl, ok := ctx.Deadline(); ok && kind == "handoff" && time.Until(dl) < 5*time.Second {
+			continue // a round takes up to ~5 s; the run would end late
 		}
 		t0 := now()
 		msg, err := r.fault(kind, rng, admin)
@@ -90,19 +94,31 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 			return "stop: no worker", nil
 		}
 		d := between(rng, 50*time.Millisecond, 1200*time.Millisecond)
-		p.mu.Lock()
-		p.stopped = true
-		err := p.signal(syscall.SIGSTOP)
-		p.mu.Unlock()
-		time.Sleep(d)
-		p.mu.Lock()
-		p.stopped = false
-		err2 := p.signal(syscall.SIGCONT)
-		p.mu.Unlock()
-		if err == nil {
-			err = err2
+		return fmt.Sprintf("stop: worker %s SIGSTOP for %v", p.id, d), p.freeze(func() { time.Sleep(d) })
+	case "stall":
+		// Long enough that a call bound to the server (go-redis without
+		// ContextTimeoutEnabled waits its ReadTimeout, 3 s) outlives a
+		// 100-300 ms ctx by far.
+		d := between(rng, time.Second, 2*time.Second)
+		switch rng.IntN(3) {
+		case 0:
+			err := admin.Do(ctx, "DEBUG", "SLEEP", fmt.Sprintf("%.3f", d.Seconds())).Err()
+			return fmt.Sprintf("stall: DEBUG SLEEP %v", d), err
+		case 1:
+			err := admin.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
+			time.Sleep(d)
+			return fmt.Sprintf("stall: CLIENT PAUSE %v ALL", d), err
+		default:
+			if err := r.srv.Pause(); err != nil {
+				return "stall: SIGSTOP", err
+			}
+			time.Sleep(d)
+			return fmt.Sprintf("stall: redis-server SIGSTOP for %v", d), r.srv.Resume()
 		}
-		return fmt.Sprintf("stop: worker %s SIGSTOP for %v", p.id, d), err
+	case "waitstop":
+		return r.waitStop(rng)
+	case "handoff":
+		return r.handoff(rng)
 	case "kill":
 		p := r.randomProc(rng)
 		if p == nil {
@@ -142,4 +158,62 @@ func (r *runner) randomProc(rng *rand.Rand) *proc {
 		return nil
 	}
 	return live[rng.IntN(len(live))]
+}
+
+// freeze stops the process with SIGSTOP, runs during, and continues it.
+func (p *proc) freeze(during func()) error {
+	p.mu.Lock()
+	p.stopped = true
+	err := p.signal(syscall.SIGSTOP)
+	p.mu.Unlock()
+	during()
+	p.mu.Lock()
+	p.stopped = false
+	err2 := p.signal(syscall.SIGCONT)
+	p.mu.Unlock()
+	if err == nil {
+		err = err2
+	}
+	return err
+}
+
+// liveProc returns the current incarnation with id, if it is alive.
+func (r *runner) liveProc(id string) *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		if p != nil && p.id == id && p.alive() {
+			return p
+		}
+	}
+	return nil
+}
+
+// waitStop freezes a worker that has a Lock waiting (called at least
+// 50 ms ago, with a TTL of at most 1.2 s) for longer than that Lock's TTL
+// and the queue TTL: a hand-off to it, or its place, expires while it is
+// stopped, and it resumes in the middle of its wait.
+func (r *runner) waitStop(rng *rand.Rand) (string, error) {
+	var cands []Event
+	for _, e := range r.rec.waiting(now() - int64(50*time.Millisecond)) {
+		ttl := int64(0)
+		for _, t := range e.TTLs {
+			ttl = max(ttl, t)
+		}
+		if ttl > 0 && ttl <= us(1200*time.Millisecond) && !e.Reent && r.liveProc(e.W) != nil {
+			cands = append(cands, e)
+		}
+	}
+	if len(cands) == 0 {
+		return "waitstop: no worker waiting", nil
+	}
+	e := cands[rng.IntN(len(cands))]
+	p := r.liveProc(e.W)
+	if p == nil {
+		return "waitstop: no worker waiting", nil
+	}
+	ttl := time.Duration(slices.Max(e.TTLs)) * time.Microsecond
+	d := 2*max(ttl, queueTTL) + between(rng, 100*time.Millisecond, 500*time.Millisecond)
+	return fmt.Sprintf("waitstop: worker %s SIGSTOP for %v (waiting in %s on %v since %s, TTL %v)",
+		p.id, d, callKey(e.W, e.Op), e.Names, r.rel(e.T), ttl), p.freeze(func() { time.Sleep(d) })
 }

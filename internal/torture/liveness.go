@@ -2,7 +2,9 @@ package torture
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -105,7 +107,7 @@ func (h *history) allowance(name string, x, y int64) (time.Duration, []fault) {
 		switch {
 		case f.server:
 			d += time.Second
-		case strings.HasPrefix(f.Msg, "stop"), strings.HasPrefix(f.Msg, "kill"):
+		case stoppedWorker(f.Msg) != "", strings.HasPrefix(f.Msg, "kill"):
 			d += queueTTL * 4 / 3 // a dead or frozen waiter's place in the queue (a lock kept for it)
 		}
 	}
@@ -251,4 +253,226 @@ func (h *history) pinned(name string, t int64) []*leaseRec {
 		}
 	}
 	return out
+}
+
+// ctxBound is how soon after its ctx ends a call must return (the
+// library's promise), and schedSlack what a loaded machine adds to it:
+// the workers run under -race on 2 cores shared with the parent and other
+// work, where a goroutine that became runnable may wait a few scheduler
+// quanta and a GC cycle (measured: runs of the fixed paths return within
+// ~30 ms of the deadline; 250 ms leaves room for an unlucky moment but is
+// far below the 1.9-15 s that a call bound to a stalled server takes).
+const (
+	ctxBound   = 50 * time.Millisecond
+	schedSlack = 250 * time.Millisecond
+	overrunMax = ctxBound + schedSlack
+)
+
+var stoppedRE = regexp.MustCompile(`worker (\S+) SIGSTOP`)
+
+// stoppedWorker returns the worker a fault froze (SIGSTOP), or "".
+func stoppedWorker(msg string) string {
+	if m := stoppedRE.FindStringSubmatch(msg); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// stops returns the faults that froze worker w.
+func (h *history) stops(w string) []fault {
+	var out []fault
+	for _, f := range h.faults {
+		if stoppedWorker(f.Msg) == w {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkOverruns: an acquire (Lock, TryLock, Acquire, LockAll; any Client,
+// with or without ContextTimeoutEnabled) must return within overrunMax of
+// its ctx's deadline, even while the server stalls. The clock starts at
+// the later of the deadline and the call's start (writing the call event
+// may have blocked), and is held while the worker's own process was
+// frozen (SIGSTOP): it cannot return while stopped.
+func (h *history) checkOverruns() []Violation {
+	var vs []Violation
+	stops := map[string][]fault{}
+	for _, c := range h.calls {
+		e, r := c.call, c.result
+		if e.DL == 0 || r == nil {
+			continue
+		}
+		from := max(e.DL, r.St)
+		if r.T-from <= int64(overrunMax) {
+			continue
+		}
+		if _, ok := stops[e.W]; !ok {
+			stops[e.W] = h.stops(e.W)
+		}
+		var frozen []Event
+		for _, f := range stops[e.W] {
+			if f.T <= r.T && f.End >= from {
+				from = max(from, f.End)
+				frozen = append(frozen, f.Event)
+			}
+		}
+		late := time.Duration(r.T - from)
+		if late <= overrunMax {
+			continue
+		}
+		var fs []string
+		related := []Event{e, *r}
+		for _, f := range h.faults {
+			if f.T <= r.T && f.End >= e.T {
+				fs = append(fs, faultKind(f.Msg))
+				related = append(related, f.Event)
+			}
+		}
+		during := "no fault"
+		if len(fs) > 0 {
+			during = strings.Join(slices.Compact(fs), ", ")
+		}
+		vs = append(vs, Violation{Kind: "ctx", Cat: fmt.Sprintf("ctx: a call outlived its ctx (client %s, during %s)", clientKind(e.Client), during),
+			T: from + int64(overrunMax), Related: related,
+			Msg: fmt.Sprintf("%v: %s of %v (%s, scenario %s, client %s) with a %v ctx, called %s, returned (%s) at %s: %v after its deadline %s (bound %v = %v + %v)",
+				e.Names, acquireWord(e), e.Names, callKey(e.W, e.Op), e.Scn, e.Client, time.Duration(e.Timeout)*time.Microsecond,
+				h.rel(e.T), resultWord(*r), h.rel(r.T), late.Round(time.Millisecond), h.rel(e.DL), overrunMax, ctxBound, schedSlack)})
+	}
+	return vs
+}
+
+// clientKind tells the go-redis client behind a dlock Client id: slot 0
+// has ContextTimeoutEnabled, slot 1 has not (as most users make it).
+func clientKind(id string) string {
+	switch {
+	case strings.HasPrefix(id, "c0."):
+		return "with ContextTimeoutEnabled"
+	case strings.HasPrefix(id, "c1."):
+		return "without ContextTimeoutEnabled"
+	}
+	return "private"
+}
+
+func acquireWord(e Event) string {
+	switch {
+	case len(e.Names) > 1:
+		return "LockAll"
+	case e.Permits > 0 && e.Wait:
+		return "Acquire"
+	case e.Permits > 0:
+		return "TryAcquire"
+	case e.Wait:
+		return "Lock"
+	}
+	return "TryLock"
+}
+
+// Phase bounds of an RWMutex: a waiting reader may see at most
+// readerPassMax writer grants, a waiting writer at most writerPassMax
+// read phases begin, before it is served. Writers-first with a queue lets
+// at most the writers already waiting (2 in rwstream) go first; one more
+// for the hold in effect when it is granted around the call.
+const (
+	readerPassMax = 3
+	writerPassMax = 2
+)
+
+// checkPhases: an RWMutex waiter (RLock or Lock; not re-entry, not
+// LockAll) must not be passed by more than a couple of turns of the other
+// side. A waiter whose own process was frozen or killed during the wait
+// is not checked (its place in the queue may have expired).
+func (h *history) checkPhases(name string) []Violation {
+	if lockKind(name) != "rw" {
+		return nil
+	}
+	type gr struct {
+		t    int64
+		side string
+		key  string
+	}
+	var grants []gr
+	for _, l := range h.ordered {
+		if i := slices.Index(l.grant.Names, name); i >= 0 && !l.grant.Reent && i < len(l.grant.Sides) {
+			grants = append(grants, gr{l.grant.T, l.grant.Sides[i], l.key})
+		}
+	}
+	var vs []Violation
+	for _, c := range h.calls {
+		e := c.call
+		if !e.Wait || e.Reent || len(e.Names) != 1 || e.Names[0] != name || len(e.Sides) != 1 {
+			continue
+		}
+		end := h.end
+		if c.result != nil {
+			end = c.result.T
+		} else if k, ok := h.killed[e.W]; ok {
+			end = k
+		}
+		if end-e.T < int64(50*time.Millisecond) {
+			continue
+		}
+		if k, ok := h.killed[e.W]; ok && k <= end {
+			continue
+		}
+		if slices.ContainsFunc(h.stops(e.W), func(f fault) bool { return f.T <= end && f.End >= e.T }) {
+			continue
+		}
+		i := sort.Search(len(grants), func(i int) bool { return grants[i].t > e.T })
+		prev := ""
+		if i > 0 {
+			prev = grants[i-1].side
+		}
+		n, first, last := 0, "", ""
+		for ; i < len(grants) && grants[i].t < end; i++ {
+			g := grants[i]
+			switch {
+			case e.Sides[0] == "r" && g.side == "w":
+				n++
+			case e.Sides[0] == "w" && g.side == "r" && prev != "r":
+				n++ // a read phase begins
+			default:
+				prev = g.side
+				continue
+			}
+			prev = g.side
+			if first == "" {
+				first = g.key
+			}
+			last = g.key
+		}
+		bound, what, other := readerPassMax, "reader", "writer grants"
+		if e.Sides[0] == "w" {
+			bound, what, other = writerPassMax, "writer", "read phases"
+		}
+		if n <= bound {
+			continue
+		}
+		outcome := "still waiting when the run stopped"
+		related := []Event{e}
+		if c.result != nil {
+			outcome = fmt.Sprintf("then %s at %s", resultWord(*c.result), h.rel(c.result.T))
+			related = append(related, *c.result)
+		}
+		vs = append(vs, Violation{Kind: "phase", Cat: fmt.Sprintf("phase: an RWMutex %s passed by more than %d %s", what, bound, other),
+			T: end, Leases: []string{first, last}, Related: related,
+			Msg: fmt.Sprintf("%q: a %s (%s, scenario %s, called %s) waited %v while %d %s went first (bound %d); %s",
+				name, what, callKey(e.W, e.Op), e.Scn, h.rel(e.T), time.Duration(end-e.T).Round(time.Millisecond), n, other, bound, outcome)})
+	}
+	return vs
+}
+
+// faultKind is a fault's message without its numbers ("stall: DEBUG
+// SLEEP", "stall: redis-server SIGSTOP"), to tell categories apart.
+func faultKind(msg string) string {
+	if i := strings.IndexAny(msg, "0123456789("); i > 0 {
+		msg = msg[:i]
+	}
+	if i := strings.Index(msg, " worker "); i > 0 {
+		msg = msg[:i]
+	}
+	msg = strings.TrimSpace(msg)
+	msg = strings.TrimSuffix(msg, " for")
+	msg = strings.TrimSuffix(msg, " worker")
+	return strings.TrimSpace(strings.TrimSuffix(msg, " x"))
 }

@@ -81,6 +81,9 @@ func index(events []Event, start, end int64) *history {
 					l.maxTTL = max(l.maxTTL, t*int64(time.Microsecond))
 				}
 				l.touch(e)
+				if e.EK != "" { // Err() was not nil right after the return
+					l.endAt(e.T)
+				}
 				h.leases[l.key] = l
 				h.ordered = append(h.ordered, l)
 			}
@@ -141,7 +144,7 @@ func cmpInt(a, b int64) int {
 // isServerFault tells faults that hit redis-server (and so every client)
 // from those that hit one worker process or only pub/sub connections.
 func isServerFault(msg string) bool {
-	for _, p := range []string{"normal", "flush", "cpause", "spause", "restart"} {
+	for _, p := range []string{"normal", "flush", "cpause", "spause", "restart", "stall"} {
 		if len(msg) >= len(p) && msg[:len(p)] == p {
 			return true
 		}

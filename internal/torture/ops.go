@@ -42,29 +42,39 @@ const beliefEvery = 20 * time.Millisecond
 // acquire records and makes one acquire call; nil when it failed.
 func (g *gor) acquire(parent context.Context, sp spec, call func(ctx context.Context) (*dlock.Lease, error)) *held {
 	op := g.w.ops.Add(1)
+	// The deadline is fixed from the time of the call event, and recorded
+	// in it, so that the checker can compare the return with it.
+	t0 := now()
 	ctx, cancel := parent, context.CancelFunc(func() {})
 	if sp.timeout > 0 {
-		ctx, cancel = context.WithTimeout(parent, sp.timeout)
+		ctx, cancel = context.WithDeadline(parent, time.Unix(0, t0).Add(sp.timeout))
 	}
 	defer cancel()
-	e := Event{K: kCall, Op: op, Client: sp.client, Names: sp.names, Permits: sp.permits,
+	e := Event{T: t0, K: kCall, Op: op, Client: sp.client, Names: sp.names, Permits: sp.permits,
 		Wait: sp.wait, Reent: sp.reent, Fixed: sp.fixed, Timeout: us(sp.timeout), Scn: sp.scn}
+	if d, ok := ctx.Deadline(); ok {
+		e.DL = d.UnixNano()
+	}
 	for _, n := range sp.names {
 		e.Sides = append(e.Sides, sp.sides[n])
 		e.TTLs = append(e.TTLs, us(sp.ttls[n]))
 	}
 	g.emit(e)
+	st := now() // writing the call event may have blocked: the call starts now
 	l, err := call(ctx)
 	t := now()
 	if err != nil {
-		g.emit(Event{T: t, K: kFail, Op: op, EK: errKind(err), Err: err.Error()})
+		g.emit(Event{T: t, K: kFail, Op: op, EK: errKind(err), Err: err.Error(), St: st, DL: e.DL})
 		return nil
 	}
+	// The lease begins here: Err() right after the return says whether it
+	// began held (the fence-inversion check counts only those).
+	errNow := l.Err()
 	h := &held{id: g.w.leases.Add(1), lease: l, fixed: sp.fixed, sem: sp.permits > 0}
 	parts := l.Parts()
 	h.set = len(parts) > 1
 	ge := Event{T: t, K: kGrant, Op: op, Lease: h.id, Client: sp.client, Scn: sp.scn, Reent: sp.reent,
-		Permits: sp.permits}
+		Permits: sp.permits, St: st, DL: e.DL, EK: errKind(errNow)}
 	for _, p := range parts {
 		n := p.Name()
 		ge.Names = append(ge.Names, n)
@@ -74,6 +84,9 @@ func (g *gor) acquire(parent context.Context, sp spec, call func(ctx context.Con
 		ge.TTLs = append(ge.TTLs, us(sp.ttls[n]))
 		h.ttl = max(h.ttl, sp.ttls[n])
 		h.names = append(h.names, n)
+	}
+	if errNow != nil {
+		ge.Err = errNow.Error()
 	}
 	g.emit(ge)
 	if h.set {

@@ -28,7 +28,7 @@ func (r *runner) probe(h *history) []Violation {
 		wg  sync.WaitGroup
 		ops int64
 	)
-	for _, name := range allNames(r.opts.Workers, r.opts.Goroutines) {
+	for _, name := range append(allNames(r.opts.Workers, r.opts.Goroutines), r.handoffNames()...) {
 		deadline, last := h.probeDeadline(name)
 		mu.Lock()
 		ops++

@@ -54,6 +54,7 @@ type runner struct {
 	stopping   bool
 	unexpected []Violation
 	start      int64
+	ho         hoActor // the handoff fault's side in the parent
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -68,7 +69,8 @@ func (r *runner) rel(t int64) string { return fmt.Sprintf("+%.3fs", float64(t-r.
 // worker processes, injects faults for opts.Duration, stops the workers,
 // probes every name, and checks the history.
 func Run(opts Options) (*Result, error) {
-	srv, err := redistest.Start(redistest.Options{AOF: true})
+	// DEBUG SLEEP (the stall fault) needs the DEBUG command.
+	srv, err := redistest.Start(redistest.Options{AOF: true, Args: []string{"--enable-debug-command", "local"}})
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +92,9 @@ func Run(opts Options) (*Result, error) {
 		}
 	}
 
-	ictx, stopInjecting := context.WithCancel(context.Background())
+	// The deadline lets the injector leave out a long fault (handoff) that
+	// would run past the load phase.
+	ictx, stopInjecting := context.WithTimeout(context.Background(), opts.Duration)
 	injected := make(chan struct{})
 	go func() {
 		defer close(injected)
@@ -122,6 +126,9 @@ func Run(opts Options) (*Result, error) {
 	r.logf("workers quiet %s after the stop", time.Duration(now()-stop).Round(time.Millisecond))
 
 	vs = append(vs, r.probe(index(r.rec.snapshot(), r.start, stop))...)
+	if r.ho.close != nil {
+		r.ho.close()
+	}
 
 	for _, p := range procs {
 		p.send("exit")
@@ -214,6 +221,7 @@ type recorder struct {
 	w       *bufio.Writer
 	beliefs map[string]Event // lease -> its last belief
 	tries   map[string]Event // TryLock calls without a result yet
+	waits   map[string]Event // Lock calls without a result yet (for the waitstop fault)
 }
 
 func (r *recorder) add(e Event) {
@@ -230,7 +238,7 @@ func (r *recorder) addRaw(e Event, line []byte) {
 	_, _ = r.w.Write(line)
 	_ = r.w.WriteByte('\n')
 	if r.beliefs == nil {
-		r.beliefs, r.tries = map[string]Event{}, map[string]Event{}
+		r.beliefs, r.tries, r.waits = map[string]Event{}, map[string]Event{}, map[string]Event{}
 	}
 	switch k := callKey(e.W, e.Op); {
 	case e.K == kBelief:
@@ -245,10 +253,16 @@ func (r *recorder) addRaw(e Event, line []byte) {
 	case (e.K == kGrant || e.K == kFail) && r.tries[k].K != "":
 		c := r.tries[k]
 		delete(r.tries, k)
-		if e.K == kFail && e.EK == "notobtained" {
+		// A plain refusal is dropped, unless it came after its deadline
+		// (the ctx check needs it).
+		if e.K == kFail && e.EK == "notobtained" && (c.DL == 0 || e.T <= c.DL) {
 			return
 		}
 		r.events = append(r.events, c)
+	case e.K == kCall:
+		r.waits[k] = e
+	case e.K == kGrant || e.K == kFail:
+		delete(r.waits, k)
 	}
 	r.events = append(r.events, e)
 }
@@ -264,6 +278,33 @@ func (r *recorder) snapshot() []Event {
 		out = append(out, e)
 	}
 	return out
+}
+
+// waiting returns the Lock calls in flight (no result yet) that were
+// called before t.
+func (r *recorder) waiting(t int64) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.waits {
+		if e.T < t {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Event) int { return cmpInt(a.T, b.T) })
+	return out
+}
+
+// has reports whether n events match f.
+func (r *recorder) has(n int, f func(Event) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0 && i >= len(r.events)-20000 && n > 0; i-- {
+		if f(r.events[i]) {
+			n--
+		}
+	}
+	return n <= 0
 }
 
 func (r *recorder) flush() {
@@ -285,8 +326,11 @@ func (h *history) check() []Violation {
 		vs = append(vs, h.checkSafety(name)...)
 		vs = append(vs, h.checkFences(name)...)
 		vs = append(vs, h.checkCapacity(name)...)
+		vs = append(vs, h.checkInversion(name)...)
 		vs = append(vs, h.checkWaits(name)...)
+		vs = append(vs, h.checkPhases(name)...)
 	}
+	vs = append(vs, h.checkOverruns()...)
 	return vs
 }
 

@@ -379,3 +379,84 @@ func (g *gor) closeHeld(ctx context.Context) {
 	g.emit(Event{K: kAbandon, Lease: h.id, Msg: "left to Client.Close"})
 	waiter.Wait()
 }
+
+// shortCtx makes acquires with a 100-300 ms ctx on the go-redis client
+// made without ContextTimeoutEnabled (as most users make it), for 1-3 s:
+// when the server stalls (the stall fault) each must still return within
+// ctxBound of its ctx's end.
+func (g *gor) shortCtx(ctx context.Context) {
+	s := g.w.slots[1] // ContextTimeoutEnabled: false
+	until := time.Now().Add(between(g.rng, time.Second, 3*time.Second))
+	for time.Now().Before(until) && ctx.Err() == nil {
+		c, cid := s.current()
+		opt, ttl, fixed := g.lockTTL()
+		sp := spec{scn: "shortctx", client: cid, ttls: map[string]time.Duration{}, fixed: fixed,
+			timeout: between(g.rng, 100*time.Millisecond, 300*time.Millisecond)}
+		var call func(context.Context) (*dlock.Lease, error)
+		switch g.rng.IntN(4) {
+		case 0, 1:
+			name := g.pickName(mutexNames)
+			m := c.Mutex(name, opt, dlock.WithQueueTTL(queueTTL))
+			sp.names, sp.ttls[name] = []string{name}, ttl
+			if g.rng.IntN(2) == 0 {
+				sp.wait, call = true, func(ctx context.Context) (*dlock.Lease, error) { return m.Lock(ctx) }
+			} else {
+				call = func(ctx context.Context) (*dlock.Lease, error) { return m.TryLock(ctx) }
+			}
+		case 2:
+			name := g.pickName(fairNames)
+			f := c.FairMutex(name, opt, dlock.WithQueueTTL(queueTTL))
+			sp.names, sp.ttls[name], sp.wait = []string{name}, ttl, true
+			call = func(ctx context.Context) (*dlock.Lease, error) { return f.Lock(ctx) }
+		default:
+			name := g.pickName(semNames)
+			sem := c.Semaphore(name, semCap[name], opt, dlock.WithQueueTTL(queueTTL))
+			sp.names, sp.ttls[name], sp.wait, sp.permits = []string{name}, ttl, true, 1
+			call = func(ctx context.Context) (*dlock.Lease, error) { return sem.Acquire(ctx, 1) }
+		}
+		if h := g.acquire(ctx, sp, call); h != nil {
+			g.work(ctx, h, logBetween(g.rng, 100*time.Microsecond, 10*time.Millisecond))
+			g.release(h, relNormal)
+		}
+		sleepCtx(ctx, logBetween(g.rng, 100*time.Microsecond, 20*time.Millisecond))
+	}
+}
+
+// rwStream runs, in every worker, RWMutex writers and readers looping on
+// one name (rwStreamName) until the worker stops: in worker slots 0 and 1
+// a writer and a reader, in the others two readers (2 writers and 4
+// readers with 3 workers). Each waits up to 8 s; the phase check counts
+// how many turns of the other side pass a waiter.
+func (g *gor) rwStream(ctx context.Context) {
+	roles := []string{"w", "r"}
+	if g.w.cfg.Slot >= 2 {
+		roles = []string{"r", "r"}
+	}
+	var wg sync.WaitGroup
+	for _, side := range roles {
+		hg := g.helper()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, cid := hg.slot().current()
+				ttl := between(hg.rng, 300*time.Millisecond, 800*time.Millisecond)
+				rw := c.RWMutex(rwStreamName, dlock.WithTTL(ttl), dlock.WithQueueTTL(queueTTL))
+				sp := spec{scn: "rwstream", client: cid, names: []string{rwStreamName}, ttls: one(rwStreamName, ttl),
+					sides: oneSide(rwStreamName, side), wait: true, timeout: 8 * time.Second}
+				call := func(ctx context.Context) (*dlock.Lease, error) { return rw.Lock(ctx) }
+				hold := between(hg.rng, 2*time.Millisecond, 15*time.Millisecond)
+				if side == "r" {
+					call = func(ctx context.Context) (*dlock.Lease, error) { return rw.RLock(ctx) }
+					hold = between(hg.rng, 5*time.Millisecond, 30*time.Millisecond)
+				}
+				if h := hg.acquire(ctx, sp, call); h != nil {
+					hg.work(ctx, h, hold)
+					hg.release(h, relNormal)
+				}
+				sleepCtx(ctx, between(hg.rng, 0, 5*time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,7 +105,28 @@ func WorkerMain(leaks func() error) int {
 			g.run(ctx)
 		}()
 	}
-	cmd := <-cmds // "stop", or EOF: the parent is gone
+	if cfg.Weights["rwstream"] > 0 {
+		g := w.newGor(800, cfg.Seed^0x5eed5)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.rwStream(ctx)
+		}()
+	}
+	cmd := "" // "stop", or EOF: the parent is gone
+	for c := range cmds {
+		if c == "stop" || c == "exit" {
+			cmd = c
+			break
+		}
+		if strings.HasPrefix(c, "handoff ") {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.handoffWait(ctx, c)
+			}()
+		}
+	}
 	stop()
 	wg.Wait()
 	w.em.emit(Event{K: kQuiet})
@@ -194,6 +216,8 @@ func (g *gor) run(ctx context.Context) {
 			}
 		case "lockall":
 			g.lockAll(ctx)
+		case "shortctx":
+			g.shortCtx(ctx)
 		default:
 			sleepCtx(ctx, 50*time.Millisecond)
 		}
