@@ -380,8 +380,9 @@ const (
 
 // checkPhases: an RWMutex waiter (RLock or Lock; not re-entry, not
 // LockAll) must not be passed by more than a couple of turns of the other
-// side. A waiter whose own process was frozen or killed during the wait
-// is not checked (its place in the queue may have expired).
+// side. A waiter whose own process was frozen or killed during the wait,
+// or whose wait a server fault overlaps, is not checked (its place in the
+// queue may have expired).
 func (h *history) checkPhases(name string) []Violation {
 	if lockKind(name) != "rw" {
 		return nil
@@ -416,6 +417,12 @@ func (h *history) checkPhases(name string) []Violation {
 			continue
 		}
 		if slices.ContainsFunc(h.stops(e.W), func(f fault) bool { return f.T <= end && f.End >= e.T }) {
+			continue
+		}
+		// Nor one that a server fault overlaps: a stall longer than a
+		// place expires the places of the waiters who could not renew
+		// them, and an expired writer's place lets the readers behind it go.
+		if h.serverFaultIn(e.T, end) {
 			continue
 		}
 		i := sort.Search(len(grants), func(i int) bool { return grants[i].t > e.T })
