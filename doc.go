@@ -70,7 +70,20 @@
 //   - Acquires are idempotent: go-redis retries a call whose reply was lost,
 //     and a retried acquire that had already succeeded reports success.
 //     An acquire that fails or is cancelled with its outcome unknown
-//     releases what it may have taken before returning.
+//     releases what it may have taken: before it returns when Redis
+//     answers within 20 ms, else in the background — and never before the
+//     acquire itself can no longer run on the server.
+//   - A hand-off (a release that gives the lock to the next waiter with the
+//     message that wakes it) is honoured only while it is provably still
+//     the waiter's: a waiting process paused past its place and its TTL,
+//     with the message unread, is not granted the stale hand-off when it
+//     resumes (see Client.handedOver for the argument).
+//   - A ctx bounds every call that takes one, whatever the server does
+//     (slow, paused, stopped, unreachable), on any go-redis client — no
+//     ContextTimeoutEnabled needed: each round trip runs on a goroutine of
+//     its own while the caller waits for the reply or the ctx. A grant
+//     whose reply comes after its caller gave up is released, not
+//     reported.
 //   - A watchdog renewal only ever lengthens a lease on the server; Extend
 //     sets it. So a renewal still in flight when Extend ran never shortens
 //     the lease behind its holder's back.
@@ -116,6 +129,10 @@
 //     must stay out for the longest TTL; otherwise a second owner can win.
 //   - Renewal needs Redis: a holder cut off from it loses its lease at its
 //     local deadline, even if the server kept the lock.
+//   - A call given up on when its ctx ended may still run on the server.
+//     A late grant is released once go-redis has its reply; if go-redis
+//     gives up on it first (its ReadTimeout and retries) and the server
+//     runs it later still, that lock is held by nobody until its TTL.
 //   - A lock deleted behind its holder's back (an administrator, a
 //     FLUSHALL) is noticed at the holder's next renewal, up to TTL/3 later;
 //     meanwhile another owner may take it. Fencing covers that window too.
