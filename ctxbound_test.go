@@ -147,3 +147,36 @@ func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
 		})
 	}
 }
+
+// An Extend to a shorter lease whose ctx ended before Redis answered may
+// still be applied — after the server resumes, say. Its holder must then
+// count its lease as the shorter one: otherwise the server lets the lock
+// go while the lease still says it is held.
+func TestExtendGivenUpCountsTheShorterLease(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	admin := newRedis(t, s)
+	c := newClient(t, newRedis(t, s))
+	name := lockName(t)
+	l := mustLock(t, c.Mutex(name), ctx, dlock.WithLease(time.Minute)) // fixed: no renewal moves it
+	const short = 300 * time.Millisecond
+	if err := l.Extend(ctx, time.Minute); err != nil { // the server has the script
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 500, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := l.Extend(ectx, short)
+	cancel()
+	if err == nil {
+		t.Skip("the Extend was answered before the pause took hold")
+	}
+	// The pause ends, the Extend runs, and the lock expires 300 ms later.
+	k := keysOf(name).Lock
+	waitFor(t, "the lock expired on the server", func() bool { return admin.Exists(ctx, k).Val() == 0 })
+	if err := l.Err(); err == nil {
+		t.Fatal("the lock expired on the server while its lease said it was held: the Extend given up on was applied, " +
+			"and the holder kept counting the longer lease")
+	}
+}

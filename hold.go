@@ -171,6 +171,7 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	start := time.Now()
 	ok, err := h.c.be.grant(ctx, h.p.renew(h.token, d, true)).Int64()
 	if err != nil {
+		h.mayHaveSet(start, d)
 		return redisErr("extend", h.k.name, err)
 	}
 	if ok != 1 {
@@ -186,6 +187,28 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	h.c.wd.reschedule(h)
 	h.mu.Unlock()
 	return nil
+}
+
+// mayHaveSet records an Extend to d, sent at start, whose outcome is
+// unknown: given up on when its ctx ended, it may still run on the server,
+// at any time after start, and set the lease to d from then. When d is
+// shorter than the lease counted now, the hold counts d from start from
+// now on — the local deadline moves closer, renewals in flight confirm
+// nothing, and later renewals ask for d — so that it never believes in
+// more than the server may give it. A longer d needs nothing: the lease
+// can only have been lengthened.
+func (h *hold) mayHaveSet(start time.Time, d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if d >= h.ttl && h.renew {
+		return
+	}
+	if dl := start.Add(d - h.c.drift.of(d)); dl.Before(h.deadline) {
+		h.deadline = dl
+	}
+	h.ttl = min(h.ttl, d)
+	h.epoch++
+	h.c.wd.reschedule(h)
 }
 
 // ttlLeft is Lease.TTL of one of h's leases.
