@@ -231,7 +231,9 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	res, err := h.c.be.grant(ctx, h.p.(reentrant).reenter(h.token, count, ttl)).Int64Slice()
 	if err != nil {
 		// The hold count in Redis may or may not be count now; the next
-		// re-entry or unlock sets it to the right value again.
+		// re-entry or unlock sets it to the right value again. The call
+		// may also still set the lease to ttl.
+		h.mayHaveSet(start, ttl, settled(err))
 		return nil, redisErr("lock", h.k.name, err)
 	}
 	if len(res) < 1 || res[0] != replyHeld {

@@ -39,6 +39,16 @@ type hold struct {
 	epoch               int      // bumped by Extend: older renewals confirm nothing
 	leases              []*Lease // unlocked ones are removed (few: one per re-entry)
 	err                 error    // why the hold ended; nil while held
+	unsure              []unsure // calls given up on that may still set the lease (see mayHaveSet)
+}
+
+// unsure is a call given up on (its ctx ended first) that may still set
+// the lease to exactly d on the server — an Extend, a re-entry — at any
+// time until go-redis is done with it (done).
+type unsure struct {
+	d    time.Duration
+	done <-chan struct{}
+	seen time.Time // when it was first seen done; zero until then
 }
 
 func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
@@ -52,6 +62,9 @@ func newHold(c *Client, k *keys, what string, p protocol, token string, fence in
 // server will not expire it before start+ttl, and the local deadline keeps
 // a drift margin below that. Call with h.mu held, or before h is shared.
 func (h *hold) confirmed(start time.Time, ttl time.Duration) {
+	if len(h.unsure) > 0 {
+		ttl = h.capped(start, ttl)
+	}
 	if d := start.Add(ttl - h.c.drift.of(ttl)); d.After(h.deadline) {
 		h.deadline = d
 	}
@@ -171,7 +184,7 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	start := time.Now()
 	ok, err := h.c.be.grant(ctx, h.p.renew(h.token, d, true)).Int64()
 	if err != nil {
-		h.mayHaveSet(start, d)
+		h.mayHaveSet(start, d, settled(err))
 		return redisErr("extend", h.k.name, err)
 	}
 	if ok != 1 {
@@ -189,26 +202,52 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	return nil
 }
 
-// mayHaveSet records an Extend to d, sent at start, whose outcome is
-// unknown: given up on when its ctx ended, it may still run on the server,
-// at any time after start, and set the lease to d from then. When d is
-// shorter than the lease counted now, the hold counts d from start from
-// now on — the local deadline moves closer, renewals in flight confirm
-// nothing, and later renewals ask for d — so that it never believes in
-// more than the server may give it. A longer d needs nothing: the lease
-// can only have been lengthened.
-func (h *hold) mayHaveSet(start time.Time, d time.Duration) {
+// mayHaveSet records a call sent at start that sets the lease to exactly
+// d (Extend; a re-entry sets it to the TTL) and whose outcome is unknown:
+// given up on when its ctx ended, it may still run on the server, at any
+// time until done closes, and set the lease to d from then — shorter than
+// what the hold counts on, or shorter than what a later Extend or renewal
+// confirms. So the local deadline moves to start+d (less the drift margin)
+// if that is closer, the next renewal comes within d/3, and until the
+// call is done no confirmation counts on more than d from its own start
+// (capped). The hold then never believes in more than the server may
+// give it.
+func (h *hold) mayHaveSet(start time.Time, d time.Duration, done <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if d >= h.ttl && h.renew {
-		return
-	}
+	h.unsure = append(h.unsure, unsure{d: d, done: done})
 	if dl := start.Add(d - h.c.drift.of(d)); dl.Before(h.deadline) {
 		h.deadline = dl
 	}
-	h.ttl = min(h.ttl, d)
-	h.epoch++
+	if next := start.Add(d / 3); next.Before(h.nextRenew) {
+		h.nextRenew = next
+	}
 	h.c.wd.reschedule(h)
+}
+
+// capped caps ttl, confirmed by a request sent at start, by the calls
+// that may still set the lease (see mayHaveSet). A call stops capping
+// once a confirmation was sent after it was seen done: the server ran it,
+// if ever, before that request. h.mu is held.
+func (h *hold) capped(start time.Time, ttl time.Duration) time.Duration {
+	now := time.Now()
+	keep := h.unsure[:0]
+	for _, u := range h.unsure {
+		if u.seen.IsZero() {
+			select {
+			case <-u.done:
+				u.seen = now
+			default:
+			}
+		}
+		if !u.seen.IsZero() && !start.Before(u.seen) {
+			continue
+		}
+		ttl = min(ttl, u.d)
+		keep = append(keep, u)
+	}
+	h.unsure = keep
+	return ttl
 }
 
 // ttlLeft is Lease.TTL of one of h's leases.
