@@ -273,6 +273,24 @@ func TestCheckCtxOverrun(t *testing.T) {
 	ok.events = append(ok.events, Event{T: 3000 * ms, End: 5000 * ms, K: kFault, W: "parent", Msg: "waitstop: worker w2 SIGSTOP for 2s (…)"})
 	ok.timed("w2", "c1.0", "m2", 2950, 200, 5010, "ctx")
 	wantKinds(t, ok.check(6000))
+
+	// No server fault: a call 400 ms late while its process's other
+	// goroutines go on recording is the library's; one during which its
+	// whole process was silent (the machine starved it) is not.
+	var hung hist
+	hung.timed("w1", "c1.0", "m0", 1000, 1, 1401, "ctx")
+	for t := int64(1000); t < 1400; t += 10 {
+		hung.timed("w1", "c0.0", "m1", t, 1, t+1, "ctx")
+	}
+	wantKinds(t, hung.check(2000), "ctx")
+	var starved hist
+	starved.timed("w1", "c1.0", "m0", 1000, 1, 1401, "ctx")
+	starved.timed("w1", "c0.0", "m1", 990, 1, 991, "ctx")
+	starved.timed("w1", "c0.0", "m1", 1402, 1, 1403, "ctx")
+	for t := int64(1000); t < 1400; t += 10 { // another process is busy
+		starved.timed("w2", "c0.0", "m2", t, 1, t+1, "ctx")
+	}
+	wantKinds(t, starved.check(2000))
 }
 
 // rwGrant records a granted RLock/Lock of rw0 called at call, granted at

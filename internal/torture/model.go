@@ -45,6 +45,8 @@ type history struct {
 	faults  []fault
 	fatal   []Event
 	ordered []*leaseRec // by grant time
+
+	workerTimes map[string][]int64 // each worker's event times, sorted (see silence)
 }
 
 func callKey(w string, op int64) string  { return fmt.Sprintf("%s#op%d", w, op) }
