@@ -37,7 +37,7 @@ func (h *history) owners(name string, bySide bool) ([]*owner, []Violation) {
 	var vs []Violation
 	m := map[string]*owner{}
 	var out []*owner
-	for _, l := range h.ordered {
+	for _, l := range h.leasesOf(name) {
 		for i, n := range l.grant.Names {
 			if n != name {
 				continue
@@ -233,7 +233,7 @@ func (h *history) checkInversion(name string) []Violation {
 	}
 	var vs []Violation
 	var maxAny, maxW *gr          // the highest fence granted so far: by anyone, by a writer
-	for _, l := range h.ordered { // by grant time
+	for _, l := range h.leasesOf(name) { // by grant time
 		i := slices.Index(l.grant.Names, name)
 		if i < 0 || l.grant.Reent || i >= len(l.grant.Fences) {
 			continue

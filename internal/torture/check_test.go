@@ -2,6 +2,7 @@ package torture
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -335,4 +336,56 @@ func TestCheckPhases(t *testing.T) {
 	ok.rwGrant("w1", "r", 310, 320, 100)
 	ok.rwGrant("w2", "r", 310, 330, 100)
 	wantKinds(t, ok.check(2000))
+}
+
+// freeSpans with its index finds what a plain walk from the first span
+// finds.
+func TestFreeSpansAgreesWithAWalk(t *testing.T) {
+	walk := func(bs []busy, from, to int64) (spans [][2]int64, lastTo []int64) {
+		cur, last := from, busy{}
+		for _, b := range bs {
+			if b.from <= from && b.to <= from && b.to >= last.to {
+				last = b
+			}
+		}
+		for _, b := range bs {
+			if b.from > cur {
+				if b.from > to {
+					break
+				}
+				spans, lastTo = append(spans, [2]int64{cur, b.from}), append(lastTo, last.to)
+			}
+			if b.to > cur {
+				cur, last = b.to, b
+			}
+			if cur >= to {
+				return spans, lastTo
+			}
+		}
+		if cur < to {
+			spans, lastTo = append(spans, [2]int64{cur, to}), append(lastTo, last.to)
+		}
+		return spans, lastTo
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		bs := make([]busy, r.IntN(12))
+		for i := range bs {
+			f := r.Int64N(100)
+			bs[i] = busy{from: f, to: f + r.Int64N(30)}
+		}
+		slices.SortFunc(bs, func(a, b busy) int { return cmpInt(a.from, b.from) })
+		reach := reaches(bs)
+		from := r.Int64N(110)
+		to := from + r.Int64N(50)
+		want, wantLast := walk(bs, from, to)
+		got, before := freeSpans(bs, reach, from, to)
+		var gotLast []int64
+		for _, b := range before {
+			gotLast = append(gotLast, b.to)
+		}
+		if !slices.Equal(got, want) || !slices.Equal(gotLast, wantLast) {
+			t.Fatalf("spans %v from %d to %d: got %v %v, want %v %v", bs, from, to, got, gotLast, want, wantLast)
+		}
+	}
 }

@@ -29,15 +29,12 @@ type busy struct {
 // TTL after it when a fault may have kept the cleanup from running.
 func (h *history) occupancy(name string) []busy {
 	var out []busy
-	for _, l := range h.ordered {
-		if !slices.Contains(l.grant.Names, name) {
-			continue
-		}
+	for _, l := range h.leasesOf(name) {
 		to, why := h.freeAt(l)
 		out = append(out, busy{from: l.grant.T, to: to, why: why, lease: l.key})
 	}
-	for _, c := range h.calls {
-		if c.call.Reent || !slices.Contains(c.call.Names, name) {
+	for _, c := range h.callsOf(name) {
+		if c.call.Reent {
 			continue
 		}
 		ttl := int64(0)
@@ -64,16 +61,25 @@ func (h *history) occupancy(name string) []busy {
 }
 
 // freeSpans returns the spans within [from, to] that no busy span covers,
-// each with the busy span that ended just before it.
-func freeSpans(bs []busy, from, to int64) (spans [][2]int64, before []busy) {
+// each with the busy span that ended just before it. bs is sorted by
+// from, and reach[i] is the index of the span that ends last among
+// bs[:i+1] (see reaches): what happened before from is read from it, not
+// by going through bs from its start, so that a long run's check is not
+// quadratic in its waits.
+func freeSpans(bs []busy, reach []int, from, to int64) (spans [][2]int64, before []busy) {
 	cur := from
 	var last busy
-	for _, b := range bs { // the holding that ended last before from
-		if b.from <= from && b.to <= from && b.to >= last.to {
-			last = b
-		}
+	k := sort.Search(len(bs), func(i int) bool { return bs[i].from > from })
+	if k > 0 {
+		// the holding that ended last by from, or the one that covers
+		// from and ends last
+		last = bs[reach[k-1]]
+		cur = max(cur, last.to)
 	}
-	for _, b := range bs {
+	if cur >= to {
+		return nil, nil
+	}
+	for _, b := range bs[k:] {
 		if b.from > cur {
 			if b.from > to {
 				break
@@ -91,6 +97,19 @@ func freeSpans(bs []busy, from, to int64) (spans [][2]int64, before []busy) {
 		spans, before = append(spans, [2]int64{cur, to}), append(before, last)
 	}
 	return spans, before
+}
+
+// reaches returns, for each i, the index of the span of bs[:i+1] that
+// ends last (the first of them on a tie).
+func reaches(bs []busy) []int {
+	reach := make([]int, len(bs))
+	for i := range bs {
+		reach[i] = i
+		if i > 0 && bs[reach[i-1]].to >= bs[i].to {
+			reach[i] = reach[i-1]
+		}
+	}
+	return reach
 }
 
 // allowance is how long a waiter may wait on a free name during [x, y]:
@@ -122,8 +141,9 @@ func (h *history) checkWaits(name string) []Violation {
 		return nil
 	}
 	occ := h.occupancy(name)
+	reach := reaches(occ)
 	var vs []Violation
-	for _, c := range h.calls {
+	for _, c := range h.callsOf(name) {
 		e := c.call
 		if !e.Wait || e.Reent || len(e.Names) != 1 || e.Names[0] != name || (len(e.Sides) == 1 && e.Sides[0] == "r") {
 			continue
@@ -137,7 +157,7 @@ func (h *history) checkWaits(name string) []Violation {
 		if end-e.T < int64(waitBound) {
 			continue
 		}
-		spans, before := freeSpans(occ, e.T, end)
+		spans, before := freeSpans(occ, reach, e.T, end)
 		for i, s := range spans {
 			allowed, fs := h.allowance(name, s[0], s[1])
 			if time.Duration(s[1]-s[0]) <= allowed {
@@ -233,7 +253,7 @@ func (h *history) waitHints(e Event, free int64, fs []fault) string {
 // library that goes on renewing such a hold keeps it forever.
 func (h *history) pinned(name string, t int64) []*leaseRec {
 	var out []*leaseRec
-	for _, l := range h.ordered {
+	for _, l := range h.leasesOf(name) {
 		if l.grant.T > t {
 			break
 		}
@@ -426,13 +446,13 @@ func (h *history) checkPhases(name string) []Violation {
 		key  string
 	}
 	var grants []gr
-	for _, l := range h.ordered {
+	for _, l := range h.leasesOf(name) {
 		if i := slices.Index(l.grant.Names, name); i >= 0 && !l.grant.Reent && i < len(l.grant.Sides) {
 			grants = append(grants, gr{l.grant.T, l.grant.Sides[i], l.key})
 		}
 	}
 	var vs []Violation
-	for _, c := range h.calls {
+	for _, c := range h.callsOf(name) {
 		e := c.call
 		if !e.Wait || e.Reent || len(e.Names) != 1 || e.Names[0] != name || len(e.Sides) != 1 {
 			continue

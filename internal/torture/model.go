@@ -47,6 +47,35 @@ type history struct {
 	ordered []*leaseRec // by grant time
 
 	workerTimes map[string][]int64 // each worker's event times, sorted (see silence)
+	leasesBy    map[string][]*leaseRec // by name, in grant order (see leasesOf)
+	callsBy     map[string][]*callRec  // by name (see callsOf)
+}
+
+// leasesOf returns the leases granted on name, in grant order: the checks
+// of one name go through these, not through every lease of the run.
+func (h *history) leasesOf(name string) []*leaseRec {
+	if h.leasesBy == nil {
+		h.leasesBy = map[string][]*leaseRec{}
+		for _, l := range h.ordered {
+			for _, n := range slices.Compact(slices.Sorted(slices.Values(l.grant.Names))) {
+				h.leasesBy[n] = append(h.leasesBy[n], l)
+			}
+		}
+	}
+	return h.leasesBy[name]
+}
+
+// callsOf returns the acquire calls made on name.
+func (h *history) callsOf(name string) []*callRec {
+	if h.callsBy == nil {
+		h.callsBy = map[string][]*callRec{}
+		for _, c := range h.calls {
+			for _, n := range slices.Compact(slices.Sorted(slices.Values(c.call.Names))) {
+				h.callsBy[n] = append(h.callsBy[n], c)
+			}
+		}
+	}
+	return h.callsBy[name]
 }
 
 func callKey(w string, op int64) string  { return fmt.Sprintf("%s#op%d", w, op) }
