@@ -232,7 +232,7 @@ func (h *history) checkInversion(name string) []Violation {
 		fence int64
 	}
 	var vs []Violation
-	var maxAny, maxW *gr          // the highest fence granted so far: by anyone, by a writer
+	var maxAny, maxW *gr                 // the highest fence granted so far: by anyone, by a writer
 	for _, l := range h.leasesOf(name) { // by grant time
 		i := slices.Index(l.grant.Names, name)
 		if i < 0 || l.grant.Reent || i >= len(l.grant.Fences) {

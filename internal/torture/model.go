@@ -46,7 +46,7 @@ type history struct {
 	fatal   []Event
 	ordered []*leaseRec // by grant time
 
-	workerTimes map[string][]int64 // each worker's event times, sorted (see silence)
+	workerTimes map[string][]int64     // each worker's event times, sorted (see silence)
 	leasesBy    map[string][]*leaseRec // by name, in grant order (see leasesOf)
 	callsBy     map[string][]*callRec  // by name (see callsOf)
 }
