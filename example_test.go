@@ -232,3 +232,32 @@ func ExampleWithMeterProvider() {
 	_ = lease.Unlock(ctx)
 	// Output: dlock.leases.held 1
 }
+
+// A Client checks its deployment at its first acquire: a server that may
+// evict keys is refused (ErrEvictionPolicy) unless WithEvictionRisk
+// accepts the risk, and a pub/sub channel its ACL user may not use shows
+// in Health. The short ctx bounds the whole call, even if Redis stalls.
+func ExampleClient_Health() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
+	defer c.Close()
+
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	lease, err := c.Mutex("deploy/check").Lock(tctx)
+	switch {
+	case errors.Is(err, dlock.ErrEvictionPolicy):
+		fmt.Println("set maxmemory-policy noeviction:", err)
+		return
+	case errors.Is(err, context.DeadlineExceeded):
+		fmt.Println("no lock within 200 ms")
+		return
+	case err != nil:
+		panic(err)
+	}
+	defer lease.Unlock(ctx)
+	fmt.Println("health:", c.Health())
+	// Output: health: <nil>
+}
