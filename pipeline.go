@@ -271,14 +271,17 @@ func (p *pipelined) next() []*pendingCall {
 // send sends a batch — one call on its own, several as one pipeline — and
 // completes its calls.
 func (p *pipelined) send(batch []*pendingCall) {
-	// The calls' callers may have given up: a ctx that ends must not cut
-	// a reply short that the server may still act on (go-redis's timeouts
-	// bound the round trip), nor the replies of the others in a pipeline.
-	ctx := context.WithoutCancel(batch[0].ctx)
 	if len(batch) == 1 {
+		// A call on its own goes with its caller's ctx: go-redis then
+		// gives up a connection at once when it has ended (waiting for
+		// one in its pool, or, with ContextTimeoutEnabled, for a reply),
+		// and the caller, which has returned already, undoes what the
+		// call may have done once it is settled.
 		c := batch[0]
-		c.cmd = p.Redis.EvalSha(ctx, c.sha, c.keys, c.args...)
+		c.cmd = p.Redis.EvalSha(c.ctx, c.sha, c.keys, c.args...)
 	} else {
+		// One caller's ctx must not cut short the replies of the others.
+		ctx := context.WithoutCancel(batch[0].ctx)
 		_, _ = p.Redis.Pipelined(ctx, func(pl redis.Pipeliner) error {
 			for _, c := range batch {
 				c.cmd = pl.EvalSha(ctx, c.sha, c.keys, c.args...)
