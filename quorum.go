@@ -234,10 +234,12 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 			return l, 0, err
 		}
 	}
-	// No majority, or no time left: give back what was granted (and what
-	// may have been, where the reply was lost); nodes that said "held by
-	// another" have nothing of ours.
-	q.fanout(ctx, append(t.ok, t.failedNodes()...), func(int) call { return p.unlock(token, 0) })
+	// No majority, or no time left: give back what was granted, at once
+	// (within ctx, or undoGrace once it has ended; else in the
+	// background), and what may have been, where the reply was lost or
+	// came after ctx ended, once that node's call can no longer run there.
+	// Nodes that said "held by another" have nothing of ours.
+	q.giveBack(ctx, c, t, func(int) call { return p.unlock(token, 0) })
 	if len(t.failed) > len(q.nodes)-q.majority() {
 		return nil, 0, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
@@ -257,13 +259,28 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 	return nil, wait + rand.N(q.jitter+1), nil
 }
 
-// failedNodes lists the nodes whose call failed.
-func (t tally) failedNodes() []int {
-	idx := make([]int, len(t.failed))
-	for i, f := range t.failed {
-		idx[i] = f.Node
+// giveBack undoes a round that did not win: release (made by mk) goes
+// to the nodes that granted at once (see Client.undo), and to each node
+// whose call failed in the background, once that call is settled (a node
+// that is down must not hold up the caller).
+func (q *quorum) giveBack(ctx context.Context, c *Client, t tally, mk func(node int) call) {
+	run := func(nodes []int) func(context.Context) error {
+		return func(ctx context.Context) error {
+			for _, cmd := range q.fanout(ctx, nodes, mk) {
+				if cmd != nil && cmd.Err() != nil {
+					return cmd.Err()
+				}
+			}
+			return nil
+		}
 	}
-	return idx
+	if len(t.ok) > 0 {
+		c.undo(ctx, closedChan, run(t.ok))
+	}
+	for _, f := range t.failed {
+		undo := run([]int{f.Node})
+		c.undoLater(settled(f.Err), func(ctx context.Context) { _ = undo(ctx) })
+	}
 }
 
 // raiseFences writes the highest fence of the granting nodes back to all

@@ -253,3 +253,47 @@ func TestQuorumBadInput(t *testing.T) {
 		t.Errorf("negative node timeout: %v", err)
 	}
 }
+
+// A RedLock acquire whose ctx ends while a majority of nodes stall gives
+// back what it was granted: at once on the nodes that answered, and, on the
+// stalled ones, once their late grants have run.
+func TestQuorumAcquireCutShortLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.StartNT(t, 3, redistest.Options{})
+	nodes := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		// As users make them: no ContextTimeoutEnabled. A long read
+		// timeout: go-redis does not give up on the stalled nodes by itself.
+		nodes[i] = newRedis(t, s, func(o *redis.Options) { o.ReadTimeout = time.Minute })
+	}
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(5*time.Second))
+	unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx)) // every node has the scripts
+	name := lockName(t)
+	key := keysOf(name).Lock
+	for _, s := range servers[1:] {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			for _, s := range servers[1:] {
+				_ = s.Resume()
+			}
+		}
+	}
+	defer resume()
+	lctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err := c.Mutex(name).Lock(lctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with two of three nodes stalled: %v; want its ctx's error", err)
+	}
+	waitFor(t, "the answering node's grant given back", func() bool { return nodes[0].Exists(ctx, key).Val() == 0 })
+	resume()
+	for i, n := range nodes[1:] {
+		waitFor(t, fmt.Sprintf("stalled node %d's late grant given back", i+1), func() bool { return n.Exists(ctx, key).Val() == 0 })
+	}
+}

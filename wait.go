@@ -181,7 +181,9 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 		return l, next, nil
 	}
 	a.c.clusterHint(err)
-	if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
+	// A quorum's round that failed has given back what it may have won,
+	// node by node (quorum.giveBack).
+	if _, quorum := errors.AsType[*QuorumError](err); !quorum && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
 		a.unknown, a.settled = true, settled(err)
 	}
 	if ctx.Err() != nil {
