@@ -133,6 +133,18 @@ func (h *history) allowance(name string, x, y int64) (time.Duration, []fault) {
 	return d, fs
 }
 
+// waitEnd is when an acquire call stopped waiting: when it returned, when
+// its process was killed, or when the run stopped.
+func (h *history) waitEnd(c *callRec) int64 {
+	if c.result != nil {
+		return c.result.T
+	}
+	if k, ok := h.killed[c.call.W]; ok {
+		return k
+	}
+	return h.end
+}
+
 // checkWaits: a Lock (Mutex, FairMutex, RWMutex writer; not re-entry, not
 // LockAll) must not go on waiting on a free lock for longer than the
 // allowance.
@@ -148,12 +160,7 @@ func (h *history) checkWaits(name string) []Violation {
 		if !e.Wait || e.Reent || len(e.Names) != 1 || e.Names[0] != name || (len(e.Sides) == 1 && e.Sides[0] == "r") {
 			continue
 		}
-		end := h.end
-		if c.result != nil {
-			end = c.result.T
-		} else if k, ok := h.killed[e.W]; ok {
-			end = k
-		}
+		end := h.waitEnd(c)
 		if end-e.T < int64(waitBound) {
 			continue
 		}
@@ -457,12 +464,7 @@ func (h *history) checkPhases(name string) []Violation {
 		if !e.Wait || e.Reent || len(e.Names) != 1 || e.Names[0] != name || len(e.Sides) != 1 {
 			continue
 		}
-		end := h.end
-		if c.result != nil {
-			end = c.result.T
-		} else if k, ok := h.killed[e.W]; ok {
-			end = k
-		}
+		end := h.waitEnd(c)
 		if end-e.T < int64(50*time.Millisecond) {
 			continue
 		}
