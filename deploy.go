@@ -274,9 +274,14 @@ type poller struct {
 }
 
 // cap returns how long the wait sleeps at most: bound, or less while
-// pub/sub is refused.
-func (p *poller) cap(bound time.Duration) time.Duration {
+// pub/sub is refused (from pollFirst, doubling), or pollMax while the
+// wait's subscription is unconfirmed (a confirmation takes a round trip:
+// a wait that finds none after pollMax checks the lock, and again).
+func (p *poller) cap(bound time.Duration, unconfirmed bool) time.Duration {
 	if p.d.refused.Load() == nil {
+		if unconfirmed {
+			return min(bound, pollMax)
+		}
 		return bound
 	}
 	if p.next == 0 {

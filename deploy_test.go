@@ -80,6 +80,40 @@ func TestACLWithoutChannels(t *testing.T) {
 	}
 }
 
+// A user that may publish on its channels but not subscribe: the probe
+// cannot see it (its PUBLISH goes through) and go-redis drops the refused
+// SUBSCRIBE, so the waiter's subscription is never confirmed: while it is
+// not, the wait polls, and B gets the lock long before its place's
+// renewal (QueueTTL/3 = 10 s here, past its ctx).
+func TestSubscribeRefusedWaitsPoll(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	rules := []string{"~dlock:*", "&dlock:*", "+@all", "-subscribe", "-ssubscribe"}
+	cA := newClient(t, aclUser(t, s, "app", rules...))
+	cB := newClient(t, aclUser(t, s, "app", rules...))
+	admin := newRedis(t, s)
+	name := lockName(t)
+	queue := keysOf(name).Lock + ":queue"
+	la := mustLock(t, cA.Mutex(name), ctx)
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		l, err := cB.Mutex(name, dlock.WithQueueTTL(30*time.Second)).Lock(wctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "B to wait in the queue", func() bool { return admin.Exists(ctx, queue).Val() == 1 })
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatalf("A's Unlock: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("B's Lock, its SUBSCRIBE refused: %v", err)
+	}
+}
+
 // With the channels granted, nothing is refused and nothing is logged.
 func TestACLWithChannels(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})

@@ -136,14 +136,19 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	if listening {
 		ready = nil // no check needed: a message for us cannot have been missed
 	}
-	poll := poller{d: c.dep} // waits poll while pub/sub is refused
-	timer := time.NewTimer(poll.cap(bound))
+	// Waits poll while pub/sub is refused, or while this wait's
+	// subscription is not confirmed: a SUBSCRIBE the ACL refuses is
+	// dropped by go-redis without a word, and its confirmation never comes.
+	poll := poller{d: c.dep}
+	confirmed := listening
+	timer := time.NewTimer(poll.cap(bound, !confirmed))
 	defer timer.Stop()
 	for {
 		woken := false
 		select {
 		case <-ready:
 			ready = nil // closed now; once is enough
+			confirmed = true
 		case <-wake:
 			woken = true
 		case <-timer.C:
@@ -169,7 +174,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		if done || err != nil {
 			return err
 		}
-		timer.Reset(poll.cap(next))
+		timer.Reset(poll.cap(next, !confirmed))
 	}
 }
 
