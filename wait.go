@@ -48,9 +48,10 @@ func (a *acquisition) abandon(ctx context.Context) error {
 // run acquires: one attempt, then, for a Lock, waits woken by releases.
 // What an acquire that ends without the lock may have left in Redis — a
 // hold taken by an attempt whose outcome is unknown (a Redis error, a
-// reply that came after ctx ended), a place in a queue — is undone in the
-// background once that attempt can no longer run on the server (see
-// lateCall), so that no lock is left held by nobody and run returns as
+// reply that came after ctx ended), a place in a queue — is undone once
+// that attempt can no longer run on the server (see lateCall): before run
+// returns when Redis answers within undoGrace, else in the background
+// (Client.undo). So no lock is left held by nobody, and run returns as
 // soon as ctx ends.
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
