@@ -114,15 +114,19 @@ func (c *Client) checkDeployment(ctx context.Context) error {
 // that may evict keys, unless WithEvictionRisk was given, and a wrapped
 // Redis error when it could not ask.
 func (d *deployment) checkEviction(ctx context.Context, r Redis) error {
-	var infos []*redis.StringCmd
+	type reply struct {
+		info string
+		err  error
+	}
+	var infos []reply
 	if cc, ok := raw(r).(*redis.ClusterClient); ok {
 		// Within ctx (see within): infos is not read when ctx ends first.
 		var mu sync.Mutex
 		each, late := within(ctx, func() error {
 			return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-				cmd := node.Info(ctx, "memory")
+				info, err := node.Info(ctx, "memory").Result()
 				mu.Lock()
-				infos = append(infos, cmd)
+				infos = append(infos, reply{info, err})
 				mu.Unlock()
 				return nil
 			})
@@ -131,14 +135,11 @@ func (d *deployment) checkEviction(ctx context.Context, r Redis) error {
 			return checkErr("INFO memory", err)
 		}
 	} else {
-		cmd := redis.NewStringCmd(ctx)
-		v, err := r.Do(ctx, "INFO", "memory").Text()
-		cmd.SetVal(v)
-		cmd.SetErr(err)
-		infos = append(infos, cmd)
+		info, err := r.Do(ctx, "INFO", "memory").Text()
+		infos = append(infos, reply{info, err})
 	}
-	for _, info := range infos {
-		if err := d.checkPolicy(info); err != nil {
+	for _, i := range infos {
+		if err := d.checkPolicy(i.info, i.err); err != nil {
 			return err
 		}
 	}
@@ -146,8 +147,8 @@ func (d *deployment) checkEviction(ctx context.Context, r Redis) error {
 }
 
 // checkPolicy checks one INFO memory reply.
-func (d *deployment) checkPolicy(info *redis.StringCmd) error {
-	if err := info.Err(); isReply(err) {
+func (d *deployment) checkPolicy(info string, err error) error {
+	if isReply(err) {
 		// A proxy or an ACL that refuses INFO: the policy cannot be told.
 		d.warnOnce("info", "dlock: cannot read the server's maxmemory-policy; make sure it is noeviction, or a lock key may be evicted while held",
 			"err", err)
@@ -155,7 +156,7 @@ func (d *deployment) checkPolicy(info *redis.StringCmd) error {
 	} else if err != nil {
 		return checkErr("INFO memory", err)
 	}
-	policy := infoField(info.Val(), "maxmemory_policy")
+	policy := infoField(info, "maxmemory_policy")
 	if policy == "" || policy == "noeviction" {
 		return nil
 	}

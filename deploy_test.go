@@ -37,34 +37,19 @@ func aclUser(t *testing.T, s *redistest.Server, user string, rules ...string) *r
 // grant is missing.
 func TestACLWithoutChannels(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
-	ctx := context.Background()
 	var logA, logB syncBuffer
 	cA := newClient(t, aclUser(t, s, "app", "~dlock:*", "+@all"),
 		dlock.WithLogger(slog.New(slog.NewTextHandler(&logA, nil))))
 	cB := newClient(t, aclUser(t, s, "app", "~dlock:*", "+@all"),
 		dlock.WithLogger(slog.New(slog.NewTextHandler(&logB, nil))))
-	admin := newRedis(t, s)
 	name := lockName(t)
-	queue := keysOf(name).Lock + ":queue"
-
 	for round := range 2 {
-		la := mustLock(t, cA.Mutex(name), ctx)
-		got := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 4*time.Second)
-			defer cancel()
-			l, err := cB.Mutex(name, dlock.WithQueueTTL(30*time.Second)).Lock(wctx)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
-		waitFor(t, "B to wait in the queue", func() bool { return admin.Exists(ctx, queue).Val() == 1 })
-		if err := la.Unlock(ctx); err != nil {
-			t.Errorf("round %d: A's Unlock: %v (the lock was handed on all the same)", round, err)
+		unlockA, lockB := handOver(t, s, cA, cB, name)
+		if unlockA != nil {
+			t.Errorf("round %d: A's Unlock: %v (the lock was handed on all the same)", round, unlockA)
 		}
-		if err := <-got; err != nil {
-			t.Fatalf("round %d: B's Lock after A's release: %v", round, err)
+		if lockB != nil {
+			t.Fatalf("round %d: B's Lock after A's release: %v", round, lockB)
 		}
 	}
 	for who, c := range map[string]*dlock.Client{"A": cA, "B": cB} {
@@ -87,12 +72,26 @@ func TestACLWithoutChannels(t *testing.T) {
 // renewal (QueueTTL/3 = 10 s here, past its ctx).
 func TestSubscribeRefusedWaitsPoll(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
-	ctx := context.Background()
 	rules := []string{"~dlock:*", "&dlock:*", "+@all", "-subscribe", "-ssubscribe"}
 	cA := newClient(t, aclUser(t, s, "app", rules...))
 	cB := newClient(t, aclUser(t, s, "app", rules...))
+	unlockA, lockB := handOver(t, s, cA, cB, lockName(t))
+	if unlockA != nil {
+		t.Fatalf("A's Unlock: %v", unlockA)
+	}
+	if lockB != nil {
+		t.Fatalf("B's Lock, its SUBSCRIBE refused: %v", lockB)
+	}
+}
+
+// handOver has A take the Mutex name, B wait for it with a 4 s ctx and a
+// place renewed only every 10 s (QueueTTL 30 s), then A unlock: it returns
+// A's Unlock error and B's Lock (and Unlock) error. Only a release that
+// wakes B, or B polling, gets B the lock within its ctx.
+func handOver(t *testing.T, s *redistest.Server, cA, cB *dlock.Client, name string) (unlockA, lockB error) {
+	t.Helper()
+	ctx := context.Background()
 	admin := newRedis(t, s)
-	name := lockName(t)
 	queue := keysOf(name).Lock + ":queue"
 	la := mustLock(t, cA.Mutex(name), ctx)
 	got := make(chan error, 1)
@@ -106,12 +105,8 @@ func TestSubscribeRefusedWaitsPoll(t *testing.T) {
 		got <- err
 	}()
 	waitFor(t, "B to wait in the queue", func() bool { return admin.Exists(ctx, queue).Val() == 1 })
-	if err := la.Unlock(ctx); err != nil {
-		t.Fatalf("A's Unlock: %v", err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("B's Lock, its SUBSCRIBE refused: %v", err)
-	}
+	unlockA = la.Unlock(ctx)
+	return unlockA, <-got
 }
 
 // With the channels granted, nothing is refused and nothing is logged.

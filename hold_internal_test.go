@@ -3,8 +3,6 @@ package dlock
 import (
 	"testing"
 	"time"
-
-	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // A call given up on that may still set the lease to d (an Extend to a
@@ -12,14 +10,7 @@ import (
 // be done — a later Extend to a minute included, since the late call may
 // run after it on the server — and none sent after.
 func TestUnsureSetCapsLaterConfirmations(t *testing.T) {
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	defer rdb.Close()
-	c, err := New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := serverClient(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
 	h := newHold(c, c.keys(kindMutex, "x"), "Mutex", nil, "tok", 1, lockConfig{ttl: long, renew: true}, t0)

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // LockAll acquires every one of lockers, all or nothing, and returns one
@@ -114,11 +112,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
 		if s.lease != nil {
 			return
 		}
-		after := s.settled
-		if after == nil {
-			after = closedChan
-		}
-		c.undo(ctx, after, func(ctx context.Context) error {
+		c.undo(ctx, s.after(), func(ctx context.Context) error {
 			var err error
 			if s.unknown {
 				err = cleanupSet(ctx, c, ms, s.token)
@@ -150,11 +144,7 @@ type mutexSet struct {
 	keys      []string
 	args      []any
 	lease     *Lease // the set's, once taken
-	// unknown: an attempt failed with an outcome unknown (it may have
-	// taken the set); settled closes when it can no longer run on the
-	// server.
-	unknown bool
-	settled <-chan struct{}
+	unsettled
 }
 
 // prepare checks the call and each mutex's options, and builds the
@@ -217,7 +207,7 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 		err = errors.New("unexpected script reply")
 	}
 	if err != nil {
-		s.unknown, s.settled = true, settled(err)
+		s.failed(err)
 		if ctx.Err() != nil {
 			return false, 0, waitEnded(s.name, ctx.Err())
 		}
@@ -232,7 +222,7 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 		if err != nil {
 			// the Client closed: the set is undone (see lockMutexes)
 			releaseAll(ctx, parts[:i])
-			s.unknown, s.settled = true, closedChan
+			s.failed(err)
 			return false, 0, err
 		}
 		parts[i] = l
@@ -249,16 +239,6 @@ func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) error
 		calls[i] = mutexProto{m.k, c.wakeTo(m.k)}.unlock(token, 0)
 	}
 	return firstErr(runBatch(ctx, c.rdb, calls, replicaSync{}))
-}
-
-// firstErr returns the first error of a batch's replies.
-func firstErr(cmds []*redis.Cmd) error {
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // releaseAll unlocks leases after a failed LockAll, within undoGrace

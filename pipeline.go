@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -177,10 +178,7 @@ func (p *pipelined) TxPipelined(ctx context.Context, fn func(redis.Pipeliner) er
 // fn writes must not be read: it may still be running.
 func (p *pipelined) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
 	err, late := within(ctx, func() error { return p.Redis.Watch(ctx, fn, keys...) })
-	if late != nil {
-		return late
-	}
-	return err
+	return cmp.Or(late, err)
 }
 
 func pipelineWithin(ctx context.Context, fn func(redis.Pipeliner) error,
@@ -193,10 +191,7 @@ func pipelineWithin(ctx context.Context, fn func(redis.Pipeliner) error,
 		cmds, err := run(ctx, fn)
 		return result{cmds, err}
 	})
-	if late != nil {
-		return nil, late
-	}
-	return r.cmds, r.err
+	return r.cmds, cmp.Or(late, r.err) // late: r is zero
 }
 
 // unwrap returns the client under it (see raw).

@@ -66,14 +66,15 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 		if any(n) == nil {
 			return nil, invalid("NewQuorum: node %d is nil", i)
 		}
-		rs[i] = newPipelined(n) // every call returns when its ctx ends
+		rs[i] = n
 	}
 	cfg, err := configure(opts)
 	if err != nil {
 		return nil, err
 	}
-	for i := range rs {
-		rs[i] = &reporter{rs[i], cfg.dep}
+	for i, n := range rs {
+		// every call returns when its ctx ends; refused publishes are heard
+		rs[i] = &reporter{newPipelined(n), cfg.dep}
 	}
 	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
@@ -264,22 +265,14 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 // whose call failed in the background, once that call is settled (a node
 // that is down must not hold up the caller).
 func (q *quorum) giveBack(ctx context.Context, c *Client, t tally, mk func(node int) call) {
-	run := func(nodes []int) func(context.Context) error {
-		return func(ctx context.Context) error {
-			for _, cmd := range q.fanout(ctx, nodes, mk) {
-				if cmd != nil && cmd.Err() != nil {
-					return cmd.Err()
-				}
-			}
-			return nil
-		}
+	on := func(nodes []int) func(context.Context) error {
+		return func(ctx context.Context) error { return firstErr(q.fanout(ctx, nodes, mk)) }
 	}
 	if len(t.ok) > 0 {
-		c.undo(ctx, closedChan, run(t.ok))
+		c.undo(ctx, closedChan, on(t.ok))
 	}
 	for _, f := range t.failed {
-		undo := run([]int{f.Node})
-		c.undoLater(settled(f.Err), func(ctx context.Context) { _ = undo(ctx) })
+		c.undoLater(settled(f.Err), on([]int{f.Node}))
 	}
 }
 

@@ -44,25 +44,29 @@ type releasers struct {
 	wg     sync.WaitGroup
 }
 
+// background runs f on a goroutine that Close waits for, and reports
+// true; once Close is under way it starts nothing and reports false (the
+// caller then makes its one bounded try itself).
+func (c *Client) background(f func()) bool {
+	r := &c.releasers
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Go(f)
+	return true
+}
+
 // releaseLater releases h's holds in Redis in the background: h has ended
 // (its lease is no longer renewed) but its release failed. It tries until
 // Redis answers or until the hold would have expired by itself on the
 // server, whichever comes first; at Close it makes one last bounded try.
 func (c *Client) releaseLater(h *hold) {
-	r := &c.releasers
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		c.releaseNow(h) // Close is under way: one bounded try
-		return
-	}
-	r.wg.Add(1)
-	r.mu.Unlock()
 	h.mu.Lock()
 	until := h.deadline.Add(h.c.drift.of(h.ttl))
 	h.mu.Unlock()
-	go func() {
-		defer r.wg.Done()
+	started := c.background(func() {
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx
 		defer timer.Stop()
 		var err error
@@ -84,7 +88,10 @@ func (c *Client) releaseLater(h *hold) {
 		}
 		c.tel.log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
 			"lock", h.k.name, "err", err)
-	}()
+	})
+	if !started {
+		c.releaseNow(h) // Close is under way: one bounded try
+	}
 }
 
 // undo runs undo — undoing what an acquire may have left in Redis — at
@@ -103,7 +110,7 @@ func (c *Client) undo(ctx context.Context, after <-chan struct{}, undo func(ctx 
 		}
 	default:
 	}
-	c.undoLater(after, func(ctx context.Context) { _ = undo(ctx) })
+	c.undoLater(after, undo)
 }
 
 // undoGrace is how long a call whose ctx has ended may still spend undoing
@@ -127,28 +134,22 @@ func graced(ctx context.Context) (context.Context, context.CancelFunc) {
 // lateCall), so the undoing cannot come first. undo gets a ctx bounded by
 // cleanupTimeout. When the Client closes meanwhile it does not wait for
 // after: it makes the one try now.
-func (c *Client) undoLater(after <-chan struct{}, undo func(ctx context.Context)) {
-	r := &c.releasers
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+func (c *Client) undoLater(after <-chan struct{}, undo func(ctx context.Context) error) {
+	once := func() {
 		ctx, cancel := bounded(context.Background())
 		defer cancel()
-		undo(ctx) // Close is under way: one bounded try
-		return
+		_ = undo(ctx)
 	}
-	r.wg.Add(1)
-	r.mu.Unlock()
-	go func() {
-		defer r.wg.Done()
+	started := c.background(func() {
 		select {
 		case <-after:
 		case <-c.life.Done():
 		}
-		ctx, cancel := bounded(context.Background())
-		defer cancel()
-		undo(ctx)
-	}()
+		once()
+	})
+	if !started {
+		once() // Close is under way: one bounded try
+	}
 }
 
 // releaseNow makes one release of h, bounded by cleanupTimeout.

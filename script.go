@@ -179,6 +179,17 @@ func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*r
 	return out
 }
 
+// firstErr returns the first error of a batch's replies (nil entries,
+// nodes a fanout did not call, are skipped).
+func firstErr(cmds []*redis.Cmd) error {
+	for _, cmd := range cmds {
+		if cmd != nil && cmd.Err() != nil {
+			return cmd.Err()
+		}
+	}
+	return nil
+}
+
 // failedAll returns n commands that failed with err.
 func failedAll(ctx context.Context, n int, err error) []*redis.Cmd {
 	out := make([]*redis.Cmd, n)

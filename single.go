@@ -83,9 +83,7 @@ func (s *single) grant(ctx context.Context, o op) *redis.Cmd {
 	if cc, ok := raw(r).(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(ctx, cl.keys[0])
 		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
+			return failed(ctx, err)
 		}
 		r = newPipelined(node) // within ctx, as every call
 	}

@@ -33,11 +33,27 @@ type acquisition struct {
 	// waiter's place in a queue.
 	leave  func(member string) call
 	member string
-	// unknown: an attempt failed with an outcome unknown (it may have
-	// taken the lock); settled closes when it can no longer run on the
-	// server.
+	unsettled
+}
+
+// unsettled records whether an acquire's attempt failed with its outcome
+// unknown (a Redis error, a reply that came after ctx ended: it may have
+// taken the lock), and when that attempt can no longer run on the server.
+type unsettled struct {
 	unknown bool
 	settled <-chan struct{}
+}
+
+// failed records an attempt that failed with err, its outcome unknown.
+func (o *unsettled) failed(err error) { o.unknown, o.settled = true, settled(err) }
+
+// after closes when what an acquire left may be undone: at once, unless
+// an attempt given up on may still run.
+func (o *unsettled) after() <-chan struct{} {
+	if o.settled == nil {
+		return closedChan
+	}
+	return o.settled
 }
 
 // abandon gives up the waiter's place (see leave).
@@ -66,11 +82,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		if l != nil || (!a.unknown && !leave) {
 			return
 		}
-		after := a.settled
-		if after == nil {
-			after = closedChan
-		}
-		c.undo(ctx, after, func(ctx context.Context) error {
+		c.undo(ctx, a.after(), func(ctx context.Context) error {
 			var err1, err2 error
 			if a.unknown {
 				c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
@@ -167,10 +179,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 			// Woken, but the check failed (its ctx ended meanwhile, say):
 			// the wake-up was not used. Put it back, and leave hands it
 			// to the next waiter; else that one sleeps out the lease.
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
+			poke(wake)
 		}
 		if done || err != nil {
 			return err
@@ -190,7 +199,7 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	// A quorum's round that failed has given back what it may have won,
 	// node by node (quorum.giveBack).
 	if _, quorum := errors.AsType[*QuorumError](err); !quorum && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
-		a.unknown, a.settled = true, settled(err)
+		a.failed(err)
 	}
 	if ctx.Err() != nil {
 		return nil, 0, waitEnded(a.name, ctx.Err())

@@ -10,18 +10,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A waiter that is woken but cannot use the wake-up (its ctx ended while
-// it tried) passes it on to the next waiter instead of losing it, or that
-// waiter sleeps until the holder's whole lease has run out.
-func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
+// serverClient starts a redis-server of the test's own and returns a
+// Client on it and a go-redis client of it for the test's own commands;
+// all end with the test.
+func serverClient(t *testing.T) (*Client, *redis.Client) {
+	t.Helper()
 	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	defer rdb.Close()
+	rdb, admin := s.Client(), s.Client()
 	c, err := New(rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = rdb.Close()
+		_ = admin.Close()
+	})
+	return c, admin
+}
+
+// A waiter that is woken but cannot use the wake-up (its ctx ended while
+// it tried) passes it on to the next waiter instead of losing it, or that
+// waiter sleeps until the holder's whole lease has run out.
+func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
+	c, rdb := serverClient(t)
 	const name, channel = "x", "dlock:{x}:ch"
 	ctx := context.Background()
 
@@ -174,14 +186,7 @@ func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
 // never leaves the lock held by nobody.
 func TestHandedLockGivenUpGoesOn(t *testing.T) {
 	ctx := context.Background()
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	defer rdb.Close()
-	c, err := New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, rdb := serverClient(t)
 	k := c.keys(kindMutex, "x")
 	p := mutexProto{k, c.wakeTo(k)}
 	now, err := rdb.Time(ctx).Result()
@@ -212,16 +217,7 @@ func TestHandedLockGivenUpGoesOn(t *testing.T) {
 // so a message dropped there costs it its whole wait bound. (Found by the
 // RWMutex phase tests: waits of QueueTTL/3 now and then.)
 func TestMessageBeforeJoinIsKept(t *testing.T) {
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	defer rdb.Close()
-	admin := s.Client()
-	defer admin.Close()
-	c, err := New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, admin := serverClient(t)
 	ctx := context.Background()
 	own := c.wakeTo(&keys{}).base + c.id
 

@@ -265,10 +265,7 @@ func (ch *listeners) wakeOne() {
 	if len(ch.waiters) == 0 {
 		return
 	}
-	select {
-	case ch.waiters[0].wake <- struct{}{}:
-	default:
-	}
+	poke(ch.waiters[0].wake)
 }
 
 // wake wakes the waiters that match: every one, or those with the token,
@@ -282,10 +279,7 @@ func (ch *listeners) wake(token, msg string) bool {
 			if token != "" {
 				w.msg = msg
 			}
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
+			poke(w.wake)
 		}
 	}
 	return woken
@@ -330,10 +324,16 @@ func (ch *listeners) claim(w *waiter) {
 		return true
 	})
 	if found {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		poke(w.wake)
+	}
+}
+
+// poke wakes whoever waits on wake, a channel with a buffer of one; a
+// wake-up already pending is enough.
+func poke(wake chan struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
 	}
 }
 

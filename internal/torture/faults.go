@@ -76,16 +76,10 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 		return "flush: SCRIPT FLUSH", admin.Do(ctx, "SCRIPT", "FLUSH").Err()
 	case "cpause":
 		d := between(rng, 50*time.Millisecond, 400*time.Millisecond)
-		err := admin.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
-		time.Sleep(d)
-		return fmt.Sprintf("cpause: CLIENT PAUSE %v ALL", d), err
+		return fmt.Sprintf("cpause: CLIENT PAUSE %v ALL", d), pauseClients(ctx, admin, d)
 	case "spause":
 		d := between(rng, 50*time.Millisecond, 400*time.Millisecond)
-		if err := r.srv.Pause(); err != nil {
-			return "spause", err
-		}
-		time.Sleep(d)
-		return fmt.Sprintf("spause: redis-server SIGSTOP for %v", d), r.srv.Resume()
+		return fmt.Sprintf("spause: redis-server SIGSTOP for %v", d), r.stopServer(d)
 	case "restart":
 		return "restart: redis-server kill -9 and restart with AOF", r.srv.Restart(true)
 	case "stop":
@@ -105,15 +99,9 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 			err := admin.Do(ctx, "DEBUG", "SLEEP", fmt.Sprintf("%.3f", d.Seconds())).Err()
 			return fmt.Sprintf("stall: DEBUG SLEEP %v", d), err
 		case 1:
-			err := admin.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
-			time.Sleep(d)
-			return fmt.Sprintf("stall: CLIENT PAUSE %v ALL", d), err
+			return fmt.Sprintf("stall: CLIENT PAUSE %v ALL", d), pauseClients(ctx, admin, d)
 		default:
-			if err := r.srv.Pause(); err != nil {
-				return "stall: SIGSTOP", err
-			}
-			time.Sleep(d)
-			return fmt.Sprintf("stall: redis-server SIGSTOP for %v", d), r.srv.Resume()
+			return fmt.Sprintf("stall: redis-server SIGSTOP for %v", d), r.stopServer(d)
 		}
 	case "waitstop":
 		return r.waitStop(rng)
@@ -160,6 +148,23 @@ func (r *runner) randomProc(rng *rand.Rand) *proc {
 	return live[rng.IntN(len(live))]
 }
 
+// pauseClients pauses every client of the server (CLIENT PAUSE ALL) for d
+// and returns when the pause is over.
+func pauseClients(ctx context.Context, admin *redis.Client, d time.Duration) error {
+	err := admin.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
+	time.Sleep(d)
+	return err
+}
+
+// stopServer freezes redis-server with SIGSTOP for d.
+func (r *runner) stopServer(d time.Duration) error {
+	if err := r.srv.Pause(); err != nil {
+		return err
+	}
+	time.Sleep(d)
+	return r.srv.Resume()
+}
+
 // freeze stops the process with SIGSTOP, runs during, and continues it.
 func (p *proc) freeze(during func()) error {
 	p.mu.Lock()
@@ -196,11 +201,8 @@ func (r *runner) liveProc(id string) *proc {
 func (r *runner) waitStop(rng *rand.Rand) (string, error) {
 	var cands []Event
 	for _, e := range r.rec.waiting(now() - int64(50*time.Millisecond)) {
-		ttl := int64(0)
-		for _, t := range e.TTLs {
-			ttl = max(ttl, t)
-		}
-		if ttl > 0 && ttl <= us(1200*time.Millisecond) && !e.Reent && r.liveProc(e.W) != nil {
+		if len(e.TTLs) > 0 && slices.Max(e.TTLs) <= us(1200*time.Millisecond) && slices.Max(e.TTLs) > 0 &&
+			!e.Reent && r.liveProc(e.W) != nil {
 			cands = append(cands, e)
 		}
 	}
