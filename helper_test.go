@@ -22,7 +22,7 @@ import (
 // several processes: with helperEnv set, TestMain runs helperMain instead
 // of the tests. Settings come in the environment.
 const (
-	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold, fairwait, mutexwait
+	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold, fairwait, mutexwait, readwait
 	addrEnv    = "DLOCK_TEST_ADDR"   // redis-server address
 	nameEnv    = "DLOCK_TEST_NAME"   // lock name
 	ttlEnv     = "DLOCK_TEST_TTL"    // lease TTL (time.Duration)
@@ -64,6 +64,8 @@ func helperMain(mode string) int {
 		err = helperWait(ctx, c.FairMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
 	case "mutexwait":
 		err = helperWait(ctx, c.Mutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
+	case "readwait":
+		err = helperWait(ctx, c.RWMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)).RLocker())
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
@@ -160,7 +162,8 @@ func helperHold(ctx context.Context, rdb *redis.Client, m *dlock.Mutex) error {
 }
 
 // helperWait reads "wait <id>" lines on stdin; for each it waits for the
-// lock (fairwait: a FairMutex; mutexwait: a Mutex) in a goroutine, prints
+// lock (fairwait: a FairMutex; mutexwait: a Mutex; readwait: an RWMutex's
+// read side) in a goroutine, prints
 // "granted <id> <fence>" when it has it, and unlocks. It returns when stdin
 // is closed and every wait is over.
 func helperWait(ctx context.Context, f dlock.Locker) error {

@@ -4,6 +4,7 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -136,4 +137,68 @@ func stopped(t *testing.T, pid int) bool {
 		}
 	}
 	return true
+}
+
+// A reader waiting in another process is paused (SIGSTOP) while a
+// writer's release admits it to the next read phase; its place expires,
+// a second writer takes the lock, and the reader is continued. Resumed,
+// it must not read while that writer holds the lock: the admission it
+// missed gives it no hold, and its next attempt queues behind the writer.
+func TestPausedReaderIsNotLetInBesideAWriter(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t, srv)
+	k := fmt.Sprintf("%s:{%s}:rw", dlock.DefaultPrefix, name)
+	rw := func() *dlock.RWMutex { return client(t).RWMutex(name, dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)) }
+	first := mustLock(t, rw(), ctx)
+
+	r := startHelper(t, "readwait", addrEnv+"="+srv.Addr(), nameEnv+"="+name, ttlEnv+"="+ttl.String())
+	r.send(t, "wait 1")
+	waitFor(t, "the reader queued", func() bool { return admin.ZCard(ctx, k+":rqueue").Val() == 1 })
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = r.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	waitFor(t, "the reader stopped", func() bool { return stopped(t, r.cmd.Process.Pid) })
+
+	// The release admits the paused reader; its place expires unused, and
+	// a second writer gets the lock.
+	unlock(t, first)
+	if n := admin.ZCard(ctx, k+":rphase").Val(); n != 1 {
+		t.Fatalf("%d readers admitted by the writer's release; want the paused one", n)
+	}
+	second := mustLock(t, rw(), ctx)
+	before, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+
+	// Once the reader has a place made after it was continued (its expiry
+	// is past the server's time then) it has made an attempt since; a
+	// grant before the writer lets go is a reader beside a writer.
+	since := strconv.FormatInt(before.UnixMilli(), 10)
+	waitFor(t, "the resumed reader queued again", func() bool {
+		select {
+		case line := <-r.lines:
+			t.Fatalf("the resumed reader said %q while a writer held the lock", line)
+		default:
+		}
+		return admin.ZCount(ctx, k+":rqueue", "("+since, "+inf").Val() == 1
+	})
+	if err := second.Err(); err != nil {
+		t.Fatalf("the writer lost its lease: %v", err)
+	}
+	unlock(t, second)
+	r.expect(t, "granted", 20*time.Second)
+	_ = r.stdin.Close()
 }
