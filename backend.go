@@ -3,8 +3,6 @@ package dlock
 import (
 	"context"
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // backend is the deployment a Client runs on, chosen once by New or
@@ -12,7 +10,7 @@ import (
 // replica sync are properties of it), the script-free mode (plain.go), or
 // a quorum of independent masters (quorum.go). The primitives, the
 // acquire path and the watchdog go through it and never ask which one it
-// is. A Redis client other than go-redis would plug in here.
+// is. Below it, a Driver (driver.go) reaches Redis through a client library.
 type backend interface {
 	// supports returns an error when the deployment cannot run what: a
 	// primitive ("Semaphore", ...) or "re-entry". Every backend runs a
@@ -26,10 +24,10 @@ type backend interface {
 	handsOff() bool
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
-	grant(ctx context.Context, o op) *redis.Cmd
+	grant(ctx context.Context, o op) Reply
 	// batch runs many operations together (the watchdog's renewals, with
 	// grant set; Close's releases) and returns one reply per operation.
-	batch(ctx context.Context, ops []op, grant bool) []*redis.Cmd
+	batch(ctx context.Context, ops []op, grant bool) []Reply
 	// everywhere runs a script call on every node, for its effect, and
 	// returns the first error (a
 	// waiter leaving the queues).
@@ -44,8 +42,8 @@ type backend interface {
 
 // sideBySide runs each operation on its own, all at once: for operations
 // that cannot share a pipeline (transactions).
-func sideBySide(ctx context.Context, r Redis, ops []op) []*redis.Cmd {
-	out := make([]*redis.Cmd, len(ops))
+func sideBySide(ctx context.Context, r Driver, ops []op) []Reply {
+	out := make([]Reply, len(ops))
 	var wg sync.WaitGroup
 	for i, o := range ops {
 		wg.Go(func() { out[i] = o.run(ctx, r) })

@@ -5,25 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// Redis is what dlock needs of a Redis client. Every go-redis v9 client
-// has it (*redis.Client, *redis.ClusterClient, the failover client, and so
-// redis.UniversalClient); tests wrap it to count calls or inject faults.
-type Redis interface {
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
-
-	// Used without scripts (WithoutScripts) and for WAIT.
-	Do(ctx context.Context, args ...any) *redis.Cmd
-	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
-}
 
 // Client makes locks on one Redis deployment. It owns one watchdog
 // goroutine, which renews every auto-renewed lease and signals lost ones,
@@ -33,7 +15,7 @@ type Redis interface {
 // A Client is safe for concurrent use. Close it when done: Close ends the
 // leases still held and releases their locks, then stops its goroutines.
 type Client struct {
-	rdb     Redis   // nil for a quorum
+	rdb     Driver  // nil for a quorum
 	be      backend // the deployment
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
@@ -62,12 +44,24 @@ type Client struct {
 	closeOnce sync.Once
 }
 
-// New returns a Client that takes its locks on rdb. It starts the
-// watchdog goroutine; call Close to stop it. New returns an error wrapping
-// ErrInvalidArgument when rdb is nil or an option is invalid.
+// New returns a Client that takes its locks on rdb, a go-redis client. It
+// starts the watchdog goroutine; call Close to stop it. New returns an
+// error wrapping ErrInvalidArgument when rdb is nil or an option is
+// invalid.
 func New(rdb Redis, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
+	}
+	return NewWithDriver(goRedisDriver(rdb), opts...)
+}
+
+// NewWithDriver returns a Client that reaches Redis through d: the way
+// the packages rueidisdlock and valkeydlock make their Clients, and a
+// test's way to wrap a client library to inject faults. It is New in all
+// else.
+func NewWithDriver(d Driver, opts ...Option) (*Client, error) {
+	if d == nil {
+		return nil, invalid("nil Driver")
 	}
 	cfg, err := configure(opts)
 	if err != nil {
@@ -77,18 +71,18 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 		return nil, invalid("WithNodeTimeout and WithRetryJitter apply to NewQuorum only")
 	}
 	if !cfg.shardOK {
-		_, cfg.sharded = rdb.(*redis.ClusterClient)
+		cfg.sharded = d.Info().Cluster
 	}
 	// Every call returns when its ctx ends; script calls from many
 	// goroutines share round trips; the Client hears of refused publishes.
-	rdb = &reporter{newPipelined(rdb), cfg.dep}
+	rdb := Driver(&reporter{newPipelined(d), cfg.dep})
 	var be backend
 	if cfg.noScripts {
 		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
 	} else {
 		be = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
 	}
-	return start(be, []Redis{rdb}, cfg), nil
+	return start(be, []Driver{rdb}, cfg), nil
 }
 
 // publishCommand is how releases are published: SPUBLISH with sharded
@@ -126,7 +120,7 @@ func configure(opts []Option) (clientConfig, error) {
 
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
-func start(be backend, nodes []Redis, cfg clientConfig) *Client {
+func start(be backend, nodes []Driver, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
 		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg), owner: newOwners(cfg),
 		dep: cfg.dep}

@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // What a deployment must give dlock, and what a Client does when it does
@@ -90,7 +87,7 @@ func (c *Client) checkDeployment(ctx context.Context) error {
 	errs := make([]error, len(c.hubs))
 	var wg sync.WaitGroup
 	for i, h := range c.hubs {
-		wg.Go(func() { errs[i] = d.checkEviction(ctx, h.rdb) })
+		wg.Go(func() { errs[i] = d.checkEviction(ctx, h.d) })
 	}
 	wg.Wait()
 	unread := false
@@ -113,33 +110,20 @@ func (c *Client) checkDeployment(ctx context.Context) error {
 // cluster). It returns an error matching ErrEvictionPolicy for a policy
 // that may evict keys, unless WithEvictionRisk was given, and a wrapped
 // Redis error when it could not ask.
-func (d *deployment) checkEviction(ctx context.Context, r Redis) error {
-	type reply struct {
-		info string
-		err  error
+func (d *deployment) checkEviction(ctx context.Context, r Driver) error {
+	nodes, err := r.Masters(ctx)
+	if err != nil {
+		return checkErr("INFO memory", err)
 	}
-	var infos []reply
-	if cc, ok := raw(r).(*redis.ClusterClient); ok {
-		// Within ctx (see within): infos is not read when ctx ends first.
-		var mu sync.Mutex
-		each, late := within(ctx, func() error {
-			return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-				info, err := node.Info(ctx, "memory").Result()
-				mu.Lock()
-				infos = append(infos, reply{info, err})
-				mu.Unlock()
-				return nil
-			})
-		})
-		if err := cmp.Or(late, each); err != nil {
-			return checkErr("INFO memory", err)
-		}
-	} else {
-		info, err := r.Do(ctx, "INFO", "memory").Text()
-		infos = append(infos, reply{info, err})
+	infos := make([]Reply, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { infos[i] = n.Do(ctx, cmd("INFO", "memory")) })
 	}
+	wg.Wait()
 	for _, i := range infos {
-		if err := d.checkPolicy(i.info, i.err); err != nil {
+		info, err := i.Text()
+		if err := d.checkPolicy(info, err); err != nil {
 			return err
 		}
 	}
@@ -193,7 +177,7 @@ func (c *Client) probePubSub(ctx context.Context, channel string) {
 	var wg sync.WaitGroup
 	for i, h := range c.hubs {
 		wg.Go(func() {
-			err := h.rdb.Do(ctx, d.publish, channel, wakeNone).Err()
+			err := h.d.Do(ctx, cmd(d.publish, channel, wakeNone)).Err
 			if isReply(err) {
 				d.pubsubRefused(d.publish+" "+channel, err)
 			}
@@ -209,8 +193,8 @@ func (c *Client) probePubSub(ctx context.Context, channel string) {
 // isReply reports whether err is an error reply from the server (a
 // refusal), not a failure to reach it.
 func isReply(err error) bool {
-	var re redis.Error
-	return err != nil && errors.As(err, &re) && !errors.Is(err, redis.Nil)
+	_, ok := errors.AsType[*ErrorReply](err)
+	return ok
 }
 
 // infoField returns the value of a field of an INFO reply ("" if absent).
@@ -314,16 +298,15 @@ func wrapPublishing(src string) string {
 
 // unwrapRefused gives cmd the reply its script meant when the script had
 // a publish refused, and tells the Client whose Redis r is (reporter).
-func unwrapRefused(r Redis, cmd *redis.Cmd) {
-	v, ok := cmd.Val().([]any)
+func unwrapRefused(r Driver, reply *Reply) {
+	v, ok := reply.Val.([]any)
 	if !ok || len(v) < 2 || v[0] != refusedMark {
 		return
 	}
 	if len(v) > 2 {
-		cmd.SetVal(v[2])
+		reply.Val = v[2]
 	} else {
-		cmd.SetVal(nil)
-		cmd.SetErr(redis.Nil)
+		reply.Val = nil
 	}
 	if rp, ok := r.(*reporter); ok {
 		msg, _ := v[1].(string)
@@ -334,9 +317,6 @@ func unwrapRefused(r Redis, cmd *redis.Cmd) {
 // reporter is a Client's Redis: it tells the Client of refusals that its
 // scripts report (unwrapRefused).
 type reporter struct {
-	Redis
+	Driver
 	d *deployment
 }
-
-// unwrap returns the client under it (see raw).
-func (r *reporter) unwrap() Redis { return r.Redis }

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Inspection: who holds what, who waits, for operators and the tools
@@ -169,7 +167,7 @@ func (c *Client) forget() {
 
 // reader is the Redis that inspection reads: the Client's, or a quorum's
 // first node.
-func (c *Client) reader() (Redis, error) {
+func (c *Client) reader() (Driver, error) {
 	if c.rdb != nil {
 		return c.rdb, nil
 	}
@@ -194,49 +192,45 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	k := c.keys(lk, name)
 	info := &LockInfo{Kind: kd, Name: name, Key: k.lock}
-	var (
-		typ                           *redis.StatusCmd
-		pttl                          *redis.DurationCmd
-		fence, permits, str           *redis.StringCmd
-		queue, alive, readers, rqueue *redis.ZSliceCmd
-		rphase                        *redis.ZSliceCmd
-		leases                        *redis.ZSliceCmd
-		now                           *redis.TimeCmd
-	)
-	_, err = r.Pipelined(ctx, func(p redis.Pipeliner) error {
-		now = p.Time(ctx)
-		typ = p.Type(ctx, k.lock)
-		pttl = p.PTTL(ctx, k.lock)
-		fence = p.Get(ctx, k.fence)
-		switch kd {
-		case KindLatch:
-			str = p.Get(ctx, k.lock)
-			return nil
-		case KindSemaphore:
-			permits = p.Get(ctx, k.permits)
-			leases = p.ZRangeWithScores(ctx, k.leases, 0, -1)
-		case KindRWMutex:
-			readers = p.ZRangeWithScores(ctx, k.readers, 0, -1)
-			rqueue = p.ZRangeWithScores(ctx, k.rqueue, 0, -1)
-			rphase = p.ZRangeWithScores(ctx, k.rphase, 0, -1)
-		}
-		queue = p.ZRangeWithScores(ctx, k.queue, 0, -1)
-		alive = p.ZRangeWithScores(ctx, k.alive, 0, -1)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, redisErr("inspect", name, err)
+	cmds := []Command{cmd("TIME"), keyed("TYPE", k.lock), keyed("PTTL", k.lock), keyed("GET", k.fence)}
+	zrange := func(key string) int {
+		cmds = append(cmds, keyed("ZRANGE", key, 0, -1, "WITHSCORES"))
+		return len(cmds) - 1
 	}
-	srv := now.Val()
-	info.TTL = ttlOf(pttl.Val())
-	info.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)
+	var str, permits, leases, readers, rqueue, rphase, queue, alive int
+	switch kd {
+	case KindLatch:
+		cmds = append(cmds, keyed("GET", k.lock))
+		str = len(cmds) - 1
+	case KindSemaphore:
+		cmds = append(cmds, keyed("GET", k.permits))
+		permits = len(cmds) - 1
+		leases = zrange(k.leases)
+	case KindRWMutex:
+		readers, rqueue, rphase = zrange(k.readers), zrange(k.rqueue), zrange(k.rphase)
+	}
+	if kd != KindLatch {
+		queue, alive = zrange(k.queue), zrange(k.alive)
+	}
+	rs := r.Pipeline(ctx, cmds)
+	for _, x := range rs {
+		if x.Err != nil {
+			return nil, redisErr("inspect", name, x.Err)
+		}
+	}
+	text := func(i int) string { v, _ := rs[i].Text(); return v }
+	srv := serverTime(rs[0])
+	pttl, _ := rs[2].Int64()
+	info.TTL = ttlOf(time.Duration(pttl) * time.Millisecond)
+	info.Fence, _ = strconv.ParseInt(text(3), 10, 64)
 	if kd == KindLatch {
-		info.Count, _ = strconv.ParseInt(str.Val(), 10, 64)
+		info.Count, _ = strconv.ParseInt(text(str), 10, 64)
 		info.Held = info.Count > 0
 		return info, nil
 	}
-	if typ.Val() == "string" { // a script-free mutex: the value is the owner's token
-		tok, err := r.Do(ctx, "GET", k.lock).Text()
+	typ := text(1)
+	if typ == "string" { // a script-free mutex: the value is the owner's token
+		tok, err := r.Do(ctx, keyed("GET", k.lock)).Text()
 		if err == nil {
 			info.Held = true
 			info.Holders = []Holder{{Token: tok, Holds: 1, Fence: info.Fence, TTL: info.TTL}}
@@ -244,12 +238,12 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		return info, c.fillOwners(ctx, r, info)
 	}
 	fields := map[string]string{}
-	if typ.Val() == "hash" {
-		var h *redis.MapStringStringCmd
-		if _, err := r.Pipelined(ctx, func(p redis.Pipeliner) error { h = p.HGetAll(ctx, k.lock); return nil }); err != nil {
-			return nil, redisErr("inspect", name, err)
+	if typ == "hash" {
+		h := r.Do(ctx, keyed("HGETALL", k.lock))
+		if h.Err != nil {
+			return nil, redisErr("inspect", name, h.Err)
 		}
-		fields = h.Val()
+		fields = hashOf(h)
 	}
 	msAt := func(v string) time.Time {
 		ms, err := strconv.ParseInt(v, 10, 64)
@@ -275,8 +269,8 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	case KindRWMutex:
 		info.Mode = fields["mode"]
 		until := map[string]time.Duration{}
-		for _, z := range readers.Val() {
-			until[z.Member.(string)] = expiry(z.Score)
+		for _, z := range zsetOf(rs[readers]) {
+			until[z.member] = expiry(z.score)
 		}
 		for f, v := range fields {
 			side, tok, ok := strings.Cut(f, ":")
@@ -293,10 +287,10 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 			info.Holders = append(info.Holders, h)
 		}
 	case KindSemaphore:
-		info.Capacity, _ = strconv.ParseInt(permits.Val(), 10, 64)
+		info.Capacity, _ = strconv.ParseInt(text(permits), 10, 64)
 		until := map[string]time.Duration{}
-		for _, z := range leases.Val() {
-			until[z.Member.(string)] = expiry(z.Score)
+		for _, z := range zsetOf(rs[leases]) {
+			until[z.member] = expiry(z.score)
 		}
 		used := int64(0)
 		for f, v := range fields {
@@ -320,24 +314,24 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	// Waiters: an RWMutex's admitted readers (a read phase: they go
 	// first), then the queue in arrival order, each with its place's
 	// expiry.
-	readersIn := func(zs []redis.Z) {
+	readersIn := func(zs []zmember) {
 		for _, z := range zs {
-			w := Waiter{Token: tokenOf(z.Member.(string))}
-			w.Side, w.Expires = "read", expiry(z.Score)
+			w := Waiter{Token: tokenOf(z.member)}
+			w.Side, w.Expires = "read", expiry(z.score)
 			info.Waiters = append(info.Waiters, w)
 		}
 	}
 	if kd == KindRWMutex {
-		readersIn(rphase.Val())
+		readersIn(zsetOf(rs[rphase]))
 	}
 	places := map[string]float64{}
-	for _, z := range alive.Val() {
-		places[z.Member.(string)] = z.Score
+	for _, z := range zsetOf(rs[alive]) {
+		places[z.member] = z.score
 	}
-	for _, z := range queue.Val() {
-		m := z.Member.(string)
+	for _, z := range zsetOf(rs[queue]) {
+		m := z.member
 		w := Waiter{Token: tokenOf(m)}
-		w.Since = time.UnixMicro(int64(z.Score))
+		w.Since = time.UnixMicro(int64(z.score))
 		w.Expires = expiry(places[m])
 		if kd == KindRWMutex {
 			w.Side = "write"
@@ -348,7 +342,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		info.Waiters = append(info.Waiters, w)
 	}
 	if kd == KindRWMutex {
-		readersIn(rqueue.Val())
+		readersIn(zsetOf(rs[rqueue]))
 	}
 	return info, c.fillOwners(ctx, r, info)
 }
@@ -357,6 +351,68 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 func extraInt(member string) int64 {
 	n, _ := strconv.ParseInt(member[strings.LastIndexByte(member, ':')+1:], 10, 64)
 	return n
+}
+
+// zmember is a member of a sorted set and its score.
+type zmember struct {
+	member string
+	score  float64
+}
+
+// zsetOf reads a ZRANGE WITHSCORES reply: member, score, ... (RESP2) or
+// [member, score] pairs (RESP3); a score is a string or a double.
+func zsetOf(r Reply) []zmember {
+	vs, _ := r.Slice()
+	var out []zmember
+	add := func(m, sc any) {
+		z := zmember{}
+		z.member, _ = m.(string)
+		switch v := sc.(type) {
+		case float64:
+			z.score = v
+		case string:
+			z.score, _ = strconv.ParseFloat(v, 64)
+		case int64:
+			z.score = float64(v)
+		}
+		out = append(out, z)
+	}
+	for i := 0; i < len(vs); i++ {
+		if pair, ok := vs[i].([]any); ok {
+			if len(pair) == 2 {
+				add(pair[0], pair[1])
+			}
+			continue
+		}
+		if i+1 < len(vs) {
+			add(vs[i], vs[i+1])
+			i++
+		}
+	}
+	return out
+}
+
+// hashOf reads an HGETALL reply (keys and values in turn).
+func hashOf(r Reply) map[string]string {
+	vs, _ := r.Slice()
+	out := make(map[string]string, len(vs)/2)
+	for i := 0; i+1 < len(vs); i += 2 {
+		k, _ := (Reply{Val: vs[i]}).Text()
+		v, _ := (Reply{Val: vs[i+1]}).Text()
+		out[k] = v
+	}
+	return out
+}
+
+// serverTime reads a TIME reply.
+func serverTime(r Reply) time.Time {
+	vs, _ := r.Slice()
+	if len(vs) != 2 {
+		return time.Time{}
+	}
+	sec, _ := (Reply{Val: vs[0]}).Int64()
+	usec, _ := (Reply{Val: vs[1]}).Int64()
+	return time.Unix(sec, usec*1000)
 }
 
 // ttlOf turns a PTTL reply into LockInfo.TTL.
@@ -372,7 +428,7 @@ func ttlOf(d time.Duration) time.Duration {
 
 // fillOwners looks up who the holders and waiters are: their tokens start
 // with their Client's id.
-func (c *Client) fillOwners(ctx context.Context, r Redis, info *LockInfo) error {
+func (c *Client) fillOwners(ctx context.Context, r Driver, info *LockInfo) error {
 	ids := map[string]*Owner{}
 	for _, h := range info.Holders {
 		if len(h.Token) >= 16 {
@@ -387,18 +443,18 @@ func (c *Client) fillOwners(ctx context.Context, r Redis, info *LockInfo) error 
 	if len(ids) == 0 {
 		return nil
 	}
-	cmds := map[string]*redis.MapStringStringCmd{}
-	_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for id := range ids {
-			cmds[id] = p.HGetAll(ctx, ownerKey(c.prefix, id))
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	var order []string
+	var cmds []Command
+	for id := range ids {
+		order = append(order, id)
+		cmds = append(cmds, keyed("HGETALL", ownerKey(c.prefix, id)))
+	}
+	rs := r.Pipeline(ctx, cmds)
+	if err := firstErr(rs); err != nil {
 		return redisErr("inspect", info.Name, err)
 	}
-	for id, cmd := range cmds {
-		f := cmd.Val()
+	for i, id := range order {
+		f := hashOf(rs[i])
 		if len(f) == 0 {
 			continue
 		}
@@ -448,29 +504,43 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 	}
 	var mu sync.Mutex
 	found := map[id]bool{}
-	scan := func(ctx context.Context, r redis.Cmdable) error {
-		iter := r.Scan(ctx, 0, c.prefix+":{*", 1000).Iterator()
-		for iter.Next(ctx) {
-			kd, name, ok := parseKey(c.prefix, iter.Val())
-			if ok && (pattern == "" || matches(pattern, name)) {
-				mu.Lock()
-				found[id{kd, name}] = true
-				mu.Unlock()
+	scan := func(ctx context.Context, r Driver) error {
+		cursor := "0"
+		for {
+			v, err := r.Do(ctx, cmd("SCAN", cursor, "MATCH", c.prefix+":{*", "COUNT", 1000)).Slice()
+			if err != nil {
+				return err
+			}
+			if len(v) != 2 {
+				return fmt.Errorf("dlock: SCAN: unexpected reply")
+			}
+			cursor, _ = v[0].(string)
+			keys, _ := v[1].([]any)
+			for _, key := range keys {
+				s, _ := key.(string)
+				kd, name, ok := parseKey(c.prefix, s)
+				if ok && (pattern == "" || matches(pattern, name)) {
+					mu.Lock()
+					found[id{kd, name}] = true
+					mu.Unlock()
+				}
+			}
+			if cursor == "0" || cursor == "" {
+				return nil
 			}
 		}
-		return iter.Err()
 	}
-	// Within ctx (see within): found is not read when ctx ends first.
-	scanned, late := within(ctx, func() error {
-		switch r := raw(r).(type) {
-		case *redis.ClusterClient:
-			return r.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
-		case redis.Cmdable:
-			return scan(ctx, r)
+	nodes, err := r.Masters(ctx)
+	if err == nil {
+		errs := make([]error, len(nodes))
+		var wg sync.WaitGroup
+		for i, n := range nodes {
+			wg.Go(func() { errs[i] = scan(ctx, n) })
 		}
-		return fmt.Errorf("dlock: Locks needs a go-redis client (SCAN)")
-	})
-	if err = cmp.Or(late, scanned); err != nil {
+		wg.Wait()
+		err = errors.Join(errs...)
+	}
+	if err != nil {
 		return nil, redisErr("scan", pattern, err)
 	}
 	var out []*LockInfo
@@ -540,11 +610,11 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 	r, _ := c.reader()
 	k := c.keys(kinds[kd], name)
 	w := c.wakeTo(k)
-	var cmd *redis.Cmd
+	var cmd Reply
 	switch kd {
 	case KindMutex:
 		if !c.directed { // script-free: a plain key
-			cmd = r.Do(ctx, "DEL", k.lock)
+			cmd = r.Do(ctx, keyed("DEL", k.lock))
 			break
 		}
 		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.base, w.publish)
@@ -555,7 +625,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 	case KindLatch:
 		cmd = latchOpenScript.run(ctx, r, []string{k.lock, k.ids}, k.channel, c.publish)
 	}
-	if err := cmd.Err(); err != nil {
+	if err := cmd.Err; err != nil {
 		return nil, redisErr("unlock --force", name, err)
 	}
 	return before, nil

@@ -2,10 +2,7 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Latch is a count-down latch: waiters block until the count, set once,
@@ -113,24 +110,19 @@ func (l *Latch) Wait(ctx context.Context) error {
 
 // count returns the count and how long the latch has to live.
 func (l *Latch) count(ctx context.Context) (int64, time.Duration, error) {
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	_, err := l.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, l.k.lock)
-		pttl = p.PTTL(ctx, l.k.lock)
-		return nil
-	})
-	if errors.Is(err, redis.Nil) {
+	rs := l.c.rdb.Pipeline(ctx, []Command{keyed("GET", l.k.lock), keyed("PTTL", l.k.lock)})
+	if err := firstErr(rs); err != nil {
+		return 0, 0, redisErr("count", l.k.name, err)
+	}
+	if rs[0].Val == nil {
 		return 0, 0, nil
 	}
+	n, err := rs[0].Int64()
 	if err != nil {
 		return 0, 0, redisErr("count", l.k.name, err)
 	}
-	n, err := get.Int64()
-	if err != nil {
-		return 0, 0, redisErr("count", l.k.name, err)
-	}
-	left := pttl.Val()
+	ms, _ := rs[1].Int64()
+	left := time.Duration(ms) * time.Millisecond
 	if left <= 0 {
 		// No expiry (not set by dlock): still wait for the notification,
 		// checking again now and then.

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // pipelined is the Redis a Client talks to: the application's client
@@ -34,7 +32,8 @@ import (
 // per node on a cluster; a NOSCRIPT reply comes back to its caller, which
 // sends the script with EVAL (not batched: rare).
 type pipelined struct {
-	Redis
+	Driver
+	bound    bool // the driver bounds its calls and batches them itself
 	mu       sync.Mutex
 	inflight int            // batches in flight
 	queued   []*pendingCall // calls waiting for the next batch
@@ -45,33 +44,20 @@ type pipelined struct {
 // a lock on) is not held up behind a batch of other goroutines' calls.
 const maxBatches = 4
 
-// pendingCall is one EVALSHA, queued or sent.
+// pendingCall is one command, queued or sent.
 type pendingCall struct {
-	ctx  context.Context
-	sha  string
-	keys []string
-	args []any
-	cmd  *redis.Cmd
-	done chan struct{} // closed when cmd has its reply
+	ctx   context.Context
+	cmd   Command
+	reply Reply
+	done  chan struct{} // closed when reply is in
 }
 
-func newPipelined(r Redis) *pipelined {
-	if p, ok := r.(*pipelined); ok {
+func newPipelined(d Driver) *pipelined {
+	if p, ok := d.(*pipelined); ok {
 		return p
 	}
-	return &pipelined{Redis: r}
-}
-
-// raw is the client under dlock's wrappers (pipelined, reporter), for what
-// asks which kind of client it has (a cluster's).
-func raw(r Redis) Redis {
-	for {
-		w, ok := r.(interface{ unwrap() Redis })
-		if !ok {
-			return r
-		}
-		r = w.unwrap()
-	}
+	info := d.Info()
+	return &pipelined{Driver: d, bound: info.CtxBound && info.AutoPipeline}
 }
 
 // lateCall is the error of a call whose ctx ended before Redis answered.
@@ -137,73 +123,67 @@ func within[T any](ctx context.Context, f func() T) (T, error) {
 	}
 }
 
-// failed returns a command that failed with err.
-func failed(ctx context.Context, err error) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(err)
-	return cmd
-}
-
-// cmdWithin runs a call that returns a *redis.Cmd within ctx (see within).
-func cmdWithin(ctx context.Context, f func() *redis.Cmd) *redis.Cmd {
-	cmd, err := within(ctx, f)
-	if err != nil {
-		return failed(ctx, err)
+// Do runs a command within ctx, batched with the commands of other
+// goroutines when batches are in flight (unless the driver batches them
+// itself).
+func (p *pipelined) Do(ctx context.Context, c Command) Reply {
+	if p.bound {
+		return p.Driver.Do(ctx, c)
 	}
-	return cmd
+	return p.batched(ctx, c)
 }
 
-// Eval runs a script sent whole, within ctx.
-func (p *pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return cmdWithin(ctx, func() *redis.Cmd { return p.Redis.Eval(ctx, script, keys, args...) })
+// Pipeline runs a pipeline within ctx.
+func (p *pipelined) Pipeline(ctx context.Context, cmds []Command) []Reply {
+	if p.bound {
+		return p.Driver.Pipeline(ctx, cmds)
+	}
+	out, err := within(ctx, func() []Reply { return p.Driver.Pipeline(ctx, cmds) })
+	if err != nil {
+		return failedAll(len(cmds), err)
+	}
+	return out
 }
 
-// Do runs a command within ctx.
-func (p *pipelined) Do(ctx context.Context, args ...any) *redis.Cmd {
-	return cmdWithin(ctx, func() *redis.Cmd { return p.Redis.Do(ctx, args...) })
-}
-
-// Pipelined runs a pipeline within ctx. When ctx ends first, the commands
-// that fn queued must not be read: their replies may still be coming.
-func (p *pipelined) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
-	return pipelineWithin(ctx, fn, p.Redis.Pipelined)
-}
-
-// TxPipelined runs a transaction within ctx (see Pipelined).
-func (p *pipelined) TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
-	return pipelineWithin(ctx, fn, p.Redis.TxPipelined)
-}
-
-// Watch runs an optimistic transaction within ctx. When ctx ends first, what
-// fn writes must not be read: it may still be running.
-func (p *pipelined) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
-	err, late := within(ctx, func() error { return p.Redis.Watch(ctx, fn, keys...) })
+// Dedicated runs fn on a dedicated connection within ctx. When ctx ends
+// first, what fn writes must not be read: it may still be running.
+func (p *pipelined) Dedicated(ctx context.Context, key string, fn func(Conn) error) error {
+	if p.bound {
+		return p.Driver.Dedicated(ctx, key, fn)
+	}
+	err, late := within(ctx, func() error { return p.Driver.Dedicated(ctx, key, fn) })
 	return cmp.Or(late, err)
 }
 
-func pipelineWithin(ctx context.Context, fn func(redis.Pipeliner) error,
-	run func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)) ([]redis.Cmder, error) {
+// Masters lists a cluster's masters within ctx.
+func (p *pipelined) Masters(ctx context.Context) ([]Driver, error) {
 	type result struct {
-		cmds []redis.Cmder
-		err  error
+		ds  []Driver
+		err error
 	}
 	r, late := within(ctx, func() result {
-		cmds, err := run(ctx, fn)
-		return result{cmds, err}
+		ds, err := p.Driver.Masters(ctx)
+		return result{ds, err}
 	})
-	return r.cmds, cmp.Or(late, r.err) // late: r is zero
+	if late != nil {
+		return nil, late
+	}
+	for i, d := range r.ds {
+		r.ds[i] = newPipelined(d)
+	}
+	return r.ds, r.err
 }
 
-// unwrap returns the client under it (see raw).
-func (p *pipelined) unwrap() Redis { return p.Redis }
+// unwrap returns the driver under it (see raw).
+func (p *pipelined) unwrap() Driver { return p.Driver }
 
-// EvalSha runs the script call, batched with the calls of other
-// goroutines when batches are in flight, within ctx.
-func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+// batched runs a command, batched with those of other goroutines when
+// batches are in flight, within ctx.
+func (p *pipelined) batched(ctx context.Context, cmd Command) Reply {
 	if err := ctx.Err(); err != nil {
-		return failed(ctx, err)
+		return failedReply(err)
 	}
-	c := &pendingCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
+	c := &pendingCall{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	p.mu.Lock()
 	if p.inflight < maxBatches {
 		// A slot is free: go at once, on its own.
@@ -211,7 +191,7 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		p.mu.Unlock()
 		if ctx.Done() == nil {
 			p.sendFrom(c) // nothing can end the wait: no goroutine needed
-			return c.cmd
+			return c.reply
 		}
 		go p.sendFrom(c)
 	} else {
@@ -220,7 +200,7 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	}
 	select {
 	case <-c.done:
-		return c.cmd
+		return c.reply
 	case <-ctx.Done():
 	}
 	// Take the call back if it is still queued; if it was sent, its reply
@@ -230,16 +210,16 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		if q == c {
 			p.queued = append(p.queued[:i], p.queued[i+1:]...)
 			p.mu.Unlock()
-			return failed(ctx, ctx.Err())
+			return failedReply(ctx.Err())
 		}
 	}
 	p.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.cmd // it came as ctx ended
+		return c.reply // it came as ctx ended
 	default:
 	}
-	return failed(ctx, &lateCall{err: ctx.Err(), done: c.done})
+	return failedReply(&lateCall{err: ctx.Err(), done: c.done})
 }
 
 // sendFrom sends c on its own, then, while calls have queued meanwhile,
@@ -273,16 +253,17 @@ func (p *pipelined) send(batch []*pendingCall) {
 		// and the caller, which has returned already, undoes what the
 		// call may have done once it is settled.
 		c := batch[0]
-		c.cmd = p.Redis.EvalSha(c.ctx, c.sha, c.keys, c.args...)
+		c.reply = p.Driver.Do(c.ctx, c.cmd)
 	} else {
 		// One caller's ctx must not cut short the replies of the others.
 		ctx := context.WithoutCancel(batch[0].ctx)
-		_, _ = p.Redis.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			for _, c := range batch {
-				c.cmd = pl.EvalSha(ctx, c.sha, c.keys, c.args...)
-			}
-			return nil
-		})
+		cmds := make([]Command, len(batch))
+		for i, c := range batch {
+			cmds[i] = c.cmd
+		}
+		for i, r := range p.Driver.Pipeline(ctx, cmds) {
+			batch[i].reply = r
+		}
 	}
 	for _, c := range batch {
 		close(c.done)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // errNeedsScripts is returned by what cannot work without Lua.
@@ -44,11 +42,11 @@ type casDetector struct {
 	mode casMode
 }
 
-func (d *casDetector) get(ctx context.Context, r Redis) casMode {
+func (d *casDetector) get(ctx context.Context, r Driver) casMode {
 	d.once.Do(func() {
 		known := map[string]bool{}
 		// COMMAND INFO answers nil for a name it does not know.
-		res, err := r.Do(ctx, "COMMAND", "INFO", "delex", "delifeq").Slice()
+		res, err := r.Do(ctx, cmd("COMMAND", "INFO", "delex", "delifeq")).Slice()
 		if err == nil {
 			for _, v := range res {
 				if info, ok := v.([]any); ok && len(info) > 0 {
@@ -66,7 +64,7 @@ func (d *casDetector) get(ctx context.Context, r Redis) casMode {
 // plain is the script-free backend (WithoutScripts): it runs only a
 // Mutex, with transactions.
 type plain struct {
-	rdb     Redis
+	rdb     Driver
 	publish string
 	cas     casDetector
 }
@@ -82,10 +80,10 @@ func (b *plain) oneScript() bool { return false }
 func (b *plain) close()          {}
 
 // grant runs o: transactions have no replica sync (New refuses the mix).
-func (b *plain) grant(ctx context.Context, o op) *redis.Cmd { return o.run(ctx, b.rdb) }
+func (b *plain) grant(ctx context.Context, o op) Reply { return o.run(ctx, b.rdb) }
 
 // batch runs the transactions side by side: they cannot share a pipeline.
-func (b *plain) batch(ctx context.Context, ops []op, _ bool) []*redis.Cmd {
+func (b *plain) batch(ctx context.Context, ops []op, _ bool) []Reply {
 	return sideBySide(ctx, b.rdb, ops)
 }
 
@@ -106,30 +104,26 @@ func (b *plain) attempt(c *Client, r *request, token, _ string, cfg lockConfig) 
 func (b *plain) lock(ctx context.Context, c *Client, p plainProto, token string, cfg lockConfig) (*Lease, time.Duration, error) {
 	k := p.k
 	start := time.Now()
-	var fence *redis.IntCmd
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		fence = p.Incr(ctx, k.fence)
-		p.SetNX(ctx, k.lock, token, cfg.ttl)
-		get = p.Get(ctx, k.lock)
-		pttl = p.PTTL(ctx, k.lock)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	res, err := transaction(ctx, b.rdb, k.lock, keyed("INCR", k.fence),
+		keyed("SET", k.lock, token, "NX", "PX", cfg.ttl.Milliseconds()), keyed("GET", k.lock), keyed("PTTL", k.lock))
+	if err != nil {
 		return nil, 0, redisErr("lock", k.name, err)
 	}
-	if get.Val() != token {
-		ms := int64(-1)
-		if d := pttl.Val(); d >= 0 {
-			ms = d.Milliseconds()
+	if holder, _ := res[2].Text(); holder != token {
+		ms, err := res[3].Int64()
+		if err != nil || ms < 0 {
+			ms = -1
 		}
 		return nil, retryAfter(ms, cfg.ttl), nil
+	}
+	fence, err := res[0].Int64()
+	if err != nil {
+		return nil, 0, redisErr("lock", k.name, err)
 	}
 	// Ours — by this transaction, or by an earlier one whose reply was lost
 	// and that go-redis sent again: then the fence of this one, still above
 	// every earlier owner's.
-	l, err := c.newLease(ctx, newHold(c, k, "Mutex", p, token, fence.Val(), cfg, start))
+	l, err := c.newLease(ctx, newHold(c, k, "Mutex", p, token, fence, cfg, start))
 	return l, 0, err
 }
 
@@ -140,41 +134,89 @@ type plainProto struct {
 }
 
 // plainOp is a transaction with the integer reply of the protocol.
-type plainOp func(ctx context.Context, r Redis) (int64, error)
+type plainOp func(ctx context.Context, r Driver) (int64, error)
 
-func (f plainOp) run(ctx context.Context, r Redis) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
+func (f plainOp) run(ctx context.Context, r Driver) Reply {
 	v, err := f(ctx, r)
 	if err != nil {
-		cmd.SetErr(err)
-	} else {
-		cmd.SetVal(v)
+		return failedReply(err)
 	}
-	return cmd
+	return Reply{Val: v}
+}
+
+// transaction runs cmds in MULTI/EXEC on the connection of key's node and
+// returns their replies.
+func transaction(ctx context.Context, d Driver, key string, cmds ...Command) ([]Reply, error) {
+	var out []Reply
+	err := d.Dedicated(ctx, key, func(conn Conn) error {
+		var err error
+		out, err = exec(ctx, conn, cmds)
+		return err
+	})
+	if err != nil {
+		return nil, err // out is not ours to read if ctx ended (gaveUp)
+	}
+	if out == nil {
+		return nil, errTxFailed // no WATCH: cannot happen
+	}
+	return out, nil
+}
+
+// errTxFailed is an EXEC that a WATCH aborted.
+var errTxFailed = errors.New("dlock: transaction aborted")
+
+// exec sends MULTI, cmds, EXEC on conn and returns the replies of cmds,
+// or nil when a WATCH aborted the transaction.
+func exec(ctx context.Context, conn Conn, cmds []Command) ([]Reply, error) {
+	all := append(append([]Command{cmd("MULTI")}, cmds...), cmd("EXEC"))
+	rs := conn.Pipeline(ctx, all)
+	for _, r := range rs[:len(rs)-1] {
+		if r.Err != nil {
+			return nil, r.Err
+		}
+	}
+	last := rs[len(rs)-1]
+	if last.Err != nil {
+		return nil, last.Err
+	}
+	if last.Val == nil {
+		return nil, nil
+	}
+	vs, err := last.Slice()
+	if err != nil || len(vs) != len(cmds) {
+		return nil, fmt.Errorf("dlock: EXEC: unexpected reply")
+	}
+	out := make([]Reply, len(vs))
+	for i, v := range vs {
+		if e, ok := v.(error); ok {
+			out[i] = failedReply(e)
+		} else {
+			out[i] = Reply{Val: v}
+		}
+	}
+	return out, nil
 }
 
 // release deletes the key if it still holds token, and tells waiters.
 func (p plainProto) release(token string, _ int) op {
-	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
+	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
 		var deleted bool
 		switch p.b.cas.get(ctx, r) {
 		case casDelex:
-			n, err := r.Do(ctx, "DELEX", p.k.lock, "IFEQ", token).Int64()
+			n, err := r.Do(ctx, keyed("DELEX", p.k.lock, "IFEQ", token)).Int64()
 			deleted = n == 1
 			if err != nil {
 				return 0, err
 			}
 		case casDelifeq:
-			n, err := r.Do(ctx, "DELIFEQ", p.k.lock, token).Int64()
+			n, err := r.Do(ctx, keyed("DELIFEQ", p.k.lock, token)).Int64()
 			deleted = n == 1
 			if err != nil {
 				return 0, err
 			}
 		default:
 			var err error
-			deleted, err = compareAndDo(ctx, r, p.k.lock, token, nil, func(p redis.Pipeliner, key string) {
-				p.Del(ctx, key)
-			})
+			deleted, err = compareAndDo(ctx, r, p.k.lock, token, 0, keyed("DEL", p.k.lock))
 			if err != nil {
 				return 0, err
 			}
@@ -183,7 +225,7 @@ func (p plainProto) release(token string, _ int) op {
 			return -1, nil
 		}
 		// A lost message costs a waiter at most the lease it was told.
-		_ = r.Do(ctx, strings.ToLower(p.b.publish), p.k.channel, wakeOne).Err()
+		_ = r.Do(ctx, keyed(strings.ToLower(p.b.publish), p.k.channel, wakeOne))
 		return 1, nil
 	})
 }
@@ -191,24 +233,19 @@ func (p plainProto) release(token string, _ int) op {
 // renew sets the key's TTL if it still holds token: to exactly ttl, or
 // (not exact) to at least ttl, which needs the WATCH transaction.
 func (p plainProto) renew(token string, ttl time.Duration, exact bool) op {
-	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
+	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
 		if exact && p.b.cas.get(ctx, r) != casWatch {
-			err := r.Do(ctx, "SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()).Err()
-			if errors.Is(err, redis.Nil) {
+			res := r.Do(ctx, keyed("SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()))
+			if res.Err == nil && res.Val == nil {
 				return 0, nil
 			}
-			return 1, err
+			return 1, res.Err
 		}
-		var atLeast func(*redis.Tx) (bool, error)
+		atLeast := time.Duration(0)
 		if !exact {
-			atLeast = func(tx *redis.Tx) (bool, error) {
-				left, err := tx.PTTL(ctx, p.k.lock).Result()
-				return left < ttl, err
-			}
+			atLeast = ttl
 		}
-		ok, err := compareAndDo(ctx, r, p.k.lock, token, atLeast, func(p redis.Pipeliner, key string) {
-			p.PExpire(ctx, key, ttl)
-		})
+		ok, err := compareAndDo(ctx, r, p.k.lock, token, atLeast, keyed("PEXPIRE", p.k.lock, ttl.Milliseconds()))
 		if ok {
 			return 1, err
 		}
@@ -218,59 +255,62 @@ func (p plainProto) renew(token string, ttl time.Duration, exact bool) op {
 
 // ttl returns the key's PTTL if it holds token, else -3.
 func (p plainProto) ttl(token string) op {
-	return plainOp(func(ctx context.Context, r Redis) (int64, error) {
-		var get *redis.StringCmd
-		var pttl *redis.DurationCmd
-		_, err := r.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-			get = pl.Get(ctx, p.k.lock)
-			pttl = pl.PTTL(ctx, p.k.lock)
-			return nil
-		})
-		if err != nil && !errors.Is(err, redis.Nil) {
+	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
+		res, err := transaction(ctx, r, p.k.lock, keyed("GET", p.k.lock), keyed("PTTL", p.k.lock))
+		if err != nil {
 			return 0, err
 		}
-		if get.Val() != token {
+		if holder, _ := res[0].Text(); holder != token {
 			return -3, nil
 		}
-		return pttl.Val().Milliseconds(), nil
+		return res[1].Int64()
 	})
 }
 
 // compareAndDo runs act on key in a transaction if key holds want, with
 // WATCH so that a change between the read and EXEC aborts it (and it is
-// tried again). If cond is set and says no (read under the same WATCH),
-// act is not needed: the key is still want's and compareAndDo reports
-// true. Otherwise it reports whether act ran.
-func compareAndDo(ctx context.Context, r Redis, key, want string, cond func(*redis.Tx) (bool, error),
-	act func(redis.Pipeliner, string)) (bool, error) {
+// tried again). If atLeast is set and the key's PTTL (read under the same
+// WATCH) is at least that, act is not needed: the key is still want's and
+// compareAndDo reports true. Otherwise it reports whether act ran.
+func compareAndDo(ctx context.Context, r Driver, key, want string, atLeast time.Duration, act Command) (bool, error) {
 	for range 5 {
-		done := false
-		err := r.Watch(ctx, func(tx *redis.Tx) error {
-			v, err := tx.Get(ctx, key).Result()
-			if errors.Is(err, redis.Nil) || (err == nil && v != want) {
-				return nil
+		done, aborted := false, false
+		err := r.Dedicated(ctx, key, func(conn Conn) error {
+			read := []Command{keyed("WATCH", key), keyed("GET", key)}
+			if atLeast > 0 {
+				read = append(read, keyed("PTTL", key))
 			}
-			if err != nil {
+			rs := conn.Pipeline(ctx, read)
+			if err := firstErr(rs); err != nil {
+				conn.Pipeline(ctx, []Command{cmd("UNWATCH")})
 				return err
 			}
-			if cond != nil {
-				needed, err := cond(tx)
-				if err != nil || !needed {
-					done = err == nil
-					return err
+			if v, _ := rs[1].Text(); v != want {
+				conn.Pipeline(ctx, []Command{cmd("UNWATCH")})
+				return nil
+			}
+			if atLeast > 0 {
+				if left, err := rs[2].Int64(); err == nil && left >= atLeast.Milliseconds() {
+					done = true
+					conn.Pipeline(ctx, []Command{cmd("UNWATCH")})
+					return nil
 				}
 			}
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				act(p, key)
+			res, err := exec(ctx, conn, []Command{act})
+			if err == nil && res == nil {
+				aborted = true
 				return nil
-			})
+			}
+			if err == nil {
+				err = res[0].Err
+			}
 			done = err == nil
 			return err
-		}, key)
+		})
 		if gaveUp(err) {
 			return false, err // done is not ours to read: fn may still run
 		}
-		if !errors.Is(err, redis.TxFailedErr) {
+		if !aborted {
 			return done, err
 		}
 	}

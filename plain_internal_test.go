@@ -32,28 +32,38 @@ func TestCASDetectionOnThisServer(t *testing.T) {
 	defer rdb.Close()
 	var d casDetector
 	// Redis 7 has neither DELEX nor DELIFEQ.
-	if m := d.get(context.Background(), rdb); m != casWatch {
+	if m := d.get(context.Background(), goRedisDriver(rdb)); m != casWatch {
 		t.Fatalf("mode %v on Redis 7; want the WATCH path", m)
 	}
 }
 
-// meddler is a Redis whose Watch lets another client write the watched key
-// after WATCH and before the transaction's read — a concurrent change.
+// meddler is a Driver whose dedicated connections let another client
+// write the watched key after WATCH (and the read) and before EXEC — a
+// concurrent change.
 type meddler struct {
-	*redis.Client
+	Driver
 	other   *redis.Client
 	value   string
 	meddles int // how many transactions to meddle with
 }
 
-func (m *meddler) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
-	return m.Client.Watch(ctx, func(tx *redis.Tx) error {
-		if m.meddles > 0 {
-			m.meddles--
-			m.other.Set(ctx, keys[0], m.value, 0)
-		}
-		return fn(tx)
-	}, keys...)
+func (m *meddler) Dedicated(ctx context.Context, key string, fn func(Conn) error) error {
+	return m.Driver.Dedicated(ctx, key, func(c Conn) error { return fn(meddledConn{c, m, key}) })
+}
+
+type meddledConn struct {
+	Conn
+	m   *meddler
+	key string
+}
+
+func (c meddledConn) Pipeline(ctx context.Context, cmds []Command) []Reply {
+	out := c.Conn.Pipeline(ctx, cmds)
+	if cmds[0].Args[0] == "WATCH" && c.m.meddles > 0 {
+		c.m.meddles--
+		c.m.other.Set(ctx, c.key, c.m.value, 0)
+	}
+	return out
 }
 
 func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
@@ -62,13 +72,13 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	rdb, other := s.Client(), s.Client()
 	defer rdb.Close()
 	defer other.Close()
-	del := func(p redis.Pipeliner, key string) { p.Del(ctx, key) }
+	d := goRedisDriver(rdb)
 
 	// The key is rewritten with the same value between WATCH and EXEC: the
 	// EXEC aborts, the compare runs again and then succeeds.
 	rdb.Set(ctx, "k1", "mine", 0)
-	m := &meddler{Client: rdb, other: other, value: "mine", meddles: 1}
-	if ok, err := compareAndDo(ctx, m, "k1", "mine", nil, del); !ok || err != nil {
+	m := &meddler{Driver: d, other: other, value: "mine", meddles: 1}
+	if ok, err := compareAndDo(ctx, m, "k1", "mine", 0, keyed("DEL", "k1")); !ok || err != nil {
 		t.Fatalf("after a harmless concurrent write: %v, %v; want deleted", ok, err)
 	}
 	if m.meddles != 0 || rdb.Exists(ctx, "k1").Val() != 0 {
@@ -77,8 +87,8 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 
 	// Another owner takes the key between WATCH and EXEC: nothing is done.
 	rdb.Set(ctx, "k2", "mine", 0)
-	m = &meddler{Client: rdb, other: other, value: "theirs", meddles: 1}
-	if ok, err := compareAndDo(ctx, m, "k2", "mine", nil, del); ok || err != nil {
+	m = &meddler{Driver: d, other: other, value: "theirs", meddles: 1}
+	if ok, err := compareAndDo(ctx, m, "k2", "mine", 0, keyed("DEL", "k2")); ok || err != nil {
 		t.Fatalf("after another owner took the key: %v, %v; want not done", ok, err)
 	}
 	if v := rdb.Get(ctx, "k2").Val(); v != "theirs" {
@@ -87,8 +97,8 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 
 	// A key that changes every time gives up with an error, not a loop.
 	rdb.Set(ctx, "k3", "mine", 0)
-	m = &meddler{Client: rdb, other: other, value: "mine", meddles: 100}
-	if ok, err := compareAndDo(ctx, m, "k3", "mine", nil, del); ok || err == nil {
+	m = &meddler{Driver: d, other: other, value: "mine", meddles: 100}
+	if ok, err := compareAndDo(ctx, m, "k3", "mine", 0, keyed("DEL", "k3")); ok || err == nil {
 		t.Fatalf("a key that never settles: %v, %v; want an error", ok, err)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The protocol between Go and the Lua scripts, named once. scripts/lib.lua
@@ -80,5 +78,5 @@ type reentrant interface {
 // op is one operation on Redis with an integer or array reply: a script
 // call, or, without scripts, a transaction (see plain.go).
 type op interface {
-	run(ctx context.Context, r Redis) *redis.Cmd
+	run(ctx context.Context, r Driver) Reply
 }

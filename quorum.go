@@ -9,14 +9,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // quorum is the RedLock side of a Client made by NewQuorum: N independent
 // masters, of which a majority must agree.
 type quorum struct {
-	nodes []Redis
+	nodes []Driver
 	quorumConfig
 	// stragglers are node calls still running after their operation was
 	// decided by a majority; Close waits for them.
@@ -61,12 +59,12 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("NewQuorum of no nodes")
 	}
-	rs := make([]Redis, len(nodes))
+	rs := make([]Driver, len(nodes))
 	for i, n := range nodes {
 		if any(n) == nil {
 			return nil, invalid("NewQuorum: node %d is nil", i)
 		}
-		rs[i] = n
+		rs[i] = goRedisDriver(n)
 	}
 	cfg, err := configure(opts)
 	if err != nil {
@@ -97,8 +95,8 @@ func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
 
 // fanout runs the call made by mk for each node on all nodes at once, each
 // bounded by the node timeout, and returns every node's reply.
-func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) call) []*redis.Cmd {
-	out := make([]*redis.Cmd, len(q.nodes))
+func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) call) []Reply {
+	out := make([]Reply, len(q.nodes))
 	var wg sync.WaitGroup
 	for _, i := range nodes {
 		wg.Add(1)
@@ -170,7 +168,7 @@ type tally struct {
 	vals   map[int][]int64 // the replies of ok and no nodes
 }
 
-func (q *quorum) tally(cmds []*redis.Cmd, nodes []int, isOK func([]int64) bool) tally {
+func (q *quorum) tally(cmds []Reply, nodes []int, isOK func([]int64) bool) tally {
 	t := tally{vals: map[int][]int64{}}
 	for _, i := range nodes {
 		t.add(i, cmds[i], isOK)
@@ -179,7 +177,7 @@ func (q *quorum) tally(cmds []*redis.Cmd, nodes []int, isOK func([]int64) bool) 
 }
 
 // add counts node's reply.
-func (t *tally) add(node int, cmd *redis.Cmd, isOK func([]int64) bool) {
+func (t *tally) add(node int, cmd Reply, isOK func([]int64) bool) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		// Replies that are a plain integer (renew, unlock, ttl).
@@ -320,7 +318,7 @@ type quorumOp struct {
 	fold func(t tally, ok bool) any
 }
 
-func (o quorumOp) run(ctx context.Context, _ Redis) *redis.Cmd {
+func (o quorumOp) run(ctx context.Context, _ Driver) Reply {
 	return o.p.q.runOps(ctx, []quorumOp{o})[0]
 }
 
@@ -335,10 +333,10 @@ var errNoReplyYet = errors.New("no reply before the majority decided")
 // its calls are abandoned (Close waits for them to end). Other operations
 // (release, re-entry, TTL) wait for every node, so that a release has
 // reached every node that answers when Unlock returns.
-func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []*redis.Cmd {
+func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []Reply {
 	type reply struct {
 		node int
-		cmds []*redis.Cmd
+		cmds []Reply
 	}
 	replies := make(chan reply, len(q.nodes)) // stragglers never block
 	ctx, cancel := context.WithCancel(ctx)    // ends the stragglers
@@ -373,21 +371,19 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []*redis.Cmd {
 			break
 		}
 	}
-	out := make([]*redis.Cmd, len(ops))
+	out := make([]Reply, len(ops))
 	for j, o := range ops {
-		out[j] = q.reply(ctx, o, ts[j], answered)
+		out[j] = q.reply(o, ts[j], answered)
 	}
 	return out
 }
 
 // reply folds an operation's tally into its reply; nodes that had not
 // answered count as failed with errNoReplyYet.
-func (q *quorum) reply(ctx context.Context, o quorumOp, t tally, answered []bool) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
+func (q *quorum) reply(o quorumOp, t tally, answered []bool) Reply {
 	ok, err := q.outcome(t, o.name, o.p.m.k.name)
 	if err == nil {
-		cmd.SetVal(o.fold(t, ok))
-		return cmd
+		return Reply{Val: o.fold(t, ok)}
 	}
 	if qe := (*QuorumError)(nil); errors.As(err, &qe) {
 		for i, done := range answered {
@@ -396,8 +392,7 @@ func (q *quorum) reply(ctx context.Context, o quorumOp, t tally, answered []bool
 			}
 		}
 	}
-	cmd.SetErr(err)
-	return cmd
+	return failedReply(err)
 }
 
 func (p quorumProto) mutex() mutexProto { return p.m }
@@ -456,12 +451,7 @@ func (q *quorum) supports(what string) error {
 func (q *quorum) oneScript() bool { return false }
 
 func (q *quorum) everywhere(ctx context.Context, c call) error {
-	for _, cmd := range q.fanout(ctx, q.all(), func(int) call { return c }) {
-		if cmd != nil && cmd.Err() != nil {
-			return cmd.Err()
-		}
-	}
-	return nil
+	return firstErr(q.fanout(ctx, q.all(), func(int) call { return c }))
 }
 func (q *quorum) close() { q.stragglers.Wait() }
 
@@ -479,10 +469,10 @@ func (q *quorum) attempt(c *Client, r *request, token, member string, cfg lockCo
 }
 
 // grant runs a quorum operation (it goes to every node).
-func (q *quorum) grant(ctx context.Context, o op) *redis.Cmd { return o.run(ctx, nil) }
+func (q *quorum) grant(ctx context.Context, o op) Reply { return o.run(ctx, nil) }
 
 // batch runs quorum operations as one batch per node, all nodes at once.
-func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []*redis.Cmd {
+func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []Reply {
 	qops := make([]quorumOp, len(ops))
 	for i, o := range ops {
 		qops[i] = o.(quorumOp) // every op of a quorum is one

@@ -1,12 +1,9 @@
 package dlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // replicaSync is the WAIT that follows a grant; replicas 0 means none.
@@ -30,7 +27,7 @@ func (s replicaSync) validate() error {
 
 // check checks a WAIT reply and marks the batch's successful commands
 // as failed when too few replicas acknowledged.
-func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {
+func (s replicaSync) check(wait Reply, rs []Reply) {
 	acked, err := wait.Int64()
 	if err == nil && acked >= int64(s.replicas) {
 		return
@@ -40,9 +37,9 @@ func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {
 	} else {
 		err = fmt.Errorf("%w: WAIT: %w", ErrReplicaSync, err)
 	}
-	for _, cmd := range cmds {
-		if cmd.Err() == nil {
-			cmd.SetErr(err)
+	for i := range rs {
+		if rs[i].Err == nil {
+			rs[i] = failedReply(err)
 		}
 	}
 }
@@ -52,8 +49,7 @@ func (s replicaSync) check(wait *redis.Cmd, cmds []*redis.Cmd) {
 // dialling the dead node until its periodic reload (a minute). At most
 // one refresh a second; go-redis runs it in the background itself.
 func (c *Client) clusterHint(err error) {
-	cc, ok := raw(c.rdb).(*redis.ClusterClient)
-	if !ok || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
+	if c.rdb == nil || !c.rdb.Info().Cluster || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
 		return
 	}
 	now := time.Now().UnixNano()
@@ -61,5 +57,5 @@ func (c *Client) clusterHint(err error) {
 	if now-last < int64(time.Second) || !c.reloaded.CompareAndSwap(last, now) {
 		return
 	}
-	cc.ReloadState(context.Background())
+	c.rdb.Refresh()
 }

@@ -6,8 +6,6 @@ import (
 	"embed"
 	"encoding/hex"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 //go:embed scripts/*.lua
@@ -103,13 +101,13 @@ func semScript(name string) script {
 
 // run runs the script: one round trip when the server has it cached, two
 // when it answers NOSCRIPT.
-func (s script) run(ctx context.Context, r Redis, keys []string, args ...any) *redis.Cmd {
-	cmd := r.EvalSha(ctx, s.sha, keys, args...)
-	if isNoScript(cmd.Err()) {
-		cmd = r.Eval(ctx, s.src, keys, args...)
+func (s script) run(ctx context.Context, d Driver, keys []string, args ...any) Reply {
+	r := d.Do(ctx, scriptCommand("EVALSHA", s.sha, keys, args))
+	if isNoScript(r.Err) {
+		r = d.Do(ctx, scriptCommand("EVAL", s.src, keys, args))
 	}
-	unwrapRefused(r, cmd)
-	return cmd
+	unwrapRefused(d, &r)
+	return r
 }
 
 // call is one script invocation: a script with its keys and arguments.
@@ -120,81 +118,91 @@ type call struct {
 }
 
 // run runs the call on its own (see script.run).
-func (c call) run(ctx context.Context, r Redis) *redis.Cmd {
-	return c.s.run(ctx, r, c.keys, c.args...)
+func (c call) run(ctx context.Context, d Driver) Reply {
+	return c.s.run(ctx, d, c.keys, c.args...)
 }
 
-// runBatch sends the calls in one pipeline (go-redis splits a cluster
-// pipeline per node). Calls that meet NOSCRIPT are sent again with their
-// source in a second pipeline, so a flushed script cache costs one extra
-// round trip, not a lost lease. With replica sync, each pipeline ends with
-// a WAIT on its connection (one node only: see Client.grant). The result
-// has one command per call; each carries its own error.
-func runBatch(ctx context.Context, r Redis, calls []call, sync replicaSync) []*redis.Cmd {
-	out := make([]*redis.Cmd, len(calls))
-	var wait *redis.Cmd
-	_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			out[i] = p.EvalSha(ctx, c.s.sha, c.keys, c.args...)
-		}
-		if sync.replicas > 0 {
-			wait = p.Do(ctx, "WAIT", sync.replicas, sync.timeout.Milliseconds())
-		}
+// runBatch sends the calls in one pipeline (a cluster's goes to each
+// call's node). Calls that meet NOSCRIPT are sent again with their source
+// in a second pipeline, so a flushed script cache costs one extra round
+// trip, not a lost lease. With replica sync, the calls (of one node: see
+// single.batch) go on a dedicated connection, and each pipeline ends with
+// a WAIT on it. The result has one reply per call; each carries its own
+// error.
+func runBatch(ctx context.Context, d Driver, calls []call, sync replicaSync) []Reply {
+	if sync.replicas == 0 {
+		return sendBatch(ctx, d.Pipeline, d, calls, sync)
+	}
+	var out []Reply
+	err := d.Dedicated(ctx, calls[0].keys[0], func(conn Conn) error {
+		out = sendBatch(ctx, conn.Pipeline, d, calls, sync)
 		return nil
 	})
-	if gaveUp(err) {
-		return failedAll(ctx, len(calls), err) // out is not ours to read
-	}
-	var again []int
-	for i, cmd := range out {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		evals := make([]*redis.Cmd, len(again))
-		_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for j, i := range again {
-				c := calls[i]
-				evals[j] = p.Eval(ctx, c.s.src, c.keys, c.args...)
-			}
-			if sync.replicas > 0 {
-				wait = p.Do(ctx, "WAIT", sync.replicas, sync.timeout.Milliseconds())
-			}
-			return nil
-		})
-		if gaveUp(err) {
-			return failedAll(ctx, len(calls), err)
-		}
-		for j, i := range again {
-			out[i] = evals[j]
-		}
-	}
-	for _, cmd := range out {
-		unwrapRefused(r, cmd)
-	}
-	if sync.replicas > 0 {
-		sync.check(wait, out)
+	if err != nil { // out is not ours to read when ctx ended (gaveUp)
+		return failedAll(len(calls), err)
 	}
 	return out
 }
 
-// firstErr returns the first error of a batch's replies (nil entries,
-// nodes a fanout did not call, are skipped).
-func firstErr(cmds []*redis.Cmd) error {
-	for _, cmd := range cmds {
-		if cmd != nil && cmd.Err() != nil {
-			return cmd.Err()
+// sendBatch is runBatch on the pipelines that send sends.
+func sendBatch(ctx context.Context, send func(context.Context, []Command) []Reply, d Driver,
+	calls []call, sync replicaSync) []Reply {
+	cmds := make([]Command, 0, len(calls)+1)
+	for _, c := range calls {
+		cmds = append(cmds, scriptCommand("EVALSHA", c.s.sha, c.keys, c.args))
+	}
+	wait := cmd("WAIT", sync.replicas, sync.timeout.Milliseconds())
+	if sync.replicas > 0 {
+		cmds = append(cmds, wait)
+	}
+	out := send(ctx, cmds)
+	var again []int
+	for i := range calls {
+		if isNoScript(out[i].Err) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		cmds = cmds[:0]
+		for _, i := range again {
+			c := calls[i]
+			cmds = append(cmds, scriptCommand("EVAL", c.s.src, c.keys, c.args))
+		}
+		if sync.replicas > 0 {
+			cmds = append(cmds, wait)
+		}
+		evals := send(ctx, cmds)
+		for j, i := range again {
+			out[i] = evals[j]
+		}
+		if sync.replicas > 0 {
+			out[len(calls)] = evals[len(again)]
+		}
+	}
+	for i := range calls {
+		unwrapRefused(d, &out[i])
+	}
+	if sync.replicas > 0 {
+		sync.check(out[len(calls)], out[:len(calls)])
+	}
+	return out[:len(calls)]
+}
+
+// firstErr returns the first error of a batch's replies.
+func firstErr(rs []Reply) error {
+	for _, r := range rs {
+		if r.Err != nil {
+			return r.Err
 		}
 	}
 	return nil
 }
 
-// failedAll returns n commands that failed with err.
-func failedAll(ctx context.Context, n int, err error) []*redis.Cmd {
-	out := make([]*redis.Cmd, n)
+// failedAll returns n replies that failed with err.
+func failedAll(n int, err error) []Reply {
+	out := make([]Reply, n)
 	for i := range out {
-		out[i] = failed(ctx, err)
+		out[i] = failedReply(err)
 	}
 	return out
 }

@@ -3,15 +3,13 @@ package dlock
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // single is one Redis deployment that runs scripts: a server, a primary
 // managed by Sentinel, or a cluster (sharded). With replica sync every
 // grant is followed by WAIT on the connection that carried it.
 type single struct {
-	rdb     Redis
+	rdb     Driver
 	sharded bool
 	sync    replicaSync
 }
@@ -20,7 +18,7 @@ func (s *single) supports(string) error { return nil }
 func (s *single) oneScript() bool       { return !s.sharded }
 func (s *single) close()                {}
 
-func (s *single) everywhere(ctx context.Context, c call) error { return c.run(ctx, s.rdb).Err() }
+func (s *single) everywhere(ctx context.Context, c call) error { return c.run(ctx, s.rdb).Err }
 
 // handsOff: a released mutex can be handed to its next waiter, unless
 // every grant must be followed by WAIT (replica sync), which the waiter
@@ -74,34 +72,25 @@ func (s *single) attempt(c *Client, r *request, token, member string, cfg lockCo
 // grant runs a call that grants or extends a hold: with replica sync, WAIT
 // follows it on the same connection, and too few acknowledgements turn a
 // successful reply into an error matching ErrReplicaSync.
-func (s *single) grant(ctx context.Context, o op) *redis.Cmd {
+func (s *single) grant(ctx context.Context, o op) Reply {
 	cl, ok := o.(call)
 	if s.sync.replicas == 0 || !ok {
 		return o.run(ctx, s.rdb)
 	}
-	r := s.rdb
-	if cc, ok := raw(r).(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, cl.keys[0])
-		if err != nil {
-			return failed(ctx, err)
-		}
-		r = newPipelined(node) // within ctx, as every call
-	}
-	return runBatch(ctx, r, []call{cl}, s.sync)[0]
+	return runBatch(ctx, s.rdb, []call{cl}, s.sync)[0] // on a connection of cl's node
 }
 
 // batch sends the calls in one pipeline (go-redis splits a cluster's per
 // node), followed by WAIT for grants with replica sync. On a cluster with
 // replica sync each grant goes on its own, as WAIT must follow each write
 // on its node's connection.
-func (s *single) batch(ctx context.Context, ops []op, grant bool) []*redis.Cmd {
+func (s *single) batch(ctx context.Context, ops []op, grant bool) []Reply {
 	sync := replicaSync{}
 	if grant {
 		sync = s.sync
 	}
-	_, cluster := raw(s.rdb).(*redis.ClusterClient)
-	if cluster && sync.replicas > 0 {
-		out := make([]*redis.Cmd, len(ops))
+	if s.rdb.Info().Cluster && sync.replicas > 0 {
+		out := make([]Reply, len(ops))
 		for i, o := range ops {
 			out[i] = s.grant(ctx, o)
 		}

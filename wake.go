@@ -2,13 +2,10 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // hub wakes waiting acquires when their turn comes. A waiter registered in
@@ -31,17 +28,17 @@ import (
 // lease would have run out, so a message lost to a reconnect or a failover
 // costs at most that lease's remaining time.
 type hub struct {
-	rdb     Redis
+	d       Driver
 	sharded bool
 	own     string // the Client's own channel, kept once subscribed ("" on a cluster)
 	id      string // the Client's id: its channels end with ":wake:<id>"
 
 	mu       sync.Mutex
-	shared   *redis.PubSub        // single node: the one connection
+	shared   *psConn              // single node: the one connection
 	nodes    map[string]*nodeConn // sharded: one connection per node, by address
 	closed   bool
 	waiting  map[string]*listeners
-	receives sync.WaitGroup // receive loops and the sender
+	receives sync.WaitGroup // the sender
 	ops      []func()       // subscription changes not sent yet (see send)
 	sending  bool           // the sender goroutine runs
 }
@@ -52,7 +49,7 @@ type listeners struct {
 	waiters  []*waiter // in arrival order
 	ready    chan struct{}
 	confirms uint64 // confirmations of the subscription so far
-	conn     *redis.PubSub
+	conn     *psConn
 	node     *nodeConn   // sharded: the node's connection, shared
 	alone    bool        // conn is this channel's only (a sharded channel whose node is unknown)
 	kept     []unclaimed // messages for waiters that have not joined (see keep)
@@ -63,7 +60,7 @@ type listeners struct {
 // to a master that failed over does not outlive its channels).
 type nodeConn struct {
 	addr     string
-	conn     *redis.PubSub
+	conn     *psConn
 	channels int
 }
 
@@ -86,8 +83,8 @@ func (h *hub) message(w *waiter) string {
 	return m
 }
 
-func newHub(rdb Redis, sharded bool, own, id string) *hub {
-	return &hub{rdb: rdb, sharded: sharded, own: own, id: id,
+func newHub(d Driver, sharded bool, own, id string) *hub {
+	return &hub{d: d, sharded: sharded, own: own, id: id,
 		waiting: make(map[string]*listeners), nodes: make(map[string]*nodeConn)}
 }
 
@@ -119,13 +116,11 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 		h.waiting[name] = ch
 		// The connection belongs to the Client, not to this wait.
 		ctx := context.Background()
-		subscribe := func(ctx context.Context, c *redis.PubSub) error { return c.Subscribe(ctx, name) }
 		if h.sharded {
 			h.openNode(ctx, ch, name)
-			subscribe = func(ctx context.Context, c *redis.PubSub) error { return c.SSubscribe(ctx, name) }
 		} else {
 			if h.shared == nil {
-				h.shared = h.open(h.rdb.Subscribe(ctx))
+				h.shared = h.open("")
 			}
 			ch.conn = h.shared
 		}
@@ -137,8 +132,8 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 		// timer covers the gap).
 		conn := ch.conn
 		h.send(func() {
-			if subscribe(ctx, conn) != nil {
-				_ = subscribe(ctx, conn)
+			if conn.Subscribe(ctx, name) != nil {
+				_ = conn.Subscribe(ctx, name)
 			}
 		})
 	}
@@ -193,7 +188,7 @@ func (h *hub) leave(w *waiter) {
 			h.send(func() { _ = conn.Close() })
 			return
 		}
-		h.send(func() { _ = conn.SUnsubscribe(context.Background(), name) })
+		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
 	default:
 		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
 	}
@@ -233,24 +228,17 @@ func (h *hub) send(op func()) {
 
 // openNode gives a sharded channel the pub/sub connection to the master
 // that serves its slot, opening it on first use. When the node cannot be
-// told (a Redis that is not a go-redis cluster client, or no slot map
-// yet), the channel gets a connection of its own instead, which go-redis
-// opens to the channel's node. h.mu is held.
+// told (no slot map yet), the channel gets a connection of its own
+// instead, which the driver opens to the channel's node. h.mu is held.
 func (h *hub) openNode(ctx context.Context, ch *listeners, name string) {
-	cc, ok := raw(h.rdb).(*redis.ClusterClient)
-	var node *redis.Client
-	err := errors.ErrUnsupported
-	if ok {
-		node, err = cc.MasterForKey(ctx, name)
-	}
+	addr, err := h.d.NodeOf(ctx, name)
 	if err != nil {
-		ch.conn, ch.alone = h.open(h.rdb.SSubscribe(ctx)), true // no channel yet: nothing sent
+		ch.conn, ch.alone = h.open(""), true // no channel yet: nothing sent
 		return
 	}
-	addr := node.Options().Addr
 	n := h.nodes[addr]
 	if n == nil {
-		n = &nodeConn{addr: addr, conn: h.open(node.SSubscribe(ctx))}
+		n = &nodeConn{addr: addr, conn: h.open(addr)}
 		h.nodes[addr] = n
 	}
 	n.channels++
@@ -337,30 +325,21 @@ func poke(wake chan struct{}) {
 	}
 }
 
-// open starts the receive loop of a pub/sub connection. h.mu is held.
-func (h *hub) open(ps *redis.PubSub) *redis.PubSub {
-	msgs := ps.ChannelWithSubscriptions()
-	h.receives.Add(1)
-	go func() {
-		defer h.receives.Done()
-		h.receive(ps, msgs)
-	}()
-	return ps
-}
+// psConn is a pub/sub connection of the hub.
+type psConn struct{ PubSub }
 
-// receive dispatches confirmations and messages until the connection is
-// closed.
-func (h *hub) receive(c *redis.PubSub, msgs <-chan any) {
-	for m := range msgs {
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				h.confirmed(c, m.Channel)
-			}
-		case *redis.Message:
-			h.notify(c, m.Channel, m.Payload)
+// open opens a pub/sub connection to node ("": the driver's choice),
+// whose events come to the hub. h.mu is held.
+func (h *hub) open(node string) *psConn {
+	c := &psConn{}
+	c.PubSub = h.d.PubSub(node, h.sharded, func(e Event) {
+		if e.Subscribed {
+			h.confirmed(c, e.Channel)
+		} else {
+			h.notify(c, e.Channel, e.Payload)
 		}
-	}
+	})
+	return c
 }
 
 // confirmed handles the confirmation of a subscription to a channel:
@@ -373,7 +352,7 @@ func (h *hub) receive(c *redis.PubSub, msgs <-chan any) {
 // of an earlier SUBSCRIBE of the channel, since unsubscribed) costs an
 // extra check, and the confirmation of the latest SUBSCRIBE, which comes
 // after it took effect, makes them check again.
-func (h *hub) confirmed(c *redis.PubSub, name string) {
+func (h *hub) confirmed(c *psConn, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[name]
@@ -393,7 +372,7 @@ func (h *hub) confirmed(c *redis.PubSub, name string) {
 // latch opened, a writer left), "one" wakes one (a script-free mutex was
 // released), and anything else is the member of the waiter whose turn it
 // is, '<client id>:<token>[:<permits>]', woken if it still waits.
-func (h *hub) notify(c *redis.PubSub, name, payload string) {
+func (h *hub) notify(c *psConn, name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[name]
@@ -417,7 +396,7 @@ func (h *hub) notify(c *redis.PubSub, name, payload string) {
 func (h *hub) close() {
 	h.mu.Lock()
 	h.closed = true
-	var conns []*redis.PubSub
+	var conns []*psConn
 	if h.shared != nil {
 		conns = append(conns, h.shared)
 	}
@@ -431,7 +410,7 @@ func (h *hub) close() {
 	}
 	h.mu.Unlock()
 	for _, c := range conns {
-		_ = c.Close()
+		_ = c.Close() // returns when its events have ended
 	}
 	h.receives.Wait()
 }

@@ -1,0 +1,237 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is what New needs of a go-redis v9 client. Every go-redis client
+// has it (*redis.Client, *redis.ClusterClient, the failover client, and so
+// redis.UniversalClient).
+type Redis interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
+}
+
+// goredis is the Driver of a go-redis client.
+type goredis struct {
+	rdb     Redis
+	cluster *redis.ClusterClient // rdb, when it is a cluster's
+
+	mu    sync.Mutex
+	nodes map[string]*redis.Client // a cluster's masters that NodeOf named, by address
+}
+
+// goRedisDriver returns the Driver of rdb.
+func goRedisDriver(rdb Redis) *goredis {
+	cc, _ := rdb.(*redis.ClusterClient)
+	return &goredis{rdb: rdb, cluster: cc, nodes: map[string]*redis.Client{}}
+}
+
+func (g *goredis) Info() DriverInfo { return DriverInfo{Name: "go-redis", Cluster: g.cluster != nil} }
+
+// goCmd makes the go-redis command of c, routed by its first key.
+func goCmd(ctx context.Context, c Command) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, c.Args...)
+	if c.Keys > 0 {
+		cmd.SetFirstKeyPos(int8(c.FirstKey))
+	}
+	return cmd
+}
+
+// goReply is the neutral reply of a go-redis command.
+func goReply(cmd *redis.Cmd) Reply {
+	v, err := cmd.Result()
+	switch {
+	case err == nil:
+		return Reply{Val: neutral(v)}
+	case errors.Is(err, redis.Nil):
+		return Reply{}
+	}
+	if _, ok := errors.AsType[redis.Error](err); ok {
+		return Reply{Err: &ErrorReply{Err: err}}
+	}
+	return Reply{Err: err}
+}
+
+// neutral turns a go-redis value into a Reply's: maps as their keys and
+// values in turn, arrays element by element.
+func neutral(v any) any {
+	switch v := v.(type) {
+	case []any:
+		for i, e := range v {
+			v[i] = neutral(e)
+		}
+		return v
+	case map[any]any:
+		out := make([]any, 0, 2*len(v))
+		for k, e := range v {
+			out = append(out, neutral(k), neutral(e))
+		}
+		return out
+	case redis.Error:
+		return &ErrorReply{Err: v}
+	}
+	return v
+}
+
+func (g *goredis) Do(ctx context.Context, c Command) Reply {
+	cmd := goCmd(ctx, c)
+	_ = g.rdb.Process(ctx, cmd)
+	return goReply(cmd)
+}
+
+func (g *goredis) Pipeline(ctx context.Context, cmds []Command) []Reply {
+	return goPipeline(ctx, g.rdb.Pipelined, cmds)
+}
+
+// goPipeline sends cmds as one go-redis pipeline.
+func goPipeline(ctx context.Context, run func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error),
+	cmds []Command) []Reply {
+	sent := make([]*redis.Cmd, len(cmds))
+	_, _ = run(ctx, func(p redis.Pipeliner) error {
+		for i, c := range cmds {
+			sent[i] = goCmd(ctx, c)
+			_ = p.Process(ctx, sent[i])
+		}
+		return nil
+	})
+	out := make([]Reply, len(cmds))
+	for i, cmd := range sent {
+		out[i] = goReply(cmd)
+	}
+	return out
+}
+
+// goConn is a connection that Dedicated lends.
+type goConn struct {
+	pipelined func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+func (c goConn) Pipeline(ctx context.Context, cmds []Command) []Reply {
+	return goPipeline(ctx, c.pipelined, cmds)
+}
+
+// Dedicated lends a connection of the pool of key's node. A client that
+// cannot lend one (a wrapper of go-redis's) lends the connection of a
+// transaction on key, whose WATCH and UNWATCH cost two round trips.
+func (g *goredis) Dedicated(ctx context.Context, key string, fn func(Conn) error) error {
+	var node any = g.rdb
+	if g.cluster != nil {
+		n, err := g.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		node = n
+	}
+	if n, ok := node.(interface{ Conn() *redis.Conn }); ok {
+		conn := n.Conn()
+		defer conn.Close()
+		return fn(goConn{conn.Pipelined})
+	}
+	return g.rdb.Watch(ctx, func(tx *redis.Tx) error { return fn(goConn{tx.Pipelined}) }, key)
+}
+
+func (g *goredis) NodeOf(ctx context.Context, key string) (string, error) {
+	if g.cluster == nil {
+		return "", errors.ErrUnsupported
+	}
+	n, err := g.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	addr := n.Options().Addr
+	g.mu.Lock()
+	g.nodes[addr] = n
+	g.mu.Unlock()
+	return addr, nil
+}
+
+func (g *goredis) Masters(ctx context.Context) ([]Driver, error) {
+	if g.cluster == nil {
+		return []Driver{g}, nil
+	}
+	var mu sync.Mutex
+	var out []Driver
+	err := g.cluster.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		out = append(out, goRedisDriver(n))
+		mu.Unlock()
+		return nil
+	})
+	return out, err
+}
+
+func (g *goredis) Refresh() {
+	if g.cluster != nil {
+		g.cluster.ReloadState(context.Background())
+	}
+}
+
+// PubSub opens a go-redis pub/sub connection: go-redis connects it on its
+// first subscription, and on a reconnect subscribes it again to its
+// channels, whose confirmations come as events.
+func (g *goredis) PubSub(node string, sharded bool, events func(Event)) PubSub {
+	ctx := context.Background()
+	var ps *redis.PubSub
+	g.mu.Lock()
+	n := g.nodes[node]
+	g.mu.Unlock()
+	switch {
+	case n != nil:
+		ps = n.SSubscribe(ctx)
+	case sharded:
+		ps = g.rdb.SSubscribe(ctx)
+	default:
+		ps = g.rdb.Subscribe(ctx)
+	}
+	p := &goPubSub{ps: ps, sharded: sharded, done: make(chan struct{})}
+	msgs := ps.ChannelWithSubscriptions()
+	go func() {
+		defer close(p.done)
+		for m := range msgs {
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+					events(Event{Channel: m.Channel, Subscribed: true})
+				}
+			case *redis.Message:
+				events(Event{Channel: m.Channel, Payload: m.Payload})
+			}
+		}
+	}()
+	return p
+}
+
+// goPubSub is a go-redis pub/sub connection and its receive loop.
+type goPubSub struct {
+	ps      *redis.PubSub
+	sharded bool
+	done    chan struct{} // closed when the receive loop ends
+}
+
+func (p *goPubSub) Subscribe(ctx context.Context, channels ...string) error {
+	if p.sharded {
+		return p.ps.SSubscribe(ctx, channels...)
+	}
+	return p.ps.Subscribe(ctx, channels...)
+}
+
+func (p *goPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
+	if p.sharded {
+		return p.ps.SUnsubscribe(ctx, channels...)
+	}
+	return p.ps.Unsubscribe(ctx, channels...)
+}
+
+func (p *goPubSub) Close() error {
+	err := p.ps.Close()
+	<-p.done
+	return err
+}
