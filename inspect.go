@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,78 +89,11 @@ type Owner struct {
 	Started time.Time
 }
 
-// ownerTTL is how long a Client's record lives; it is written again at
-// the first acquire after half of it has passed, and deleted by Close.
-const ownerTTL = 24 * time.Hour
-
 // WithOwnerLabel sets the free label a Client records about itself for
 // inspectors, next to its host name, pid, program and start time (on by
 // default; never put a secret in it).
 func WithOwnerLabel(label string) Option {
 	return func(c *clientConfig) { c.label = label }
-}
-
-// WithoutOwnerInfo stops a Client from recording who it is: inspectors then
-// show its holds by token only.
-func WithoutOwnerInfo() Option {
-	return func(c *clientConfig) { c.noOwner = true }
-}
-
-// owners is a Client's record of itself.
-type owners struct {
-	off     bool
-	fields  []any
-	mu      sync.Mutex
-	written time.Time
-}
-
-func newOwners(cfg clientConfig) *owners {
-	if cfg.noOwner {
-		return &owners{off: true}
-	}
-	host, _ := os.Hostname()
-	prog := filepath.Base(os.Args[0])
-	return &owners{fields: []any{"host", host, "pid", os.Getpid(), "program", prog,
-		"label", cfg.label, "started", time.Now().UnixMilli()}}
-}
-
-// ownerKey names a Client's record.
-func ownerKey(prefix, id string) string { return prefix + ":client:" + id }
-
-// announce records who the Client is when it takes a hold or waits and
-// its record is missing or half its life old. It costs one call, rarely,
-// within the caller's ctx (a short ctx is not stretched for it: a record
-// that could not be written is tried again next time).
-func (c *Client) announce(ctx context.Context) {
-	o := c.owner
-	if o.off {
-		return
-	}
-	o.mu.Lock()
-	due := time.Since(o.written) > ownerTTL/2
-	if due {
-		o.written = time.Now()
-	}
-	o.mu.Unlock()
-	if !due {
-		return
-	}
-	args := append([]any{ownerTTL.Milliseconds()}, o.fields...)
-	if c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args}) != nil {
-		o.mu.Lock()
-		o.written = time.Time{}
-		o.mu.Unlock()
-	}
-}
-
-// forget deletes the Client's record (Close).
-func (c *Client) forget() {
-	if c.owner.off {
-		return
-	}
-	ctx, cancel := bounded(context.Background())
-	defer cancel()
-	_ = c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}})
 }
 
 // reader is the Redis that inspection reads: the Client's, or a quorum's

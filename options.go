@@ -246,3 +246,9 @@ func WithRetryJitter(d time.Duration) Option {
 func WithReplicaSync(replicas int, timeout time.Duration) Option {
 	return func(c *clientConfig) { c.sync = replicaSync{replicas, timeout} }
 }
+
+// WithoutOwnerInfo stops a Client from recording who it is: inspectors then
+// show its holds by token only.
+func WithoutOwnerInfo() Option {
+	return func(c *clientConfig) { c.noOwner = true }
+}
