@@ -174,11 +174,15 @@ func (c *Client) closed() bool { return c.life.Err() != nil }
 // keys of the script that publishes on it, so there it is per lock,
 // <lock>:wake:<id>.
 func (c *Client) wakeTo(k *keys) wakeTo {
+	if k.wake != nil {
+		return *k.wake
+	}
 	base := c.prefix + ":wake:"
 	if c.publish == "SPUBLISH" {
 		base = k.lock + ":wake:"
 	}
-	return wakeTo{base: base, publish: c.publish, reserve: c.reserve}
+	// Boxed once: a string made an interface costs an allocation.
+	return wakeTo{base: base, publish: c.publish, reserve: c.reserve, baseArg: base, publishArg: c.publish}
 }
 
 // member is how a waiter is registered in Redis: its Client's id, its
@@ -192,4 +196,10 @@ func (c *Client) member(token string, need int) string {
 }
 
 // keys returns the Redis names of the lock of kind kd called name.
-func (c *Client) keys(kd kind, name string) *keys { return newKeys(c.prefix, kd, name) }
+// Where its releases wake its waiters is worked out once, here.
+func (c *Client) keys(kd kind, name string) *keys {
+	k := newKeys(c.prefix, kd, name)
+	w := c.wakeTo(k)
+	k.wake = &w
+	return k
+}

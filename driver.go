@@ -209,11 +209,17 @@ func cmd(args ...any) Command { return Command{Args: args} }
 func keyed(args ...any) Command { return Command{Args: args, FirstKey: 1, Keys: 1} }
 
 // scriptCommand makes EVALSHA sha (or EVAL src) with keys and args.
-func scriptCommand(name, shaOrSrc string, keys []string, args []any) Command {
+// boxed, when set, is keys made interfaces already (as is shaOrSrc): a
+// string made one costs an allocation.
+func scriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args []any) Command {
 	words := make([]any, 0, 3+len(keys)+len(args))
 	words = append(words, name, shaOrSrc, len(keys))
-	for _, k := range keys {
-		words = append(words, k)
+	if boxed != nil {
+		words = append(words, boxed...)
+	} else {
+		for _, k := range keys {
+			words = append(words, k)
+		}
 	}
 	words = append(words, args...)
 	return Command{Args: words, FirstKey: 3, Keys: len(keys)}

@@ -548,11 +548,11 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 			cmd = r.Do(ctx, keyed("DEL", k.lock))
 			break
 		}
-		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.base, w.publish)
+		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg)
 	case KindRWMutex:
-		cmd = rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.base, w.publish)
+		cmd = rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.baseArg, w.publishArg)
 	case KindSemaphore:
-		cmd = semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive}, w.base, w.publish)
+		cmd = semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive}, w.baseArg, w.publishArg)
 	case KindLatch:
 		cmd = latchOpenScript.run(ctx, r, []string{k.lock, k.ids}, k.channel, c.publish)
 	}

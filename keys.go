@@ -36,6 +36,12 @@ type keys struct {
 	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
 	permits string // <lock>:permits  Semaphore: capacity, never expires
 	ids     string // <lock>:ids      Latch: ids that counted down
+
+	// Set by Client.keys: where releases wake the lock's waiters, and the
+	// keys of a mutex's scripts, boxed once for their calls.
+	wake       *wakeTo
+	mutexKeys  []string
+	mutexWords []any
 }
 
 func newKeys(prefix string, kd kind, name string) *keys {
@@ -43,7 +49,7 @@ func newKeys(prefix string, kd kind, name string) *keys {
 	if kd != kindMutex {
 		base += ":" + string(kd)
 	}
-	return &keys{
+	k := &keys{
 		name:    name,
 		lock:    base,
 		fence:   base + ":fence",
@@ -57,6 +63,9 @@ func newKeys(prefix string, kd kind, name string) *keys {
 		permits: base + ":permits",
 		ids:     base + ":ids",
 	}
+	k.mutexKeys = []string{k.lock, k.fence, k.queue, k.alive}
+	k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive}
+	return k
 }
 
 // tagEscaper makes any name safe inside a hash tag: Redis takes the tag to

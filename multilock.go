@@ -178,7 +178,7 @@ func (s *mutexSet) prepare(ctx context.Context) error {
 	}
 	s.keepAlive = place / 3
 	w := s.c.wakeTo(s.ms[0].k)
-	s.args = []any{s.token, s.member, place.Milliseconds(), w.base, w.publish}
+	s.args = []any{s.token, s.member, place.Milliseconds(), w.baseArg, w.publishArg}
 	for _, cfg := range s.cfgs {
 		s.args = append(s.args, cfg.ttl.Milliseconds())
 	}
@@ -202,7 +202,7 @@ func (s *mutexSet) leave(ctx context.Context) error {
 func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 	c, ms := s.c, s.ms
 	start := time.Now()
-	res, err := c.be.grant(ctx, call{lockAllScript, s.keys, s.args}).Int64Slice()
+	res, err := c.be.grant(ctx, call{lockAllScript, s.keys, s.args, nil}).Int64Slice()
 	if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
 		err = errors.New("unexpected script reply")
 	}

@@ -115,28 +115,29 @@ func (p mutexProto) reenter(token string, count int, ttl time.Duration) op {
 // placeTTL ms if it is held; queued: an earlier attempt carried member),
 // count >= 2 re-enters.
 func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) call {
-	return call{lockScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.base, p.w.publish, flag(queued)}}
+	return call{lockScript, p.k.mutexKeys,
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.baseArg, p.w.publishArg, flag(queued)},
+		p.k.mutexWords}
 }
 
 func (p mutexProto) release(token string, left int) op { return p.unlock(token, left) }
 
 // unlock is the script call behind release.
 func (p mutexProto) unlock(token string, left int) call {
-	return call{unlockScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
-		[]any{token, left, p.w.base, p.w.publish, flag(p.w.reserve)}}
+	return call{unlockScript, p.k.mutexKeys,
+		[]any{token, left, p.w.baseArg, p.w.publishArg, flag(p.w.reserve)}, p.k.mutexWords}
 }
 
 // leave is what a waiter that gives up runs.
 func (p mutexProto) leave(member string) call {
 	return call{leaveScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
-		[]any{member, p.w.base, p.w.publish, flag(p.w.reserve)}}
+		[]any{member, p.w.baseArg, p.w.publishArg, flag(p.w.reserve)}, nil}
 }
 
 func (p mutexProto) renew(token string, ttl time.Duration, exact bool) op {
-	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds(), flag(exact)}}
+	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds(), flag(exact)}, nil}
 }
 
 func (p mutexProto) ttl(token string) op {
-	return call{ttlScript, []string{p.k.lock}, []any{token}}
+	return call{ttlScript, []string{p.k.lock}, []any{token}, nil}
 }

@@ -51,7 +51,7 @@ func (c *Client) announce(ctx context.Context) {
 		return // written lately, or being written by another caller
 	}
 	args := append([]any{ownerTTL.Milliseconds()}, o.fields...)
-	if c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args}) != nil {
+	if c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args, nil}) != nil {
 		o.written.Store(0)
 	}
 }
@@ -63,5 +63,5 @@ func (c *Client) forget() {
 	}
 	ctx, cancel := bounded(context.Background())
 	defer cancel()
-	_ = c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}})
+	_ = c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}, nil})
 }

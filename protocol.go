@@ -48,6 +48,8 @@ type wakeTo struct {
 	base    string
 	publish string // PUBLISH, or SPUBLISH on a cluster
 	reserve bool   // keep a freed mutex for the waiter told (lib_mutex.lua)
+	// base and publish as script arguments, boxed once
+	baseArg, publishArg any
 }
 
 // protocol is what a kind of hold does in Redis, as script calls whose

@@ -293,7 +293,7 @@ func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, erro
 		return fence, nil
 	}
 	res := q.tally(q.fanout(ctx, t.ok, func(int) call {
-		return call{fenceMaxScript, []string{k.fence}, []any{fence}}
+		return call{fenceMaxScript, []string{k.fence}, []any{fence}, nil}
 	}), t.ok, func(v []int64) bool { return len(v) == 1 && v[0] >= fence })
 	if len(res.ok) < q.majority() {
 		return 0, &QuorumError{Op: "fence", Name: k.name, OK: len(res.ok), Needed: q.majority(), Failing: res.failed}

@@ -121,7 +121,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 		}
 		r.call = func(token, member string, _ bool, cfg lockConfig) call {
 			return call{rwReadScript, p.acquireKeys(),
-				[]any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers), member, placeTTL(cfg, member)}}
+				[]any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers), member, placeTTL(cfg, member)}, nil}
 		}
 	} else {
 		r.token = func(ctx context.Context) (string, error) {
@@ -160,7 +160,7 @@ func (p rwProto) acquireKeys() []string {
 
 func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 	if p.side == sideRead {
-		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0}}
+		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0}, nil}
 	}
 	return p.write(token, ttl, count, "", 0)
 }
@@ -169,24 +169,24 @@ func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
 // placeTTL ms if it must wait), count >= 2 re-enters.
 func (p rwProto) write(token string, ttl time.Duration, count int, member string, placeTTL int64) call {
 	return call{rwWriteScript, p.acquireKeys(),
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.base, p.w.publish}}
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.baseArg, p.w.publishArg}, nil}
 }
 
 func (p rwProto) release(token string, left int) op {
 	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
-		[]any{token, string(p.side), left, p.w.base, p.w.publish}}
+		[]any{token, string(p.side), left, p.w.baseArg, p.w.publishArg}, nil}
 }
 
 // leave is what a reader or writer that gives up its wait runs.
 func (p rwProto) leave(member string) call {
 	return call{rwLeaveScript, []string{p.k.lock, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
-		[]any{member, string(p.side), p.w.base, p.w.publish}}
+		[]any{member, string(p.side), p.w.baseArg, p.w.publishArg}, nil}
 }
 
 func (p rwProto) renew(token string, ttl time.Duration, exact bool) op {
-	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side), ttl.Milliseconds(), flag(exact)}}
+	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side), ttl.Milliseconds(), flag(exact)}, nil}
 }
 
 func (p rwProto) ttl(token string) op {
-	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side)}}
+	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side)}, nil}
 }

@@ -17,6 +17,8 @@ var scriptFiles embed.FS
 type script struct {
 	src string
 	sha string
+	// src and sha boxed once, as command words
+	srcArg, shaArg any
 }
 
 // loadScript joins lib.lua, a family's helpers and a script (the last
@@ -51,7 +53,8 @@ func loadScript(names ...string) script {
 	}
 	src = wrapPublishing(src)
 	sum := sha1.Sum([]byte(src))
-	return script{src: src, sha: hex.EncodeToString(sum[:])}
+	sha := hex.EncodeToString(sum[:])
+	return script{src: src, sha: sha, srcArg: src, shaArg: sha}
 }
 
 // helpersMark is the line of a script where its family's helpers go.
@@ -102,12 +105,7 @@ func semScript(name string) script {
 // run runs the script: one round trip when the server has it cached, two
 // when it answers NOSCRIPT.
 func (s script) run(ctx context.Context, d Driver, keys []string, args ...any) Reply {
-	r := d.Do(ctx, scriptCommand("EVALSHA", s.sha, keys, args))
-	if isNoScript(r.Err) {
-		r = d.Do(ctx, scriptCommand("EVAL", s.src, keys, args))
-	}
-	unwrapRefused(d, &r)
-	return r
+	return call{s: s, keys: keys, args: args}.run(ctx, d)
 }
 
 // call is one script invocation: a script with its keys and arguments.
@@ -115,11 +113,27 @@ type call struct {
 	s    script
 	keys []string
 	args []any
+	// boxed is keys made interfaces, when the caller has them (they are
+	// a lock's, made once: see keys.mutexWords); else nil.
+	boxed []any
 }
 
 // run runs the call on its own (see script.run).
 func (c call) run(ctx context.Context, d Driver) Reply {
-	return c.s.run(ctx, d, c.keys, c.args...)
+	r := d.Do(ctx, c.command(false))
+	if isNoScript(r.Err) {
+		r = d.Do(ctx, c.command(true))
+	}
+	unwrapRefused(d, &r)
+	return r
+}
+
+// command is the call's EVALSHA, or with whole its EVAL.
+func (c call) command(whole bool) Command {
+	if whole {
+		return scriptCommand("EVAL", c.s.srcArg, c.keys, c.boxed, c.args)
+	}
+	return scriptCommand("EVALSHA", c.s.shaArg, c.keys, c.boxed, c.args)
 }
 
 // runBatch sends the calls in one pipeline (a cluster's goes to each
@@ -149,7 +163,7 @@ func sendBatch(ctx context.Context, send func(context.Context, []Command) []Repl
 	calls []call, sync replicaSync) []Reply {
 	cmds := make([]Command, 0, len(calls)+1)
 	for _, c := range calls {
-		cmds = append(cmds, scriptCommand("EVALSHA", c.s.sha, c.keys, c.args))
+		cmds = append(cmds, c.command(false))
 	}
 	wait := cmd("WAIT", sync.replicas, sync.timeout.Milliseconds())
 	if sync.replicas > 0 {
@@ -165,8 +179,7 @@ func sendBatch(ctx context.Context, send func(context.Context, []Command) []Repl
 	if len(again) > 0 {
 		cmds = cmds[:0]
 		for _, i := range again {
-			c := calls[i]
-			cmds = append(cmds, scriptCommand("EVAL", c.s.src, c.keys, c.args))
+			cmds = append(cmds, calls[i].command(true))
 		}
 		if sync.replicas > 0 {
 			cmds = append(cmds, wait)

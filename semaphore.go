@@ -80,7 +80,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 		},
 		call: func(token, member string, _ bool, cfg lockConfig) call {
 			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits, k.queue, k.alive},
-				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}}
+				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}, nil}
 		}}, wait, opts)
 }
 
@@ -130,7 +130,7 @@ func (s *Semaphore) info(ctx context.Context, set int) (capacity, used int, err 
 	k := s.k
 	w := s.c.wakeTo(k)
 	res, err := semPermitsScript.run(ctx, s.c.rdb, []string{k.lock, k.leases, k.permits, k.queue, k.alive},
-		s.permits, set, w.base, w.publish).Int64Slice()
+		s.permits, set, w.baseArg, w.publishArg).Int64Slice()
 	if err != nil {
 		return 0, 0, redisErr("permits", k.name, err)
 	}
@@ -156,19 +156,19 @@ type semProto struct {
 
 func (p semProto) release(token string, left int) op {
 	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
-		[]any{token, left, p.w.base, p.w.publish}}
+		[]any{token, left, p.w.baseArg, p.w.publishArg}, nil}
 }
 
 // leave is what a waiter that gives up runs.
 func (p semProto) leave(member string) call {
 	return call{semLeaveScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
-		[]any{member, p.w.base, p.w.publish}}
+		[]any{member, p.w.baseArg, p.w.publishArg}, nil}
 }
 
 func (p semProto) renew(token string, ttl time.Duration, exact bool) op {
-	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds(), flag(exact)}}
+	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds(), flag(exact)}, nil}
 }
 
 func (p semProto) ttl(token string) op {
-	return call{semTTLScript, []string{p.k.lock, p.k.leases}, []any{token}}
+	return call{semTTLScript, []string{p.k.lock, p.k.leases}, []any{token}, nil}
 }
