@@ -1,0 +1,68 @@
+// Package rueidisdlock runs dlock on a rueidis client
+// (github.com/redis/rueidis): a single node, a Sentinel-managed primary or
+// a Redis Cluster, whichever the client was made for.
+//
+//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"localhost:6379"}})
+//	...
+//	locks, err := rueidisdlock.New(client, dlock.WithPrefix("myapp"))
+//	...
+//	defer locks.Close() // before client.Close()
+//
+// The Client it returns is dlock's in every respect; only the way to Redis
+// differs. The application keeps owning the rueidis client: close the
+// dlock Client first (it releases what it still holds), then the rueidis
+// client.
+//
+// What the driver does for dlock that rueidis does not do by itself:
+//
+//   - A WAIT after a write (dlock.WithReplicaSync) and the script-free
+//     mode's WATCH/MULTI/EXEC go on a dedicated connection to the node of
+//     the lock's key (rueidis's Dedicate), so that they follow the write
+//     on the same connection.
+//   - Its pub/sub connections are dedicated connections that it
+//     resubscribes itself when they break, so that every (re)confirmation
+//     makes dlock's waiters check their lock again.
+//   - On a cluster, Masters lists the masters only (rueidis's Nodes lists
+//     replicas too), and NodeOf reads the slot map from CLUSTER SLOTS.
+//
+// A call's ctx does not cut a command short once it is handed to rueidis:
+// dlock bounds every call by its ctx itself, and needs to know when a
+// command it gave up on can no longer run on the server (a rueidis client
+// spreads a node's commands over several connections by default, see
+// ClientOption.PipelineMultiplex, so a command abandoned on one may run
+// after a later one sent on another). rueidis's own timeouts
+// (ClientOption.ConnWriteTimeout) still end a call to a server that does
+// not answer.
+package rueidisdlock
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/rueidis"
+)
+
+// New returns a dlock Client that reaches Redis through client. It is
+// dlock.New in all else: the options are dlock's, and so are the errors
+// (an error wrapping dlock.ErrInvalidArgument for a nil client or bad
+// options). It does not talk to Redis.
+func New(client rueidis.Client, opts ...dlock.Option) (*dlock.Client, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil rueidis client", dlock.ErrInvalidArgument)
+	}
+	return dlock.NewWithDriver(NewDriver(client), opts...)
+}
+
+// NewDriver returns the dlock.Driver of client, for dlock.NewWithDriver:
+// New is NewWithDriver(NewDriver(client)). Wrapping it is a test's way to
+// inject faults between dlock and rueidis. It panics if client is nil.
+func NewDriver(client rueidis.Client) dlock.Driver {
+	if client == nil {
+		panic("rueidisdlock: NewDriver with a nil client")
+	}
+	return newDriver(client, client.Mode() == rueidis.ClientModeCluster)
+}
+
+// errClosed is the error of a call on a closed pub/sub connection.
+var errClosed = errors.New("rueidisdlock: pub/sub connection closed")

@@ -1,0 +1,272 @@
+package rueidisdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/rueidis"
+)
+
+// driver is the dlock.Driver of a rueidis client. It is safe for
+// concurrent use, as the client is.
+type driver struct {
+	client  rueidis.Client
+	cluster bool      // client is a cluster's
+	slots   *slotMap  // the cluster's slot map (nil elsewhere)
+	name    string    // DriverInfo.Name
+}
+
+func newDriver(client rueidis.Client, cluster bool) *driver {
+	d := &driver{client: client, cluster: cluster, name: "rueidis"}
+	if cluster {
+		d.slots = &slotMap{}
+	}
+	return d
+}
+
+// Info: rueidis sends the commands of concurrent callers together by
+// itself (AutoPipeline). It is not CtxBound: see the package doc.
+func (d *driver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Name: d.name, Cluster: d.cluster, AutoPipeline: true}
+}
+
+// detach returns the ctx a command is sent with: ctx's values without
+// its end (see the package doc).
+func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+func (d *driver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
+	cmd, err := build(d.client.B(), c, "")
+	if err != nil {
+		return dlock.Reply{Err: err}
+	}
+	return reply(d.client.Do(detach(ctx), cmd))
+}
+
+func (d *driver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+	return pipeline(ctx, d.client, cmds, d.cluster, "")
+}
+
+// pipeline sends cmds with one DoMulti of client. Commands without keys
+// go to the node of the first command's key on a cluster (for a TIME
+// beside a lock's keys), or, with pin, every command goes to pin's node
+// (a dedicated connection of a cluster: see conn). A command that cannot
+// be built fails on its own; the others are sent.
+func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []dlock.Command, cluster bool, pin string) []dlock.Reply {
+	out := make([]dlock.Reply, len(cmds))
+	if cluster && pin == "" {
+		pin = firstKey(cmds)
+	}
+	built := make([]rueidis.Completed, 0, len(cmds))
+	at := make([]int, 0, len(cmds)) // the index in cmds of each built command
+	for i, c := range cmds {
+		cmd, err := build(client.B(), c, pin)
+		if err != nil {
+			out[i] = dlock.Reply{Err: err}
+			continue
+		}
+		built = append(built, cmd)
+		at = append(at, i)
+	}
+	if len(built) == 0 {
+		return out
+	}
+	for j, r := range client.DoMulti(detach(ctx), built...) {
+		out[at[j]] = reply(r)
+	}
+	return out
+}
+
+// firstKey returns the first key of the commands that have one.
+func firstKey(cmds []dlock.Command) string {
+	for _, c := range cmds {
+		if c.Keys > 0 && c.FirstKey < len(c.Args) {
+			return argString(c.Args[c.FirstKey])
+		}
+	}
+	return ""
+}
+
+// build makes the rueidis command of c. Its first key routes it on a
+// cluster (its other keys go as plain words: keys of several slots are
+// the server's CROSSSLOT error, not a panic in rueidis's builder);
+// SPUBLISH, which has no key, is routed by its channel. A command without
+// keys goes to pin's node when pin is set, and keyed commands too when
+// the command's own slot cannot be pinned otherwise (see conn).
+func build(b rueidis.Builder, c dlock.Command, pin string) (rueidis.Completed, error) {
+	words := c.StringArgs()
+	if len(words) == 0 || words[0] == "" {
+		return rueidis.Completed{}, errors.New("rueidisdlock: empty command")
+	}
+	name := strings.ToUpper(words[0])
+	if strings.HasSuffix(name, "SUBSCRIBE") {
+		return rueidis.Completed{}, fmt.Errorf("rueidisdlock: %s outside a pub/sub connection", words[0])
+	}
+	first, keys := c.FirstKey, c.Keys
+	if keys == 0 && name == "SPUBLISH" && len(words) > 1 {
+		first, keys = 1, 1
+	}
+	var cmd rueidis.Completed
+	if keys > 0 && first > 0 && first < len(words) {
+		cmd = b.Arbitrary(words[:first]...).Keys(words[first]).Args(words[first+1:]...).Build()
+	} else {
+		cmd = b.Arbitrary(words...).Build()
+	}
+	if pin != "" {
+		cmd = cmd.SetSlot(pin)
+	}
+	return cmd, nil
+}
+
+// argString formats a word of a command as dlock.Command.StringArgs does.
+func argString(a any) string { return dlock.Command{Args: []any{a}}.StringArgs()[0] }
+
+// Dedicated lends a connection of rueidis's pool of key's node (rueidis's
+// Dedicate; on a cluster every command sent on it carries key's slot, so
+// the first one takes it to key's master). A connection on which a round
+// trip failed is closed, not given back: its state (a WATCH, a MULTI) is
+// unknown.
+func (d *driver) Dedicated(ctx context.Context, key string, fn func(dlock.Conn) error) error {
+	dc, release := d.client.Dedicate()
+	c := &conn{dc: dc, cluster: d.cluster, key: key}
+	defer func() {
+		if c.broken {
+			dc.Close()
+		} else {
+			release()
+		}
+	}()
+	return fn(c)
+}
+
+// conn is the dlock.Conn of a dedicated client. fn uses it from one
+// goroutine at a time.
+type conn struct {
+	dc      rueidis.DedicatedClient
+	cluster bool
+	key     string
+	broken  bool // a round trip failed
+}
+
+func (c *conn) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+	pin := ""
+	if c.cluster {
+		pin = c.key
+	}
+	out := pipeline(ctx, c.dc, cmds, false, pin)
+	for _, r := range out {
+		if r.Err != nil && !isReply(r.Err) {
+			c.broken = true
+		}
+	}
+	return out
+}
+
+// isReply reports whether err is the server's error reply.
+func isReply(err error) bool {
+	_, ok := errors.AsType[*dlock.ErrorReply](err)
+	return ok
+}
+
+func (d *driver) NodeOf(ctx context.Context, key string) (string, error) {
+	if !d.cluster {
+		return "", errors.ErrUnsupported
+	}
+	return d.slots.masterOf(ctx, d.client, slotOf(key))
+}
+
+// Masters returns a driver of each master that serves slots (rueidis's
+// Nodes has the replicas too).
+func (d *driver) Masters(ctx context.Context) ([]dlock.Driver, error) {
+	if !d.cluster {
+		return []dlock.Driver{d}, nil
+	}
+	addrs, err := d.slots.masters(ctx, d.client)
+	if err != nil {
+		return nil, err
+	}
+	nodes := d.client.Nodes()
+	out := make([]dlock.Driver, 0, len(addrs))
+	for _, a := range addrs {
+		n := nodes[a]
+		if n == nil {
+			return nil, fmt.Errorf("rueidisdlock: master %s is not among the client's nodes", a)
+		}
+		out = append(out, &driver{client: n, name: d.name})
+	}
+	return out, nil
+}
+
+// Refresh marks the slot map stale: the next NodeOf or Masters reads it
+// again. (rueidis refreshes its own map when a reply says it moved.)
+func (d *driver) Refresh() {
+	if d.cluster {
+		d.slots.invalidate()
+	}
+}
+
+// reply is the neutral reply of a rueidis result.
+func reply(r rueidis.RedisResult) dlock.Reply {
+	if err := r.NonRedisError(); err != nil {
+		return dlock.Reply{Err: err}
+	}
+	m, _ := r.ToMessage()
+	switch v := value(&m).(type) {
+	case error:
+		return dlock.Reply{Err: v}
+	default:
+		return dlock.Reply{Val: v}
+	}
+}
+
+// value turns a rueidis message into a neutral value: nil, int64, string,
+// float64 (a RESP3 double), bool (a RESP3 boolean), []any (an array or a
+// set; a map as its keys and values in turn) or an *dlock.ErrorReply.
+func value(m *rueidis.RedisMessage) any {
+	if err := m.Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			return nil
+		}
+		return &dlock.ErrorReply{Err: err}
+	}
+	switch {
+	case m.IsString():
+		s, _ := m.ToString()
+		return s
+	case m.IsInt64():
+		n, _ := m.ToInt64()
+		return n
+	case m.IsArray():
+		vs, _ := m.ToArray()
+		out := make([]any, len(vs))
+		for i := range vs {
+			out[i] = value(&vs[i])
+		}
+		return out
+	case m.IsMap():
+		kv, _ := m.AsMap()
+		out := make([]any, 0, 2*len(kv))
+		for k, v := range kv {
+			out = append(out, k, value(&v))
+		}
+		return out
+	case m.IsFloat64():
+		f, _ := m.ToFloat64()
+		return f
+	case m.IsBool():
+		b, _ := m.ToBool()
+		return b
+	}
+	// A verbatim string ("txt:" and the text, as RESP3's INFO) or a big
+	// number.
+	v, err := m.ToAny()
+	if err != nil {
+		return err // not a server's error: a type rueidis cannot read
+	}
+	if s, ok := v.(string); ok && len(s) >= 4 && s[3] == ':' {
+		return s[4:]
+	}
+	return v
+}

@@ -1,0 +1,38 @@
+package rueidisdlock_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest"
+	"github.com/dlock-go/dlock/rueidisdlock"
+	"github.com/redis/rueidis"
+)
+
+// newClient returns a rueidis client made with opt, closed when t ends.
+func newClient(t *testing.T, opt rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return client
+}
+
+// TestDriver runs the driver conformance suite on a single node, a
+// Sentinel-managed primary and a cluster.
+func TestDriver(t *testing.T) {
+	drivertest.Run(t,
+		func(t *testing.T, addr string) dlock.Driver {
+			return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
+		},
+		drivertest.Sentinel(func(t *testing.T, master string, sentinels []string) dlock.Driver {
+			return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{
+				InitAddress: sentinels, Sentinel: rueidis.SentinelOption{MasterSet: master}}))
+		}),
+		drivertest.Cluster(func(t *testing.T, addrs []string) dlock.Driver {
+			return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: addrs}))
+		}),
+	)
+}

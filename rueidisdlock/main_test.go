@@ -1,0 +1,14 @@
+package rueidisdlock_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// A cluster client closes the connections of nodes that left its
+	// slot map 5 s later, on a goroutine of its own that outlives the
+	// client.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+}
