@@ -14,9 +14,9 @@ import (
 // concurrent use, as the client is.
 type driver struct {
 	client  rueidis.Client
-	cluster bool      // client is a cluster's
-	slots   *slotMap  // the cluster's slot map (nil elsewhere)
-	name    string    // DriverInfo.Name
+	cluster bool     // client is a cluster's
+	slots   *slotMap // the cluster's slot map (nil elsewhere)
+	name    string   // DriverInfo.Name
 }
 
 func newDriver(client rueidis.Client, cluster bool) *driver {
