@@ -31,6 +31,15 @@
 //   - Independent masters: NewQuorum, the RedLock algorithm (Mutex only).
 //   - Proxies that forbid Lua: New with WithoutScripts (plain Mutex only).
 //
+// # Redis clients
+//
+// New takes a go-redis v9 client. The packages rueidisdlock and
+// valkeydlock make the same Client on a rueidis or a valkey-go client
+// (rueidisdlock.New(client, opts...)), single node, Sentinel or Cluster;
+// a program that imports only dlock does not compile them. Underneath,
+// each is a Driver (NewWithDriver), the seam where dlock meets a client
+// library: a Client speaks to Redis only through one.
+//
 // # Quick start
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})

@@ -16,6 +16,11 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/history"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // The test binary doubles as the helper processes of the tests about
@@ -66,6 +71,8 @@ func helperMain(mode string) int {
 		err = helperWait(ctx, c.Mutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)))
 	case "readwait":
 		err = helperWait(ctx, c.RWMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)).RLocker())
+	case "latesdk":
+		err = helperLateSDK(ctx, m)
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
@@ -74,6 +81,50 @@ func helperMain(mode string) int {
 		return 1
 	}
 	return 0
+}
+
+// helperLateSDK locks and unlocks m, installs OpenTelemetry SDK
+// providers as the global ones (as a program that sets them up after it
+// made its Client does), locks and unlocks again, and says "ok" when the
+// SDK saw the second round's spans and measurements (only those).
+func helperLateSDK(ctx context.Context, m *dlock.Mutex) error {
+	round := func() error {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	}
+	if err := round(); err != nil {
+		return err
+	}
+	spans := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err := round(); err != nil {
+		return err
+	}
+	var names []string
+	for _, s := range spans.Ended() {
+		names = append(names, s.Name())
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		return err
+	}
+	acquires := uint64(0)
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if h, ok := mt.Data.(metricdata.Histogram[float64]); ok && mt.Name == "dlock.acquire.duration" {
+				for _, p := range h.DataPoints {
+					acquires += p.Count
+				}
+			}
+		}
+	}
+	fmt.Println(strings.Join(append([]string{"ok"}, names...), " "), acquires)
+	return nil
 }
 
 // helperContend runs goroutines that each take the lock rounds times, do

@@ -168,7 +168,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	h := l.of.first()
 	tel := h.c.tel
-	ctx, span := tel.tracer.Start(ctx, "dlock.Unlock", tel.spanAttrs(h.what, h.k.name))
+	ctx, span := tel.start(ctx, "dlock.Unlock", tel.spanAttrs(h.what, h.k.name))
 	err := l.of.unlock(ctx, l)
 	if err != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, err.Error())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Telemetry: logs through log/slog, metrics and spans through the
@@ -91,6 +93,14 @@ type telemetry struct {
 	log    *slog.Logger
 	names  bool
 	tracer trace.Tracer
+	// The global providers as New found them when no SDK was installed
+	// (OpenTelemetry's own, which drop everything until one is): while they
+	// are still the global ones, spans and measurements are skipped, as
+	// they would be dropped (each costs allocations on the hot path). An
+	// SDK installed later replaces them, and from then on dlock's
+	// instruments, made from them, report to it.
+	globalTP trace.TracerProvider
+	globalMP metric.MeterProvider
 
 	acquire    metric.Float64Histogram
 	hold       metric.Float64Histogram
@@ -135,9 +145,15 @@ func newTelemetry(cfg clientConfig) *telemetry {
 	mp, tp := cfg.meters, cfg.tracers
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+		if unset(mp) {
+			t.globalMP = mp
+		}
 	}
 	if tp == nil {
 		tp = otel.GetTracerProvider()
+		if unset(tp) {
+			t.globalTP = tp
+		}
 	}
 	t.tracer = tp.Tracer(scope)
 	m := mp.Meter(scope)
@@ -195,20 +211,44 @@ func (t *telemetry) spanAttrs(what, name string) trace.SpanStartOption {
 	return trace.WithAttributes(attrPrimitive.String(what))
 }
 
+// unset reports whether p is one of OpenTelemetry's global providers
+// before an SDK is installed: their type is internal to otel.
+func unset(p any) bool { return strings.HasPrefix(fmt.Sprintf("%T", p), "*global.") }
+
+// tracing reports whether a span may record (see globalTP).
+func (t *telemetry) tracing() bool {
+	return t.globalTP == nil || otel.GetTracerProvider() != t.globalTP
+}
+
+// measuring reports whether a measurement may be kept (see globalMP).
+func (t *telemetry) measuring() bool {
+	return t.globalMP == nil || otel.GetMeterProvider() != t.globalMP
+}
+
+// start starts a span, or does nothing when it could not record.
+func (t *telemetry) start(ctx context.Context, op string, opt trace.SpanStartOption) (context.Context, trace.Span) {
+	if !t.tracing() {
+		return ctx, noop.Span{}
+	}
+	return t.tracer.Start(ctx, op, opt)
+}
+
 // acquireStarted starts an acquire's span.
 func (t *telemetry) acquireStarted(ctx context.Context, what, name string, wait bool) (context.Context, trace.Span) {
 	op := "dlock.TryLock"
 	if wait {
 		op = "dlock.Lock"
 	}
-	return t.tracer.Start(ctx, op, t.spanAttrs(what, name))
+	return t.start(ctx, op, t.spanAttrs(what, name))
 }
 
 // acquireEnded records an acquire's duration and outcome, and ends its
 // span.
 func (t *telemetry) acquireEnded(ctx context.Context, span trace.Span, what, name string, start time.Time, err error) {
 	o := outcome(err)
-	t.acquire.Record(ctx, time.Since(start).Seconds(), t.attrs(what, name, attrOutcome, o))
+	if t.measuring() {
+		t.acquire.Record(ctx, time.Since(start).Seconds(), t.attrs(what, name, attrOutcome, o))
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attrOutcome.String(o))
 		if o == "error" {
@@ -237,14 +277,19 @@ func outcome(err error) string {
 
 // holdStarted counts a new hold.
 func (t *telemetry) holdStarted(h *hold) {
+	if !t.measuring() {
+		return
+	}
 	t.held.Add(context.Background(), 1, t.attrs(h.what, h.k.name, "", ""))
 }
 
 // holdEnded counts a hold's end, and its loss if it was lost.
 func (t *telemetry) holdEnded(h *hold, err error) {
 	ctx := context.Background()
-	t.held.Add(ctx, -1, t.attrs(h.what, h.k.name, "", ""))
-	t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.attrs(h.what, h.k.name, "", ""))
+	if t.measuring() {
+		t.held.Add(ctx, -1, t.attrs(h.what, h.k.name, "", ""))
+		t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.attrs(h.what, h.k.name, "", ""))
+	}
 	if le := (*lossError)(nil); errors.As(err, &le) {
 		t.lost.Add(ctx, 1, t.attrs(h.what, h.k.name, attrReason, le.reason))
 		t.log.Warn("dlock: lease lost", "lock", h.k.name, "primitive", h.what, "reason", le.reason, "why", le.why)

@@ -172,3 +172,15 @@ func has(set attribute.Set, want []attribute.KeyValue) bool {
 	}
 	return true
 }
+
+// A Client made before the program installs its OpenTelemetry SDK skips
+// spans and measurements while nothing would keep them (they cost
+// allocations on every lock), and reports to the SDK once it is there. In
+// a process of its own: the global providers cannot be put back.
+func TestTelemetryReachesAnSDKInstalledLater(t *testing.T) {
+	h := startHelper(t, "latesdk", addrEnv+"="+srv.Addr(), nameEnv+"="+lockName(t), ttlEnv+"=10s")
+	got := h.expect(t, "ok", 20*time.Second)
+	if want := "ok dlock.Lock dlock.Unlock 1"; got != want {
+		t.Fatalf("the SDK installed after New saw %q; want %q (the second round's spans and one acquire)", got, want)
+	}
+}

@@ -6,6 +6,9 @@
 // redis-servers that the test binary starts (one shared server, 5
 // independent masters for RedLock, a cluster), and a report (TestReport,
 // enabled by -report) that runs them all and prints markdown tables with
-// ratios and a verdict per performance target. README.md says how to run
+// ratios and a verdict per performance target. BenchmarkOneClient (and
+// TestOneClientReport, enabled by -oneclient) measures what one process
+// sees with one client of each implementation shared by all goroutines,
+// with client and server CPU per operation. README.md says how to run
 // them and shows the figures of one run.
 package bench

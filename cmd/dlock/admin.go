@@ -81,9 +81,9 @@ func (a *adminFlags) register(fs *flag.FlagSet) {
 
 // options checks the prefix and resolves the connection flags (reading
 // $DLOCK_REDIS_URL); it does not connect.
-func (a *adminFlags) options() (*redis.Options, error) {
+func (a *adminFlags) options() (target, error) {
 	if err := checkPrefix(a.prefix); err != nil {
-		return nil, err
+		return target{}, err
 	}
 	return a.conn.options(os.Getenv)
 }
@@ -91,13 +91,13 @@ func (a *adminFlags) options() (*redis.Options, error) {
 // session is a connection to Redis and a library Client on it, for
 // inspection: it records no owner information, as it takes no lock.
 type session struct {
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	c   *dlock.Client
 }
 
 // connect dials Redis and makes the Client. Close the session when done.
-func connect(ctx context.Context, opt *redis.Options, prefix string) (*session, error) {
-	rdb, err := dial(ctx, opt)
+func connect(ctx context.Context, t target, prefix string) (*session, error) {
+	rdb, _, err := dial(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -115,12 +115,12 @@ func (s *session) close() {
 	s.rdb.Close()
 }
 
-// adminRun connects with opt under prefix, bounded by adminTimeout, runs
-// do, and returns its status; 1 if Redis cannot be reached.
-func adminRun(opt *redis.Options, prefix string, stderr io.Writer, do func(ctx context.Context, s *session) int) int {
+// adminRun connects to t under prefix, bounded by adminTimeout, runs do,
+// and returns its status; 1 if Redis cannot be reached.
+func adminRun(t target, prefix string, stderr io.Writer, do func(ctx context.Context, s *session) int) int {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	s, err := connect(ctx, opt, prefix)
+	s, err := connect(ctx, t, prefix)
 	if err != nil {
 		complain(stderr, "%v", err)
 		return exitFail
@@ -147,7 +147,7 @@ var lockKeyTypes = map[dlock.Kind][]string{
 // checkKeyType fails when the lock's key holds something that is no
 // dlock lock (a name clash under the prefix): unlock must not delete it,
 // and inspect must not call it free.
-func checkKeyType(ctx context.Context, rdb *redis.Client, l *dlock.LockInfo) error {
+func checkKeyType(ctx context.Context, rdb redis.Cmdable, l *dlock.LockInfo) error {
 	t, err := rdb.Type(ctx, l.Key).Result()
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", l.Kind, l.Name, err)

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,13 +31,13 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usageError(stderr, checkSynopsis, "check takes no arguments")
 	}
-	opt, err := a.options()
+	t, err := a.options()
 	if err != nil {
 		return usageError(stderr, checkSynopsis, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	rdb, err := dial(ctx, opt)
+	rdb, where, err := dial(ctx, t)
 	if err != nil {
 		complain(stderr, "%v", err)
 		return exitFail
@@ -45,14 +47,25 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	if v == "" {
 		v = "version unknown"
 	}
-	fmt.Fprintf(stdout, "checking Redis %s at %s for dlock (prefix %q)\n", v, opt.Addr, a.prefix)
+	fmt.Fprintf(stdout, "checking Redis %s at %s for dlock (prefix %q)\n", v, where, a.prefix)
 	ck := checker{rdb: rdb, prefix: a.prefix, w: stdout}
 	ck.scripts(ctx)
 	ck.keys(ctx)
 	ck.pubsub(ctx)
-	ck.eviction(ctx)
-	ck.persistence(ctx)
-	ck.replicas(ctx)
+	servers, err := masters(ctx, rdb)
+	if err != nil {
+		ck.say(checkMissing, "cluster", "cannot list the masters: %v", err)
+	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	for _, s := range servers {
+		ck.server = s
+		if cluster {
+			ck.node = s.Options().Addr + ": "
+		}
+		ck.eviction(ctx)
+		ck.persistence(ctx)
+		ck.replicas(ctx)
+	}
 	if ck.missing > 0 {
 		fmt.Fprintf(stdout, "%d required check(s) failed: dlock's locks are not safe or not prompt on this server as this user\n", ck.missing)
 		return exitFail
@@ -63,10 +76,33 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 
 // checker runs the checks and prints their outcome.
 type checker struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient // for the checks as a Client makes its calls
+	server  *redis.Client         // for the checks of one server's settings (INFO)
+	node    string                // on a cluster, "ADDR: " of server, said before what is said of it
 	prefix  string
 	w       io.Writer
 	missing int
+}
+
+// masters returns the servers whose settings count: each master of a
+// cluster, in address order, else rdb itself.
+func masters(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Client, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return []*redis.Client{rdb.(*redis.Client)}, nil
+	}
+	var (
+		mu  sync.Mutex
+		out []*redis.Client
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, node)
+		return nil
+	})
+	slices.SortFunc(out, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	return out, err
 }
 
 // Outcomes of a check.
@@ -81,7 +117,7 @@ func (c *checker) say(outcome, what, format string, a ...any) {
 	if outcome == checkMissing {
 		c.missing++
 	}
-	fmt.Fprintf(c.w, "  %-8s %-12s %s\n", outcome, what, fmt.Sprintf(format, a...))
+	fmt.Fprintf(c.w, "  %-8s %-12s %s%s\n", outcome, what, c.node, fmt.Sprintf(format, a...))
 }
 
 // key returns a fresh key under the prefix, in one slot ({dlock-check}).
@@ -188,7 +224,7 @@ func (c *checker) pubsub(ctx context.Context) {
 
 // eviction checks that the server never evicts keys.
 func (c *checker) eviction(ctx context.Context) {
-	info, err := c.rdb.Info(ctx, "memory").Result()
+	info, err := c.server.Info(ctx, "memory").Result()
 	if err != nil {
 		c.say(checkMissing, "eviction", "INFO memory: %v (cannot tell the maxmemory-policy; dlock reads it at a Client's first Lock)", err)
 		return
@@ -204,7 +240,7 @@ func (c *checker) eviction(ctx context.Context) {
 
 // persistence warns when a restart would forget fence counters.
 func (c *checker) persistence(ctx context.Context) {
-	info, err := c.rdb.Info(ctx, "persistence").Result()
+	info, err := c.server.Info(ctx, "persistence").Result()
 	if err != nil {
 		c.say(checkWarning, "persistence", "INFO persistence: %v", err)
 		return
@@ -214,7 +250,7 @@ func (c *checker) persistence(ctx context.Context) {
 		return
 	}
 	save := "RDB snapshots: unknown, CONFIG GET refused"
-	if cfg, err := c.rdb.ConfigGet(ctx, "save").Result(); err == nil {
+	if cfg, err := c.server.ConfigGet(ctx, "save").Result(); err == nil {
 		save = "RDB save " + cfg["save"]
 		if cfg["save"] == "" {
 			save = "no RDB snapshots either"
@@ -226,7 +262,7 @@ func (c *checker) persistence(ctx context.Context) {
 
 // replicas says what a failover could lose.
 func (c *checker) replicas(ctx context.Context) {
-	info, err := c.rdb.Info(ctx, "replication").Result()
+	info, err := c.server.Info(ctx, "replication").Result()
 	if err != nil {
 		c.say(checkInfo, "replication", "INFO replication: %v", err)
 		return

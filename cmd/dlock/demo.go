@@ -58,7 +58,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo")
 	fs.IntVar(&c.workers, "workers", 4, "`n` worker processes contend for the lock")
 	fs.IntVar(&c.rounds, "rounds", 5, "acquisitions per worker")
-	fs.StringVar(&c.url, "redis", "", "use the Redis at `URL` (redis://host:port) instead of starting one")
+	fs.StringVar(&c.url, "redis", "", "use the Redis at `URL` instead of starting one: "+serverForm+", "+clusterForm+" or "+sentinelForm)
 	fs.StringVar(&c.prefix, "prefix", demoPrefix, "key `prefix`; the demo resets its counter under it")
 	fs.BoolVar(&c.embedded, "embedded", false, "") // internal: use miniredis even if redis-server exists
 	if code, ok := parseFlags(fs, demoSynopsis, args, stdout, stderr); !ok {
@@ -108,11 +108,14 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (bool, er
 		return false, err
 	}
 	defer srv.stop()
-	rdb, err := dialURL(ctx, srv.url)
+	rdb, where, err := dialURL(ctx, srv.url)
 	if err != nil {
 		return false, err
 	}
 	defer rdb.Close()
+	if srv.given {
+		srv.addr = where // a cluster found through a node's URL shows as one
+	}
 	version := srv.version
 	if version == "" {
 		version = serverVersion(ctx, rdb)
@@ -168,11 +171,14 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (bool, er
 // resetKeys deletes the demo's counter and fenced resource, so that a
 // rerun against the same server starts from zero. The lock's fencing
 // counter is left alone: fences never go back.
-func resetKeys(ctx context.Context, rdb *redis.Client, prefix string) error {
+func resetKeys(ctx context.Context, rdb redis.Cmdable, prefix string) error {
 	ctx, cancel := context.WithTimeout(ctx, cleanupWait)
 	defer cancel()
-	if err := rdb.Del(ctx, counterKey(prefix), prefix+":"+resourceKey).Err(); err != nil {
-		return fmt.Errorf("resetting the demo keys: %w", err)
+	// One key at a time: on a cluster the two are in different slots.
+	for _, k := range []string{counterKey(prefix), prefix + ":" + resourceKey} {
+		if err := rdb.Del(ctx, k).Err(); err != nil {
+			return fmt.Errorf("resetting the demo keys: %w", err)
+		}
 	}
 	return nil
 }

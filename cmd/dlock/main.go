@@ -131,8 +131,10 @@ func usage(w io.Writer) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n--redis defaults to $%s, else %s (demo: a server of its own);\n", redisURLEnv, defaultRedisURL)
-	fmt.Fprintln(w, "rediss:// and --tls-ca, --tls-cert, --tls-key, --tls-insecure for TLS (every command but demo).")
+	fmt.Fprintf(w, "\n--redis URL: where the locks are; $%s, else %s, when not given\n", redisURLEnv, defaultRedisURL)
+	fmt.Fprintln(w, "(demo: a server of its own). URL is one of")
+	fmt.Fprint(w, urlForms)
+	fmt.Fprintln(w, "--tls-ca, --tls-cert, --tls-key, --tls-insecure adjust TLS (every command but demo).")
 	fmt.Fprintln(w, "--kind: mutex (FairMutex too), rwmutex, semaphore or latch; PATTERN: path.Match syntax on names.")
 	fmt.Fprintln(w, `Run "dlock COMMAND -h" for a command's flags.`)
 }

@@ -28,6 +28,7 @@ var testServer *redistest.Server
 // the shared server, runs the tests and checks that they left no
 // goroutine behind.
 func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{}) // as main does: the tests check what dlock says
 	switch {
 	case os.Getenv(workerEnv) == "1", os.Getenv(cliEnv) == "1",
 		len(os.Args) > 1 && os.Args[1] == guardCommand:
@@ -35,7 +36,6 @@ func TestMain(m *testing.M) {
 	case os.Getenv(helperEnv) != "":
 		os.Exit(helperMain(os.Getenv(helperEnv), os.Args[1:]))
 	}
-	redis.SetLogger(quietLogger{}) // as main does: the tests check what dlock says
 	srv, err := redistest.Start(redistest.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -43,6 +43,7 @@ func TestMain(m *testing.M) {
 	}
 	testServer = srv
 	code := m.Run()
+	closeTopologies()
 	srv.Close()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

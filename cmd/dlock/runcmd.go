@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // runSynopsis is run's usage line.
@@ -24,8 +23,8 @@ const runSynopsis = "dlock run [--redis URL] [--tls-*] [--prefix P] [--ttl 30s] 
 // runNotes follow run's flags in "dlock run -h".
 const runNotes = `
 Flags go before NAME; "--" between NAME and CMD is required.
---redis defaults to $DLOCK_REDIS_URL, else ` + defaultRedisURL + `.
-
+--redis defaults to $DLOCK_REDIS_URL, else ` + defaultRedisURL + `. URL is one of
+` + urlForms + `
 exit status:
   CMD's       CMD's own, 128+n if signal n ended it
   1           a Redis error, or the lease was lost and CMD exited 0
@@ -54,7 +53,7 @@ const (
 
 // runConfig is run's command line.
 type runConfig struct {
-	opt          *redis.Options // where the lock is: --redis, $DLOCK_REDIS_URL, --tls-*
+	target       target // where the lock is: --redis, $DLOCK_REDIS_URL, --tls-*
 	prefix, name string
 	ttl, grace   time.Duration
 	wait         waitFlag // --wait; unset: wait as long as it takes
@@ -171,11 +170,11 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	if err := checkPrefix(c.prefix); err != nil {
 		return bad("%v", err)
 	}
-	opt, err := conn.options(getenv)
+	t, err := conn.options(getenv)
 	if err != nil {
 		return bad("%v", err)
 	}
-	c.opt = opt
+	c.target = t
 	return c, exitOK, true
 }
 
@@ -244,7 +243,7 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 		return sig
 	}
 
-	rdb, err := dial(ctx, c.opt)
+	rdb, _, err := dial(ctx, c.target)
 	if err != nil {
 		if s := interrupted(); s != nil {
 			return signalStatus(s)

@@ -26,7 +26,7 @@ func TestParseRun(t *testing.T) {
 	}{
 		{[]string{"job", "--", "echo", "--ttl"}, "", func(c runConfig) bool {
 			return c.name == "job" && slices.Equal(c.argv, []string{"echo", "--ttl"}) && !c.noWait && !c.wait.set &&
-				c.conflictCode == exitBusy && c.opt.Addr == "127.0.0.1:6379"
+				c.conflictCode == exitBusy && c.target.server.Addr == "127.0.0.1:6379"
 		}},
 		{[]string{"-n", "job", "--", "x"}, "", func(c runConfig) bool { return c.noWait }},
 		{[]string{"--no-wait", "job", "--", "x"}, "", func(c runConfig) bool { return c.noWait }},
@@ -34,8 +34,8 @@ func TestParseRun(t *testing.T) {
 		{[]string{"--wait", "1m30s", "--conflict-exit-code", "0", "job", "--", "x"}, "", func(c runConfig) bool {
 			return !c.noWait && c.wait.set && c.wait.d == 90*time.Second && c.conflictCode == 0
 		}},
-		{[]string{"job", "--", "x"}, "redis://10.1.2.3:7000/3", func(c runConfig) bool { return c.opt.Addr == "10.1.2.3:7000" && c.opt.DB == 3 }},
-		{[]string{"--redis", "redis://10.9.9.9:1", "job", "--", "x"}, "redis://10.1.2.3:7000", func(c runConfig) bool { return c.opt.Addr == "10.9.9.9:1" }},
+		{[]string{"job", "--", "x"}, "redis://10.1.2.3:7000/3", func(c runConfig) bool { return c.target.server.Addr == "10.1.2.3:7000" && c.target.server.DB == 3 }},
+		{[]string{"--redis", "redis://10.9.9.9:1", "job", "--", "x"}, "redis://10.1.2.3:7000", func(c runConfig) bool { return c.target.server.Addr == "10.9.9.9:1" }},
 		{[]string{"--", "-job", "--", "x"}, "", func(c runConfig) bool { return c.name == "-job" }},
 	}
 	for _, tc := range good {

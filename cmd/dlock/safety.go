@@ -76,7 +76,7 @@ func (r safetyResult) problems() []string {
 }
 
 // safetyScene plays the scene on rdb and reports each step to sh.
-func safetyScene(ctx context.Context, rdb *redis.Client, prefix string, sh *show) (safetyResult, error) {
+func safetyScene(ctx context.Context, rdb redis.UniversalClient, prefix string, sh *show) (safetyResult, error) {
 	var r safetyResult
 	// Two clients, as two processes would have.
 	ca, err := dlock.New(rdb, dlock.WithPrefix(prefix))
@@ -141,7 +141,7 @@ func safetyScene(ctx context.Context, rdb *redis.Client, prefix string, sh *show
 // holderB waits for the lock, writes to the resource with its fence and
 // releases the lock. It fills in its part of r, including what A's lease
 // la said at the moment B got the lock.
-func holderB(ctx context.Context, c *dlock.Client, rdb *redis.Client, resource string, sh *show,
+func holderB(ctx context.Context, c *dlock.Client, rdb redis.Scripter, resource string, sh *show,
 	la *dlock.Lease, r *safetyResult) error {
 	asked := time.Now()
 	lb, err := c.Mutex(demoLock).Lock(ctx, dlock.WithTTL(demoTTL))
@@ -175,7 +175,7 @@ func holderB(ctx context.Context, c *dlock.Client, rdb *redis.Client, resource s
 // writeFenced writes value to the fenced resource with fence. It returns
 // whether the write was accepted and, if not, the fence the resource had
 // seen.
-func writeFenced(ctx context.Context, rdb *redis.Client, resource string, fence int64, value string) (bool, int64, error) {
+func writeFenced(ctx context.Context, rdb redis.Scripter, resource string, fence int64, value string) (bool, int64, error) {
 	res, err := fencedWrite.Run(ctx, rdb, []string{resource}, fence, value).Int64Slice()
 	if err != nil {
 		return false, 0, fmt.Errorf("fenced write: %w", err)

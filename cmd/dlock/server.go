@@ -21,8 +21,8 @@ import (
 // demoServer is the Redis a demo runs against: one named by --redis, a
 // throwaway redis-server the demo started, or an embedded miniredis.
 type demoServer struct {
-	url  string // redis://host:port, for the demo and its workers
-	addr string // host:port
+	url  string // its URL (any form of --redis), for the demo and its workers
+	addr string // host:port; for a URL given, where dial found it (target.where)
 	kind string // what it is, for the "server:" line
 	// version is the server's version when known at start; the demo asks
 	// the server otherwise.
@@ -44,11 +44,7 @@ const (
 // else an embedded miniredis. The caller calls stop when done.
 func chooseServer(ctx context.Context, url string, embedded bool) (*demoServer, error) {
 	if url != "" {
-		opt, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("--redis %q: %w", url, err)
-		}
-		return &demoServer{url: url, addr: opt.Addr, kind: "redis-server", given: true, stop: func() {}}, nil
+		return &demoServer{url: url, kind: "redis-server", given: true, stop: func() {}}, nil // addr: once dialled
 	}
 	if !embedded {
 		if bin, err := exec.LookPath("redis-server"); err == nil {

@@ -125,10 +125,11 @@ func TestTLSFlags(t *testing.T) {
 	p := newTestPKI(t)
 	const url = "rediss://127.0.0.1:6380/2"
 
-	opt, err := connFlags{url: url, tlsCA: p.caFile, tlsCert: p.clientCert, tlsKey: p.clientKey, tlsInsecure: true}.options(noEnv)
+	tg, err := connFlags{url: url, tlsCA: p.caFile, tlsCert: p.clientCert, tlsKey: p.clientKey, tlsInsecure: true}.options(noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
+	opt := tg.server
 	tc := opt.TLSConfig
 	if tc == nil {
 		t.Fatal("no TLS config")
@@ -150,25 +151,26 @@ func TestTLSFlags(t *testing.T) {
 	}
 
 	// Only the CA: verification stays on, no client certificate.
-	opt, err = connFlags{url: url, tlsCA: p.caFile}.options(noEnv)
+	tg, err = connFlags{url: url, tlsCA: p.caFile}.options(noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tc := opt.TLSConfig; tc.InsecureSkipVerify || len(tc.Certificates) != 0 || tc.RootCAs == nil {
+	if tc := tg.server.TLSConfig; tc.InsecureSkipVerify || len(tc.Certificates) != 0 || tc.RootCAs == nil {
 		t.Errorf("--tls-ca alone: %+v", tc)
 	}
 	// No flag: the URL decides; the environment's URL counts as much.
-	opt, err = connFlags{}.options(func(k string) string {
+	tg, err = connFlags{}.options(func(k string) string {
 		if k == redisURLEnv {
 			return url
 		}
 		return ""
 	})
+	opt = tg.server
 	if err != nil || opt.TLSConfig == nil || opt.TLSConfig.RootCAs != nil || opt.Addr != "127.0.0.1:6380" {
 		t.Errorf("rediss:// from $%s: %+v, %v", redisURLEnv, opt, err)
 	}
-	if opt, err := (connFlags{url: "redis://127.0.0.1:1"}).options(noEnv); err != nil || opt.TLSConfig != nil {
-		t.Errorf("redis://: TLS config %v, error %v; want none", opt.TLSConfig, err)
+	if tg, err := (connFlags{url: "redis://127.0.0.1:1"}).options(noEnv); err != nil || tg.server.TLSConfig != nil {
+		t.Errorf("redis://: TLS config %v, error %v; want none", tg.server.TLSConfig, err)
 	}
 
 	garbage := filepath.Join(t.TempDir(), "garbage.pem")

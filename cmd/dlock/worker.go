@@ -115,7 +115,7 @@ func demoWorkerCmd(args []string, stdout, stderr io.Writer) int {
 // runWorker does a worker's rounds, then writes its history (also after a
 // failed round, so that the demo can check what happened).
 func runWorker(ctx context.Context, c workerConfig, stdout io.Writer) (err error) {
-	rdb, err := dialURL(ctx, c.url)
+	rdb, _, err := dialURL(ctx, c.url)
 	if err != nil {
 		return err
 	}
