@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/rueidis"
@@ -38,31 +41,72 @@ func (d *driver) Info() dlock.DriverInfo {
 func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 func (d *driver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
-	cmd, err := build(d.client.B(), c, "")
-	if err != nil {
-		return dlock.Reply{Err: err}
+	for attempt := 0; ; attempt++ {
+		cmd, err := build(d.client.B(), c, "", false)
+		if err != nil {
+			return dlock.Reply{Err: err}
+		}
+		r := reply(d.client.Do(detach(ctx), cmd))
+		if attempt == retries || !broken(r.Err) || ctx.Err() != nil {
+			return r
+		}
 	}
-	return reply(d.client.Do(detach(ctx), cmd))
+}
+
+// retries is how many times a command that met a broken connection is
+// sent again (each time on a new one).
+const retries = 2
+
+// broken reports whether err says that the connection was found broken
+// (closed or reset by the server, a proxy, a restart): rueidis replaces
+// it, and a command sent again goes on a new one. go-redis sends a
+// command again then, and dlock's scripts are written so that one sent
+// again after it ran answers as it did; rueidis does not for commands it
+// cannot tell are read-only, so the driver does. A timeout is not
+// retried: its command may still be running.
+func broken(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 func (d *driver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
-	return pipeline(ctx, d.client, cmds, d.cluster, "")
+	out := pipeline(ctx, d.client, cmds, d.cluster, "")
+	for attempt := 0; attempt < retries && ctx.Err() == nil; attempt++ {
+		var again []int
+		for i, r := range out {
+			if broken(r.Err) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		redo := make([]dlock.Command, len(again))
+		for j, i := range again {
+			redo[j] = cmds[i]
+		}
+		for j, r := range pipeline(ctx, d.client, redo, d.cluster, "") {
+			out[again[j]] = r
+		}
+	}
+	return out
 }
 
-// pipeline sends cmds with one DoMulti of client. Commands without keys
-// go to the node of the first command's key on a cluster (for a TIME
-// beside a lock's keys), or, with pin, every command goes to pin's node
-// (a dedicated connection of a cluster: see conn). A command that cannot
-// be built fails on its own; the others are sent.
+// pipeline sends cmds with one DoMulti of client. On a cluster, commands
+// without keys go to the node of the first command's key (a TIME beside a
+// lock's keys); with pin, every command goes to the node of pin's slot (a
+// dedicated connection of a cluster: see conn). A command that cannot be
+// built fails on its own; the others are sent.
 func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []dlock.Command, cluster bool, pin string) []dlock.Reply {
 	out := make([]dlock.Reply, len(cmds))
+	all := pin != ""
 	if cluster && pin == "" {
 		pin = firstKey(cmds)
 	}
 	built := make([]rueidis.Completed, 0, len(cmds))
 	at := make([]int, 0, len(cmds)) // the index in cmds of each built command
 	for i, c := range cmds {
-		cmd, err := build(client.B(), c, pin)
+		cmd, err := build(client.B(), c, pin, all)
 		if err != nil {
 			out[i] = dlock.Reply{Err: err}
 			continue
@@ -93,9 +137,9 @@ func firstKey(cmds []dlock.Command) string {
 // cluster (its other keys go as plain words: keys of several slots are
 // the server's CROSSSLOT error, not a panic in rueidis's builder);
 // SPUBLISH, which has no key, is routed by its channel. A command without
-// keys goes to pin's node when pin is set, and keyed commands too when
-// the command's own slot cannot be pinned otherwise (see conn).
-func build(b rueidis.Builder, c dlock.Command, pin string) (rueidis.Completed, error) {
+// keys goes to the node of pin's slot when pin is set; with all, every
+// command does (a dedicated connection of a cluster: see conn).
+func build(b rueidis.Builder, c dlock.Command, pin string, all bool) (rueidis.Completed, error) {
 	words := c.StringArgs()
 	if len(words) == 0 || words[0] == "" {
 		return rueidis.Completed{}, errors.New("rueidisdlock: empty command")
@@ -108,13 +152,14 @@ func build(b rueidis.Builder, c dlock.Command, pin string) (rueidis.Completed, e
 	if keys == 0 && name == "SPUBLISH" && len(words) > 1 {
 		first, keys = 1, 1
 	}
+	keyed := keys > 0 && first > 0 && first < len(words)
 	var cmd rueidis.Completed
-	if keys > 0 && first > 0 && first < len(words) {
+	if keyed {
 		cmd = b.Arbitrary(words[:first]...).Keys(words[first]).Args(words[first+1:]...).Build()
 	} else {
 		cmd = b.Arbitrary(words...).Build()
 	}
-	if pin != "" {
+	if pin != "" && (all || !keyed) {
 		cmd = cmd.SetSlot(pin)
 	}
 	return cmd, nil

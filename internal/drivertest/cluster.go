@@ -3,7 +3,9 @@ package drivertest
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/dlock-go/dlock"
@@ -27,12 +29,14 @@ func runCluster(t *testing.T, newDriver func(t *testing.T, addrs []string) dlock
 	})
 	t.Run("Replies", func(t *testing.T) { testReplies(t, d) })
 	t.Run("PipelineReplies", func(t *testing.T) { testPipelineReplies(t, d) })
-	t.Run("KeysOnEveryMaster", func(t *testing.T) { testClusterKeys(t, d, c) })
-	t.Run("ScriptsGoToTheirKeysNode", func(t *testing.T) { testClusterScripts(t, d, c) })
+	t.Run("KeysOnEveryMaster", func(t *testing.T) { noRedirects(t, c, func() { testClusterKeys(t, d, c) }) })
+	t.Run("ScriptsGoToTheirKeysNode", func(t *testing.T) { noRedirects(t, c, func() { testClusterScripts(t, d, c) }) })
 	t.Run("MastersAndNodeOf", func(t *testing.T) { testClusterNodes(t, d, c) })
 	for i, k := range keyPerMaster(t, c) {
 		m, replica := masterOf(t, c, k)
-		t.Run(fmt.Sprintf("Dedicated/master%d", i), func(t *testing.T) { testDedicated(t, d, k, m.Port()) })
+		t.Run(fmt.Sprintf("Dedicated/master%d", i), func(t *testing.T) {
+			noRedirects(t, c, func() { testDedicated(t, d, k, m.Port()) })
+		})
 		t.Run(fmt.Sprintf("WaitFollowsTheWrite/master%d", i), func(t *testing.T) { testWait(t, d, k, replica) })
 		t.Run(fmt.Sprintf("ShardedPubSubOnNode/master%d", i), func(t *testing.T) {
 			node, err := d.NodeOf(context.Background(), k)
@@ -47,6 +51,39 @@ func runCluster(t *testing.T, newDriver func(t *testing.T, addrs []string) dlock
 	}
 	t.Run("ShardedPubSubOfSeveralSlots", func(t *testing.T) { testClusterPubSubSlots(t, d, c) })
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, d, false, "", c.Nodes(), channel(t)) })
+}
+
+// noRedirects runs f and fails t if a node answered one of its commands
+// with MOVED or ASK: a driver must send a keyed command to its key's
+// node, not rely on the redirection.
+func noRedirects(t *testing.T, c *redistest.Cluster, f func()) {
+	t.Helper()
+	before := redirects(t, c)
+	f()
+	if after := redirects(t, c); after != before {
+		t.Errorf("the nodes answered %d commands with MOVED or ASK", after-before)
+	}
+}
+
+var redirectStat = regexp.MustCompile(`errorstat_(?:MOVED|ASK):count=(\d+)`)
+
+// redirects sums the MOVED and ASK replies of every node (INFO errorstats).
+func redirects(t *testing.T, c *redistest.Cluster) int {
+	t.Helper()
+	n := 0
+	for _, s := range c.Nodes() {
+		admin := s.Client()
+		info, err := admin.Info(context.Background(), "errorstats").Result()
+		admin.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range redirectStat.FindAllStringSubmatch(info, -1) {
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+	}
+	return n
 }
 
 func mustMasters(t *testing.T, c *redistest.Cluster) []*redistest.Server {
