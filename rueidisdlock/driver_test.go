@@ -36,3 +36,12 @@ func TestDriver(t *testing.T) {
 		}),
 	)
 }
+
+// TestDriverRESP2 runs the suite on a single node with a client that
+// speaks RESP2, in which rueidis keeps pub/sub on a connection of its
+// own.
+func TestDriverRESP2(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T, addr string) dlock.Driver {
+		return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: true, DisableCache: true}))
+	})
+}

@@ -38,3 +38,12 @@ func TestDriver(t *testing.T) {
 		}),
 	)
 }
+
+// TestDriverRESP2 runs the suite on a single node with a client that
+// speaks RESP2, in which valkey-go keeps pub/sub on a connection of its
+// own.
+func TestDriverRESP2(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T, addr string) dlock.Driver {
+		return valkeydlock.NewDriver(newClient(t, valkey.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: true, DisableCache: true}))
+	})
+}

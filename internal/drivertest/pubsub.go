@@ -219,9 +219,9 @@ func testPubSubClose(t *testing.T, d dlock.Driver) {
 }
 
 // killPubSub kills the pub/sub connections on every running server:
-// CLIENT KILL TYPE pubsub, which finds RESP2 subscribers only, and by id
-// every connection that CLIENT LIST shows subscribed (RESP3 subscribers
-// count as normal clients).
+// CLIENT KILL TYPE pubsub, and by id every connection that CLIENT LIST
+// still shows subscribed (servers that count a RESP3 subscriber as a
+// normal client do not kill it by type).
 func killPubSub(t *testing.T, servers []*redistest.Server) {
 	t.Helper()
 	ctx := context.Background()

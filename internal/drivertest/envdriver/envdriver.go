@@ -175,7 +175,7 @@ func open(name string, addrs []string, o options) (*shadow, error) {
 	switch name {
 	case "rueidis":
 		opt := rueidis.ClientOption{InitAddress: addrs, Username: o.username, Password: o.password,
-			SelectDB: o.db, AlwaysRESP2: o.resp2, ConnWriteTimeout: writeTimeout}
+			SelectDB: o.db, AlwaysRESP2: o.resp2, DisableCache: o.resp2, ConnWriteTimeout: writeTimeout}
 		opt.Dialer.Timeout = o.dialTimeout
 		opt.Sentinel.MasterSet = o.master
 		client, err := rueidis.NewClient(opt)
@@ -185,7 +185,7 @@ func open(name string, addrs []string, o options) (*shadow, error) {
 		return &shadow{rueidisdlock.NewDriver(client), client.Close}, nil
 	case "valkey-go":
 		opt := valkey.ClientOption{InitAddress: addrs, Username: o.username, Password: o.password,
-			SelectDB: o.db, AlwaysRESP2: o.resp2, ConnWriteTimeout: writeTimeout}
+			SelectDB: o.db, AlwaysRESP2: o.resp2, DisableCache: o.resp2, ConnWriteTimeout: writeTimeout}
 		opt.Dialer.Timeout = o.dialTimeout
 		opt.Sentinel.MasterSet = o.master
 		client, err := valkey.NewClient(opt)
