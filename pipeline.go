@@ -34,6 +34,7 @@ import (
 type pipelined struct {
 	Driver
 	bound    bool // the driver bounds its calls and batches them itself
+	auto     bool // the driver batches calls itself, but does not bound them
 	mu       sync.Mutex
 	inflight int            // batches in flight
 	queued   []*pendingCall // calls waiting for the next batch
@@ -57,7 +58,7 @@ func newPipelined(d Driver) *pipelined {
 		return p
 	}
 	info := d.Info()
-	return &pipelined{Driver: d, bound: info.CtxBound && info.AutoPipeline}
+	return &pipelined{Driver: d, bound: info.CtxBound && info.AutoPipeline, auto: info.AutoPipeline && !info.CtxBound}
 }
 
 // lateCall is the error of a call whose ctx ended before Redis answered.
@@ -127,8 +128,15 @@ func within[T any](ctx context.Context, f func() T) (T, error) {
 // goroutines when batches are in flight (unless the driver batches them
 // itself).
 func (p *pipelined) Do(ctx context.Context, c Command) Reply {
-	if p.bound {
+	switch {
+	case p.bound:
 		return p.Driver.Do(ctx, c)
+	case p.auto:
+		r, err := within(ctx, func() Reply { return p.Driver.Do(ctx, c) })
+		if err != nil {
+			return failedReply(err)
+		}
+		return r
 	}
 	return p.batched(ctx, c)
 }

@@ -19,6 +19,16 @@
 -- disagree on who is first, so there the first waiter is only told.
 local RESERVED = '@next'
 
+-- stamp_ms is the server's time in milliseconds as a decimal string: when
+-- a hold was taken ('t:<token>' in a lock hash, read by inspectors). It is
+-- made from TIME's strings ('<seconds>', '<micros>' unpadded): cheaper
+-- than now_ms's numbers (lib_queue.lua) printed back into a string.
+-- lock.lua's common case writes the same out.
+local function stamp_ms()
+  local t = redis.call('TIME')
+  return t[1] .. string.sub('00000' .. t[2], -6, -4)
+end
+
 -- token_of is the owner token in a member.
 local function token_of(member)
   return string.match(member, '^[^:]*:([^:]*)')

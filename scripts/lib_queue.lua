@@ -13,6 +13,65 @@
 -- cluster it carries the lock's hash tag, so that it lives in its slot).
 -- Nobody else is sent anything.
 
+-- First the helpers that every family shares: here rather than in lib.lua,
+-- so that a script's common case, which runs before them, does not pay for
+-- making them.
+
+-- now_ms is the server's time in milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- stretch makes key live at least ttl ms more.
+local function stretch(key, ttl)
+  if redis.call('PTTL', key) < tonumber(ttl) then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+-- Fences are returned exactly. Lua numbers are doubles, exact only below
+-- 2^53, so a counter at or past that is read back as the string Redis
+-- stores (Go parses either). Never do arithmetic on a fence here.
+
+-- next_fence INCRs the fence counter at key and returns the new value.
+local function next_fence(key)
+  local f = redis.call('INCR', key)
+  if f >= 9007199254740992 then
+    return redis.call('GET', key)
+  end
+  return f
+end
+
+-- fence_at is the fence counter at key as stored ('0' if unset).
+local function fence_at(key)
+  return redis.call('GET', key) or '0'
+end
+
+-- set_holds sets the hold count of field (an owner token, or a side and a
+-- token) in the lock hash to n: re-entry, or an inner unlock; n = 0 frees
+-- the lock (deletes the hash). Returns NOT_HELD when the caller holds
+-- nothing, 1 when it still holds the lock, 0 when the lock is free now.
+local function set_holds(lock, field, n)
+  if redis.call('HEXISTS', lock, field) == 0 then
+    return NOT_HELD
+  end
+  if tonumber(n) > 0 then
+    redis.call('HSET', lock, field, n)
+    return 1
+  end
+  redis.call('DEL', lock)
+  return 0
+end
+
+-- dequeue removes member from a lock's queue if it is there (one call if
+-- not).
+local function dequeue(queue, alive, member)
+  if member ~= '' and redis.call('ZREM', queue, member) == 1 then
+    redis.call('ZREM', alive, member)
+  end
+end
+
 -- arrival_us is the server's time in microseconds, as an exact integer
 -- string (a Lua number would be printed with only 14 significant digits).
 local function arrival_us()

@@ -31,29 +31,53 @@
 -- had already been applied answers the same when it runs again (the token
 -- is already in the hash; the count is set, not added to).
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, ttl, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local member, place_ttl = ARGV[4], tonumber(ARGV[5])
+local token, ttl, member = ARGV[1], ARGV[2], ARGV[4]
+
+-- The common case, before the helpers: a free lock that nobody waits for
+-- (a Mutex takes a free lock whoever waits, unless it is kept for one).
+-- It is written out, not shared with take below: a function defined here
+-- would be made at every call, and the helpers (behind it) are not made
+-- yet. Numbers are kept as the strings they come as: converting one
+-- (tonumber, or a number given to redis.call) costs more than the
+-- comparison it serves. (Go sends the count as a decimal integer, so '0'
+-- is the only way it says 0.)
+--
+-- Why this cannot grant twice: the lock hash is taken only when it does
+-- not exist (EXISTS is 0 in this same script, which nothing interleaves),
+-- and every hold, and a lock kept for a waiter, lives in that hash. A
+-- FairMutex also requires an empty queue, as the path below would.
+local free = ARGV[3] == '0' and redis.call('EXISTS', lock) == 0
+if free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0) then
+  -- when it was taken, in server ms (stamp_ms in lib_mutex.lua)
+  local t = redis.call('TIME')
+  redis.call('HSET', lock, token, '1', 't:' .. token, t[1] .. string.sub('00000' .. t[2], -6, -4))
+  redis.call('PEXPIRE', lock, ttl)
+  -- A first attempt has no place to give up (a call that go-redis sent
+  -- again after losing its reply may have left one: the release skips
+  -- it); a later one gives up its place (dequeue in lib_queue.lua).
+  if ARGV[9] == '1' and member ~= '' and redis.call('ZREM', queue, member) == 1 then
+    redis.call('ZREM', alive, member)
+  end
+  -- the hold's fence (next_fence in lib_queue.lua)
+  local f = redis.call('INCR', fence)
+  if f >= 9007199254740992 then
+    f = redis.call('GET', fence)
+  end
+  return {HELD, f}
+end
+-- @helpers
+local count, place_ttl = tonumber(ARGV[3]), tonumber(ARGV[5])
 
 -- take acquires the free lock; queued: the caller may have a place to
 -- give up.
 local function take(queued)
-  redis.call('HSET', lock, token, 1, 't:' .. token, now_ms())
+  redis.call('HSET', lock, token, 1, 't:' .. token, stamp_ms())
   redis.call('PEXPIRE', lock, ttl)
   if queued then
     dequeue(queue, alive, member)
   end
   return {HELD, next_fence(fence)}
 end
-
--- The common case, before the helpers: a free lock that nobody waits for
--- (a Mutex takes a free lock whoever waits, unless it is kept for one).
--- A first attempt has no place to give up (a call that go-redis sent
--- again after losing its reply may have left one: the release skips it).
-local free = count == 0 and redis.call('EXISTS', lock) == 0
-if free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0) then
-  return take(ARGV[9] == '1')
-end
--- @helpers
 
 if count > 0 then
   if redis.call('HEXISTS', lock, token) == 0 then

@@ -53,7 +53,7 @@ if blocked > 0 then
   return {BUSY, blocked, math.max(redis.call('PTTL', lock), 0)}
 end
 local out = {1}
-local now = now_ms()
+local now = stamp_ms()
 for i = 1, n do
   local lock, fence, ttl = k(i, 1), k(i, 2), ARGV[i + 5]
   if redis.call('HEXISTS', lock, tok) == 1 then

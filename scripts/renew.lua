@@ -13,9 +13,8 @@
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-if ARGV[3] == '1' then
+-- (stretch in lib_queue.lua, written out: this script has no helpers)
+if ARGV[3] == '1' or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-else
-  stretch(KEYS[1], ARGV[2])
 end
 return 1

@@ -18,13 +18,34 @@
 -- Idempotent: the count is set, not subtracted from, so a retried call
 -- changes nothing more. (A retried call that freed the lock finds nothing
 -- and answers -1: the caller cannot tell it from a lease lost.)
-local held = set_holds(KEYS[1], ARGV[1], ARGV[2])
-if held ~= 0 then
-  return held
-end
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  return 1 -- nobody waits: the common case, before the helpers
+--
+-- The common case, before the helpers: the last hold is released and
+-- nobody waits. It deletes the hold's two fields with one HDEL, not
+-- HEXISTS then DEL: a mutex's hash holds either one owner's two fields
+-- (token -> count, 't:<token>' -> when taken) or RESERVED alone, never
+-- both and never two owners, because every script adds an owner only to a
+-- hash that is gone (lock.lua's take after EXISTS is 0 or DEL, hand_on
+-- when the lock has just become free, lock_all.lua after DEL) and a
+-- re-entry only sets the count of an owner already there. So when HDEL
+-- removes anything, the caller held the lock and the hash is now empty,
+-- which Redis deletes: the lock is free, as DEL made it. When it removes
+-- nothing, the caller held nothing and nothing changed. (Go sends the
+-- count as a decimal integer, so '0' is the only way it says 0.)
+if ARGV[2] == '0' then
+  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1]) == 0 then
+    return NOT_HELD
+  end
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    return 1 -- nobody waits
+  end
 end
 -- @helpers
+if ARGV[2] ~= '0' then
+  return set_holds(KEYS[1], ARGV[1], ARGV[2]) -- 1, or NOT_HELD (n > 0)
+end
+-- Waiters are registered: make sure the hash is gone (it is, by the
+-- argument above; a stray field would otherwise sit beside the next
+-- owner), then hand the lock on.
+redis.call('DEL', KEYS[1])
 hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1])
 return 1
