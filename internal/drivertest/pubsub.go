@@ -152,12 +152,18 @@ func testPubSub(t *testing.T, d dlock.Driver, sharded bool, node string, servers
 	if err := ps.Unsubscribe(ctx, ch1); err != nil {
 		t.Fatal(err)
 	}
+	// (Unsubscribe need not wait for the server: probe until it took
+	// effect, then publish what must not come.)
 	if counts {
-		eventually(t, "the unsubscription", func() bool { return publish(t, d, sharded, ch1, "gone") == 0 })
+		probes := 0
+		eventually(t, "the unsubscription", func() bool {
+			probes++
+			return publish(t, d, sharded, ch1, "probe-"+strconv.Itoa(probes)) == 0
+		})
 	} else {
 		time.Sleep(100 * time.Millisecond)
-		publish(t, d, sharded, ch1, "gone")
 	}
+	publish(t, d, sharded, ch1, "gone")
 	deliver(ch2, "still")
 	time.Sleep(50 * time.Millisecond)
 	for _, e := range rec.since(0) {
