@@ -282,7 +282,9 @@ var publishes = regexp.MustCompile(`\bpublish\(`)
 
 // wrapPublishing wraps a script that may publish (src: lib.lua, then the
 // rest) so that its reply R comes back as {REFUSED, error, R} when a
-// publish was refused (see publish in scripts/lib.lua).
+// publish was refused (see publish in scripts/lib.lua). A script's common
+// case before its helpers mark (see loadScript) stays outside the wrapper
+// when it does not publish: the wrapper costs every call that runs it.
 func wrapPublishing(src string) string {
 	lib, err := scriptFiles.ReadFile("scripts/lib.lua")
 	if err != nil || !strings.HasPrefix(src, string(lib)) {
@@ -292,7 +294,11 @@ func wrapPublishing(src string) string {
 	if !publishes.MatchString(rest) {
 		return src
 	}
-	return string(lib) + "local function main()\n" + rest +
+	head := ""
+	if h, tail, ok := strings.Cut(rest, helpersMark); ok && !publishes.MatchString(h) {
+		head, rest = h+helpersMark, tail
+	}
+	return string(lib) + head + "local function main()\n" + rest +
 		"\nend\nlocal reply = main()\nif refused then\n  return {REFUSED, refused, reply}\nend\nreturn reply\n"
 }
 

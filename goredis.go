@@ -28,6 +28,10 @@ type goredis struct {
 	nodes map[string]*redis.Client // a cluster's masters that NodeOf named, by address
 }
 
+// GoRedisDriver returns the Driver that New uses for rdb: to wrap it (a
+// test injecting faults at the seam), or to hand it to NewWithDriver.
+func GoRedisDriver(rdb Redis) Driver { return goRedisDriver(rdb) }
+
 // goRedisDriver returns the Driver of rdb.
 func goRedisDriver(rdb Redis) *goredis {
 	cc, _ := rdb.(*redis.ClusterClient)

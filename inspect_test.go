@@ -65,6 +65,10 @@ func TestInspectMutex(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+	// The cancelled waiter leaves the queue in the background: an unlock
+	// before that would hand the lock to it, and its leave pass it on
+	// (with a new fence).
+	waitQueued(t, a, dlock.KindMutex, name, 0)
 	unlock(t, inner)
 	unlock(t, outer)
 	info, err := a.Inspect(ctx, dlock.KindMutex, name)
