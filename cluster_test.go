@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +21,10 @@ import (
 func clusterClient(t *testing.T, cl *redistest.Cluster) *redis.ClusterClient {
 	t.Helper()
 	rdb := cl.Client(func(o *redis.ClusterOptions) { o.MaxRedirects = 8 })
-	t.Cleanup(func() { _ = rdb.Close() })
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		envdriver.Forget(rdb)
+	})
 	return rdb
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -39,9 +40,18 @@ func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 func (r *recorder) add(cmds []redis.Cmder) {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.Name()
+	}
+	r.addNames(names)
+}
+
+// addNames records one round trip of the commands named.
+func (r *recorder) addNames(all []string) {
 	var names []string
-	for _, c := range cmds {
-		switch n := strings.ToLower(c.Name()); n {
+	for _, n := range all {
+		switch n := strings.ToLower(n); n {
 		case "hello", "client", "auth", "select", "ping":
 			// connection set-up and health checks, not lock traffic
 		default:
@@ -65,12 +75,67 @@ func (r *recorder) take() [][]string {
 	return calls
 }
 
-// countedClient returns a dlock Client whose Redis traffic rec records.
+// countedClient returns a dlock Client whose Redis traffic rec records:
+// through a go-redis hook, or with DLOCK_TEST_DRIVER at the driver seam.
 func countedClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *recorder) {
 	rdb := newRedis(t, srv)
 	rec := &recorder{}
 	rdb.AddHook(rec)
-	return newClient(t, rdb, opts...), rec
+	c, err := envdriver.NewWrapped(rdb, func(d dlock.Driver) dlock.Driver { return countedDriver{d, rec} }, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, rec
+}
+
+// countedDriver records what a driver sends as the go-redis hook does:
+// each Do and each Pipeline (also on a dedicated connection) is a round
+// trip.
+type countedDriver struct {
+	dlock.Driver
+	rec *recorder
+}
+
+func (d countedDriver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
+	d.rec.addCommands([]dlock.Command{c})
+	return d.Driver.Do(ctx, c)
+}
+
+func (d countedDriver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+	d.rec.addCommands(cmds)
+	return d.Driver.Pipeline(ctx, cmds)
+}
+
+func (d countedDriver) Dedicated(ctx context.Context, key string, fn func(dlock.Conn) error) error {
+	return d.Driver.Dedicated(ctx, key, func(c dlock.Conn) error { return fn(countedConn{c, d.rec}) })
+}
+
+func (d countedDriver) Masters(ctx context.Context) ([]dlock.Driver, error) {
+	ms, err := d.Driver.Masters(ctx)
+	for i, m := range ms {
+		ms[i] = countedDriver{m, d.rec}
+	}
+	return ms, err
+}
+
+type countedConn struct {
+	dlock.Conn
+	rec *recorder
+}
+
+func (c countedConn) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+	c.rec.addCommands(cmds)
+	return c.Conn.Pipeline(ctx, cmds)
+}
+
+// addCommands records one round trip of driver commands.
+func (r *recorder) addCommands(cmds []dlock.Command) {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.StringArgs()[0]
+	}
+	r.addNames(names)
 }
 
 func TestUncontendedIsOneRoundTripEach(t *testing.T) {

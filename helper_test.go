@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 	"github.com/dlock-go/dlock/internal/history"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
@@ -42,7 +43,8 @@ func helperMain(mode string) int {
 	ttl, _ := time.ParseDuration(os.Getenv(ttlEnv))
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(addrEnv)})
 	defer rdb.Close()
-	c, err := dlock.New(rdb)
+	defer envdriver.Forget(rdb)
+	c, err := envdriver.New(rdb) // DLOCK_TEST_DRIVER is inherited
 	if addrs := os.Getenv(addrsEnv); addrs != "" {
 		var nodes []*redis.Client
 		for _, a := range strings.Split(addrs, ",") {

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 )
 
 // Script calls made while another is in flight go together, as one
 // pipeline, when it returns: the server is paused so that the first call
 // stays in flight while the others come.
 func TestCallsInFlightShareAPipeline(t *testing.T) {
+	skipAutoPipeline(t)
 	ctx := context.Background()
 	c, rec := countedClient(t)
 	name := lockName(t)
@@ -55,6 +57,7 @@ func TestCallsInFlightShareAPipeline(t *testing.T) {
 // A call whose ctx ends while it is queued behind a batch in flight is
 // taken back unsent: nothing of it reaches Redis.
 func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
+	skipAutoPipeline(t)
 	ctx := context.Background()
 	c := client(t)
 	name := lockName(t)
@@ -90,5 +93,14 @@ func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
 	}
 	if n := admin.Exists(ctx, keysOf(name+"/queued").Lock, keysOf(name+"/queued").Fence).Val(); n != 0 {
 		t.Fatalf("the given-up call reached Redis (%d of its keys exist)", n)
+	}
+}
+
+// skipAutoPipeline skips a test of the Client's own batching when
+// DLOCK_TEST_DRIVER names a driver that batches calls itself (rueidis,
+// valkey-go): the Client then sends each call on its own.
+func skipAutoPipeline(t *testing.T) {
+	if d := envdriver.Name(); d != "go-redis" {
+		t.Skipf("DLOCK_TEST_DRIVER=%s batches calls itself", d)
 	}
 }

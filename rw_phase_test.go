@@ -315,6 +315,12 @@ func TestRWAdmittedReaderThatNeverComes(t *testing.T) {
 	}()
 	rqueue, rphase := "dlock:{"+name+"}:rw:rqueue", "dlock:{"+name+"}:rw:rphase"
 	waitFor(t, "the reader waiting", func() bool { return admin.ZCard(ctx, rqueue).Val() == 1 })
+	// Let it settle into its wait: the confirmation of its subscription
+	// makes it try once more, and a crash during that try ends its RLock
+	// with the closed client's error, or (rueidis, whose Close lets a
+	// connection it has not closed yet carry a command) lets it leave
+	// the queue, and no reader is admitted below.
+	time.Sleep(50 * time.Millisecond)
 	crash() // no leave: its connection is gone first
 	// ErrClosed, or the closed go-redis client's error when the wait
 	// checked the lock between the two closes.

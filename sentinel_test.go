@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -15,7 +16,11 @@ import (
 func failoverClient(t *testing.T, st *redistest.Sentinel) *redis.Client {
 	t.Helper()
 	rdb := st.FailoverClient()
-	t.Cleanup(func() { _ = rdb.Close() })
+	envdriver.SentinelOf(rdb, st.MasterName(), st.SentinelAddrs())
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		envdriver.Forget(rdb)
+	})
 	return rdb
 }
 

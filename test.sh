@@ -16,5 +16,12 @@ fi
 go vet ./...
 go test -race -count=1 -timeout 15m ./...
 
+# The behaviour suite and the torture test again on each other client's
+# driver: their Clients reach Redis through rueidis, then valkey-go
+# (internal/drivertest/envdriver).
+for driver in rueidis valkey-go; do
+  DLOCK_TEST_DRIVER=$driver go test -race -count=1 -timeout 15m . ./internal/torture
+done
+
 # The benchmarks live in their own module; make sure they build and vet.
 [ ! -f bench/go.mod ] || (cd bench && go vet ./... && go test -race -count=1 -run '^$' ./...)

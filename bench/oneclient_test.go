@@ -16,11 +16,14 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/rueidisdlock"
+	"github.com/dlock-go/dlock/valkeydlock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
+	"github.com/valkey-io/valkey-go"
 )
 
 // BenchmarkOneClient measures what a user's process sees: one process, ONE
@@ -77,20 +80,8 @@ type lockerClient struct {
 // one client to addr, and the Lock+Unlock of a key.
 var lockers = []locker{
 	{name: "dlock", open: openDlockGoRedis},
-	// TODO(issue 17): two more dlock backends go here when their packages
-	// exist (they do not yet, so they are not listed):
-	//
-	//   {name: "dlock/rueidis", open: ...}
-	//       rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-	//       c, err := rueidisdlock.New(rdb)   // github.com/dlock-go/dlock/rueidisdlock
-	//       then as openDlockGoRedis: dlockLockUnlock(c), close c then rdb.
-	//   {name: "dlock/valkey-go", open: ...}
-	//       vc, _ := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
-	//       c, err := valkeydlock.New(vc)     // github.com/dlock-go/dlock/valkeydlock
-	//       likewise.
-	//
-	// valkey-go (github.com/valkey-io/valkey-go) must then be added to this
-	// module's go.mod.
+	{name: "dlock/rueidis", open: openDlockRueidis},
+	{name: "dlock/valkey-go", open: openDlockValkey},
 	{name: "redislock", anchor: true, open: openRedislock},
 	{name: "redsync", anchor: true, open: openRedsync},
 	{name: "rueidislock", anchor: true, open: openRueidislock},
@@ -131,6 +122,34 @@ func dlockLockUnlock(c *dlock.Client) func(key string) func(context.Context) err
 			return nil
 		}
 	}
+}
+
+// dlock on one rueidis client with default options (rueidisdlock).
+func openDlockRueidis(addr string) (*lockerClient, error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	c, err := rueidisdlock.New(rc)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &lockerClient{forKey: dlockLockUnlock(c), close: func() { _ = c.Close(); rc.Close() }}, nil
+}
+
+// dlock on one valkey-go client with default options (valkeydlock).
+func openDlockValkey(addr string) (*lockerClient, error) {
+	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	c, err := valkeydlock.New(vc)
+	if err != nil {
+		vc.Close()
+		return nil, err
+	}
+	return &lockerClient{forKey: dlockLockUnlock(c), close: func() { _ = c.Close(); vc.Close() }}, nil
 }
 
 // redislock on one go-redis client; Obtain without retries (the key is

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 )
 
 // The handoff fault drives, from the parent, the moment that made a late
@@ -53,13 +54,13 @@ func (r *runner) hoInit() error {
 	ho := &r.ho
 	ho.once.Do(func() {
 		rdb := r.srv.Client()
-		if ho.a, ho.err = dlock.New(rdb, dlock.WithPrefix(prefix)); ho.err != nil {
+		if ho.a, ho.err = envdriver.New(rdb, dlock.WithPrefix(prefix)); ho.err != nil {
 			return
 		}
-		if ho.c, ho.err = dlock.New(rdb, dlock.WithPrefix(prefix)); ho.err != nil {
+		if ho.c, ho.err = envdriver.New(rdb, dlock.WithPrefix(prefix)); ho.err != nil {
 			return
 		}
-		ho.close = func() { _ = ho.a.Close(); _ = ho.c.Close(); _ = rdb.Close() }
+		ho.close = func() { _ = ho.a.Close(); _ = ho.c.Close(); _ = rdb.Close(); envdriver.Forget(rdb) }
 	})
 	return ho.err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 )
 
 // probe takes every name once the workers are quiet (alive, their Clients
@@ -17,7 +18,8 @@ import (
 func (r *runner) probe(h *history) []Violation {
 	rdb := r.srv.Client()
 	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.WithPrefix(prefix))
+	defer envdriver.Forget(rdb)
+	c, err := envdriver.New(rdb, dlock.WithPrefix(prefix))
 	if err != nil {
 		return []Violation{{Kind: "process", T: now(), Msg: fmt.Sprintf("probe: dlock.New: %v", err)}}
 	}

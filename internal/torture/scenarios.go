@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 )
 
 // mix is one random operation on the shared names, of a random kind.
@@ -336,7 +337,7 @@ func (g *gor) relay(ctx context.Context, cancelFirst bool) {
 // so the waiter gets the lock at once instead of after the TTL.
 func (g *gor) closeHeld(ctx context.Context) {
 	s := g.slot()
-	own, err := dlock.New(s.rdb, dlock.WithPrefix(prefix))
+	own, err := envdriver.New(s.rdb, dlock.WithPrefix(prefix))
 	if err != nil {
 		g.fatal("dlock.New: %v", err)
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -75,7 +76,7 @@ func WorkerMain(leaks func() error) int {
 	for i := range 2 {
 		opt := &redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: i == 0}
 		rdb := redis.NewClient(opt)
-		c, err := dlock.New(rdb, dlock.WithPrefix(prefix))
+		c, err := envdriver.New(rdb, dlock.WithPrefix(prefix))
 		if err != nil {
 			stderrf("torture worker: dlock.New: %v", err)
 			return 2
@@ -143,6 +144,7 @@ func WorkerMain(leaks func() error) int {
 		c, _ := s.current()
 		_ = c.Close()
 		_ = s.rdb.Close()
+		envdriver.Forget(s.rdb)
 	}
 	if err := leaks(); err != nil {
 		stderrf("torture worker %s: goroutines left behind: %v", cfg.ID, err)
@@ -228,7 +230,7 @@ func (g *gor) run(ctx context.Context) {
 // putting a new Client in its place.
 func (g *gor) reopen() {
 	s := g.slot()
-	nc, err := dlock.New(s.rdb, dlock.WithPrefix(prefix))
+	nc, err := envdriver.New(s.rdb, dlock.WithPrefix(prefix))
 	if err != nil {
 		g.fatal("dlock.New: %v", err)
 		return

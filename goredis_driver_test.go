@@ -1,0 +1,28 @@
+package dlock_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/drivertest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The go-redis driver passes the conformance suite that every driver
+// must (internal/drivertest), on a single node, Sentinel and Cluster.
+func TestGoRedisDriver(t *testing.T) {
+	closing := func(t *testing.T, rdb redis.UniversalClient) dlock.Driver {
+		t.Cleanup(func() { _ = rdb.Close() })
+		return dlock.GoRedisDriver(rdb)
+	}
+	drivertest.Run(t,
+		func(t *testing.T, addr string) dlock.Driver {
+			return closing(t, redis.NewClient(&redis.Options{Addr: addr}))
+		},
+		drivertest.Cluster(func(t *testing.T, addrs []string) dlock.Driver {
+			return closing(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}))
+		}),
+		drivertest.Sentinel(func(t *testing.T, master string, sentinels []string) dlock.Driver {
+			return closing(t, redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels}))
+		}))
+}
