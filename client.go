@@ -39,6 +39,7 @@ type Client struct {
 	tel    *telemetry
 	owner  *owners // what it records of itself for inspectors
 	dep    *deployment
+	wake   *wakeTo // where releases wake this Client's waiters (not sharded)
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
@@ -128,6 +129,8 @@ func start(be backend, nodes []Driver, cfg clientConfig) *Client {
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}
+	w := c.wakeTo(&keys{})
+	c.wake = &w
 	own := ""
 	if !cfg.sharded {
 		own = c.wakeTo(&keys{}).base + c.id
@@ -199,6 +202,10 @@ func (c *Client) member(token string, need int) string {
 // Where its releases wake its waiters is worked out once, here.
 func (c *Client) keys(kd kind, name string) *keys {
 	k := newKeys(c.prefix, kd, name)
+	if c.publish != "SPUBLISH" {
+		k.wake = c.wake // one channel per Client: shared by its locks
+		return k
+	}
 	w := c.wakeTo(k)
 	k.wake = &w
 	return k
