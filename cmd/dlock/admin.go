@@ -201,7 +201,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("inspect")
 	a.register(fs)
 	fs.Var(&kind, "kind", "inspect only the lock of `KIND`: mutex (also FairMutex), rwmutex, semaphore or latch (default: every kind that exists)")
-	fs.BoolVar(&asJSON, "json", false, "print a JSON array of locks (the schema is in the README)")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of locks (the schema is in docs/cli.md)")
 	if code, ok := parseFlags(fs, inspectSynopsis, args, stdout, stderr); !ok {
 		return code
 	}
@@ -247,7 +247,7 @@ func lsCmd(args []string, stdout, stderr io.Writer) int {
 	)
 	fs := newFlags("ls")
 	a.register(fs)
-	fs.BoolVar(&asJSON, "json", false, "print a JSON array of locks (the schema is in the README)")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of locks (the schema is in docs/cli.md)")
 	if code, ok := parseFlags(fs, lsSynopsis, args, stdout, stderr); !ok {
 		return code
 	}

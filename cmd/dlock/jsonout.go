@@ -10,7 +10,7 @@ import (
 
 // The JSON of inspect --json and ls --json: an array of lock objects, the
 // same for both (a name may have locks of several kinds). The schema is
-// documented in the README ("Inspecting from the shell"); it is stable:
+// documented in docs/cli.md ("From the shell"); it is stable:
 // fields may be added, never renamed, removed or given another meaning.
 // Every field is always present: durations in whole milliseconds, times
 // as RFC 3339 strings in UTC with milliseconds (null when unknown), an
