@@ -3,7 +3,6 @@ package bench
 import (
 	"flag"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -31,26 +30,12 @@ func TestOneClientReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := make(map[caseKey][]testing.BenchmarkResult)
 	start := time.Now()
-	for round := 1; round <= *oneClientRounds; round++ {
-		for _, c := range inRoundOrder(cases, round) {
-			bad := false
-			r := testing.Benchmark(func(b *testing.B) {
-				defer func() { bad = bad || b.Failed() }()
-				c.fn(b)
-			})
-			if bad || r.N == 0 {
-				lastFailure.Lock()
-				msg := lastFailure.msg
-				lastFailure.Unlock()
-				t.Errorf("round %d %s: FAILED: %s", round, c.name(), msg)
-				continue
-			}
-			runs[c.key()] = append(runs[c.key()], r)
-			fmt.Fprintf(os.Stderr, "round %d %s\t%s\t%s\n", round, c.name(), r, r.MemString())
-		}
+	runs, failed := runRounds(cases, *oneClientRounds)
+	for k, msgs := range failed {
+		t.Errorf("%s/%s/%s: FAILED: %s", k.bench, k.variant, k.impl, strings.Join(msgs, "; "))
 	}
+	rep := &report{cases: cases, runs: runs, failed: failed}
 	took := time.Since(start)
 
 	fmt.Printf("%s, GOMAXPROCS=%d (%d CPUs), redis-server %s on loopback; %d round(s), -benchtime %s per case and round, %s in all. "+
@@ -64,22 +49,7 @@ func TestOneClientReport(t *testing.T) {
 		}
 	}
 	for _, g := range gs {
-		med := func(impl, unit string) (float64, bool) {
-			rs := runs[caseKey{"OneClient", g, impl}]
-			if len(rs) == 0 {
-				return 0, false
-			}
-			vs := make([]float64, len(rs))
-			for i, r := range rs {
-				switch unit {
-				case "allocs/op":
-					vs[i] = float64(r.AllocsPerOp())
-				default:
-					vs[i] = r.Extra[unit]
-				}
-			}
-			return median(vs), true
-		}
+		med := func(impl, unit string) (float64, bool) { return rep.metric("OneClient", g, impl, unit) }
 		bestName, best := "", 0.0
 		for _, lk := range lockers {
 			if v, ok := med(lk.name, "ops/s"); ok && lk.anchor && v > best {
@@ -103,11 +73,10 @@ func TestOneClientReport(t *testing.T) {
 			}
 			ops, _ := med(lk.name, "ops/s")
 			var per []string
-			stalls := 0.0
 			for _, r := range rs {
 				per = append(per, fmt.Sprintf("%.0f", r.Extra["ops/s"]))
-				stalls += r.Extra["stalls"]
 			}
+			stalls, _ := med(lk.name, "stalls") // summed over the rounds
 			allocs, _ := med(lk.name, "allocs/op")
 			cli, _ := med(lk.name, "client-us/op")
 			srv, _ := med(lk.name, "server-us/op")
@@ -122,14 +91,4 @@ func TestOneClientReport(t *testing.T) {
 		}
 		fmt.Println()
 	}
-}
-
-// median returns the median of vs, which it sorts.
-func median(vs []float64) float64 {
-	slices.Sort(vs)
-	n := len(vs)
-	if n%2 == 0 {
-		return (vs[n/2-1] + vs[n/2]) / 2
-	}
-	return vs[n/2]
 }

@@ -39,10 +39,19 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
+	runs, failed := runRounds(cases, *reportRounds)
+	rep := &report{w: os.Stdout, cases: cases, runs: runs, failed: failed}
+	rep.print(time.Since(start))
+}
+
+// runRounds runs every case once per round, in inRoundOrder, and returns
+// the results of each case and the messages of its failed rounds (also
+// printed to stderr, with every round's result).
+func runRounds(cases []benchCase, rounds int) (map[caseKey][]testing.BenchmarkResult, map[caseKey][]string) {
 	runs := make(map[caseKey][]testing.BenchmarkResult)
 	failed := make(map[caseKey][]string)
-	start := time.Now()
-	for round := 1; round <= *reportRounds; round++ {
+	for round := 1; round <= rounds; round++ {
 		for _, c := range inRoundOrder(cases, round) {
 			bad := false
 			r := testing.Benchmark(func(b *testing.B) {
@@ -58,11 +67,10 @@ func TestReport(t *testing.T) {
 				continue
 			}
 			runs[c.key()] = append(runs[c.key()], r)
-			fmt.Fprintf(os.Stderr, "round %d %s\t%s\n", round, c.name(), r)
+			fmt.Fprintf(os.Stderr, "round %d %s\t%s\t%s\n", round, c.name(), r, r.MemString())
 		}
 	}
-	rep := &report{w: os.Stdout, cases: cases, runs: runs, failed: failed}
-	rep.print(time.Since(start))
+	return runs, failed
 }
 
 // inRoundOrder is the cases in the order round runs them: the
@@ -132,9 +140,12 @@ func (r *report) metric(bench, variant, impl, unit string) (float64, bool) {
 	}
 	vs := make([]float64, len(rs))
 	for i, x := range rs {
-		if unit == "ns/op" {
+		switch unit {
+		case "ns/op":
 			vs[i] = float64(x.T.Nanoseconds()) / float64(x.N)
-		} else {
+		case "allocs/op":
+			vs[i] = float64(x.AllocsPerOp())
+		default:
 			vs[i] = x.Extra[unit]
 		}
 	}
@@ -145,11 +156,17 @@ func (r *report) metric(bench, variant, impl, unit string) (float64, bool) {
 		}
 		return sum, true
 	}
+	return median(vs), true
+}
+
+// median returns the median of vs, which it sorts.
+func median(vs []float64) float64 {
 	slices.Sort(vs)
-	if n := len(vs); n%2 == 0 {
-		return (vs[n/2-1] + vs[n/2]) / 2, true
+	n := len(vs)
+	if n%2 == 0 {
+		return (vs[n/2-1] + vs[n/2]) / 2
 	}
-	return vs[len(vs)/2], true
+	return vs[n/2]
 }
 
 // best returns the anchor with the lowest (or, with highest, the highest)
