@@ -199,9 +199,6 @@ func (r Reply) Int64Slice() ([]int64, error) {
 	return out, nil
 }
 
-// isNil reports whether err is a nil reply's.
-func isNil(err error) bool { return errors.Is(err, errNil) }
-
 // cmd makes a command without keys.
 func cmd(args ...any) Command { return Command{Args: args} }
 

@@ -7,9 +7,10 @@ import (
 	"sync"
 )
 
-// pipelined is the Redis a Client talks to: the application's client
-// wrapped so that every call returns when its ctx ends, and so that script
-// calls from many goroutines share round trips.
+// pipelined is the Driver a Client talks to: the application's client's
+// driver wrapped so that every call returns when its ctx ends, and so that
+// single commands (script calls, mostly) from many goroutines share round
+// trips. A driver that does either itself (DriverInfo) is left to it.
 //
 // Bounded. go-redis made with its defaults (no ContextTimeoutEnabled)
 // does not look at a ctx once a command is sent: it waits for the reply
@@ -24,7 +25,7 @@ import (
 // cannot run on the server before the grant does. A result a caller gave
 // up on is not read by anybody.
 //
-// Batched. While maxBatches batches are in flight, script calls (EVALSHA)
+// Batched. While maxBatches batches are in flight, single commands (Do)
 // from other goroutines queue; when one returns, the goroutine that sent
 // it sends everything queued as the next pipeline. There is no timer: a
 // lone call goes at once, on its own. A caller whose ctx ends while its
@@ -181,9 +182,6 @@ func (p *pipelined) Masters(ctx context.Context) ([]Driver, error) {
 	}
 	return r.ds, r.err
 }
-
-// unwrap returns the driver under it (see raw).
-func (p *pipelined) unwrap() Driver { return p.Driver }
 
 // batched runs a command, batched with those of other goroutines when
 // batches are in flight, within ctx.

@@ -165,8 +165,9 @@ func sendBatch(ctx context.Context, send func(context.Context, []Command) []Repl
 	for _, c := range calls {
 		cmds = append(cmds, c.command(false))
 	}
-	wait := cmd("WAIT", sync.replicas, sync.timeout.Milliseconds())
+	var wait Command // with replica sync, ends each pipeline
 	if sync.replicas > 0 {
+		wait = cmd("WAIT", sync.replicas, sync.timeout.Milliseconds())
 		cmds = append(cmds, wait)
 	}
 	out := send(ctx, cmds)

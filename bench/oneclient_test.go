@@ -127,29 +127,28 @@ func dlockLockUnlock(c *dlock.Client) func(key string) func(context.Context) err
 // dlock on one rueidis client with default options (rueidisdlock).
 func openDlockRueidis(addr string) (*lockerClient, error) {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-	if err != nil {
-		return nil, err
-	}
-	c, err := rueidisdlock.New(rc)
-	if err != nil {
-		rc.Close()
-		return nil, err
-	}
-	return &lockerClient{forKey: dlockLockUnlock(c), close: func() { _ = c.Close(); rc.Close() }}, nil
+	return openDlockOn(rc, err, rueidisdlock.New)
 }
 
 // dlock on one valkey-go client with default options (valkeydlock).
 func openDlockValkey(addr string) (*lockerClient, error) {
 	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
+	return openDlockOn(vc, err, valkeydlock.New)
+}
+
+// openDlockOn makes a dlock Client on client (made with err) by newClient
+// (a driver package's New); closing it closes both.
+func openDlockOn[C interface{ Close() }](client C, err error,
+	newClient func(C, ...dlock.Option) (*dlock.Client, error)) (*lockerClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := valkeydlock.New(vc)
+	c, err := newClient(client)
 	if err != nil {
-		vc.Close()
+		client.Close()
 		return nil, err
 	}
-	return &lockerClient{forKey: dlockLockUnlock(c), close: func() { _ = c.Close(); vc.Close() }}, nil
+	return &lockerClient{forKey: dlockLockUnlock(c), close: func() { _ = c.Close(); client.Close() }}, nil
 }
 
 // redislock on one go-redis client; Obtain without retries (the key is

@@ -146,12 +146,12 @@ func build(b valkey.Builder, c dlock.Command, pin string, all bool) (valkey.Comp
 	if len(words) == 0 || words[0] == "" {
 		return valkey.Completed{}, errors.New("valkeydlock: empty command")
 	}
-	name := strings.ToUpper(words[0])
-	if strings.HasSuffix(name, "SUBSCRIBE") {
+	name := words[0] // compared without case, and not upper-cased: a copy per command
+	if n := len("SUBSCRIBE"); len(name) >= n && strings.EqualFold(name[len(name)-n:], "SUBSCRIBE") {
 		return valkey.Completed{}, fmt.Errorf("valkeydlock: %s outside a pub/sub connection", words[0])
 	}
 	first, keys := c.FirstKey, c.Keys
-	if keys == 0 && name == "SPUBLISH" && len(words) > 1 {
+	if keys == 0 && strings.EqualFold(name, "SPUBLISH") && len(words) > 1 {
 		first, keys = 1, 1
 	}
 	keyed := keys > 0 && first > 0 && first < len(words)
@@ -168,7 +168,12 @@ func build(b valkey.Builder, c dlock.Command, pin string, all bool) (valkey.Comp
 }
 
 // argString formats a word of a command as dlock.Command.StringArgs does.
-func argString(a any) string { return dlock.Command{Args: []any{a}}.StringArgs()[0] }
+func argString(a any) string {
+	if s, ok := a.(string); ok { // a key: always a string
+		return s
+	}
+	return dlock.Command{Args: []any{a}}.StringArgs()[0]
+}
 
 // Dedicated lends a connection of valkey-go's pool of key's node (valkey-go's
 // Dedicate; on a cluster every command sent on it carries key's slot, so
