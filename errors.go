@@ -51,6 +51,10 @@ var (
 	// ErrInvalidArgument is wrapped by every error about bad input: an
 	// empty lock name, a TTL out of range, a nil context or client.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
+
+	// ErrNoLeader is returned by Election.Leader when nobody leads the
+	// election.
+	ErrNoLeader = errors.New("dlock: no leader")
 )
 
 // invalid returns an error wrapping ErrInvalidArgument with a description.

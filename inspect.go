@@ -26,10 +26,12 @@ const (
 	KindRWMutex   Kind = "rwmutex"
 	KindSemaphore Kind = "semaphore"
 	KindLatch     Kind = "latch"
+	KindElection  Kind = "election"
 )
 
 // kinds maps a Kind to its key layout.
-var kinds = map[Kind]kind{KindMutex: kindMutex, KindRWMutex: kindRW, KindSemaphore: kindSemaphore, KindLatch: kindLatch}
+var kinds = map[Kind]kind{KindMutex: kindMutex, KindRWMutex: kindRW, KindSemaphore: kindSemaphore,
+	KindLatch: kindLatch, KindElection: kindElection}
 
 // LockInfo is what Redis says of one lock at one moment.
 type LockInfo struct {
@@ -54,6 +56,9 @@ type LockInfo struct {
 	Capacity, Free int64
 	// Count is a Latch's count (0 when open).
 	Count int64
+	// Value is an Election's leader's value ("" when nobody leads, or
+	// its winner has not recorded one yet).
+	Value string
 }
 
 // Holder is one owner of a lock.
@@ -119,7 +124,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	lk, ok := kinds[kd]
 	if !ok {
-		return nil, invalid("lock kind %q: want mutex, rwmutex, semaphore or latch", kd)
+		return nil, invalid("lock kind %q: want mutex, rwmutex, semaphore, latch or election", kd)
 	}
 	k := c.keys(lk, name)
 	info := &LockInfo{Kind: kd, Name: name, Key: k.lock}
@@ -185,11 +190,13 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	expiry := func(score float64) time.Duration { return time.UnixMilli(int64(score)).Sub(srv) }
 	switch kd {
-	case KindMutex:
+	case KindMutex, KindElection:
 		for f, v := range fields {
 			switch {
 			case f == "@next":
 				info.KeptFor = v
+			case strings.HasPrefix(f, "v:"):
+				info.Value = v
 			case strings.HasPrefix(f, "t:"):
 			default:
 				n, _ := strconv.ParseInt(v, 10, 64)
@@ -519,6 +526,8 @@ func parseKey(prefix, key string) (Kind, string, bool) {
 		return KindSemaphore, name, true
 	case string(kindLatch):
 		return KindLatch, name, true
+	case string(kindElection):
+		return KindElection, name, true
 	}
 	return "", "", false
 }
@@ -535,7 +544,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 		return nil, err
 	}
 	if err := c.be.supports(map[Kind]string{KindMutex: "Mutex", KindRWMutex: "RWMutex",
-		KindSemaphore: "Semaphore", KindLatch: "Latch"}[kd]); err != nil {
+		KindSemaphore: "Semaphore", KindLatch: "Latch", KindElection: "Election"}[kd]); err != nil {
 		return nil, err
 	}
 	r, _ := c.reader()
@@ -549,6 +558,8 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 			break
 		}
 		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg)
+	case KindElection: // and its observers are told
+		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg, k.channel)
 	case KindRWMutex:
 		cmd = rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.baseArg, w.publishArg)
 	case KindSemaphore:

@@ -12,10 +12,11 @@ import (
 type kind string
 
 const (
-	kindMutex     kind = ""      // <prefix>:{<name>}...   Mutex, FairMutex
-	kindRW        kind = "rw"    // <prefix>:{<name>}:rw...  RWMutex
-	kindSemaphore kind = "sem"   // <prefix>:{<name>}:sem... Semaphore
-	kindLatch     kind = "latch" // <prefix>:{<name>}:latch... Latch
+	kindMutex     kind = ""         // <prefix>:{<name>}...   Mutex, FairMutex
+	kindRW        kind = "rw"       // <prefix>:{<name>}:rw...  RWMutex
+	kindSemaphore kind = "sem"      // <prefix>:{<name>}:sem... Semaphore
+	kindLatch     kind = "latch"    // <prefix>:{<name>}:latch... Latch
+	kindElection  kind = "election" // <prefix>:{<name>}:election... Election
 )
 
 // keys names everything one lock uses in Redis. All of it carries the same
@@ -27,7 +28,7 @@ type keys struct {
 	name    string // the user's lock name, for messages
 	lock    string // <lock>          the lock itself
 	fence   string // <lock>:fence    fencing counter, never expires
-	channel string // <lock>:ch       release notifications
+	channel string // <lock>:ch       release notifications; an Election's observers
 	queue   string // <lock>:queue    waiters: token -> arrival
 	alive   string // <lock>:alive    waiters: token -> place expiry
 	readers string // <lock>:readers  RWMutex: reader -> hold expiry

@@ -65,8 +65,11 @@ var (
 	unlockScript = mutexScript("unlock.lua")
 	leaveScript  = mutexScript("leave.lua")
 	forceScript  = mutexScript("force.lua")
-	renewScript  = loadScript("lib.lua", "renew.lua")
-	ttlScript    = loadScript("ttl.lua")
+	// an Election is a fair mutex, with its value and observers
+	electScript     = loadScript("elect.lua")
+	electReadScript = loadScript("elect_read.lua")
+	renewScript     = loadScript("lib.lua", "renew.lua")
+	ttlScript       = loadScript("ttl.lua")
 
 	rwReadScript   = rwScript("rw_read.lua")
 	rwWriteScript  = rwScript("rw_write.lua")

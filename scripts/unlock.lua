@@ -9,6 +9,8 @@
 -- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
 -- ARGV[5]  '1' to hand the lock to the waiter told, or keep it for it (not
 --          on a quorum)
+-- ARGV[6]  an Election's observers' channel, told 'all' when its leader
+--          resigns (absent for a mutex)
 --
 -- Returns  1   done
 --          -1  the caller holds nothing: its lease was lost, or never held
@@ -32,10 +34,10 @@
 -- nothing, the caller held nothing and nothing changed. (Go sends the
 -- count as a decimal integer, so '0' is the only way it says 0.)
 if ARGV[2] == '0' then
-  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1]) == 0 then
+  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'v:' .. ARGV[1]) == 0 then
     return NOT_HELD
   end
-  if redis.call('EXISTS', KEYS[3]) == 0 then
+  if not ARGV[6] and redis.call('EXISTS', KEYS[3]) == 0 then
     return 1 -- nobody waits
   end
 end
@@ -43,9 +45,14 @@ end
 if ARGV[2] ~= '0' then
   return set_holds(KEYS[1], ARGV[1], ARGV[2]) -- 1, or NOT_HELD (n > 0)
 end
--- Waiters are registered: make sure the hash is gone (it is, by the
+-- Waiters are registered (or an Election's observers are to be told):
+-- make sure the hash is gone (it is, by the
 -- argument above; a stray field would otherwise sit beside the next
 -- owner), then hand the lock on.
 redis.call('DEL', KEYS[1])
 hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1])
+if ARGV[6] then
+  -- an Election's leader resigned: its observers read who leads now
+  publish(ARGV[4], ARGV[6], WAKE_ALL)
+end
 return 1

@@ -1,0 +1,351 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Election is leader election on one name: candidates Campaign, one at a
+// time leads, everyone can read who leads (Leader) and follow it
+// (Observe). It is a handle, safe for concurrent use and cheap to make.
+//
+// A leadership is a hold of a fair lock (see FairMutex): candidates are
+// served in arrival order, a resigning leader hands the lock straight to
+// the next candidate and wakes it alone, a leader's lease is renewed by
+// the watchdog (or fixed, WithLease) and its loss is signalled by Done,
+// Err and Context before another candidate can win. Its term is the
+// lock's fencing token: strictly increasing across leaders, to be handed
+// to whatever the leader writes to. The leader's value (an address, say)
+// lives in the lock's own hash, so it goes when the leadership goes.
+//
+// A winner counts as leader once its value is recorded, a round trip
+// after it took the lock; Leader and Observe report nobody in between.
+// Elections need scripts: a Client made WithoutScripts or NewQuorum
+// refuses them.
+//
+// In Redis the election is the hash "<prefix>:{<name>}:election" (owner
+// token -> hold count, when taken, value), with ":fence", ":queue" and
+// ":alive" beside it as for a Mutex, and observers listen on ":ch".
+type Election struct {
+	handle
+}
+
+// Election returns the handle of the election called name. opts set the
+// defaults of its Campaigns: a lease of 30 s renewed every 10 s unless
+// they say otherwise (WithTTL, WithLease, WithQueueTTL).
+func (c *Client) Election(name string, opts ...LockOption) *Election {
+	return &Election{handle{c, c.keys(kindElection, name), opts}}
+}
+
+// electionProto is the Redis side of a leadership: a FairMutex hold
+// whose release also tells the observers. It is not re-entrant: every
+// Campaign is a candidate of its own.
+type electionProto struct{ m mutexProto }
+
+func (p electionProto) release(token string, left int) op {
+	c := p.m.unlock(token, left)
+	c.args = append(c.args, p.m.k.channel)
+	return c
+}
+func (p electionProto) renew(token string, ttl time.Duration, exact bool) op {
+	return p.m.renew(token, ttl, exact)
+}
+func (p electionProto) ttl(token string) op { return p.m.ttl(token) }
+
+// request is what a Campaign tells the acquire path: a FairMutex's
+// request, under the election's keys and protocol.
+func (e *Election) request() *request {
+	r := e.c.mutexRequest("Election", e.k, e.opts, true)
+	r.p = electionProto{r.p.(mutexProto)}
+	return r
+}
+
+// Campaign waits until this caller leads, then records value as the
+// leader's and returns the Leadership. Candidates are served in arrival
+// order; the wait is woken by the release that hands the lock on, with no
+// polling.
+//
+// When ctx ends first Campaign returns an error matching ErrNotObtained
+// and ctx.Err(), and nothing of the candidate is left in Redis: its place
+// in the queue is given up (and a lock won meanwhile released) before
+// Campaign returns, or in the background when Redis does not answer in
+// time. The same holds for every other failure: a Redis error (wrapped),
+// ErrClosed when the Client closes during the wait, or the lease lost
+// before the value was recorded (matching ErrLeaseLost). A Campaign never
+// returns a Leadership that has already ended.
+func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	if e == nil || e.c == nil {
+		return nil, invalid("nil Election")
+	}
+	l, err := e.c.acquire(ctx, e.request(), true, nil)
+	if err != nil {
+		return nil, err
+	}
+	ld := &Leadership{e: e, l: l, value: value}
+	if err := ld.record(ctx, value); err != nil {
+		// Not a leader after all: give the lock back (in the background
+		// if ctx has ended or Redis does not answer; see Lease.Unlock).
+		_ = l.Unlock(ctx)
+		if ctx.Err() != nil {
+			return nil, waitEnded(e.k.name, ctx.Err())
+		}
+		return nil, err
+	}
+	return ld, nil
+}
+
+// Leadership is one candidate's term as leader, from a Campaign that won
+// until Resign, or until its lease is lost (Done, Err). It is safe for
+// concurrent use.
+type Leadership struct {
+	e *Election
+	l *Lease
+
+	mu          sync.Mutex
+	value       string
+	resignOnce  sync.Once
+	resignedErr error
+}
+
+// Term is the leadership's fencing token: it increases strictly with each
+// leader of the election, and never goes back. Pass it to whatever the
+// leader writes to, and have that refuse a term lower than one it has
+// seen: a leader that lost its lease without knowing (paused, cut off)
+// then cannot act as leader.
+func (ld *Leadership) Term() int64 { return ld.l.Fence() }
+
+// Value is the leader's value as last recorded by Campaign or Proclaim.
+func (ld *Leadership) Value() string {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return ld.value
+}
+
+// Done returns a channel that is closed when the leadership ends:
+// resigned, or lost as soon as it may have been (see Lease.Done).
+func (ld *Leadership) Done() <-chan struct{} { return ld.l.Done() }
+
+// Err is nil while the leadership lasts; afterwards it matches
+// ErrUnlocked (Resign), ErrLeaseLost or ErrClosed, as Lease.Err.
+func (ld *Leadership) Err() error { return ld.l.Err() }
+
+// Context returns a context derived from parent that is cancelled when
+// the leadership ends: run the leader's work under it.
+func (ld *Leadership) Context(parent context.Context) context.Context { return ld.l.Context(parent) }
+
+// Proclaim changes the leader's value, as one round trip, and tells the
+// observers. It is refused with an error matching ErrNotHeld once the
+// leadership has ended (matching Err too), or when Redis finds it lost
+// (the leadership then ends, ErrLeaseLost). A Redis error comes back
+// wrapped, and the value may or may not have changed in Redis; Value
+// changes only when Proclaim succeeds.
+func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	return ld.record(ctx, value)
+}
+
+// record writes value as the leader's (elect.lua): after Campaign won,
+// and at Proclaim. It runs beside no Resign (the hold's calls lock).
+func (ld *Leadership) record(ctx context.Context, value string) error {
+	h := ld.l.of.first()
+	h.calls.Lock()
+	defer h.calls.Unlock()
+	if err := ld.l.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	k := ld.e.k
+	r := ld.e.c.be.grant(ctx, call{electScript, []string{k.lock, k.fence},
+		[]any{h.token, value, k.channel, ld.e.c.publish}, nil})
+	if r.Err != nil {
+		return redisErr("proclaim", k.name, r.Err)
+	}
+	if v, _ := r.Slice(); len(v) == 0 || v[0] != int64(replyHeld) {
+		err := lost(reasonGone, k.name, "the election's lock was no longer held at proclaim")
+		h.end(err)
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	ld.mu.Lock()
+	ld.value = value
+	ld.mu.Unlock()
+	return nil
+}
+
+// Resign ends the leadership: the lock goes to the next candidate, and
+// observers are told. Whatever Resign returns the leadership has ended
+// when it returns (Err matches ErrUnlocked, or why it ended before), as
+// after Lease.Unlock: a release that fails (ctx ended, Redis unreachable)
+// is retried in the background until the lease would have expired. It
+// returns that Redis error, wrapped, or an error matching ErrNotHeld when
+// the leadership had already been lost. Resign is idempotent: later
+// calls do nothing and return what the first returned.
+func (ld *Leadership) Resign(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	ld.resignOnce.Do(func() { ld.resignedErr = ld.l.Unlock(ctx) })
+	return ld.resignedErr
+}
+
+// LeaderInfo is who leads an election at one moment. A zero Term means
+// nobody leads.
+type LeaderInfo struct {
+	Value string    // the leader's value (Campaign, Proclaim)
+	Term  int64     // the leader's term: its fencing token
+	Since time.Time // when it won, by the server's clock
+	TTL   time.Duration
+	// Owner is who the leader is (host, pid, program, label), nil when
+	// its Client did not record it.
+	Owner *Owner
+}
+
+// Leader reads who leads the election, as one script call (and one more
+// to read the leader's owner record). It returns an error matching
+// ErrNoLeader when nobody leads, and a wrapped Redis error when the
+// read fails.
+func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
+	if e == nil || e.c == nil {
+		return LeaderInfo{}, invalid("nil Election")
+	}
+	if err := checkCall(ctx, e.c, e.k.name); err != nil {
+		return LeaderInfo{}, err
+	}
+	info, _, err := e.read(ctx, nil)
+	if err == nil && info.Term == 0 {
+		err = fmt.Errorf("%w: %q", ErrNoLeader, e.k.name)
+	}
+	return info, err
+}
+
+// read reads who leads (elect_read.lua), and within how long that may
+// change by itself: when the lock expires (0: not by itself). The owner
+// record is read unless known has the same term: its owner is reused.
+func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, time.Duration, error) {
+	if err := e.c.be.supports("Election"); err != nil {
+		return LeaderInfo{}, 0, err
+	}
+	r, err := e.c.reader()
+	if err != nil {
+		return LeaderInfo{}, 0, err
+	}
+	k := e.k
+	v, err := electReadScript.run(ctx, r, []string{k.lock, k.fence}).Slice()
+	if err != nil {
+		return LeaderInfo{}, 0, redisErr("read the leader of", k.name, err)
+	}
+	word := func(i int) string {
+		if i >= len(v) {
+			return ""
+		}
+		s, _ := v[i].(string)
+		return s
+	}
+	num := func(i int) int64 {
+		if i < len(v) {
+			if n, ok := v[i].(int64); ok {
+				return n
+			}
+		}
+		n, _ := strconv.ParseInt(word(i), 10, 64)
+		return n
+	}
+	if num(0) != replyHeld {
+		return LeaderInfo{}, max(time.Duration(num(1))*time.Millisecond, 0), nil
+	}
+	tok := word(1)
+	info := LeaderInfo{Value: word(2), Term: num(3), TTL: time.Duration(num(5)) * time.Millisecond}
+	if ms := num(4); ms > 0 {
+		info.Since = time.UnixMilli(ms)
+	}
+	if known != nil && known.Term == info.Term && known.Term != 0 {
+		info.Owner = known.Owner
+	} else {
+		li := &LockInfo{Name: k.name, Holders: []Holder{{Token: tok}}}
+		if err := e.c.fillOwners(ctx, r, li); err != nil {
+			return LeaderInfo{}, 0, err
+		}
+		info.Owner = li.Holders[0].Owner
+	}
+	return info, max(info.TTL, 0), nil
+}
+
+// Observing: how long an observer waits when nothing in Redis expires by
+// itself (nobody leads), in case a notification was lost without its
+// connection; and how it backs off while Redis cannot be read.
+const (
+	observeIdle     = 30 * time.Second
+	observeRetry    = 100 * time.Millisecond
+	observeRetryMax = 2 * time.Second
+	observeLate     = 5 * time.Millisecond // read a little after an expiry
+)
+
+// Observe follows the election: the returned channel receives who leads
+// now, then every change in order — a new leader, a new value
+// (Proclaim), nobody leading (a zero Term: resigned, expired,
+// force-unlocked) — until ctx ends or the Client closes, when it is
+// closed. Changes that come faster than the receiver reads may be
+// coalesced, but the latest state is always delivered.
+//
+// Observe is told of changes on the election's channel, and reads again
+// when the leader's lease would expire, so a leader that dies without a
+// word is reported gone as soon as its lease runs out; nothing polls
+// (unless the server refuses pub/sub, when it reads every second or so).
+// While Redis cannot be read, Observe sends nothing, logs the error and
+// tries again. The channel is closed at once when ctx is nil or done, the
+// Election nil or unusable on this Client (WithoutScripts, a quorum), or
+// the Client closed.
+func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
+	out := make(chan LeaderInfo)
+	if e == nil || e.c == nil || checkCall(ctx, e.c, e.k.name) != nil || e.c.be.supports("Election") != nil {
+		close(out)
+		return out
+	}
+	c := e.c
+	if !c.background(func() { e.observe(ctx, out) }) {
+		close(out)
+	}
+	return out
+}
+
+// observe is Observe's goroutine: it sends the first state, then each
+// change, each read once woken (a notification, a pub/sub reconnect) or
+// when the state it read may change by itself.
+func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
+	defer close(out)
+	c := e.c
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.life, cancel)
+	defer stop()
+	var last *LeaderInfo
+	retry := time.Duration(0)
+	check := func(ctx context.Context, _ string) (bool, time.Duration, error) {
+		info, expires, err := e.read(ctx, last)
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, 0, nil
+			}
+			retry = min(max(2*retry, observeRetry), observeRetryMax)
+			c.tel.log.Warn("dlock: observing an election: reading its leader failed", "election", e.k.name, "err", err)
+			return false, retry, nil
+		}
+		retry = 0
+		if last == nil || info.Term != last.Term || info.Value != last.Value {
+			select {
+			case out <- info:
+			case <-ctx.Done():
+				return true, 0, nil
+			}
+			last = &info
+		}
+		if expires > 0 {
+			return false, expires + observeLate, nil
+		}
+		return false, observeIdle, nil
+	}
+	_ = c.waitLoop(ctx, e.k.name, e.k.channel, "", nil, 0, check)
+}
