@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -74,8 +75,11 @@ func (e *Election) request() *request {
 // Campaign returns, or in the background when Redis does not answer in
 // time. The same holds for every other failure: a Redis error (wrapped),
 // ErrClosed when the Client closes during the wait, or the lease lost
-// before the value was recorded (matching ErrLeaseLost). A Campaign never
-// returns a Leadership that has already ended.
+// before the value was recorded (matching ErrNotObtained and
+// ErrLeaseLost): a Campaign never returns a Leadership that has ended.
+// Bad input (a nil ctx, an empty name) matches ErrInvalidArgument; a
+// Client made WithoutScripts or NewQuorum refuses with an error matching
+// errors.ErrUnsupported.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if e == nil || e.c == nil {
 		return nil, invalid("nil Election")
@@ -89,8 +93,11 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		// Not a leader after all: give the lock back (in the background
 		// if ctx has ended or Redis does not answer; see Lease.Unlock).
 		_ = l.Unlock(ctx)
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, waitEnded(e.k.name, ctx.Err())
+		case errors.Is(err, ErrLeaseLost):
+			return nil, fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, e.k.name, err)
 		}
 		return nil, err
 	}
