@@ -62,7 +62,8 @@ func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
 			c := newClient(t, newRedis(t, s))
 			other := newClient(t, newRedis(t, s))
 			names := map[string]string{}
-			for _, n := range []string{"free", "held", "try", "sem", "read", "all1", "all2", "unlock", "extend", "latch"} {
+			for _, n := range []string{"free", "held", "try", "sem", "read", "all1", "all2", "unlock", "extend", "latch",
+				"efree", "eheld", "eproclaim", "eresign"} {
 				names[n] = lockName(t) + "-" + n
 			}
 			// Warm up: connections made, scripts loaded, subscribed.
@@ -72,6 +73,20 @@ func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
 			toExtend := mustLock(t, c.Mutex(names["extend"]), ctx)
 			if _, err := c.Latch(names["latch"]).TrySetCount(ctx, 1, time.Minute); err != nil {
 				t.Fatal(err)
+			}
+			heldLeader := campaign(t, other.Election(names["eheld"]), "other")
+			toProclaim := campaign(t, c.Election(names["eproclaim"]), "v")
+			toResign := campaign(t, c.Election(names["eresign"]), "v")
+			var leaders []*dlock.Leadership
+			var mu sync.Mutex
+			// won keeps a leadership granted before the stall took hold.
+			won := func(ld *dlock.Leadership, err error) error {
+				if ld != nil {
+					mu.Lock()
+					leaders = append(leaders, ld)
+					mu.Unlock()
+				}
+				return err
 			}
 
 			calls := map[string]func(ctx context.Context) (*dlock.Lease, error){
@@ -93,11 +108,22 @@ func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
 				"Latch.Wait": func(ctx context.Context) (*dlock.Lease, error) {
 					return nil, c.Latch(names["latch"]).Wait(ctx)
 				},
+				"Campaign (free)": func(ctx context.Context) (*dlock.Lease, error) {
+					return nil, won(c.Election(names["efree"]).Campaign(ctx, "v"))
+				},
+				"Campaign (held)": func(ctx context.Context) (*dlock.Lease, error) {
+					return nil, won(c.Election(names["eheld"]).Campaign(ctx, "v"))
+				},
+				"Leader": func(ctx context.Context) (*dlock.Lease, error) {
+					_, err := c.Election(names["eheld"]).Leader(ctx)
+					return nil, err
+				},
+				"Proclaim": func(ctx context.Context) (*dlock.Lease, error) { return nil, toProclaim.Proclaim(ctx, "w") },
+				"Resign":   func(ctx context.Context) (*dlock.Lease, error) { return nil, toResign.Resign(ctx) },
 			}
 
 			how.stall(t)
 			stalled := time.Now()
-			var mu sync.Mutex
 			var leases []*dlock.Lease
 			var wg sync.WaitGroup
 			for what, call := range calls {
@@ -114,7 +140,7 @@ func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
 						mu.Lock()
 						leases = append(leases, l)
 						mu.Unlock()
-					} else if err != nil && !errors.Is(err, context.DeadlineExceeded) && what != "Unlock" {
+					} else if err != nil && !errors.Is(err, context.DeadlineExceeded) && what != "Unlock" && what != "Resign" {
 						t.Errorf("%s: %v; want an error matching context.DeadlineExceeded", what, err)
 					}
 				})
@@ -129,13 +155,20 @@ func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
 			}
 			unlock(t, holder)
 			_ = toExtend.Unlock(ctx)
+			for _, ld := range append(leaders, heldLeader, toProclaim) {
+				_ = ld.Resign(ctx)
+			}
 
 			// Whatever the stalled server granted late is given back: every
 			// lock is free long before its 30 s TTL.
-			for _, n := range []string{"free", "held", "try", "read", "all1", "all2", "unlock", "extend"} {
+			for _, n := range []string{"free", "held", "try", "read", "all1", "all2", "unlock", "extend",
+				"efree", "eheld", "eproclaim", "eresign"} {
 				k := keysOf(names[n]).Lock
 				if n == "read" {
 					k = fmt.Sprintf("%s:{%s}:rw", dlock.DefaultPrefix, names[n])
+				}
+				if n[0] == 'e' && n != "extend" {
+					k, _, _ = electionKeys(names[n])
 				}
 				waitFor(t, n+" released", func() bool { return admin.Exists(ctx, k).Val() == 0 })
 			}

@@ -261,3 +261,75 @@ func ExampleClient_Health() {
 	fmt.Println("health:", c.Health())
 	// Output: health: <nil>
 }
+
+func ExampleElection() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
+	defer rdb.Close()
+	c, err := dlock.New(rdb, dlock.WithPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	e := c.Election("scheduler")
+
+	// Anyone can follow who leads: here, in the same process.
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	changes := e.Observe(octx)
+	show := func(info dlock.LeaderInfo) string {
+		if info.Term == 0 {
+			return "nobody leads"
+		}
+		return info.Value + " leads"
+	}
+	fmt.Println(show(<-changes))
+
+	// Campaign waits its turn, then leads until Resign or until its lease
+	// is lost (ld.Done, ld.Err; ld.Context is cancelled then).
+	ld, err := e.Campaign(ctx, "10.0.0.7:8080")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(show(<-changes))
+	// Whatever the leader writes, it writes with its term: a store that
+	// refuses a term lower than one it has seen cannot be written by a
+	// leader that was deposed without knowing.
+	fmt.Println("term given:", ld.Term() > 0)
+
+	if err := ld.Resign(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(show(<-changes))
+	// Output:
+	// nobody leads
+	// 10.0.0.7:8080 leads
+	// term given: true
+	// nobody leads
+}
+
+func ExampleElection_Leader() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"), dlock.WithOwnerLabel("billing-7"))
+	defer c.Close()
+	e := c.Election("billing/primary")
+
+	ld, err := e.Campaign(ctx, "billing-7.internal:9000")
+	if err != nil {
+		panic(err)
+	}
+	defer ld.Resign(ctx)
+
+	info, err := e.Leader(ctx)
+	if errors.Is(err, dlock.ErrNoLeader) {
+		fmt.Println("nobody leads")
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(info.Value, info.Owner.Label, info.Term == ld.Term())
+	// Output: billing-7.internal:9000 billing-7 true
+}

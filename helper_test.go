@@ -28,7 +28,7 @@ import (
 // several processes: with helperEnv set, TestMain runs helperMain instead
 // of the tests. Settings come in the environment.
 const (
-	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold, fairwait, mutexwait, readwait
+	helperEnv  = "DLOCK_TEST_HELPER" // mode: contend, hold, fairwait, mutexwait, readwait, observe, lead
 	addrEnv    = "DLOCK_TEST_ADDR"   // redis-server address
 	nameEnv    = "DLOCK_TEST_NAME"   // lock name
 	ttlEnv     = "DLOCK_TEST_TTL"    // lease TTL (time.Duration)
@@ -75,6 +75,10 @@ func helperMain(mode string) int {
 		err = helperWait(ctx, c.RWMutex(m.Name(), dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl)).RLocker())
 	case "latesdk":
 		err = helperLateSDK(ctx, m)
+	case "observe":
+		err = helperObserve(ctx, c.Election(m.Name()))
+	case "lead":
+		err = helperLead(ctx, c.Election(m.Name(), dlock.WithTTL(ttl)))
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
