@@ -18,6 +18,9 @@
 //     (Client.Latch).
 //   - LockAll: all or nothing over any set of the locks, in a fixed order,
 //     with one lease for the set.
+//   - Election: leader election on a fair lock — Campaign, Proclaim,
+//     Resign, Leader, Observe — whose terms are fencing tokens and whose
+//     observers are told when nobody leads (Client.Election).
 //
 // Every acquire returns a *Lease; Mutex, FairMutex and both sides of an
 // RWMutex are Lockers.
