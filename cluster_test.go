@@ -80,6 +80,26 @@ func TestClusterEveryPrimitiveAcrossSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An election: its value, its hand-off and its observers' channel in
+	// the slot of its keys.
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs := b.Election(base + "/elect").Observe(octx)
+	if info := next(t, obs); info.Term != 0 {
+		t.Fatalf("election's first state %+v", info)
+	}
+	ld := campaign(t, a.Election(base+"/elect"), "a")
+	if info := next(t, obs); info.Term != ld.Term() || info.Value != "a" {
+		t.Fatalf("elected on a cluster: %+v", info)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info := next(t, obs); info.Term != 0 {
+		t.Fatalf("resigned on a cluster: %+v", info)
+	}
+	stop()
+
 	// Wake-ups by sharded pub/sub, from the node of the lock's slot.
 	holder := mustLock(t, a.Mutex(base+"/wake"), ctx) // 30 s TTL
 	checkWokenByRelease(t, b.Mutex(base+"/wake"), func() { unlock(t, holder) })
