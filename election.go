@@ -89,7 +89,12 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		return nil, err
 	}
 	ld := &Leadership{e: e, l: l, value: value}
-	if err := ld.record(ctx, value); err != nil {
+	err = ld.record(ctx, value)
+	if err == nil && l.Err() != nil {
+		// recorded, but the reply came after the lease's local deadline
+		err = fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+	}
+	if err != nil {
 		// Not a leader after all: give the lock back (in the background
 		// if ctx has ended or Redis does not answer; see Lease.Unlock).
 		_ = l.Unlock(ctx)

@@ -194,6 +194,7 @@ func TestElectionCampaignEndsWithItsLease(t *testing.T) {
 		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrLeaseLost) {
 			t.Fatalf("Campaign: %v; want ErrNotObtained and ErrLeaseLost", err)
 		}
+		waitFor(t, "nothing of the candidate left", func() bool { return electionLeft(t, admin, name) == 0 })
 		if _, err := e.Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
 			t.Fatalf("Leader: %v, want ErrNoLeader", err)
 		}
