@@ -193,3 +193,59 @@ func TestElectionObserve(t *testing.T) {
 	for range obs { // closed when ctx ends
 	}
 }
+
+// What an election costs in round trips: Campaign two when nobody leads
+// (the lock, then the value), Resign one; an observer reads once per
+// change it is told of (plus the leader's owner record when the term is
+// new), and, while a leader renews its lease, once per expiry it was
+// told of — never on a fixed interval.
+func TestElectionRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	c, rec := countedClient(t)
+	e := c.Election(lockName(t), dlock.WithTTL(time.Second))
+	ld := campaign(t, e, "warm-up") // loads the scripts
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	ld = campaign(t, e, "v")
+	if calls := rec.take(); len(calls) != 2 {
+		t.Fatalf("uncontended Campaign sent %v; want two round trips", calls)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if calls := rec.take(); len(calls) != 1 {
+		t.Fatalf("Resign sent %v; want one round trip", calls)
+	}
+
+	// An observer of an election nobody leads reads at first (and when its
+	// subscription is confirmed), then sleeps until told.
+	oc, orec := countedClient(t)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs := oc.Election(e.Name()).Observe(octx)
+	next(t, obs)
+	waitFor(t, "the observer's reads at start", func() bool { return len(orec.take()) >= 1 })
+	time.Sleep(time.Second) // an idle second: counts are checked, not timing
+	if calls := orec.take(); len(calls) > 2 {
+		t.Fatalf("an observer of an idle election sent %v in a second; want no polling", calls)
+	}
+	// A leader with a 1 s lease renewed for 3 s: the observer reads when
+	// told, then about once per lease (the renewals keep moving the
+	// expiry), not more.
+	ld = campaign(t, e, "w")
+	if info := next(t, obs); info.Value != "w" {
+		t.Fatalf("observed %+v", info)
+	}
+	orec.take()
+	time.Sleep(3 * time.Second)
+	calls := orec.take()
+	t.Logf("an observer of a renewed 1 s leader: %d round trips in 3 s", len(calls))
+	if len(calls) > 6 {
+		t.Fatalf("an observer of a renewed 1 s leader sent %d round trips in 3 s: %v; want about one a lease", len(calls), calls)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
