@@ -3,10 +3,12 @@ package dlock_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +25,8 @@ func helperObserve(ctx context.Context, e *dlock.Election) error {
 }
 
 // helperLead reads commands on stdin: "campaign <value>" (prints
-// "leading <term>"), "proclaim <value>" ("proclaimed") and "resign"
+// "leading <term>"), "proclaim <value>" ("proclaimed", or "refused"
+// once the leadership is lost), "check" ("err <Err()>") and "resign"
 // ("resigned").
 func helperLead(ctx context.Context, e *dlock.Election) error {
 	var ld *dlock.Leadership
@@ -39,7 +42,12 @@ func helperLead(ctx context.Context, e *dlock.Election) error {
 		case "proclaim":
 			if err = ld.Proclaim(ctx, arg); err == nil {
 				fmt.Println("proclaimed")
+			} else if errors.Is(err, dlock.ErrNotHeld) {
+				fmt.Println("refused")
+				err = nil
 			}
+		case "check":
+			fmt.Printf("err %v\n", ld.Err())
 		case "resign":
 			if err = ld.Resign(ctx); err == nil {
 				fmt.Println("resigned")
@@ -105,5 +113,41 @@ func TestElectionObserversAcrossProcesses(t *testing.T) {
 	want("resigned", 0, "")
 	if !(t1 < t2 && t2 < ld.Term()) {
 		t.Fatalf("terms %d, %d, %d: not strictly increasing", t1, t2, ld.Term())
+	}
+}
+
+// A leader paused (SIGSTOP) past its lease is deposed: the next candidate
+// leads with a higher term while it sleeps; resumed, it is told it lost
+// the leadership, and its Proclaim is refused — the value observers see
+// stays the new leader's.
+func TestElectionPausedLeaderIsDeposed(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	lead := startHelper(t, "lead", addrEnv+"="+srv.Addr(), nameEnv+"="+name, ttlEnv+"=500ms")
+	lead.send(t, "campaign old")
+	t1 := fenceOf(t, lead.expect(t, "leading", 10*time.Second))
+	if err := lead.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	e := client(t).Election(name)
+	ld := campaign(t, e, "new") // waits out the paused leader's lease
+	if ld.Term() <= t1 {
+		t.Fatalf("new leader's term %d after %d", ld.Term(), t1)
+	}
+	if err := lead.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	lead.send(t, "check")
+	if line := lead.expect(t, "err", 10*time.Second); !strings.Contains(line, "lease lost") {
+		t.Fatalf("the resumed leader says %q; want its leadership lost", line)
+	}
+	lead.send(t, "proclaim stale")
+	lead.expect(t, "refused", 10*time.Second)
+	info, err := e.Leader(ctx)
+	if err != nil || info.Value != "new" || info.Term != ld.Term() {
+		t.Fatalf("Leader: %+v, %v; want the new leader", info, err)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
