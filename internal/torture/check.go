@@ -9,7 +9,7 @@ import (
 
 // Violation is one failed check.
 type Violation struct {
-	Kind    string // safety, fence, capacity, wait, held, fatal, process
+	Kind    string // safety, fence, capacity, wait, ctx, phase, election, held, fatal, process
 	Cat     string // a finer category, to tell bugs apart in the digest
 	T       int64  // when it happened (when it became a violation)
 	Msg     string
@@ -212,9 +212,9 @@ func ownerName(o *owner) string {
 	return s + ")"
 }
 
-// checkInversion: on an exclusive lock (Mutex, FairMutex; an RWMutex
-// when either side is a writer) no lease may begin — its acquire return
-// with Err() nil — after a higher fence was granted. Fence b > a was taken
+// checkInversion: on an exclusive lock (Mutex, FairMutex, Election; an
+// RWMutex when either side is a writer) no lease may begin — its acquire
+// return with Err() nil — after a higher fence was granted. Fence b > a was taken
 // at the server after a, so a had been lost (expired, released) by then:
 // a Lock that returns a afterwards hands out a lock someone else holds,
 // whatever the wall-clock order of the two returns. Re-entries keep their
@@ -248,8 +248,11 @@ func (h *history) checkInversion(name string) []Violation {
 		}
 		if above != nil && above.fence > g.fence && above.token != g.token && l.grant.EK == "" {
 			what := "Lock"
-			if len(l.grant.Names) > 1 {
+			switch {
+			case len(l.grant.Names) > 1:
 				what = "LockAll"
+			case kind == "election":
+				what = "Campaign"
 			}
 			vs = append(vs, Violation{Kind: "safety", Cat: "safety: fence inversion on " + kind + " " + name,
 				T: l.grant.T, Leases: []string{above.l.key, l.key},

@@ -389,3 +389,104 @@ func TestFreeSpansAgreesWithAWalk(t *testing.T) {
 		}
 	}
 }
+
+// observed records a state an observer (goroutine g of worker w) was
+// sent at at.
+func (b *hist) observed(w string, g int, name string, term int64, value string, at int64) {
+	b.events = append(b.events, Event{T: at * ms, K: kObserve, W: w, G: g, Names: []string{name}, Fences: []int64{term}, Msg: value})
+}
+
+// leaderRead records an Election.Leader call at call that returned term
+// (0: ErrNoLeader) and value at at; lease is the reader's own leadership,
+// 0 if none.
+func (b *hist) leaderRead(w, name string, call, at, term int64, value string, lease int64) {
+	e := Event{T: at * ms, K: kLeader, W: w, St: call * ms, Names: []string{name}, Fences: []int64{term}, Msg: value, Lease: lease}
+	if term == 0 {
+		e.EK = "noleader"
+	}
+	b.events = append(b.events, e)
+}
+
+// The checks of exclusive locks apply to an election (its Campaigns are
+// acquires, its terms fences); those of its own read what Leader and
+// Observe reported.
+func TestCheckElection(t *testing.T) {
+	// Two leaders at once: A still believed it led after B won term 2.
+	var two hist
+	a := two.grant("w1", "e0", "", "ld:A", 1, 0, 10, time.Second, true)
+	two.add("w1", kBelief, a, 30, "")
+	two.add("w1", kUnlock, a, 31, "")
+	l := two.grant("w2", "e0", "", "ld:B", 2, 15, 20, time.Second, true)
+	two.add("w2", kUnlock, l, 40, "")
+	vs := two.check(100)
+	wantKinds(t, vs, "safety")
+	if !strings.Contains(vs[0].Cat, "election e0") {
+		t.Fatalf("category %q", vs[0].Cat)
+	}
+
+	// Terms that go back: B's Campaign, called after A's returned with
+	// term 3, wins term 2.
+	var back hist
+	a = back.grant("w1", "e1", "", "ld:A", 3, 0, 10, time.Second, true)
+	back.add("w1", kUnlock, a, 11, "")
+	l = back.grant("w2", "e1", "", "ld:B", 2, 15, 20, time.Second, true)
+	back.add("w2", kUnlock, l, 21, "")
+	wantKinds(t, back.check(100), "fence", "safety") // not increasing; and began after term 3 was granted
+
+	// An observer sent term 3, then term 2; another sent term 4, nobody,
+	// then term 4 again.
+	var obs hist
+	obs.observed("w1", 850, "e0", 2, "", 10)
+	obs.observed("w1", 850, "e0", 3, "", 20)
+	obs.observed("w1", 850, "e0", 2, "", 30)
+	obs.observed("w2", 850, "e0", 4, "", 10)
+	obs.observed("w2", 850, "e0", 0, "", 20)
+	obs.observed("w2", 850, "e0", 4, "", 30)
+	vs = obs.check(100)
+	wantKinds(t, vs, "election", "election")
+	if !strings.Contains(vs[0].Msg, "after term 3") || !strings.Contains(vs[1].Cat, "came back") {
+		t.Fatalf("want term 3 -> 2 and 4 -> nobody -> 4, got %q and %q", vs[0].Msg, vs[1].Msg)
+	}
+
+	// Leader reads: one older than a term granted before it was called;
+	// a value with another Campaign's term; a live leader read as nobody.
+	var rd hist
+	a = rd.grant("w1", "e0", "", "ld:A", 5, 0, 10, time.Second, true)
+	rd.add("w1", kUnlock, a, 50, "")
+	rd.leaderRead("w2", "e0", 20, 21, 4, "", 0)
+	rd.leaderRead("w2", "e0", 22, 23, 6, valueOf("w1", a, 1), 0)
+	rd.leaderRead("w1", "e0", 30, 31, 0, "", a)
+	vs = rd.check(100)
+	wantKinds(t, vs, "election", "election", "election")
+	for i, want := range []string{"older", "another leader's term", "own Leader read"} {
+		if !strings.Contains(vs[i].Cat, want) {
+			t.Fatalf("violation %d: category %q, want %q", i, vs[i].Cat, want)
+		}
+	}
+
+	// A candidate left waiting on a free election.
+	var wait hist
+	a = wait.grant("w1", "e1", "", "ld:A", 1, 0, 10, 800*time.Millisecond, true)
+	wait.add("w1", kUnlock, a, 100, "")
+	wait.waitFor("w2", "e1", 50, 3100, true)
+	wantKinds(t, wait.check(4000), "wait")
+
+	// Clean: terms in order, a Proclaim (same term, new value), nobody,
+	// the next leader; reads that agree; a leader that lost its lease
+	// before its read.
+	var ok hist
+	a = ok.grant("w1", "e0", "", "ld:A", 1, 0, 10, time.Second, true)
+	ok.add("w1", kBelief, a, 19, "")
+	ok.add("w1", kUnlock, a, 20, "")
+	l = ok.grant("w2", "e0", "", "ld:B", 2, 5, 30, time.Second, true)
+	ok.add("w2", kUnlock, l, 60, "")
+	ok.observed("w3", 850, "e0", 1, valueOf("w1", a, 0), 11)
+	ok.observed("w3", 850, "e0", 1, valueOf("w1", a, 1), 15)
+	ok.observed("w3", 850, "e0", 0, "", 21)
+	ok.observed("w3", 850, "e0", 2, valueOf("w2", l, 0), 31)
+	ok.observed("w3", 850, "e0", 0, "", 61)
+	ok.leaderRead("w3", "e0", 12, 13, 1, valueOf("w1", a, 0), 0)
+	ok.leaderRead("w2", "e0", 40, 41, 2, valueOf("w2", l, 0), l)
+	ok.leaderRead("w3", "e0", 62, 63, 0, "", 0)
+	wantKinds(t, ok.check(100))
+}

@@ -19,6 +19,7 @@ var (
 	fairNames  = []string{"f0", "f1"}
 	rwNames    = []string{"rw0", "rw1"}
 	semNames   = []string{"s0", "s1"}
+	elecNames  = []string{"e0", "e1"} // elections: short and long leases, every operation
 )
 
 // rwStreamName is the RWMutex of the rwstream scenario.
@@ -66,6 +67,8 @@ func lockKind(name string) string {
 		return "rw"
 	case strings.HasPrefix(name, "s"):
 		return "sem"
+	case strings.HasPrefix(name, "e"): // e0, e1, and the handoff fault's ehK
+		return "election"
 	}
 	return "?"
 }
@@ -78,6 +81,7 @@ func allNames(slots, goroutines int) []string {
 	out = append(out, fairNames...)
 	out = append(out, rwNames...)
 	out = append(out, semNames...)
+	out = append(out, elecNames...)
 	out = append(out, rwStreamName)
 	for s := range slots {
 		for g := range goroutines {
@@ -99,10 +103,14 @@ var defaultWeights = map[string]int{
 	"reopen":      1,  // Client.Close and a new Client
 	"lockall":     6,  // LockAll over 2-3 locks
 	"shortctx":    6,  // Lock/TryLock/Acquire with a 100-300 ms ctx on the Client without ContextTimeoutEnabled
+	"election":    12, // 1-3 candidates Campaign on a shared election; the leader works, Proclaims, reads, resigns
 	// rwstream is a switch, not a weight: > 0 starts, in every worker, a
 	// stream of RWMutex writers and readers looping on one name beside
 	// the driver goroutines (2 writers and 4 readers with 3 workers).
 	"rwstream": 1,
+	// observe is a switch too: > 0 starts, in every worker, an observer
+	// of one election (Observe) that records every state it is sent.
+	"observe": 1,
 }
 
 // fault kinds the parent injects, with default weights.
@@ -117,7 +125,7 @@ var defaultFaults = map[string]int{
 	"kill":    2, // SIGKILL of a worker (respawned)
 	// The worst moments (TESTING.md): a hand-off that arrives late, calls
 	// in flight while the server stalls for seconds.
-	"handoff":  3, // a waiter's process SIGSTOPped past its place and TTL while the holder hands it the lock; a third party takes it
+	"handoff":  3, // a waiter's process SIGSTOPped past its place and TTL while the holder hands it the lock (or the leadership); a third party takes it
 	"waitstop": 1, // SIGSTOP of a worker with a Lock waiting, past that Lock's TTL and the queue TTL
 	"stall":    2, // DEBUG SLEEP, CLIENT PAUSE ALL or SIGSTOP of redis-server for 1-2 s
 }

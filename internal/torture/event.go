@@ -46,6 +46,10 @@ const (
 	kKill      = "kill"    // parent: worker incarnation W was sent SIGKILL at T
 	kExit      = "exit"    // parent: worker incarnation W exited (Msg: how)
 	kProbeFail = "probefail"
+	// Elections. A Campaign is an acquire (call, grant with the term as
+	// its fence, fail), a Resign an Unlock (ucall, unlock).
+	kLeader  = "leader"  // Election.Leader returned (St: called; F: the term, 0 none; M: the value; Lease: the reader's own leadership, when Err() was nil right after)
+	kObserve = "observe" // an Observe channel sent a state (G: the observer; F: the term, 0 nobody leads; M: the value)
 )
 
 // Event is one line of the history.
@@ -89,6 +93,8 @@ func errKind(err error) string {
 		return ""
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return "invalid"
+	case errors.Is(err, dlock.ErrNoLeader):
+		return "noleader"
 	case errors.Is(err, dlock.ErrClosed):
 		return "closed"
 	case errors.Is(err, dlock.ErrUnlocked):

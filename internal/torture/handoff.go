@@ -41,13 +41,30 @@ type hoActor struct {
 	names  []string
 }
 
-// handoffName is the private name of handoff round k: a Mutex or a
-// FairMutex (lockKind tells them by prefix).
-func handoffName(fair bool, k int) string {
-	if fair {
-		return fmt.Sprintf("fh%d", k)
+// handoffName is the private name of handoff round k: a Mutex, a
+// FairMutex or an Election (lockKind tells them by prefix).
+func handoffName(kind string, k int) string {
+	return fmt.Sprintf("%sh%d", kind[:1], k) // mhK, fhK, ehK
+}
+
+// hoHold is a hold of the parent's: a Lease, or a Leadership (no owner:
+// hoAcquire names it).
+type hoHold struct {
+	owner   string
+	fence   int64
+	err     func() error
+	release func(context.Context) error
+}
+
+// leaseLock adapts a Lock method to hoAcquire.
+func leaseLock(lock func(context.Context, ...dlock.LockOption) (*dlock.Lease, error)) func(context.Context, int64) (hoHold, error) {
+	return func(ctx context.Context, _ int64) (hoHold, error) {
+		l, err := lock(ctx)
+		if err != nil {
+			return hoHold{}, err
+		}
+		return hoHold{l.Token(), l.Fence(), l.Err, l.Unlock}, nil
 	}
-	return fmt.Sprintf("mh%d", k)
 }
 
 func (r *runner) hoInit() error {
@@ -65,8 +82,9 @@ func (r *runner) hoInit() error {
 	return ho.err
 }
 
-// hoAcquire records and makes one Lock by the parent (Client id cid).
-func (r *runner) hoAcquire(cid, name string, ttl, timeout time.Duration, lock func(context.Context) (*dlock.Lease, error)) (*dlock.Lease, int64) {
+// hoAcquire records and makes one Lock (or Campaign) by the parent
+// (Client id cid); lock is given the call's op.
+func (r *runner) hoAcquire(cid, name string, ttl, timeout time.Duration, lock func(context.Context, int64) (hoHold, error)) (*hoHold, int64) {
 	ho := &r.ho
 	ho.ops++
 	op := ho.ops
@@ -77,25 +95,29 @@ func (r *runner) hoAcquire(cid, name string, ttl, timeout time.Duration, lock fu
 	r.rec.add(Event{T: t0, K: kCall, W: hoWorker, Op: op, Client: cid, Names: []string{name}, Sides: []string{""},
 		TTLs: []int64{us(ttl)}, Wait: true, Timeout: us(timeout), DL: dl.UnixNano(), Scn: "handoff"})
 	st := now()
-	l, err := lock(ctx)
+	l, err := lock(ctx, op)
 	t := now()
 	if err != nil {
 		r.rec.add(Event{T: t, K: kFail, W: hoWorker, Op: op, EK: errKind(err), Err: err.Error(), St: st, DL: dl.UnixNano()})
 		return nil, 0
 	}
-	errNow := l.Err()
+	errNow := l.err()
 	ho.leases++
+	owner := l.owner
+	if owner == "" { // a leadership
+		owner = leaderOwner(hoWorker, ho.leases)
+	}
 	e := Event{T: t, K: kGrant, W: hoWorker, Op: op, Lease: ho.leases, Client: cid, Names: []string{name}, Sides: []string{""},
-		Owners: []string{l.Token()}, Fences: []int64{l.Fence()}, TTLs: []int64{us(ttl)}, Scn: "handoff",
+		Owners: []string{owner}, Fences: []int64{l.fence}, TTLs: []int64{us(ttl)}, Scn: "handoff",
 		St: st, DL: dl.UnixNano(), EK: errKind(errNow)}
 	r.rec.add(e)
-	return l, ho.leases
+	return &l, ho.leases
 }
 
 // hoBelieve records Err() of a parent lease.
-func (r *runner) hoBelieve(l *dlock.Lease, id int64) bool {
+func (r *runner) hoBelieve(l *hoHold, id int64) bool {
 	t := now()
-	if err := l.Err(); err != nil {
+	if err := l.err(); err != nil {
 		r.rec.add(Event{K: kLost, W: hoWorker, Lease: id, EK: errKind(err), Err: err.Error()})
 		return false
 	}
@@ -104,11 +126,11 @@ func (r *runner) hoBelieve(l *dlock.Lease, id int64) bool {
 }
 
 // hoUnlock records and makes the parent's Unlock.
-func (r *runner) hoUnlock(l *dlock.Lease, id int64) {
+func (r *runner) hoUnlock(l *hoHold, id int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	r.rec.add(Event{K: kUCall, W: hoWorker, Lease: id, Msg: "normal"})
-	err := l.Unlock(ctx)
+	err := l.release(ctx)
 	e := Event{K: kUnlock, W: hoWorker, Lease: id, EK: errKind(err)}
 	if err != nil {
 		e.Err = err.Error()
@@ -127,31 +149,35 @@ func (r *runner) handoff(rng *rand.Rand) (string, error) {
 		return "handoff: no worker", nil
 	}
 	ho := &r.ho
-	fair := rng.IntN(2) == 0
-	name := handoffName(fair, ho.round)
+	kind := []string{"mutex", "fair", "election"}[rng.IntN(3)]
+	name := handoffName(kind, ho.round)
 	ho.round++
 	r.mu.Lock()
 	ho.names = append(ho.names, name)
 	r.mu.Unlock()
 	ttl := between(rng, 500*time.Millisecond, time.Second)
 	opts := []dlock.LockOption{dlock.WithTTL(ttl), dlock.WithQueueTTL(queueTTL)}
-	lockOf := func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
-		if fair {
-			f := c.FairMutex(name, opts...)
-			return func(ctx context.Context) (*dlock.Lease, error) { return f.Lock(ctx) }
+	lockOf := func(c *dlock.Client) func(context.Context, int64) (hoHold, error) {
+		switch kind {
+		case "election":
+			e := c.Election(name, opts...)
+			return func(ctx context.Context, op int64) (hoHold, error) {
+				ld, err := e.Campaign(ctx, valueOf(hoWorker, op, 0))
+				if err != nil {
+					return hoHold{}, err
+				}
+				return hoHold{fence: ld.Term(), err: ld.Err, release: ld.Resign}, nil
+			}
+		case "fair":
+			return leaseLock(c.FairMutex(name, opts...).Lock)
 		}
-		m := c.Mutex(name, opts...)
-		return func(ctx context.Context) (*dlock.Lease, error) { return m.Lock(ctx) }
+		return leaseLock(c.Mutex(name, opts...).Lock)
 	}
 	a, aid := r.hoAcquire("hoA", name, ttl, 2*time.Second, lockOf(ho.a))
 	if a == nil {
 		return "handoff: " + name + ": A's Lock failed", nil
 	}
 	r.hoBelieve(a, aid)
-	kind := "mutex"
-	if fair {
-		kind = "fair"
-	}
 	p.send(fmt.Sprintf("handoff %s %s %d %d", name, kind, ttl.Microseconds(), 2))
 	// Both waiters have called Lock; give them a moment to take their
 	// places (sometimes less: a waiter caught mid-attempt).
@@ -163,7 +189,7 @@ func (r *runner) handoff(rng *rand.Rand) (string, error) {
 	}
 	time.Sleep(between(rng, 20*time.Millisecond, 200*time.Millisecond))
 
-	var c *dlock.Lease
+	var c *hoHold
 	var cid int64
 	hold := 2*max(ttl, queueTTL) + between(rng, 100*time.Millisecond, 400*time.Millisecond)
 	stopped := now()
@@ -183,7 +209,7 @@ func (r *runner) handoff(rng *rand.Rand) (string, error) {
 	if c == nil {
 		return msg + "failed to take it", err
 	}
-	msg += fmt.Sprintf("took fence %d", c.Fence())
+	msg += fmt.Sprintf("took fence %d", c.fence)
 	// C holds on while the waiters wake: a waiter granted now with a
 	// lower fence holds it together with C.
 	until := time.Now().Add(between(rng, 500*time.Millisecond, time.Second))
@@ -201,8 +227,8 @@ func (r *runner) handoffNames() []string {
 	return append([]string(nil), r.ho.names...)
 }
 
-// handoffWait is a worker's side: n Lock calls on one Client, waiting for
-// name, each then working a little and unlocking. cmd is
+// handoffWait is a worker's side: n Lock calls (Campaigns) on one Client,
+// waiting for name, each then working a little and unlocking (resigning). cmd is
 // "handoff NAME KIND TTLµs N".
 func (w *worker) handoffWait(ctx context.Context, cmd string) {
 	f := strings.Fields(cmd)
@@ -217,7 +243,7 @@ func (w *worker) handoffWait(ctx context.Context, cmd string) {
 	g := w.newGor(900, uint64(now()))
 	c, cid := g.slot().current()
 	opts := []dlock.LockOption{dlock.WithTTL(ttl), dlock.WithQueueTTL(queueTTL)}
-	m, fm := c.Mutex(name, opts...), c.FairMutex(name, opts...)
+	m, fm, e := c.Mutex(name, opts...), c.FairMutex(name, opts...), c.Election(name, opts...)
 	lock := func(ctx context.Context) (*dlock.Lease, error) {
 		if kind == "fair" {
 			return fm.Lock(ctx)
@@ -232,6 +258,15 @@ func (w *worker) handoffWait(ctx context.Context, cmd string) {
 			defer wg.Done()
 			sp := spec{scn: "handoff-wait", client: cid, names: []string{name}, ttls: one(name, ttl), wait: true,
 				timeout: 15 * time.Second}
+			if kind == "election" {
+				if h := hg.campaign(ctx, sp, e); h != nil {
+					hg.work(ctx, h, logBetween(hg.rng, 100*time.Microsecond, 5*time.Millisecond))
+					rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					_ = hg.resign(rctx, h, "normal")
+					cancel()
+				}
+				return
+			}
 			if h := hg.acquire(ctx, sp, func(ctx context.Context) (*dlock.Lease, error) { return lock(ctx) }); h != nil {
 				hg.work(ctx, h, logBetween(hg.rng, 100*time.Microsecond, 5*time.Millisecond))
 				hg.release(h, relNormal)

@@ -146,8 +146,8 @@ func (h *history) waitEnd(c *callRec) int64 {
 }
 
 // checkWaits: a Lock (Mutex, FairMutex, RWMutex writer; not re-entry, not
-// LockAll) must not go on waiting on a free lock for longer than the
-// allowance.
+// LockAll) or a Campaign must not go on waiting on a free lock for longer
+// than the allowance.
 func (h *history) checkWaits(name string) []Violation {
 	if k := lockKind(name); k == "sem" {
 		return nil
@@ -193,9 +193,9 @@ func (h *history) checkWaits(name string) []Violation {
 			if c.result != nil {
 				outcome = fmt.Sprintf("then %s at %s", resultWord(*c.result), h.rel(c.result.T))
 			}
-			v.Msg = fmt.Sprintf("%q: a %s Lock (%s, scenario %s, called %s) waited %v on a free lock (free from %s, since %s; "+
+			v.Msg = fmt.Sprintf("%q: a %s %s (%s, scenario %s, called %s) waited %v on a free lock (free from %s, since %s; "+
 				"allowed %v with %d fault(s) nearby); %s",
-				name, lockKind(name), callKey(e.W, e.Op), e.Scn, h.rel(e.T), time.Duration(s[1]-s[0]).Round(time.Millisecond),
+				name, lockKind(name), acquireWord(e), callKey(e.W, e.Op), e.Scn, h.rel(e.T), time.Duration(s[1]-s[0]).Round(time.Millisecond),
 				h.rel(s[0]), why, allowed, len(fs), outcome)
 			for _, f := range fs {
 				v.Related = append(v.Related, f.Event)
@@ -422,6 +422,8 @@ func acquireWord(e Event) string {
 		return "Acquire"
 	case e.Permits > 0:
 		return "TryAcquire"
+	case e.Wait && len(e.Names) == 1 && lockKind(e.Names[0]) == "election":
+		return "Campaign"
 	case e.Wait:
 		return "Lock"
 	}

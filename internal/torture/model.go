@@ -45,6 +45,7 @@ type history struct {
 	faults  []fault
 	fatal   []Event
 	ordered []*leaseRec // by grant time
+	reads   []Event     // what Leader and Observe said of elections (kLeader, kObserve)
 
 	workerTimes map[string][]int64     // each worker's event times, sorted (see silence)
 	leasesBy    map[string][]*leaseRec // by name, in grant order (see leasesOf)
@@ -152,6 +153,8 @@ func index(events []Event, start, end int64) *history {
 			h.faults = append(h.faults, fault{Event: e, server: isServerFault(e.Msg)})
 		case kFatal:
 			h.fatal = append(h.fatal, e)
+		case kLeader, kObserve:
+			h.reads = append(h.reads, e)
 		}
 	}
 	slices.SortFunc(h.ordered, func(a, b *leaseRec) int { return cmpInt(a.grant.T, b.grant.T) })
@@ -159,6 +162,7 @@ func index(events []Event, start, end int64) *history {
 		slices.SortStableFunc(l.events, func(a, b Event) int { return cmpInt(a.T, b.T) })
 	}
 	slices.SortFunc(h.faults, func(a, b fault) int { return cmpInt(a.T, b.T) })
+	slices.SortStableFunc(h.reads, func(a, b Event) int { return cmpInt(a.T, b.T) })
 	return h
 }
 

@@ -22,10 +22,13 @@ type spec struct {
 	timeout time.Duration // 0: until the worker stops
 }
 
-// held is a lease the goroutine holds, with its belief bookkeeping.
+// held is a lease the goroutine holds (or a leadership: ld), with its
+// belief bookkeeping.
 type held struct {
 	id      int64
 	lease   *dlock.Lease
+	ld      *dlock.Leadership // an Election's: lease is nil
+	op      int64             // the Campaign's call id (ld)
 	names   []string
 	ttl     time.Duration // the longest TTL of its names
 	fixed   bool
@@ -35,22 +38,30 @@ type held struct {
 	emitted int64 // when the last belief was written
 }
 
+// err is the hold's Err().
+func (h *held) err() error {
+	if h.ld != nil {
+		return h.ld.Err()
+	}
+	return h.lease.Err()
+}
+
 // beliefEvery throttles belief events: the checker only needs the last
 // belief of a lease, and each is also written before the lease ends.
 const beliefEvery = 20 * time.Millisecond
 
-// acquire records and makes one acquire call; nil when it failed.
-func (g *gor) acquire(parent context.Context, sp spec, call func(ctx context.Context) (*dlock.Lease, error)) *held {
-	op := g.w.ops.Add(1)
-	// The deadline is fixed from the time of the call event, and recorded
-	// in it, so that the checker can compare the return with it.
+// begin records an acquire call (of any kind) about to be made: its op,
+// the ctx to make it with (its deadline fixed from the time of the call
+// event, and recorded in it, so that the checker can compare the return
+// with it), the call event, and when the call starts.
+func (g *gor) begin(parent context.Context, sp spec) (op int64, ctx context.Context, cancel context.CancelFunc, e Event, st int64) {
+	op = g.w.ops.Add(1)
 	t0 := now()
-	ctx, cancel := parent, context.CancelFunc(func() {})
+	ctx, cancel = parent, context.CancelFunc(func() {})
 	if sp.timeout > 0 {
 		ctx, cancel = context.WithDeadline(parent, time.Unix(0, t0).Add(sp.timeout))
 	}
-	defer cancel()
-	e := Event{T: t0, K: kCall, Op: op, Client: sp.client, Names: sp.names, Permits: sp.permits,
+	e = Event{T: t0, K: kCall, Op: op, Client: sp.client, Names: sp.names, Permits: sp.permits,
 		Wait: sp.wait, Reent: sp.reent, Fixed: sp.fixed, Timeout: us(sp.timeout), Scn: sp.scn}
 	if d, ok := ctx.Deadline(); ok {
 		e.DL = d.UnixNano()
@@ -60,11 +71,22 @@ func (g *gor) acquire(parent context.Context, sp spec, call func(ctx context.Con
 		e.TTLs = append(e.TTLs, us(sp.ttls[n]))
 	}
 	g.emit(e)
-	st := now() // writing the call event may have blocked: the call starts now
+	return op, ctx, cancel, e, now() // writing the call event may have blocked: the call starts now
+}
+
+// failed records an acquire (call event c) that returned err at t.
+func (g *gor) failed(c Event, st, t int64, err error) {
+	g.emit(Event{T: t, K: kFail, Op: c.Op, EK: errKind(err), Err: err.Error(), St: st, DL: c.DL})
+}
+
+// acquire records and makes one acquire call; nil when it failed.
+func (g *gor) acquire(parent context.Context, sp spec, call func(ctx context.Context) (*dlock.Lease, error)) *held {
+	op, ctx, cancel, e, st := g.begin(parent, sp)
+	defer cancel()
 	l, err := call(ctx)
 	t := now()
 	if err != nil {
-		g.emit(Event{T: t, K: kFail, Op: op, EK: errKind(err), Err: err.Error(), St: st, DL: e.DL})
+		g.failed(e, st, t, err)
 		return nil
 	}
 	// The lease begins here: Err() right after the return says whether it
@@ -110,7 +132,7 @@ func (g *gor) tokenOfSet(h *held) {
 // counts as the holder believing it held the lock at t.
 func (g *gor) believe(h *held) bool {
 	t := now()
-	err := h.lease.Err()
+	err := h.err()
 	if err != nil {
 		g.flush(h)
 		g.emit(Event{K: kLost, Lease: h.id, EK: errKind(err), Err: err.Error()})

@@ -5,6 +5,7 @@ package torture
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,17 +53,39 @@ func (r *runner) probe(h *history) []Violation {
 
 // probeOne tries name until it is free or deadline passes.
 func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last busy, h *history) *Violation {
-	try := func(ctx context.Context) (*dlock.Lease, error) {
+	// try takes name once; release lets it go.
+	type taken struct {
+		owner   string
+		fence   int64
+		release func(context.Context) error
+	}
+	try := func(ctx context.Context) (taken, error) {
 		opt := dlock.WithTTL(5 * time.Second)
+		var l *dlock.Lease
+		var err error
 		switch lockKind(name) {
 		case "fair":
-			return c.FairMutex(name, opt).TryLock(ctx)
+			l, err = c.FairMutex(name, opt).TryLock(ctx)
 		case "rw":
-			return c.RWMutex(name, opt).TryLock(ctx)
+			l, err = c.RWMutex(name, opt).TryLock(ctx)
 		case "sem":
-			return c.Semaphore(name, semCap[name], opt).TryAcquire(ctx, semCap[name])
+			l, err = c.Semaphore(name, semCap[name], opt).TryAcquire(ctx, semCap[name])
+		case "election":
+			// No TryLock: a Campaign bounded by ctx, as short as a free
+			// election allows.
+			ld, err := c.Election(name, opt).Campaign(ctx, valueOf("probe", op, 0))
+			if err != nil {
+				return taken{}, err
+			}
+			return taken{leaderOwner("probe", op), ld.Term(), ld.Resign}, nil
+		default:
+			l, err = c.Mutex(name, opt).TryLock(ctx)
 		}
-		return c.Mutex(name, opt).TryLock(ctx)
+		if err != nil {
+			return taken{}, err
+		}
+		p := l.Parts()[0]
+		return taken{p.Token(), p.Fence(), l.Unlock}, nil
 	}
 	start := now()
 	r.rec.add(Event{T: start, K: kCall, W: "probe", Op: op, Names: []string{name}, TTLs: []int64{us(5 * time.Second)},
@@ -75,12 +98,11 @@ func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last
 		cancel()
 		tries++
 		if err == nil {
-			p := l.Parts()[0]
-			r.rec.add(Event{K: kGrant, W: "probe", Op: op, Lease: op, Names: []string{name}, Owners: []string{p.Token()},
-				Fences: []int64{p.Fence()}, TTLs: []int64{us(5 * time.Second)}, Permits: semCap[name], Scn: "probe"})
+			r.rec.add(Event{K: kGrant, W: "probe", Op: op, Lease: op, Names: []string{name}, Owners: []string{l.owner},
+				Fences: []int64{l.fence}, TTLs: []int64{us(5 * time.Second)}, Permits: semCap[name], Scn: "probe"})
 			uctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			r.rec.add(Event{K: kUCall, W: "probe", Lease: op})
-			err := l.Unlock(uctx)
+			err := l.release(uctx)
 			cancel()
 			r.rec.add(Event{K: kUnlock, W: "probe", Lease: op, EK: errKind(err)})
 			return nil
@@ -95,12 +117,12 @@ func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last
 					name, h.rel(now()), time.Duration(now()-h.end).Round(time.Millisecond), h.rel(last.to), last.why,
 					tries, h.rel(start), lastErr)}
 			// Who holds it, as Redis says, and what the history says of them.
-			state, tokens := r.inspect(name)
+			state, tokens, calls := r.inspect(name)
 			v.Msg += "; in Redis: " + state
 			whys := map[string]bool{}
 			for _, l := range h.ordered {
 				for i, n := range l.grant.Names {
-					if n == name && tokens[l.grant.Owners[i]] && !l.grant.Reent {
+					if n == name && (tokens[l.grant.Owners[i]] || calls[callKey(l.w, l.grant.Op)]) && !l.grant.Reent {
 						v.Leases = append(v.Leases, l.key)
 						_, why := h.freeAt(l)
 						whys[why] = true
@@ -114,24 +136,31 @@ func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last
 	}
 }
 
-// inspect reads a lock's hash in Redis: its fields, its PTTL, and the
-// owner tokens in it.
-func (r *runner) inspect(name string) (string, map[string]bool) {
+// inspect reads a lock's hash in Redis: its fields, its PTTL, the owner
+// tokens in it, and for an election the Campaigns its values name (the
+// owners recorded for leaderships are not their tokens).
+func (r *runner) inspect(name string) (string, map[string]bool, map[string]bool) {
 	rdb := r.srv.Client()
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	k, err := dlock.KeysOf(prefix, name)
 	if err != nil {
-		return err.Error(), nil
+		return err.Error(), nil, nil
+	}
+	if lockKind(name) == "election" {
+		k.Lock += ":election" // "<prefix>:{<name>}:election" (see dlock.Election)
 	}
 	fields, err := rdb.HGetAll(ctx, k.Lock).Result()
 	if err != nil {
-		return fmt.Sprintf("HGETALL %s: %v", k.Lock, err), nil
+		return fmt.Sprintf("HGETALL %s: %v", k.Lock, err), nil, nil
 	}
 	pttl, _ := rdb.PTTL(ctx, k.Lock).Result()
-	tokens := map[string]bool{}
-	for f := range fields {
+	tokens, calls := map[string]bool{}, map[string]bool{}
+	for f, v := range fields {
+		if key, ok := campaignOf(v); ok && strings.HasPrefix(f, "v:") {
+			calls[key] = true
+		}
 		if len(f) > 2 && f[1] == ':' {
 			f = f[2:]
 		}
@@ -139,5 +168,5 @@ func (r *runner) inspect(name string) (string, map[string]bool) {
 			tokens[f] = true
 		}
 	}
-	return fmt.Sprintf("%s = %v, PTTL %v", k.Lock, fields, pttl), tokens
+	return fmt.Sprintf("%s = %v, PTTL %v", k.Lock, fields, pttl), tokens, calls
 }

@@ -329,8 +329,10 @@ func (h *history) check() []Violation {
 		vs = append(vs, h.checkInversion(name)...)
 		vs = append(vs, h.checkWaits(name)...)
 		vs = append(vs, h.checkPhases(name)...)
+		vs = append(vs, h.checkLeaderReads(name)...)
 	}
 	vs = append(vs, h.checkOverruns()...)
+	vs = append(vs, h.checkObservers()...)
 	return vs
 }
 

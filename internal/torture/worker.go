@@ -114,6 +114,14 @@ func WorkerMain(leaks func() error) int {
 			g.rwStream(ctx)
 		}()
 	}
+	if cfg.Weights["observe"] > 0 {
+		g := w.newGor(850, cfg.Seed^0x0b5e)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.observe(ctx)
+		}()
+	}
 	cmd := "" // "stop", or EOF: the parent is gone
 	for c := range cmds {
 		if c == "stop" || c == "exit" {
@@ -220,6 +228,8 @@ func (g *gor) run(ctx context.Context) {
 			g.lockAll(ctx)
 		case "shortctx":
 			g.shortCtx(ctx)
+		case "election":
+			g.elect(ctx)
 		default:
 			sleepCtx(ctx, 50*time.Millisecond)
 		}
