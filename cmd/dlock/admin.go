@@ -19,7 +19,7 @@ import (
 // change locks through the library's inspection API (Client.Inspect,
 // Locks, ForceUnlock); this file holds their command lines and
 // connection, report.go and jsonout.go what they print, top.go the live
-// view.
+// view, leader.go the command that reads and follows an election.
 
 // Usage lines of the operator's commands.
 const (
@@ -31,8 +31,11 @@ const (
 	adminTimeout = 10 * time.Second
 )
 
+// kindNames are the values of --kind, for messages.
+const kindNames = "mutex (also FairMutex), rwmutex, semaphore, latch or election"
+
 // allKinds are the kinds of lock, in the order they are shown.
-var allKinds = []dlock.Kind{dlock.KindMutex, dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindLatch}
+var allKinds = []dlock.Kind{dlock.KindMutex, dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindLatch, dlock.KindElection}
 
 // kindFlag is --kind: one kind of lock, or none given (every kind).
 type kindFlag struct{ kind dlock.Kind }
@@ -48,12 +51,12 @@ func (k *kindFlag) String() string {
 // Set parses a kind's name; fairmutex is a mutex (they share their locks).
 func (k *kindFlag) Set(s string) error {
 	switch v := dlock.Kind(strings.ToLower(s)); v {
-	case dlock.KindMutex, dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindLatch:
+	case dlock.KindMutex, dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindLatch, dlock.KindElection:
 		k.kind = v
 	case "fairmutex":
 		k.kind = dlock.KindMutex
 	default:
-		return fmt.Errorf("want mutex, rwmutex, semaphore or latch")
+		return fmt.Errorf("want %s", kindNames)
 	}
 	return nil
 }
@@ -95,13 +98,14 @@ type session struct {
 	c   *dlock.Client
 }
 
-// connect dials Redis and makes the Client. Close the session when done.
-func connect(ctx context.Context, t target, prefix string) (*session, error) {
+// connect dials Redis and makes the Client, with opts besides the
+// prefix. Close the session when done.
+func connect(ctx context.Context, t target, prefix string, opts ...dlock.Option) (*session, error) {
 	rdb, _, err := dial(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	c, err := dlock.New(rdb, dlock.WithPrefix(prefix), dlock.WithoutOwnerInfo())
+	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithPrefix(prefix), dlock.WithoutOwnerInfo()}, opts...)...)
 	if err != nil {
 		rdb.Close()
 		return nil, err
@@ -130,9 +134,11 @@ func adminRun(t target, prefix string, stderr io.Writer, do func(ctx context.Con
 }
 
 // exists reports whether Redis has anything of the lock: a holder, a
-// waiter, a key with a TTL, a fence issued, a capacity or a count.
+// waiter, a key with a TTL, a fence issued, a capacity, a count or a
+// leader's value.
 func exists(l *dlock.LockInfo) bool {
-	return l.Held || l.TTL != 0 || l.Fence != 0 || len(l.Waiters) > 0 || l.KeptFor != "" || l.Capacity != 0 || l.Count != 0
+	return l.Held || l.TTL != 0 || l.Fence != 0 || len(l.Waiters) > 0 || l.KeptFor != "" || l.Capacity != 0 ||
+		l.Count != 0 || l.Value != ""
 }
 
 // lockKeyTypes are the Redis types a lock's own key (LockInfo.Key) may
@@ -142,6 +148,7 @@ var lockKeyTypes = map[dlock.Kind][]string{
 	dlock.KindRWMutex:   {"none", "hash"},
 	dlock.KindSemaphore: {"none", "hash"},
 	dlock.KindLatch:     {"none", "string"},
+	dlock.KindElection:  {"none", "hash"},
 }
 
 // checkKeyType fails when the lock's key holds something that is no
@@ -200,7 +207,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	)
 	fs := newFlags("inspect")
 	a.register(fs)
-	fs.Var(&kind, "kind", "inspect only the lock of `KIND`: mutex (also FairMutex), rwmutex, semaphore or latch (default: every kind that exists)")
+	fs.Var(&kind, "kind", "inspect only the lock of `KIND`: "+kindNames+" (default: every kind that exists)")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of locks (the schema is in docs/cli.md)")
 	if code, ok := parseFlags(fs, inspectSynopsis, args, stdout, stderr); !ok {
 		return code
@@ -287,8 +294,8 @@ func patternArg(fs *flag.FlagSet) (string, error) {
 
 // unlockCmd is "dlock unlock --force": it frees the lock NAME whoever
 // holds it, through Client.ForceUnlock — the next waiters get it as from a
-// release; a Semaphore gets every permit back; a Latch is opened — and
-// prints what it freed. Holders learn of the loss at their next renewal.
+// release; a Semaphore gets every permit back; a Latch is opened; an
+// Election's observers are told nobody leads — and prints what it freed. Holders learn of the loss at their next renewal.
 // Without --kind it frees the one kind of lock under NAME that is held
 // (or kept for a waiter), and refuses when there are several.
 func unlockCmd(args []string, stdout, stderr io.Writer) int {
@@ -299,7 +306,7 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	)
 	fs := newFlags("unlock")
 	a.register(fs)
-	fs.Var(&kind, "kind", "free the lock of `KIND`: mutex (also FairMutex), rwmutex, semaphore or latch (default: the one kind held under NAME)")
+	fs.Var(&kind, "kind", "free the lock of `KIND`: "+kindNames+" (default: the one kind held under NAME)")
 	fs.BoolVar(&force, "force", false, "required: free the lock whoever holds it (its holders find out at their next renewal)")
 	if code, ok := parseFlags(fs, unlockSynopsis, args, stdout, stderr); !ok {
 		return code

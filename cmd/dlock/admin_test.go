@@ -110,7 +110,7 @@ func lost(t *testing.T, ctx context.Context, leases ...*dlock.Lease) {
 
 // The JSON schema's field names, as docs/cli.md documents them.
 var (
-	lockFields   = []string{"capacity", "count", "fence", "free", "held", "holders", "kept_for", "key", "kind", "mode", "name", "ttl_ms", "waiters"}
+	lockFields   = []string{"capacity", "count", "fence", "free", "held", "holders", "kept_for", "key", "kind", "mode", "name", "ttl_ms", "value", "waiters"}
 	holderFields = []string{"fence", "holds", "owner", "side", "since", "token", "ttl_ms"}
 	waiterFields = []string{"expires_ms", "owner", "permits", "side", "since", "token"}
 	ownerFields  = []string{"client", "host", "label", "pid", "program", "started"}

@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-
-	"github.com/dlock-go/dlock"
 )
 
 // guardCommand is the hidden command that run starts on Unix systems.
@@ -27,7 +25,7 @@ func runSupported() error {
 }
 
 // runChild is never called where runSupported refuses.
-func (c runConfig) runChild(*dlock.Lease, <-chan os.Signal, io.Writer, io.Writer) int {
+func (c runConfig) runChild(holding, <-chan os.Signal, io.Writer, io.Writer) int {
 	return exitFail
 }
 

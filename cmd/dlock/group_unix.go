@@ -56,8 +56,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/dlock-go/dlock"
 )
 
 // groupSignals are the signals that run catches for its whole life and
@@ -137,11 +135,12 @@ func startGroup(argv, env []string, stdout, stderr io.Writer) (*group, error) {
 // signal sends sig to every process of the group.
 func (g *group) signal(sig syscall.Signal) { _ = syscall.Kill(-g.pgid, sig) }
 
-// runChild runs CMD in its process group while lease is held, passing on
-// sigs, and returns the exit status (see runCmd). It returns only when
-// the whole group has been sent SIGKILL and the guard is reaped.
-func (c runConfig) runChild(lease *dlock.Lease, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	g, err := startGroup(c.argv, c.childEnv(lease), stdout, stderr)
+// runChild runs CMD in its process group while h (a lease, a
+// leadership) lasts, passing on sigs, and returns the exit status (see
+// runCmd). It returns only when the whole group has been sent SIGKILL and
+// the guard is reaped.
+func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	g, err := startGroup(c.argv, c.childEnv(h), stdout, stderr)
 	if err != nil {
 		complain(stderr, "%v", err)
 		return exitCannotRun
@@ -175,7 +174,7 @@ func (c runConfig) runChild(lease *dlock.Lease, sigs <-chan os.Signal, stdout, s
 			graceC = grace.C
 		}
 	}
-	leaseDone := lease.Done()
+	leaseDone := h.Done()
 	for events := g.events; events != nil; {
 		select {
 		case line, ok := <-events:
@@ -195,7 +194,7 @@ func (c runConfig) runChild(lease *dlock.Lease, sigs <-chan os.Signal, stdout, s
 			}
 		case <-leaseDone:
 			leaseDone, lost, stopping = nil, true, true
-			complain(stderr, "%v; stopping %s (SIGTERM to its process group, SIGKILL after %v)", lease.Err(), c.argv[0], c.grace)
+			complain(stderr, "%v; stopping %s (SIGTERM to its process group, SIGKILL after %v)", h.Err(), c.argv[0], c.grace)
 			stop(syscall.SIGTERM)
 			startGrace()
 		case s := <-sigs:
@@ -231,7 +230,7 @@ func (c runConfig) runChild(lease *dlock.Lease, sigs <-chan os.Signal, stdout, s
 	if code < 0 {
 		code = exitStatus(g.cmd, werr)
 	}
-	if lerr := lease.Err(); lerr != nil {
+	if lerr := h.Err(); lerr != nil {
 		if !lost {
 			complain(stderr, "the lease ended while %s ran: %v", c.argv[0], lerr)
 		}

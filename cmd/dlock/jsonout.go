@@ -18,7 +18,7 @@ import (
 
 // lockJSON is one lock.
 type lockJSON struct {
-	Kind     string       `json:"kind"` // mutex, rwmutex, semaphore, latch
+	Kind     string       `json:"kind"` // mutex, rwmutex, semaphore, latch, election
 	Name     string       `json:"name"`
 	Key      string       `json:"key"`
 	Held     bool         `json:"held"`
@@ -29,6 +29,7 @@ type lockJSON struct {
 	Capacity int64        `json:"capacity"` // semaphore
 	Free     int64        `json:"free"`     // semaphore
 	Count    int64        `json:"count"`    // latch
+	Value    string       `json:"value"`    // election: the leader's value, "" when nobody leads
 	Holders  []holderJSON `json:"holders"`
 	Waiters  []waiterJSON `json:"waiters"` // in the order they will be served
 }
@@ -104,7 +105,7 @@ func toJSON(locks []*dlock.LockInfo) []lockJSON {
 	out := make([]lockJSON, 0, len(locks))
 	for _, l := range locks {
 		j := lockJSON{Kind: string(l.Kind), Name: l.Name, Key: l.Key, Held: l.Held, TTLMs: msJSON(l.TTL),
-			Fence: l.Fence, Mode: l.Mode, KeptFor: l.KeptFor, Capacity: l.Capacity, Free: l.Free, Count: l.Count,
+			Fence: l.Fence, Mode: l.Mode, KeptFor: l.KeptFor, Capacity: l.Capacity, Free: l.Free, Count: l.Count, Value: l.Value,
 			Holders: make([]holderJSON, 0, len(l.Holders)), Waiters: make([]waiterJSON, 0, len(l.Waiters))}
 		for _, h := range l.Holders {
 			j.Holders = append(j.Holders, holderJSON{Token: h.Token, Side: h.Side, Holds: h.Holds, Fence: h.Fence,

@@ -2,10 +2,12 @@
 //
 //	dlock demo                          see the lock at work (no setup needed)
 //	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock
+//	dlock run --value V NAME -- CMD     run a command while leading an election
 //	dlock inspect NAME                  show who holds a lock, who waits, and its state
 //	dlock ls [PATTERN]                  list the locks, of every kind
 //	dlock top [PATTERN]                 watch the locks live, busiest first
 //	dlock unlock --force NAME           free a lock whoever holds it (admin)
+//	dlock leader [--watch] NAME         show (or follow) who leads an election
 //	dlock check                         check a server against what dlock needs
 //	dlock version                       print dlock's version
 //
@@ -54,7 +56,7 @@ const (
 	exitInterrupted = 130 // SIGINT or SIGTERM ended the command (128 + SIGINT)
 )
 
-// defaultRedisURL is where run, inspect, ls, top, unlock and check look without
+// defaultRedisURL is where run, inspect, ls, top, unlock, leader and check look without
 // --redis.
 const defaultRedisURL = "redis://127.0.0.1:6379"
 
@@ -69,11 +71,12 @@ type command struct {
 // commands lists the subcommands in the order the usage shows them.
 var commands = []command{
 	{name: "demo", summary: "show the lock at work: processes contend for one lock, then the history is checked", fn: demoCmd},
-	{name: "run", summary: "run a command while holding a lock; stop it if the lock is lost", fn: runCmd},
+	{name: "run", summary: "run a command while holding a lock (--value: leading an election); stop it if that is lost", fn: runCmd},
 	{name: "inspect", summary: "show a lock's holders and their owners, its waiters in order, TTL, fence and state", fn: inspectCmd},
 	{name: "ls", summary: "list the locks under the prefix, of every kind, with holders, waiters and TTL", fn: lsCmd},
 	{name: "top", summary: "a live view of the locks, busiest first: holders, hold times, waiters, acquisitions/s", fn: topCmd},
 	{name: "unlock", summary: "free a lock whoever holds it (--force; admin); its holders find out at their next renewal", fn: unlockCmd},
+	{name: "leader", summary: "show who leads an election: value, term, since, TTL, owner; --watch follows every change", fn: leaderCmd},
 	{name: "check", summary: "check a server against what dlock needs: scripts, commands, keys and channels under the prefix, noeviction, persistence", fn: checkCmd},
 	{name: "version", summary: "print dlock's version (also --version)", fn: versionCmd},
 	{name: workerCommand, fn: demoWorkerCmd, hidden: true},
@@ -107,11 +110,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 // synopses are the one-line forms of the public commands, for the usage.
 var synopses = []string{
 	"dlock demo    [--workers 4] [--rounds 5] [--redis URL] [--prefix dlock-demo]",
-	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] [-n | --wait D] NAME -- CMD [ARGS...]",
+	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] [-n | --wait D] [--value V] NAME -- CMD [ARGS...]",
 	"dlock inspect [--redis URL] [--prefix P] [--kind K] [--json] NAME",
 	"dlock ls      [--redis URL] [--prefix P] [--json] [PATTERN]",
 	"dlock top     [--redis URL] [--prefix P] [--interval 1s] [PATTERN]",
 	"dlock unlock  --force [--redis URL] [--prefix P] [--kind K] NAME",
+	"dlock leader  [--redis URL] [--prefix P] [--watch] [--json] NAME",
 	checkSynopsis,
 	"dlock version",
 }
@@ -135,7 +139,9 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "(demo: a server of its own). URL is one of")
 	fmt.Fprint(w, urlForms)
 	fmt.Fprintln(w, "--tls-ca, --tls-cert, --tls-key, --tls-insecure adjust TLS (every command but demo).")
-	fmt.Fprintln(w, "--kind: mutex (FairMutex too), rwmutex, semaphore or latch; PATTERN: path.Match syntax on names.")
+	fmt.Fprintln(w, "--kind: mutex (FairMutex too), rwmutex, semaphore, latch or election; PATTERN: path.Match syntax on names.")
+	fmt.Fprintln(w, "run --value V leads the election NAME with value V (what leader shows) instead of locking NAME.")
+	fmt.Fprintln(w, "leader exits 0 when someone leads, 3 when nobody does; --watch until SIGINT or SIGTERM, then 0.")
 	fmt.Fprintln(w, `Run "dlock COMMAND -h" for a command's flags.`)
 }
 

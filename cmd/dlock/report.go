@@ -41,6 +41,12 @@ func writeLock(w io.Writer, l *dlock.LockInfo, now time.Time) {
 		fmt.Fprintf(w, "  mode:      %s\n", orDash(l.Mode, "free"))
 	case dlock.KindSemaphore:
 		fmt.Fprintf(w, "  permits:   %d free of %d\n", l.Free, l.Capacity)
+	case dlock.KindElection:
+		if l.Held {
+			fmt.Fprintf(w, "  leader:    value %s, term %d\n", strconv.Quote(l.Value), l.Holders[0].Fence)
+		} else {
+			fmt.Fprintln(w, "  leader:    none")
+		}
 	}
 	fmt.Fprintf(w, "  ttl:       %s\n", lockTTL(l.TTL))
 	if l.Fence == 0 {
@@ -127,6 +133,9 @@ func writeFreed(w io.Writer, before *dlock.LockInfo, now time.Time) {
 			before.Capacity-before.Free, plural(int(before.Capacity-before.Free)), name, before.Key, before.Capacity)
 	default:
 		fmt.Fprintf(w, "freed %s %s (key %s), which had %s left\n", before.Kind, name, before.Key, lockTTL(before.TTL))
+	}
+	if before.Kind == dlock.KindElection && before.Held {
+		fmt.Fprintf(w, "  its leader's value was %s; observers are told nobody leads\n", strconv.Quote(before.Value))
 	}
 	if len(before.Holders) > 0 {
 		fmt.Fprintln(w, "  holders (each learns at its next renewal that its lease is lost):")
@@ -221,8 +230,25 @@ func kindState(l *dlock.LockInfo) string {
 			return fmt.Sprintf("count %d", l.Count)
 		}
 		return "open"
+	case dlock.KindElection:
+		if l.Held {
+			return "value " + valueCell(l.Value)
+		}
+		return "no leader"
 	}
 	return "-"
+}
+
+// maxValueCell is how many characters of a leader's value a table shows.
+const maxValueCell = 32
+
+// valueCell is a leader's value for a table: quoted (so that "" shows),
+// and cut short when long.
+func valueCell(v string) string {
+	if r := []rune(v); len(r) > maxValueCell {
+		v = string(r[:maxValueCell-1]) + "…"
+	}
+	return strconv.Quote(v)
 }
 
 // lockTTL formats LockInfo.TTL: 0 when there is no key, -1 for no expiry.

@@ -50,7 +50,7 @@ semaphore  pool       -                     -         1        0.0    –
 latch      boot       count 3               -         0        –      –
 mutex      idle       -                     -         0        0.0    –
 
-ACQ/S: fences issued per second since the last refresh (a re-entry takes none).
+ACQ/S: fences issued per second since the last refresh (a re-entry takes none; an election's: new terms).
 ` + lostNote + "\n"
 	if got := renderTop(v, prev, cur); got != want {
 		t.Errorf("frame:\n%s\nwant:\n%s", got, want)
@@ -158,5 +158,109 @@ func TestJSONValues(t *testing.T) {
 	j := toJSON(fixedLocks(1, 4))
 	if len(j) != 5 || j[1].Holders[0].Owner.Label != "billing" || j[2].Holders[0].Owner != nil || j[0].Holders == nil || j[0].Waiters == nil {
 		t.Errorf("toJSON: %+v", j)
+	}
+}
+
+// fixedElection is an election led by alice with value "10.0.0.1:5432",
+// term 12, won 3 s before t0, with a candidate waiting.
+func fixedElection() *dlock.LockInfo {
+	return &dlock.LockInfo{Kind: dlock.KindElection, Name: "primary", Key: "dlock:{primary}:election", Held: true,
+		TTL: 27 * time.Second, Fence: 12, Value: "10.0.0.1:5432",
+		Holders: []dlock.Holder{{Token: "0123456789abcdef00000000000000cc", Holds: 1, Fence: 12,
+			Since: t0.Add(-3 * time.Second), TTL: 27 * time.Second, Owner: alice}},
+		Waiters: []dlock.Waiter{{Token: "w4", Since: t0.Add(-time.Second), Expires: 2 * time.Second}}}
+}
+
+// TestRenderElection renders an election in inspect, ls, top and unlock
+// --force: its leader's value is shown, quoted, and cut short in tables.
+func TestRenderElection(t *testing.T) {
+	var b strings.Builder
+	writeLock(&b, fixedElection(), t0)
+	for _, w := range []string{`election "primary" (key dlock:{primary}:election)`, "held:      yes, by 1 holder\n",
+		`leader:    value "10.0.0.1:5432", term 12`, "waiters:   1, in the order"} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("inspect lacks %q:\n%s", w, b.String())
+		}
+	}
+	b.Reset()
+	writeLock(&b, &dlock.LockInfo{Kind: dlock.KindElection, Name: "primary", Fence: 12}, t0)
+	if !strings.Contains(b.String(), "leader:    none\n") {
+		t.Errorf("inspect of an election nobody leads:\n%s", b.String())
+	}
+
+	long := fixedElection()
+	long.Value = strings.Repeat("x", 40)
+	b.Reset()
+	writeList(&b, []*dlock.LockInfo{fixedElection(), long, {Kind: dlock.KindElection, Name: "idle", Fence: 3}}, "dlock", "")
+	want := `KIND      NAME     HELD  HOLDERS               WAITERS  TTL     FENCE  STATE
+election  primary  yes   web-1/4242 (billing)  1        27s     12     value "10.0.0.1:5432"
+election  primary  yes   web-1/4242 (billing)  1        27s     12     value "` + strings.Repeat("x", 31) + `…"
+election  idle     no    -                     0        no key  3      no leader
+3 locks
+`
+	if b.String() != want {
+		t.Errorf("ls:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	frame := renderTop(topView{prefix: "dlock", interval: time.Second}, nil, &snapshot{at: t0, locks: []*dlock.LockInfo{fixedElection()}})
+	if !strings.Contains(frame, `election  primary  web-1/4242 (billing) "10.0.0.1:5432"  3s`) {
+		t.Errorf("top:\n%s", frame)
+	}
+
+	b.Reset()
+	writeFreed(&b, fixedElection(), t0)
+	for _, w := range []string{`freed election "primary" (key dlock:{primary}:election), which had 27s left`,
+		`its leader's value was "10.0.0.1:5432"; observers are told nobody leads`, "1 waiter: the next gets it"} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("unlock --force lacks %q:\n%s", w, b.String())
+		}
+	}
+	if j := toJSON([]*dlock.LockInfo{fixedElection()}); j[0].Kind != "election" || j[0].Value != "10.0.0.1:5432" || j[0].Fence != 12 {
+		t.Errorf("toJSON: %+v", j[0])
+	}
+}
+
+// TestRenderLeader renders dlock leader's report, its --watch lines and
+// its JSON, with a leader and without.
+func TestRenderLeader(t *testing.T) {
+	led := dlock.LeaderInfo{Value: "10.0.0.1:5432", Term: 12, Since: t0.Add(-3 * time.Second), TTL: 27 * time.Second, Owner: alice}
+	want := `leader of election "primary": "10.0.0.1:5432"
+  term:   12
+  since:  2030-01-02T03:04:02.000Z (3s ago)
+  ttl:    27s
+  owner:  host web-1, pid 4242, program api, label billing (client 0123456789abcdef)
+`
+	if got := leaderReport("primary", "dlock", led, t0); got != want {
+		t.Errorf("leader:\n%s\nwant:\n%s", got, want)
+	}
+	if got := leaderReport("primary", "dlock", dlock.LeaderInfo{}, t0); got != "no leader in election \"primary\" (prefix \"dlock\")\n" {
+		t.Errorf("no leader: %q", got)
+	}
+	anon := led
+	anon.Owner = nil
+	if got := leaderReport("primary", "dlock", anon, t0); !strings.Contains(got, "owner:  not recorded\n") {
+		t.Errorf("leader without owner:\n%s", got)
+	}
+	for _, tc := range []struct {
+		info dlock.LeaderInfo
+		want string
+	}{
+		{led, "2030-01-02T03:04:05.000Z  leader \"10.0.0.1:5432\"  term 12  web-1/4242 (billing)  ttl 27s\n"},
+		{anon, "2030-01-02T03:04:05.000Z  leader \"10.0.0.1:5432\"  term 12  owner not recorded  ttl 27s\n"},
+		{dlock.LeaderInfo{}, "2030-01-02T03:04:05.000Z  no leader\n"},
+	} {
+		if got := leaderLine(tc.info, t0); got != tc.want {
+			t.Errorf("watch line %q, want %q", got, tc.want)
+		}
+	}
+	j := leaderOf("primary", led, t0)
+	if !j.Leader || j.Value != led.Value || j.Term != 12 || j.TTLMs != 27000 || j.Since == nil ||
+		*j.Since != "2030-01-02T03:04:02.000Z" || j.Owner == nil || j.Owner.PID != 4242 || j.At != "2030-01-02T03:04:05.000Z" {
+		t.Errorf("JSON of a leader: %+v", j)
+	}
+	// A state without a leader has nothing of a leader, whatever it holds.
+	if j := leaderOf("primary", dlock.LeaderInfo{Value: "stale", TTL: time.Second}, t0); j.Leader || j.Value != "" ||
+		j.TTLMs != 0 || j.Since != nil || j.Owner != nil || j.Name != "primary" {
+		t.Errorf("JSON of no leader: %+v", j)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +19,7 @@ import (
 
 // runSynopsis is run's usage line.
 const runSynopsis = "dlock run [--redis URL] [--tls-*] [--prefix P] [--ttl 30s] [--grace 5s] " +
-	"[-n | --wait D] [--conflict-exit-code 75] [--quiet] NAME -- CMD [ARGS...]"
+	"[-n | --wait D] [--value V] [--conflict-exit-code 75] [--quiet] NAME -- CMD [ARGS...]"
 
 // runNotes follow run's flags in "dlock run -h".
 const runNotes = `
@@ -29,7 +30,8 @@ exit status:
   CMD's       CMD's own, 128+n if signal n ended it
   1           a Redis error, or the lease was lost and CMD exited 0
   2           bad command line (nothing locked, Redis not contacted)
-  75          the lock stayed busy (-n, --wait); --conflict-exit-code changes it
+  75          the lock stayed busy (-n, --wait), or another led all --wait
+              long (--value); --conflict-exit-code changes it
   126, 127    CMD could not be started, was not found
   128+n       signal n came before CMD was started
 
@@ -38,6 +40,12 @@ SIGKILL after --grace. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
 are passed on to the group; the first four also end run once CMD has
 exited. When CMD exits, what it left in its group is killed; if run dies,
 even by SIGKILL, the whole group is killed at once.
+
+--value V: instead of the lock NAME, lead the election NAME with value V
+(what "dlock leader NAME" shows): run campaigns (candidates are served in
+arrival order; -n does not apply, --wait does), runs CMD while it leads,
+with DLOCK_FENCE its term, stops CMD as above if the leadership is lost,
+and resigns when CMD has exited.
 `
 
 // Exit statuses of run besides the child's own.
@@ -60,6 +68,8 @@ type runConfig struct {
 	noWait       bool     // -n, --no-wait: one try
 	conflictCode int      // exit status when the lock stays busy
 	quiet        bool
+	value        string // --value: the leader's value, when elect
+	elect        bool   // --value given: lead the election NAME, not lock the Mutex
 	argv         []string
 }
 
@@ -89,11 +99,16 @@ type runConfig struct {
 // SIGKILL, the guard kills the group at once; the lock stays taken until
 // its TTL runs out.
 //
+// With --value V, run leads the election NAME instead (see runhold.go):
+// it campaigns with the value V, runs CMD while it leads (DLOCK_FENCE is
+// its term), treats a lost leadership as a lost lease, and resigns once
+// CMD has exited. -n is refused then: a candidate has no single try.
+//
 // The exit status is CMD's (128+n if signal n ended it); 1 if the lease
 // was lost and CMD's status was 0; 1 for Redis errors; 2 for a bad command
-// line; 75 (--conflict-exit-code) if the lock stayed busy; 126 if CMD could
-// not be started, 127 if it was not found; 128+n if signal n came before
-// CMD was started.
+// line; 75 (--conflict-exit-code) if the lock stayed busy (or another led
+// all --wait long); 126 if CMD could not be started, 127 if it was not
+// found; 128+n if signal n came before CMD was started.
 func runCmd(args []string, stdout, stderr io.Writer) int {
 	// run must not die of a signal that it passes on (SIGHUP above all):
 	// catch them before anything else happens.
@@ -127,12 +142,14 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs.BoolVar(&c.noWait, "n", false, "") // flock's short form of --no-wait
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitBusy, "exit `status` when the lock stays busy (-n, --wait)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors (not the waiting and holding notes)")
+	fs.StringVar(&c.value, "value", "", "lead the election NAME with `VALUE` (shown by dlock leader) instead of locking the lock NAME")
 	if code, ok := parseFlags(fs, runSynopsis, args, stdout, stderr); !ok {
 		if code == exitOK {
 			fmt.Fprint(stdout, runNotes)
 		}
 		return c, code, false
 	}
+	fs.Visit(func(f *flag.Flag) { c.elect = c.elect || f.Name == "value" })
 	bad := func(format string, a ...any) (runConfig, int, bool) {
 		return c, usageError(stderr, runSynopsis, format, a...), false
 	}
@@ -161,6 +178,8 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 		return bad("--grace %v: must not be negative", c.grace)
 	case c.noWait && c.wait.set:
 		return bad("-n and --wait: give one of them")
+	case c.elect && (c.noWait || c.wait.set && c.wait.d == 0):
+		return bad("--value campaigns in an election, where a candidate has no single try: -n and --wait 0 do not apply")
 	case c.conflictCode < 0 || c.conflictCode > 255:
 		return bad("--conflict-exit-code %d: want 0 to 255", c.conflictCode)
 	}
@@ -206,8 +225,8 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
-// run holds the lock around the child. sigs delivers the signals that end
-// a wait or are passed on to the child.
+// run holds the lock, or leads the election (--value), around the child.
+// sigs delivers the signals that end a wait or are passed on to the child.
 func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	note := func(format string, a ...any) {
 		if !c.quiet {
@@ -260,12 +279,12 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 
-	lease, err := c.acquire(ctx, client.Mutex(c.name, dlock.WithTTL(c.ttl)), note)
+	h, err := c.take(ctx, client, note)
 	if s := interrupted(); s != nil {
 		if err == nil {
-			_ = unlock(lease)
+			_ = release(h)
 		}
-		complain(stderr, "%v: gave up waiting for lock %q", s, c.name)
+		complain(stderr, "%v: gave up waiting for %s", s, c.what())
 		return signalStatus(s)
 	}
 	switch {
@@ -273,49 +292,22 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 		complain(stderr, "lock %q is held by another owner (-n: not waiting)", c.name)
 		return c.conflictCode
 	case errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded):
-		complain(stderr, "gave up waiting for lock %q after %v (--wait)", c.name, c.wait.d)
+		complain(stderr, "gave up waiting for %s after %v (--wait)", c.what(), c.wait.d)
 		return c.conflictCode
 	case err != nil:
 		complain(stderr, "%v", err)
 		return exitFail
 	}
-	note("holding lock %q, fence %d; running %s", c.name, lease.Fence(), quoteArgs(c.argv))
+	note("%s; running %s", c.heldNote(h), quoteArgs(c.argv))
 
-	code := c.runChild(lease, sigs, stdout, stderr)
-	if err := unlock(lease); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+	code := c.runChild(h, sigs, stdout, stderr)
+	if err := release(h); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 		complain(stderr, "%v", err)
 		if code == exitOK {
 			code = exitFail
 		}
 	}
 	return code
-}
-
-// acquire takes the lock with one try and then, unless -n was given,
-// waits for it: until ctx ends, or for --wait at most. A lock that stays
-// busy comes back as an error matching dlock.ErrNotObtained (and
-// context.DeadlineExceeded when --wait ran out).
-func (c runConfig) acquire(ctx context.Context, m *dlock.Mutex, note func(string, ...any)) (*dlock.Lease, error) {
-	lease, err := m.TryLock(ctx)
-	if !errors.Is(err, dlock.ErrNotObtained) || ctx.Err() != nil || c.noWait {
-		return lease, err
-	}
-	if !c.wait.set {
-		note("lock %q is held by another owner; waiting (Ctrl-C gives up)", c.name)
-		return m.Lock(ctx)
-	}
-	note("lock %q is held by another owner; waiting up to %v", c.name, c.wait.d)
-	wctx, cancel := context.WithTimeout(ctx, c.wait.d)
-	defer cancel()
-	return m.Lock(wctx)
-}
-
-// childEnv is the environment of the command: run's, with DLOCK_NAME and
-// DLOCK_FENCE added.
-func (c runConfig) childEnv(lease *dlock.Lease) []string {
-	return append(os.Environ(),
-		"DLOCK_NAME="+c.name,
-		"DLOCK_FENCE="+strconv.FormatInt(lease.Fence(), 10))
 }
 
 // startErrorStatus is the status for a command that could not be

@@ -216,8 +216,11 @@ func renderTop(v topView, prev, cur *snapshot) string {
 	}
 	for _, r := range shown {
 		holder, heldFor := holdersSummary(r.l.Holders), "-"
-		if r.l.Kind == dlock.KindLatch {
+		switch {
+		case r.l.Kind == dlock.KindLatch:
 			holder = kindState(r.l)
+		case r.l.Kind == dlock.KindElection && r.l.Held:
+			holder += " " + valueCell(r.l.Value) // the leader and its value
 		}
 		if r.heldFor >= 0 {
 			heldFor = short(r.heldFor)
@@ -233,7 +236,7 @@ func renderTop(v topView, prev, cur *snapshot) string {
 		fmt.Fprintf(&b, "… and %d more (--limit)\n", len(rows)-len(shown))
 	}
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "ACQ/S: fences issued per second since the last refresh (a re-entry takes none).")
+	fmt.Fprintln(&b, "ACQ/S: fences issued per second since the last refresh (a re-entry takes none; an election's: new terms).")
 	fmt.Fprintln(&b, lostNote)
 	return b.String()
 }

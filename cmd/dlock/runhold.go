@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/dlock-go/dlock"
+)
+
+// What "dlock run" holds while CMD runs: the lock NAME (a Mutex's lease),
+// or with --value the leadership of the election NAME. The loop that
+// supervises CMD (runChild) sees only the holding interface, so a lost
+// leadership stops CMD exactly as a lost lock does: SIGTERM to its
+// process group, SIGKILL after --grace.
+
+// holding is what run holds while CMD runs.
+type holding interface {
+	// Done is closed when the hold ends: released, or lost as soon as it
+	// may have been.
+	Done() <-chan struct{}
+	// Err is nil while the hold lasts; afterwards it says why it ended.
+	Err() error
+	// Fence is the fencing token handed to CMD: the lease's fence, or
+	// the leader's term.
+	Fence() int64
+	// Release gives the hold back (Unlock, Resign), bounded by ctx. It
+	// returns an error matching dlock.ErrNotHeld when the hold had
+	// already ended.
+	Release(ctx context.Context) error
+}
+
+// leaseHold is a Mutex's lease as a holding.
+type leaseHold struct{ *dlock.Lease }
+
+// Release unlocks the lease.
+func (h leaseHold) Release(ctx context.Context) error { return h.Unlock(ctx) }
+
+// leaderHold is a leadership as a holding: its term is its fence.
+type leaderHold struct{ *dlock.Leadership }
+
+// Fence returns the leader's term, the election's fencing token.
+func (h leaderHold) Fence() int64 { return h.Term() }
+
+// Release resigns: the next candidate leads, and observers are told.
+func (h leaderHold) Release(ctx context.Context) error { return h.Resign(ctx) }
+
+// release gives h back within unlockTimeout, which must run even after
+// a Ctrl-C.
+func release(h holding) error {
+	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+	defer cancel()
+	return h.Release(ctx)
+}
+
+// what names what run takes, for messages: `lock "x"` or `election "x"`.
+func (c runConfig) what() string {
+	if c.elect {
+		return "election " + strconv.Quote(c.name)
+	}
+	return "lock " + strconv.Quote(c.name)
+}
+
+// heldNote says what run holds, once it holds it.
+func (c runConfig) heldNote(h holding) string {
+	if c.elect {
+		return fmt.Sprintf("leading election %q, term %d, value %q", c.name, h.Fence(), c.value)
+	}
+	return fmt.Sprintf("holding lock %q, fence %d", c.name, h.Fence())
+}
+
+// take takes what run holds: the lock NAME (see acquire) or, with
+// --value, the leadership of the election NAME (see campaign), with the
+// TTL of --ttl. Its errors are those of acquire and campaign.
+func (c runConfig) take(ctx context.Context, client *dlock.Client, note func(string, ...any)) (holding, error) {
+	if c.elect {
+		ld, err := c.campaign(ctx, client.Election(c.name, dlock.WithTTL(c.ttl)), note)
+		if err != nil {
+			return nil, err
+		}
+		return leaderHold{ld}, nil
+	}
+	lease, err := c.acquire(ctx, client.Mutex(c.name, dlock.WithTTL(c.ttl)), note)
+	if err != nil {
+		return nil, err
+	}
+	return leaseHold{lease}, nil
+}
+
+// acquire takes the lock with one try and then, unless -n was given,
+// waits for it: until ctx ends, or for --wait at most. A lock that stays
+// busy comes back as an error matching dlock.ErrNotObtained (and
+// context.DeadlineExceeded when --wait ran out).
+func (c runConfig) acquire(ctx context.Context, m *dlock.Mutex, note func(string, ...any)) (*dlock.Lease, error) {
+	lease, err := m.TryLock(ctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || ctx.Err() != nil || c.noWait {
+		return lease, err
+	}
+	if !c.wait.set {
+		note("lock %q is held by another owner; waiting (Ctrl-C gives up)", c.name)
+		return m.Lock(ctx)
+	}
+	note("lock %q is held by another owner; waiting up to %v", c.name, c.wait.d)
+	wctx, cancel := context.WithTimeout(ctx, c.wait.d)
+	defer cancel()
+	return m.Lock(wctx)
+}
+
+// campaign waits until run leads the election e, with the value of
+// --value: until ctx ends, or for --wait at most. When someone leads
+// already it says so first (the read is only for that note: the
+// Campaign decides). A Campaign that does not win comes back as an error
+// matching dlock.ErrNotObtained (and context.DeadlineExceeded when --wait
+// ran out), and leaves nothing of this candidate in Redis.
+func (c runConfig) campaign(ctx context.Context, e *dlock.Election, note func(string, ...any)) (*dlock.Leadership, error) {
+	if l, err := e.Leader(ctx); err == nil {
+		until := "(Ctrl-C gives up)"
+		if c.wait.set {
+			until = "up to " + c.wait.d.String()
+		}
+		note("election %q is led by value %q, term %d; waiting %s", c.name, l.Value, l.Term, until)
+	}
+	if c.wait.set {
+		wctx, cancel := context.WithTimeout(ctx, c.wait.d)
+		defer cancel()
+		return e.Campaign(wctx, c.value)
+	}
+	return e.Campaign(ctx, c.value)
+}
+
+// childEnv is the environment of the command: run's, with DLOCK_NAME and
+// DLOCK_FENCE (the lease's fence, or the leader's term) added.
+func (c runConfig) childEnv(h holding) []string {
+	return append(os.Environ(),
+		"DLOCK_NAME="+c.name,
+		"DLOCK_FENCE="+strconv.FormatInt(h.Fence(), 10))
+}
