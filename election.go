@@ -206,8 +206,8 @@ func (ld *Leadership) Resign(ctx context.Context) error {
 // LeaderInfo is who leads an election at one moment. A zero Term means
 // nobody leads.
 type LeaderInfo struct {
-	Value string    // the leader's value (Campaign, Proclaim)
-	Term  int64     // the leader's term: its fencing token
+	Value string        // the leader's value (Campaign, Proclaim)
+	Term  int64         // the leader's term: its fencing token
 	Since time.Time     // when it won, by the server's clock
 	TTL   time.Duration // how long its lease had left when read
 	// Owner is who the leader is (host, pid, program, label), nil when
