@@ -165,7 +165,7 @@ func (c *Client) handedOver(ctx context.Context, r *request, token string, cfg l
 	}
 	h := newHold(c, r.k, r.what, r.p, token, fence, cfg, placed)
 	h.deadline = time.Time{}
-	h.confirmed(placed, granted)
+	h.confirmed(placed, granted, 0)
 	l, err = c.newLease(ctx, h)
 	return l, err, true
 }
@@ -227,13 +227,13 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	h.mu.Lock()
 	count, ttl, epoch := h.count+1, h.ttl, h.epoch
 	h.mu.Unlock()
-	start := time.Now()
-	res, err := h.c.be.grant(ctx, h.p.(reentrant).reenter(h.token, count, ttl)).Int64Slice()
+	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.(reentrant).reenter(h.token, count, ttl, seq) })
+	res, err := r.Int64Slice()
 	if err != nil {
 		// The hold count in Redis may or may not be count now; the next
-		// re-entry or unlock sets it to the right value again. The call
-		// may also still set the lease to ttl.
-		h.mayHaveSet(start, ttl, settled(err))
+		// re-entry or unlock sets it to the right value again (in the
+		// hold's sequence: this call, if late, changes nothing after
+		// them). A re-entry only ever lengthens the lease.
 		return nil, redisErr("lock", h.k.name, err)
 	}
 	if len(res) < 1 || res[0] != replyHeld {
@@ -248,7 +248,7 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	h.mu.Lock()
 	h.count = count
 	if h.epoch == epoch {
-		h.confirmed(start, ttl)
+		h.confirmed(start, ttl, seq)
 		h.c.wd.reschedule(h)
 	}
 	h.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -46,13 +47,14 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 // Campaign is a candidate of its own.
 type electionProto struct{ m mutexProto }
 
-func (p electionProto) release(token string, left int) op {
-	c := p.m.unlock(token, left)
-	c.args = append(c.args, p.m.k.channel)
+func (p electionProto) release(token string, left int, seq int64) op {
+	c := p.m.unlock(token, left, seq)
+	c.args = slices.Clone(c.args)
+	c.args[5] = p.m.k.channel
 	return c
 }
-func (p electionProto) renew(token string, ttl time.Duration, exact bool) op {
-	return p.m.renew(token, ttl, exact)
+func (p electionProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+	return p.m.renew(token, ttl, exact, seq)
 }
 func (p electionProto) ttl(token string) op { return p.m.ttl(token) }
 
@@ -171,8 +173,11 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	k := ld.e.k
-	r := ld.e.c.be.grant(ctx, call{electScript, []string{k.lock, k.fence},
-		[]any{h.token, value, k.channel, ld.e.c.publish}, nil})
+	// In the hold's sequence (hold.go, "Late commands"): a Proclaim given
+	// up on that reaches the server after a later one is refused there.
+	r, _, _ := h.inOrder(ctx, true, func(seq int64) op {
+		return call{electScript, []string{k.lock, k.fence}, []any{h.token, value, k.channel, ld.e.c.publish, seq}, nil}
+	})
 	if r.Err != nil {
 		return redisErr("proclaim", k.name, r.Err)
 	}

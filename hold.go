@@ -39,31 +39,77 @@ type hold struct {
 	epoch               int      // bumped by Extend: older renewals confirm nothing
 	leases              []*Lease // unlocked ones are removed (few: one per re-entry)
 	err                 error    // why the hold ended; nil while held
-	unsure              []unsure // calls given up on that may still set the lease (see mayHaveSet)
+	seq                 int64    // the last place given in the hold's sequence (see next)
+	unsure              []unsure // Extends given up on that may still set the lease (see mayHaveSet)
 }
 
-// unsure is a call given up on (its ctx ended first) that may still set
-// the lease to exactly d on the server — an Extend, a re-entry — at any
-// time until go-redis is done with it (done).
+// Late commands. A command that the client gave up on is not a command
+// the server will not run: go-redis gives up when the ctx ends or its
+// ReadTimeout passes and closes the connection, but bytes already on
+// their way may still reach the server, late (TCP holds them while a path
+// stalls, then delivers them); and go-redis sends a call again when it
+// lost the reply, so the server may run it twice. So every command that
+// changes a hold after it was taken — a renewal, Extend, a re-entry, an
+// inner unlock, Proclaim — carries its place in the hold's sequence
+// (next: one more than the last, under h.mu), and the scripts keep, in
+// the hold's own hash field 'q:<token>', the highest place that ran
+// (in_order, scripts/lib_queue.lua). A command whose place is below it is
+// refused (STALE) and changes nothing; a copy of the one that ran answers
+// done and changes nothing. What that gives, for any order of arrival:
+//
+//   - No command can shorten a lease the holder counts on. The holder
+//     counts on a confirmation: a command C with place c that ran, sent at
+//     start, setting the lease to at least ttl from when it ran (every
+//     renewal and re-entry only lengthens; Extend sets exactly d). After
+//     C ran, a command with a place below c never runs; one with a place
+//     above c was sent by this client after C was given its place, and
+//     is an Extend (the only command that may shorten), whose d the hold
+//     takes into account from its own start, whether it answered
+//     (extend) or not (mayHaveSet, which caps every later confirmation by
+//     d until a command with a higher place is confirmed: then the Extend
+//     can no longer run).
+//   - No command removes another lease's hold: each hold has its own
+//     token, and every command names its token (a read inside a write has
+//     a token of its own; re-entered leases share a hold and its count,
+//     which the commands set, not add to, in sequence order).
+//   - No command overwrites a newer value (Proclaim): a later Proclaim
+//     has a higher place.
+//   - A final release needs no place: it ends the hold, and every later
+//     arrival finds no token and changes nothing.
+//
+// A STALE reply only means a later command ran: an Extend, re-entry or
+// Proclaim that meets one (a renewal sent meanwhile) is sent again with a
+// new place (inOrder); a renewal that meets one confirms nothing.
+
+// unsure is an Extend given up on (its ctx ended first) that may still
+// set the lease to exactly d on the server, at any time, until a command
+// of the hold with a later place (seq) is known to have run.
 type unsure struct {
-	d    time.Duration
-	done <-chan struct{}
-	seen time.Time // when it was first seen done; zero until then
+	d   time.Duration
+	seq int64
+}
+
+// next gives the hold's next command its place in the sequence. h.mu is
+// held.
+func (h *hold) next() int64 {
+	h.seq++
+	return h.seq
 }
 
 func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
 	h := &hold{c: c, k: k, what: what, acquired: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
 		ttl: cfg.ttl, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
-	h.confirmed(start, cfg.ttl)
+	h.confirmed(start, cfg.ttl, 0)
 	return h
 }
 
-// confirmed records that a request sent at start set the lease to ttl: the
-// server will not expire it before start+ttl, and the local deadline keeps
-// a drift margin below that. Call with h.mu held, or before h is shared.
-func (h *hold) confirmed(start time.Time, ttl time.Duration) {
+// confirmed records that a request sent at start, with place seq in the
+// hold's sequence, set the lease to ttl: the server will not expire it
+// before start+ttl, and the local deadline keeps a drift margin below
+// that. Call with h.mu held, or before h is shared.
+func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	if len(h.unsure) > 0 {
-		ttl = h.capped(start, ttl)
+		ttl = h.capped(ttl, seq)
 	}
 	if d := start.Add(ttl - h.c.drift.of(ttl)); d.After(h.deadline) {
 		h.deadline = d
@@ -147,7 +193,14 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	left := h.count - 1
 	h.releasing = left == 0
 	h.mu.Unlock()
-	res, err := h.p.release(h.token, left).run(ctx, h.c.rdb).Int64()
+	var res int64
+	var err error
+	if left == 0 {
+		res, err = h.p.release(h.token, 0, 0).run(ctx, h.c.rdb).Int64()
+	} else {
+		r, _, _ := h.inOrder(ctx, false, func(seq int64) op { return h.p.release(h.token, left, seq) })
+		res, err = r.Int64()
+	}
 	if err == nil && res < 0 {
 		err := lost(reasonGone, h.k.name, "the lock was no longer held at unlock")
 		h.end(err)
@@ -181,10 +234,10 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	start := time.Now()
-	ok, err := h.c.be.grant(ctx, h.p.renew(h.token, d, true)).Int64()
+	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.renew(h.token, d, true, seq) })
+	ok, err := r.Int64()
 	if err != nil {
-		h.mayHaveSet(start, d, settled(err))
+		h.mayHaveSet(start, d, seq)
 		return redisErr("extend", h.k.name, err)
 	}
 	if ok != 1 {
@@ -196,26 +249,25 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	h.ttl = d
 	h.epoch++                // a renewal in flight may have run before this
 	h.deadline = time.Time{} // a shorter lease moves the deadline closer
-	h.confirmed(start, d)
+	h.confirmed(start, d, seq)
 	h.c.wd.reschedule(h)
 	h.mu.Unlock()
 	return nil
 }
 
-// mayHaveSet records a call sent at start that sets the lease to exactly
-// d (Extend; a re-entry sets it to the TTL) and whose outcome is unknown:
-// given up on when its ctx ended, it may still run on the server, at any
-// time until done closes, and set the lease to d from then — shorter than
-// what the hold counts on, or shorter than what a later Extend or renewal
-// confirms. So the local deadline moves to start+d (less the drift margin)
-// if that is closer, the next renewal comes within d/3, and until the
-// call is done no confirmation counts on more than d from its own start
-// (capped). The hold then never believes in more than the server may
-// give it.
-func (h *hold) mayHaveSet(start time.Time, d time.Duration, done <-chan struct{}) {
+// mayHaveSet records an Extend sent at start, with place seq, that sets
+// the lease to exactly d and whose outcome is unknown: given up on, it
+// may still run on the server, at any time until a command with a later
+// place has run, and set the lease to d from then — shorter than what the
+// hold counts on, or than what a later renewal confirms. So the local
+// deadline moves to start+d (less the drift margin) if that is closer,
+// the next renewal comes within d/3 (its later place settles the Extend
+// once it runs), and until then no confirmation counts on more than d
+// (capped). The hold never believes in more than the server may give it.
+func (h *hold) mayHaveSet(start time.Time, d time.Duration, seq int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.unsure = append(h.unsure, unsure{d: d, done: done})
+	h.unsure = append(h.unsure, unsure{d: d, seq: seq})
 	if dl := start.Add(d - h.c.drift.of(d)); dl.Before(h.deadline) {
 		h.deadline = dl
 	}
@@ -225,29 +277,66 @@ func (h *hold) mayHaveSet(start time.Time, d time.Duration, done <-chan struct{}
 	h.c.wd.reschedule(h)
 }
 
-// capped caps ttl, confirmed by a request sent at start, by the calls
-// that may still set the lease (see mayHaveSet). A call stops capping
-// once a confirmation was sent after it was seen done: the server ran it,
-// if ever, before that request. h.mu is held.
-func (h *hold) capped(start time.Time, ttl time.Duration) time.Duration {
-	now := time.Now()
-	keep := h.unsure[:0]
+// capped caps ttl, confirmed by the command with place seq, by the
+// Extends that may still set the lease (see mayHaveSet). An Extend stops
+// capping once a command with a later place ran: it can never run after
+// that. h.mu is held.
+func (h *hold) capped(ttl time.Duration, seq int64) time.Duration {
+	h.settle(seq)
 	for _, u := range h.unsure {
-		if u.seen.IsZero() {
-			select {
-			case <-u.done:
-				u.seen = now
-			default:
-			}
-		}
-		if !u.seen.IsZero() && !start.Before(u.seen) {
-			continue
-		}
 		ttl = min(ttl, u.d)
-		keep = append(keep, u)
 	}
-	h.unsure = keep
 	return ttl
+}
+
+// settle forgets the Extends given up on with a place below seq: a
+// command with place seq has run (or met a later one), so they never
+// will. h.mu is held.
+func (h *hold) settle(seq int64) {
+	h.unsure = slices.DeleteFunc(h.unsure, func(u unsure) bool { return u.seq < seq })
+}
+
+// inOrder runs a command of the hold that carries its place in the
+// hold's sequence (built by cmd), as a grant if grant is set (it makes
+// or extends the hold: with replica sync, acknowledged): again with a new place
+// while the server answers STALE (a renewal sent meanwhile ran first),
+// until ctx ends. It returns the last reply, that command's place and
+// when it was sent.
+func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) (r Reply, seq int64, start time.Time) {
+	for {
+		h.mu.Lock()
+		seq = h.next()
+		h.mu.Unlock()
+		start = time.Now()
+		if grant {
+			r = h.c.be.grant(ctx, cmd(seq))
+		} else {
+			r = cmd(seq).run(ctx, h.c.rdb)
+		}
+		if !isStale(r) {
+			return r, seq, start
+		}
+		h.mu.Lock()
+		h.settle(seq)
+		h.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return failedReply(err), seq, start
+		}
+	}
+}
+
+// isStale reports whether r is a STALE reply: -4 or {-4}.
+func isStale(r Reply) bool {
+	if r.Err != nil {
+		return false
+	}
+	switch v := r.Val.(type) {
+	case int64:
+		return v == replyStale
+	case []any:
+		return len(v) == 1 && v[0] == int64(replyStale)
+	}
+	return false
 }
 
 // ttlLeft is Lease.TTL of one of h's leases.

@@ -197,7 +197,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 				info.KeptFor = v
 			case strings.HasPrefix(f, "v:"):
 				info.Value = v
-			case strings.HasPrefix(f, "t:"):
+			case strings.HasPrefix(f, "t:"), strings.HasPrefix(f, "q:"):
 			default:
 				n, _ := strconv.ParseInt(v, 10, 64)
 				info.Holders = append(info.Holders, Holder{Token: f, Holds: n, Fence: info.Fence,

@@ -46,7 +46,7 @@ func LockAll(ctx context.Context, lockers ...Locker) (*Lease, error) {
 			return nil, invalid("LockAll: %q is in the set twice", sorted[i].Name())
 		}
 	}
-	if ms, ok := oneScript(sorted); ok {
+	if ms, ok := oneScript(sorted); ok && !carriesAny(ctx, ms) {
 		return lockMutexes(ctx, ms)
 	}
 	parts := make([]*Lease, 0, len(sorted))
@@ -76,6 +76,13 @@ func isNilLocker(l Locker) bool {
 	return false
 }
 
+// carriesAny reports whether ctx carries a lease of one of ms: the set is
+// then taken lock by lock, re-entering that one, rather than by one script
+// that would wait for the caller's own hold.
+func carriesAny(ctx context.Context, ms []*Mutex) bool {
+	return slices.ContainsFunc(ms, func(m *Mutex) bool { return leaseFrom(ctx, m.c, m.k.lock, "") != nil })
+}
+
 // oneScript returns the lockers as mutexes when one script can take them
 // all: plain mutexes of one Client, on a single node.
 func oneScript(lockers []Locker) ([]*Mutex, bool) {
@@ -97,12 +104,25 @@ func oneScript(lockers []Locker) ([]*Mutex, bool) {
 // lockMutexes takes a set of mutexes of one Client with lock_all.lua.
 // While it waits, it is registered in the queue of the mutex that was
 // held, and told like any waiter of it when its turn comes there.
+//
+// It goes through what acquisition.run does for every other acquire: the
+// deployment check, telemetry (span, metrics, the waiting gauge) and the
+// owner record for inspectors while it waits.
 func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
 	s := &mutexSet{c: ms[0].c, ms: ms}
 	if err := s.prepare(ctx); err != nil {
 		return nil, err
 	}
 	c := s.c
+	if err := c.checkDeployment(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, waitEnded(s.name, ctx.Err())
+		}
+		return nil, err
+	}
+	start := time.Now()
+	ctx, span := c.tel.acquireStarted(ctx, "LockAll", s.name, true)
+	defer func() { c.tel.acquireEnded(ctx, span, "LockAll", s.name, start, err) }()
 	channel := c.wakeTo(ms[0].k).base + c.id
 	seen := c.epochs(channel)
 	// Without the set, what the attempts may have left is undone in the
@@ -124,6 +144,9 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
 	if done || err != nil {
 		return s.lease, err
 	}
+	c.announce(ctx) // inspectors can tell who waits
+	c.tel.waiting("LockAll", s.name, 1)
+	defer c.tel.waiting("LockAll", s.name, -1)
 	err = c.waitLoop(ctx, s.name, channel, s.token, seen, s.bound(next),
 		func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			done, next, err := s.attempt(ctx)
@@ -236,7 +259,7 @@ func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
 func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) error {
 	calls := make([]call, len(ms))
 	for i, m := range ms {
-		calls[i] = mutexProto{m.k, c.wakeTo(m.k)}.unlock(token, 0)
+		calls[i] = mutexProto{m.k, c.wakeTo(m.k)}.unlock(token, 0, 0)
 	}
 	return firstErr(runBatch(ctx, c.rdb, calls, replicaSync{}))
 }

@@ -107,8 +107,10 @@ type mutexProto struct {
 	w wakeTo
 }
 
-func (p mutexProto) reenter(token string, count int, ttl time.Duration) op {
-	return p.lock(token, ttl, count, "", false, 0, false)
+func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
+	c := p.lock(token, ttl, count, "", false, 0, false)
+	c.args = append(c.args, seq)
+	return c
 }
 
 // lock is lock.lua: count 0 acquires (as member, keeping a place for
@@ -120,12 +122,12 @@ func (p mutexProto) lock(token string, ttl time.Duration, count int, member stri
 		p.k.mutexWords}
 }
 
-func (p mutexProto) release(token string, left int) op { return p.unlock(token, left) }
+func (p mutexProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
 
 // unlock is the script call behind release.
-func (p mutexProto) unlock(token string, left int) call {
+func (p mutexProto) unlock(token string, left int, seq int64) call {
 	return call{unlockScript, p.k.mutexKeys,
-		[]any{token, left, p.w.baseArg, p.w.publishArg, flag(p.w.reserve)}, p.k.mutexWords}
+		[]any{token, left, p.w.baseArg, p.w.publishArg, flag(p.w.reserve), "", seq}, p.k.mutexWords}
 }
 
 // leave is what a waiter that gives up runs.
@@ -134,8 +136,8 @@ func (p mutexProto) leave(member string) call {
 		[]any{member, p.w.baseArg, p.w.publishArg, flag(p.w.reserve)}, nil}
 }
 
-func (p mutexProto) renew(token string, ttl time.Duration, exact bool) op {
-	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds(), flag(exact)}, nil}
+func (p mutexProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds(), flag(exact), seq}, nil}
 }
 
 func (p mutexProto) ttl(token string) op {

@@ -198,7 +198,7 @@ func exec(ctx context.Context, conn Conn, cmds []Command) ([]Reply, error) {
 }
 
 // release deletes the key if it still holds token, and tells waiters.
-func (p plainProto) release(token string, _ int) op {
+func (p plainProto) release(token string, _ int, _ int64) op {
 	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
 		var deleted bool
 		switch p.b.cas.get(ctx, r) {
@@ -232,7 +232,7 @@ func (p plainProto) release(token string, _ int) op {
 
 // renew sets the key's TTL if it still holds token: to exactly ttl, or
 // (not exact) to at least ttl, which needs the WATCH transaction.
-func (p plainProto) renew(token string, ttl time.Duration, exact bool) op {
+func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) op {
 	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
 		if exact && p.b.cas.get(ctx, r) != casWatch {
 			res := r.Do(ctx, keyed("SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()))

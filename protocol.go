@@ -18,6 +18,7 @@ const (
 	replyNotHeld    = -1 // {-1} or -1: the caller holds nothing
 	replyTooMany    = -2 // {-2, capacity}: more permits than the semaphore has
 	replyTTLNotHeld = -3 // a ttl script: the caller holds nothing
+	replyStale      = -4 // {-4} or -4: a later command of the hold ran first (hold.go, "Late commands")
 )
 
 // refusedMark starts the reply of a script whose publish was refused:
@@ -56,25 +57,28 @@ type wakeTo struct {
 // replies follow one convention, so that Lease and the watchdog serve
 // every primitive:
 //
-//	release  1 done, -1 not held (left = 0 frees every hold of the token)
-//	renew    1 renewed, 0 not held
+//	release  1 done, -1 not held (left = 0 frees every hold of the token),
+//	         -4 stale (left > 0)
+//	renew    1 renewed, 0 not held, -4 stale
 //	ttl      milliseconds left, -3 not held
 //
 // renew with exact set makes the hold's TTL exactly ttl (Extend); without,
 // at least ttl (the watchdog): a renewal still in flight when Extend
-// lengthened a lease must not shorten it again on the server.
+// lengthened a lease must not shorten it again on the server. seq is the
+// command's place in its hold's sequence (hold.go, "Late commands"); a
+// final release (left = 0) needs none.
 type protocol interface {
-	release(token string, left int) op
-	renew(token string, ttl time.Duration, exact bool) op
+	release(token string, left int, seq int64) op
+	renew(token string, ttl time.Duration, exact bool, seq int64) op
 	ttl(token string) op
 }
 
 // reentrant is the protocol of a hold that can be re-entered (Mutex,
 // FairMutex, RWMutex; not a Semaphore's permits):
 //
-//	reenter  {1, ...} held with the new count, {-1} not held
+//	reenter  {1, ...} held with the new count, {-1} not held, {-4} stale
 type reentrant interface {
-	reenter(token string, count int, ttl time.Duration) op
+	reenter(token string, count int, ttl time.Duration, seq int64) op
 }
 
 // op is one operation on Redis with an integer or array reply: a script

@@ -23,6 +23,7 @@ func TestProtocolAgrees(t *testing.T) {
 		"NOT_HELD":     strconv.Itoa(replyNotHeld),
 		"TOO_MANY":     strconv.Itoa(replyTooMany),
 		"TTL_NOT_HELD": strconv.Itoa(replyTTLNotHeld),
+		"STALE":        strconv.Itoa(replyStale),
 		"WAKE_ALL":     wakeAll,
 		"REFUSED":      refusedMark,
 	}

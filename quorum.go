@@ -238,7 +238,7 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 	// background), and what may have been, where the reply was lost or
 	// came after ctx ended, once that node's call can no longer run there.
 	// Nodes that said "held by another" have nothing of ours.
-	q.giveBack(ctx, c, t, func(int) call { return p.unlock(token, 0) })
+	q.giveBack(ctx, c, t, func(int) call { return p.unlock(token, 0, 0) })
 	if len(t.failed) > len(q.nodes)-q.majority() {
 		return nil, 0, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
@@ -397,9 +397,10 @@ func (q *quorum) reply(o quorumOp, t tally, answered []bool) Reply {
 
 func (p quorumProto) mutex() mutexProto { return p.m }
 
-func (p quorumProto) reenter(token string, count int, ttl time.Duration) op {
-	return quorumOp{p, "lock", func(int) call { return p.mutex().reenter(token, count, ttl).(call) },
-		func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld },
+func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
+	// A node that answers STALE ran a later command of the hold: it holds.
+	return quorumOp{p, "lock", func(int) call { return p.mutex().reenter(token, count, ttl, seq).(call) },
+		func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld || len(v) == 1 && v[0] == replyStale },
 		func(t tally, ok bool) any {
 			if !ok {
 				return []any{int64(replyNotHeld)}
@@ -408,15 +409,15 @@ func (p quorumProto) reenter(token string, count int, ttl time.Duration) op {
 		}}
 }
 
-func (p quorumProto) release(token string, left int) op {
-	return quorumOp{p, "unlock", func(int) call { return p.mutex().unlock(token, left) },
-		func(v []int64) bool { return v[0] == 1 },
+func (p quorumProto) release(token string, left int, seq int64) op {
+	return quorumOp{p, "unlock", func(int) call { return p.mutex().unlock(token, left, seq) },
+		func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
 		func(t tally, ok bool) any { return either(ok, 1, replyNotHeld) }}
 }
 
-func (p quorumProto) renew(token string, ttl time.Duration, exact bool) op {
-	return quorumOp{p, "renew", func(int) call { return p.mutex().renew(token, ttl, exact).(call) },
-		func(v []int64) bool { return v[0] == 1 },
+func (p quorumProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+	return quorumOp{p, "renew", func(int) call { return p.mutex().renew(token, ttl, exact, seq).(call) },
+		func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
 		func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }
 

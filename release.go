@@ -33,7 +33,7 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // release frees every hold of h's token in Redis: one call.
 func (h *hold) release(ctx context.Context) error {
-	return h.p.release(h.token, 0).run(ctx, h.c.rdb).Err
+	return h.p.release(h.token, 0, 0).run(ctx, h.c.rdb).Err
 }
 
 // releasers tracks the Client's background releases, so that Close can
@@ -170,7 +170,7 @@ func (c *Client) releaseHolds(hs []*hold) {
 	defer cancel()
 	ops := make([]op, len(hs))
 	for i, h := range hs {
-		ops[i] = h.p.release(h.token, 0)
+		ops[i] = h.p.release(h.token, 0, 0)
 	}
 	c.be.batch(ctx, ops, false)
 }

@@ -37,11 +37,14 @@ import (
 // for at most its own TTL, whatever the other readers' TTLs.
 //
 // Re-entry goes through the lease's context for both sides. A writer may
-// read inside its write lock (RLock with the write lease's context); when
-// it then unlocks the write lease while still reading, the lock becomes a
-// read lock: a downgrade. A reader cannot upgrade: Lock with a read
-// lease's context returns an error matching ErrInvalidArgument rather than
-// wait for itself forever.
+// read inside its write lock (RLock with the write lease's context), as
+// often as it likes: each such read is a hold of its own, with a token of
+// its own and the writer's fence, so releasing one (or a read given up
+// on) never ends another. When the writer unlocks the write lease while
+// such reads are still held, the lock becomes a read lock held by them: a
+// downgrade, without a moment in which a writer could come in. A reader
+// cannot upgrade: Lock with a read lease's context returns an error
+// matching ErrInvalidArgument rather than wait for itself forever.
 //
 // RWMutex is a Locker for its write side; RLocker gives the read side. A
 // handle is safe for concurrent use.
@@ -113,15 +116,16 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 	r := &request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders,
 		queue: true, leave: p.leave}
 	if s == sideRead {
-		r.token = func(ctx context.Context) (string, error) {
-			if writer := leaseFrom(ctx, c, k.lock, sideWrite); writer != nil {
-				return writer.of.first().token, nil // reading inside its write hold
-			}
-			return c.newToken(), nil
+		// A read inside the caller's own write hold is a hold of its own
+		// (its own token, released or undone on its own), which the
+		// script lets in beside that write hold only (rw_read.lua).
+		parent := ""
+		if writer := leaseFrom(ctx, c, k.lock, sideWrite); writer != nil {
+			parent = writer.of.first().token
 		}
 		r.call = func(token, member string, _ bool, cfg lockConfig) call {
 			return call{rwReadScript, p.acquireKeys(),
-				[]any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers), member, placeTTL(cfg, member)}, nil}
+				[]any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers), member, placeTTL(cfg, member), parent}, nil}
 		}
 	} else {
 		r.token = func(ctx context.Context) (string, error) {
@@ -158,11 +162,13 @@ func (p rwProto) acquireKeys() []string {
 	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase}
 }
 
-func (p rwProto) reenter(token string, count int, ttl time.Duration) op {
+func (p rwProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
 	if p.side == sideRead {
-		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0}, nil}
+		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0, "", seq}, nil}
 	}
-	return p.write(token, ttl, count, "", 0)
+	c := p.write(token, ttl, count, "", 0)
+	c.args = append(c.args, seq)
+	return c
 }
 
 // write is rw_write.lua: count 0 acquires (as member, keeping a place for
@@ -172,9 +178,9 @@ func (p rwProto) write(token string, ttl time.Duration, count int, member string
 		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.baseArg, p.w.publishArg}, nil}
 }
 
-func (p rwProto) release(token string, left int) op {
+func (p rwProto) release(token string, left int, seq int64) op {
 	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
-		[]any{token, string(p.side), left, p.w.baseArg, p.w.publishArg}, nil}
+		[]any{token, string(p.side), left, p.w.baseArg, p.w.publishArg, seq}, nil}
 }
 
 // leave is what a reader or writer that gives up its wait runs.
@@ -183,8 +189,8 @@ func (p rwProto) leave(member string) call {
 		[]any{member, string(p.side), p.w.baseArg, p.w.publishArg}, nil}
 }
 
-func (p rwProto) renew(token string, ttl time.Duration, exact bool) op {
-	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side), ttl.Milliseconds(), flag(exact)}, nil}
+func (p rwProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side), ttl.Milliseconds(), flag(exact), seq}, nil}
 }
 
 func (p rwProto) ttl(token string) op {

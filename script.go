@@ -66,7 +66,7 @@ var (
 	leaveScript  = mutexScript("leave.lua")
 	forceScript  = mutexScript("force.lua")
 	// an Election is a fair mutex, with its value and observers
-	electScript     = loadScript("elect.lua")
+	electScript     = loadScript("lib.lua", "lib_queue.lua", "elect.lua")
 	electReadScript = loadScript("elect_read.lua")
 	renewScript     = loadScript("lib.lua", "renew.lua")
 	ttlScript       = loadScript("ttl.lua")

@@ -154,7 +154,7 @@ type semProto struct {
 	w wakeTo
 }
 
-func (p semProto) release(token string, left int) op {
+func (p semProto) release(token string, left int, _ int64) op {
 	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
 		[]any{token, left, p.w.baseArg, p.w.publishArg}, nil}
 }
@@ -165,8 +165,8 @@ func (p semProto) leave(member string) call {
 		[]any{member, p.w.baseArg, p.w.publishArg}, nil}
 }
 
-func (p semProto) renew(token string, ttl time.Duration, exact bool) op {
-	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds(), flag(exact)}, nil}
+func (p semProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds(), flag(exact), seq}, nil}
 }
 
 func (p semProto) ttl(token string) op {

@@ -45,7 +45,9 @@ type renewal struct {
 	start time.Time
 	ttl   time.Duration
 	epoch int
+	seq   int64 // its place in the hold's sequence (hold.go, "Late commands")
 	ok    bool  // the server renewed it
+	stale bool  // a later command of the hold ran first: nothing changed
 	err   error // the call failed: outcome unknown
 }
 
@@ -211,7 +213,7 @@ func (w *watchdog) due(now time.Time) []renewal {
 		default:
 			w.renewals.remove(h) // back in when the outcome is known
 			h.renewing = true
-			rs = append(rs, renewal{h: h, ttl: h.ttl, epoch: h.epoch})
+			rs = append(rs, renewal{h: h, ttl: h.ttl, epoch: h.epoch, seq: h.next()})
 		}
 		w.mu.Unlock()
 		h.mu.Unlock()
@@ -232,7 +234,7 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	ops := make([]op, len(rs))
 	shortest := rs[0].ttl
 	for i, r := range rs {
-		ops[i] = r.h.p.renew(r.h.token, r.ttl, false)
+		ops[i] = r.h.p.renew(r.h.token, r.ttl, false, r.seq)
 		shortest = min(shortest, r.ttl)
 	}
 	// No point waiting for a reply past the soonest deadline.
@@ -243,7 +245,7 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	for i, cmd := range cmds {
 		rs[i].start = start
 		v, err := cmd.Int64()
-		rs[i].ok, rs[i].err = v == 1, err
+		rs[i].ok, rs[i].stale, rs[i].err = v == 1, v == replyStale, err
 	}
 	w.c.tel.renewed(rs, time.Since(start))
 	select {
@@ -267,12 +269,18 @@ func (w *watchdog) apply(rs []renewal) {
 			// Unknown outcome: try again soon; the deadline still holds.
 			w.c.clusterHint(r.err)
 			h.nextRenew = now.Add(h.ttl / 10)
+		case r.stale:
+			// A later command of the hold ran first (an Extend): this
+			// renewal changed nothing and confirms nothing; the next
+			// one comes soon.
+			h.settle(r.seq)
+			h.nextRenew = now.Add(h.ttl / 10)
 		case r.ok && r.epoch == h.epoch:
-			h.confirmed(r.start, r.ttl)
+			h.confirmed(r.start, r.ttl, r.seq)
 		case r.ok:
 			// Extend ran meanwhile and set the schedule itself.
 		}
-		gone := h.err == nil && r.err == nil && !r.ok && !h.releasing
+		gone := h.err == nil && r.err == nil && !r.ok && !r.stale && !h.releasing
 		if h.err == nil && !gone {
 			w.mu.Lock()
 			if h.deadlineAt.index >= 0 {

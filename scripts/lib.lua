@@ -17,6 +17,8 @@ local BUSY = 0          -- {0, pttl} held by another owner; 0 renewal found noth
 local NOT_HELD = -1     -- {-1} or -1: the caller holds nothing
 local TOO_MANY = -2     -- {-2, capacity} a semaphore request above its capacity
 local TTL_NOT_HELD = -3 -- ttl scripts: the caller holds nothing
+local STALE = -4        -- {-4} or -4: a later command of the same hold ran
+                        -- first; this one changed nothing (see in_order)
 -- Wake message published on a lock's channel (a latch, an RWMutex's
 -- readers); a waiter whose turn it is is told on its client's own channel
 -- (lib_queue.lua):

@@ -30,6 +30,26 @@ local function stretch(key, ttl)
   end
 end
 
+-- in_order puts a command of one hold in the hold's sequence (hold.go,
+-- "Late commands"): every command that changes a hold after it was taken
+-- (renewal, Extend, re-entry, an inner unlock, Proclaim) carries seq, one
+-- more than the hold's previous command, and the hash keeps the highest
+-- that ran in 'q:<tok>'. It returns 'run' (seq is recorded: go on),
+-- 'again' (this very command ran already: a copy sent again; answer as
+-- done, change nothing) or 'stale' (a later command of the hold ran
+-- first: change nothing, answer STALE). The caller has checked that the
+-- hold is there; 'q:<tok>' goes with it.
+local function in_order(hash, tok, seq)
+  local q, s = tonumber(redis.call('HGET', hash, 'q:' .. tok) or '0'), tonumber(seq)
+  if s > q then
+    redis.call('HSET', hash, 'q:' .. tok, seq)
+    return 'run'
+  elseif s == q then
+    return 'again'
+  end
+  return 'stale'
+end
+
 -- Fences are returned exactly. Lua numbers are doubles, exact only below
 -- 2^53, so a counter at or past that is read back as the string Redis
 -- stores (Go parses either). Never do arithmetic on a fence here.
@@ -46,22 +66,6 @@ end
 -- fence_at is the fence counter at key as stored ('0' if unset).
 local function fence_at(key)
   return redis.call('GET', key) or '0'
-end
-
--- set_holds sets the hold count of field (an owner token, or a side and a
--- token) in the lock hash to n: re-entry, or an inner unlock; n = 0 frees
--- the lock (deletes the hash). Returns NOT_HELD when the caller holds
--- nothing, 1 when it still holds the lock, 0 when the lock is free now.
-local function set_holds(lock, field, n)
-  if redis.call('HEXISTS', lock, field) == 0 then
-    return NOT_HELD
-  end
-  if tonumber(n) > 0 then
-    redis.call('HSET', lock, field, n)
-    return 1
-  end
-  redis.call('DEL', lock)
-  return 0
 end
 
 -- dequeue removes member from a lock's queue if it is there (one call if

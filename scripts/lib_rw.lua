@@ -4,9 +4,12 @@
 -- The lock is one hash:
 --   mode      'read' or 'write' while anyone holds it
 --   w:<tok>   the writer's hold count
---   r:<tok>   a reader's hold count (a writer may also read: same token)
+--   r:<tok>   a reader's hold count (a read inside a write hold has a
+--             token of its own, and the writer's fence)
 --   f:<tok>   the holder's fence
 --   t:<tok>   when the holder took it (server ms)
+--   q:<tok>   the highest command of the hold's sequence that ran
+--             (in_order in lib_queue.lua)
 -- and a sorted set 'readers': token -> when that reader's hold expires
 -- (server ms), so that each reader expires on its own. The hash's own
 -- PEXPIRE covers the longest hold.
@@ -52,7 +55,7 @@
 
 -- forget_reader drops a reader's hold fields.
 local function forget_reader(lock, readers, tok)
-  redis.call('HDEL', lock, 'r:' .. tok)
+  redis.call('HDEL', lock, 'r:' .. tok, 'q:' .. tok)
   redis.call('ZREM', readers, tok)
   if redis.call('HEXISTS', lock, 'w:' .. tok) == 0 then
     redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok)

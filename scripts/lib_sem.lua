@@ -5,6 +5,8 @@
 --   p:<tok>  permits the holder has
 --   f:<tok>  the holder's fence
 --   t:<tok>  when the holder took them (server ms)
+--   q:<tok>  the highest command of the hold's sequence that ran (in_order
+--            in lib_queue.lua)
 -- and a sorted set 'leases': token -> when its hold expires (server ms), so
 -- that each holder's permits come back on their own when it stops renewing
 -- (crashed, cut off). Both keys live as long as their longest hold. The
@@ -12,7 +14,7 @@
 
 -- drop removes a holder.
 local function drop(holders, leases, tok)
-  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok)
+  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok, 'q:' .. tok)
   redis.call('ZREM', leases, tok)
 end
 

@@ -16,6 +16,8 @@
 -- ARGV[7]  channel base, ARGV[8] publish command (PUBLISH or SPUBLISH)
 -- ARGV[9]  '1' if an earlier attempt of this acquire carried its member
 --          (it may have a place to give up when it takes the lock)
+-- ARGV[10] re-entry only: its place in the hold's sequence (in_order in
+--          lib_queue.lua; hold.go, "Late commands")
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          {0, wait}   held by another owner (or kept for another waiter):
@@ -24,6 +26,8 @@
 --                      now expires at place (server ms): a hand-off that
 --                      consumes this place names it (lib_mutex.lua)
 --          {-1}        re-entry asked for, but the caller holds nothing
+--          {-4}        STALE: a re-entry older than a command of the hold
+--                      that ran; nothing changed
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 --
@@ -83,8 +87,16 @@ if count > 0 then
   if redis.call('HEXISTS', lock, token) == 0 then
     return {NOT_HELD}
   end
-  redis.call('HSET', lock, token, count)
-  redis.call('PEXPIRE', lock, ttl)
+  -- A re-entry that arrives late (after a later command of its hold, say
+  -- an Extend) changes nothing; on time, it renews as the watchdog does,
+  -- never shortening the lease.
+  local order = in_order(lock, token, ARGV[10])
+  if order == 'stale' then
+    return {STALE}
+  elseif order == 'run' then
+    redis.call('HSET', lock, token, count)
+    stretch(lock, ttl)
+  end
   return {HELD, fence_at(fence)}
 end
 

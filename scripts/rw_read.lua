@@ -6,12 +6,17 @@
 -- KEYS[4]  writers' queue, KEYS[5] writers' places (see lib_queue.lua)
 -- KEYS[6]  waiting readers: member -> place expiry (server ms)
 -- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)
--- ARGV[1]  owner token (a writer's own token to read inside its write hold)
+-- ARGV[1]  owner token: every read hold has its own, a read inside a
+--          write hold too
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
 -- ARGV[4]  '1' to let readers in while writers wait (reader preference)
 -- ARGV[5]  the waiter's member ('<client id>:<token>'); '' for none
 -- ARGV[6]  place TTL in milliseconds; 0 to take no place (TryRLock)
+-- ARGV[7]  the token of the caller's own write hold, to read inside it
+--          ('' for none)
+-- ARGV[8]  re-entry only: its place in the hold's sequence (in_order in
+--          lib_queue.lua)
 --
 -- A waiting writer keeps new readers out, but not those that a writer's
 -- release admitted (lib_rw.lua): they go before the next writer.
@@ -19,6 +24,15 @@
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
+--          {-4}        STALE: a re-entry older than a command of the hold
+--                      that ran; nothing changed
+--
+-- A read inside a write hold is a hold of its own (its own token, its own
+-- 'r:' field and expiry), with the writer's fence: releasing or undoing
+-- it, or another read inside the same write, never touches the others.
+-- Why it cannot let a reader in beside another owner's write: it is
+-- granted in 'write' mode only when 'w:<ARGV[7]>' is in the hash, that
+-- is, while the write hold it reads inside is the one that holds.
 local lock, fence, readers, queue, alive, rqueue, rphase = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tok, ttl, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local member, place_ttl = ARGV[5], tonumber(ARGV[6])
@@ -29,13 +43,27 @@ local r = 'r:' .. tok
 local now = now_ms()
 expire_readers(lock, readers, now)
 
-if count > 0 then
-  if set_holds(lock, r, count) == NOT_HELD then
-    return {NOT_HELD}
+-- lengthen makes the reader's hold last at least ttl more (a renewal
+-- never shortens what an Extend lengthened).
+local function lengthen()
+  if now + ttl > tonumber(redis.call('ZSCORE', readers, tok) or '0') then
+    redis.call('ZADD', readers, now + ttl, tok)
   end
-  redis.call('ZADD', readers, now + ttl, tok)
   stretch(lock, ttl)
   stretch(readers, ttl)
+end
+
+if count > 0 then
+  if redis.call('HEXISTS', lock, r) == 0 then
+    return {NOT_HELD}
+  end
+  local order = in_order(lock, tok, ARGV[8])
+  if order == 'stale' then
+    return {STALE}
+  elseif order == 'run' then
+    redis.call('HSET', lock, r, count)
+    lengthen()
+  end
   return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 
@@ -64,13 +92,23 @@ local function take(f)
 end
 
 if redis.call('HEXISTS', lock, r) == 1 then
-  return take(redis.call('HGET', lock, 'f:' .. tok))
+  -- this acquire, sent again (go-redis resends a call whose reply it
+  -- lost; a copy may arrive late): it holds already, and a re-entry may
+  -- have set its count since, so nothing is reset
+  if member ~= '' then
+    redis.call('ZREM', rqueue, member)
+    redis.call('ZREM', rphase, member)
+  end
+  lengthen()
+  return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 local mode = redis.call('HGET', lock, 'mode')
 if mode == 'write' then
-  if redis.call('HEXISTS', lock, 'w:' .. tok) == 1 then
-    -- a writer reading inside its own write hold: its fence
-    return take(redis.call('HGET', lock, 'f:' .. tok))
+  local parent = ARGV[7]
+  if parent ~= '' and redis.call('HEXISTS', lock, 'w:' .. parent) == 1 then
+    -- a writer reading inside its own write hold: a hold of its own, with
+    -- the writer's fence
+    return take(redis.call('HGET', lock, 'f:' .. parent))
   end
   return wait(math.max(redis.call('PTTL', lock), 0))
 end

@@ -8,15 +8,31 @@
 -- ARGV[4]  '1' to set the hold's TTL to exactly ARGV[3] (Extend); '0' to
 --          make it at least that (a watchdog renewal, which must not
 --          shorten what an Extend lengthened)
+-- ARGV[5]  the call's place in the hold's sequence (in_order in
+--          lib_queue.lua): a renewal or Extend older than a command of the
+--          hold that ran changes nothing
 --
--- Returns  1 renewed, 0 the caller holds nothing (its hold expired or was
---          taken away): its lease is lost
+-- Returns  1 renewed (or this very call ran already), 0 the caller holds
+--          nothing (its hold expired or was taken away): its lease is
+--          lost; -4 STALE: a later command of the hold ran first
 local lock, readers, tok, side, ttl = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local exact = ARGV[4] == '1'
 if redis.call('HEXISTS', lock, side .. ':' .. tok) == 0 then
   return 0
 end
 local now = now_ms()
+if side == 'r' then
+  local until_ms = tonumber(redis.call('ZSCORE', readers, tok) or '0')
+  if until_ms <= now then
+    return 0
+  end
+end
+local order = in_order(lock, tok, ARGV[5])
+if order == 'stale' then
+  return STALE
+elseif order == 'again' then
+  return 1
+end
 if side == 'r' then
   local until_ms = tonumber(redis.call('ZSCORE', readers, tok) or '0')
   if until_ms <= now then

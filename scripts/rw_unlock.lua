@@ -8,11 +8,15 @@
 -- ARGV[2]  'r' for a read hold, 'w' for the write hold
 -- ARGV[3]  holds to leave: n >= 1 keeps n; 0 releases the hold
 -- ARGV[4]  channel base, ARGV[5] publish command (PUBLISH or SPUBLISH)
+-- ARGV[6]  n >= 1 only: the call's place in the hold's sequence (in_order
+--          in lib_queue.lua): a late inner unlock changes nothing
 --
--- Returns  1 done, -1 the caller holds nothing
+-- Returns  1 done, -1 the caller holds nothing, -4 STALE (n >= 1: a later
+--          command of the hold ran; nothing changed)
 --
--- When the writer leaves while it still reads, the lock turns into a read
--- lock (downgrade). The last reader's release can only let a writer in:
+-- When the writer leaves while reads taken inside its write hold are
+-- still held (each a hold of its own), the lock turns into a read lock
+-- (downgrade): in 'write' mode only those reads can be in 'readers'. The last reader's release can only let a writer in:
 -- it tells the first queued writer, unless readers admitted by the last
 -- writer's release are still to come (the last of them will). A writer's
 -- release admits the readers waiting now and tells each; only when there
@@ -23,7 +27,12 @@ if redis.call('HEXISTS', lock, field) == 0 then
   return NOT_HELD
 end
 if tonumber(ARGV[3]) > 0 then
-  redis.call('HSET', lock, field, ARGV[3])
+  local order = in_order(lock, tok, ARGV[6])
+  if order == 'stale' then
+    return STALE
+  elseif order == 'run' then
+    redis.call('HSET', lock, field, ARGV[3])
+  end
   return 1
 end
 if side == 'r' then
@@ -33,8 +42,15 @@ if side == 'r' then
   end
   return 1
 end
-redis.call('HDEL', lock, field)
-if redis.call('HEXISTS', lock, 'r:' .. tok) == 1 then
+redis.call('HDEL', lock, field, 'q:' .. tok)
+if redis.call('HEXISTS', lock, 'r:' .. tok) == 0 then
+  redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok)
+end
+local now = now_ms()
+for _, d in ipairs(redis.call('ZRANGEBYSCORE', readers, '-inf', now)) do
+  forget_reader(lock, readers, d)
+end
+if redis.call('ZCARD', readers) > 0 then
   redis.call('HSET', lock, 'mode', 'read')
 else
   redis.call('DEL', lock)

@@ -14,6 +14,8 @@
 -- ARGV[4]  the waiter's member ('<client id>:<token>'); '' for none
 -- ARGV[5]  place TTL in milliseconds; 0 for TryLock (take no place)
 -- ARGV[6]  channel base, ARGV[7] publish command (PUBLISH or SPUBLISH)
+-- ARGV[8]  re-entry only: its place in the hold's sequence (in_order in
+--          lib_queue.lua)
 --
 -- The write hold is granted only on a free lock (no 'mode'), to the first
 -- live writer in the queue (or to any when none waits), and only when no
@@ -23,6 +25,8 @@
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
 --          {-1}        re-entry asked for, but the caller holds nothing
+--          {-4}        STALE: a re-entry older than a command of the hold
+--                      that ran; nothing changed
 local lock, fence, readers, queue, alive, rphase = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7]
 local tok, ttl, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local member, place_ttl = ARGV[4], tonumber(ARGV[5])
@@ -31,10 +35,16 @@ local now = now_ms()
 expire_readers(lock, readers, now)
 
 if count > 0 then
-  if set_holds(lock, w, count) == NOT_HELD then
+  if redis.call('HEXISTS', lock, w) == 0 then
     return {NOT_HELD}
   end
-  stretch(lock, ttl)
+  local order = in_order(lock, tok, ARGV[8])
+  if order == 'stale' then
+    return {STALE}
+  elseif order == 'run' then
+    redis.call('HSET', lock, w, count)
+    stretch(lock, ttl)
+  end
   return {HELD, redis.call('HGET', lock, 'f:' .. tok)}
 end
 if redis.call('HEXISTS', lock, w) == 1 then

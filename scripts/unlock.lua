@@ -10,10 +10,13 @@
 -- ARGV[5]  '1' to hand the lock to the waiter told, or keep it for it (not
 --          on a quorum)
 -- ARGV[6]  an Election's observers' channel, told 'all' when its leader
---          resigns (absent for a mutex)
+--          resigns ('' for a mutex)
+-- ARGV[7]  n >= 1 only: the call's place in the hold's sequence (in_order
+--          in lib_queue.lua): a late inner unlock changes nothing
 --
 -- Returns  1   done
 --          -1  the caller holds nothing: its lease was lost, or never held
+--          -4  STALE (n >= 1): a later command of the hold ran; nothing changed
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 --
@@ -34,16 +37,25 @@
 -- nothing, the caller held nothing and nothing changed. (Go sends the
 -- count as a decimal integer, so '0' is the only way it says 0.)
 if ARGV[2] == '0' then
-  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'v:' .. ARGV[1]) == 0 then
+  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1]) == 0 then
     return NOT_HELD
   end
-  if not ARGV[6] and redis.call('EXISTS', KEYS[3]) == 0 then
+  if ARGV[6] == '' and redis.call('EXISTS', KEYS[3]) == 0 then
     return 1 -- nobody waits
   end
 end
 -- @helpers
 if ARGV[2] ~= '0' then
-  return set_holds(KEYS[1], ARGV[1], ARGV[2]) -- 1, or NOT_HELD (n > 0)
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+    return NOT_HELD
+  end
+  local order = in_order(KEYS[1], ARGV[1], ARGV[7])
+  if order == 'stale' then
+    return STALE
+  elseif order == 'run' then
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  end
+  return 1
 end
 -- Waiters are registered (or an Election's observers are to be told):
 -- make sure the hash is gone (it is, by the
@@ -51,7 +63,7 @@ end
 -- owner), then hand the lock on.
 redis.call('DEL', KEYS[1])
 hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1])
-if ARGV[6] then
+if ARGV[6] ~= '' then
   -- an Election's leader resigned: its observers read who leads now
   publish(ARGV[4], ARGV[6], WAKE_ALL)
 end

@@ -1,0 +1,308 @@
+package dlock_test
+
+// Commands that reach the server late: the client gave up on them (its
+// ctx ended, or go-redis's ReadTimeout passed and it closed the
+// connection), but their bytes were already on their way, and TCP
+// delivered them after a stall. "The client library is done with the
+// call" never means "the server cannot run it" (hold.go, "Late
+// commands"). Each test failed on the code before the hold's sequence.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// lateDriver passes every command through, except those its hold
+// predicate picks while armed: the caller is told its ctx ended (as when
+// it gave up), and the command is kept, to run on the server when the
+// test delivers it — exactly the bytes the client sent, late.
+//
+// With block set, the held call does not return at once: it waits for
+// deliver, runs then, and returns the server's reply — as a call does
+// when the server is paused (CLIENT PAUSE) and its caller's ctx ends
+// meanwhile: the library is done only after the server ran it.
+type lateDriver struct {
+	dlock.Driver
+	mu      sync.Mutex
+	pick    func(args []any) bool
+	held    []dlock.Command
+	armed   bool
+	block   bool
+	go_     chan struct{} // closed by deliver, for a blocked call
+	watch   func(args []any) bool
+	watched chan struct{} // closed when a command that watch picks is sent
+}
+
+// seen returns a channel closed when a command whose arguments pick
+// reports true is sent from now on.
+func (d *lateDriver) seen(pick func(args []any) bool) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.watch, d.watched = pick, make(chan struct{})
+	return d.watched
+}
+
+// hold arms the driver: the next command whose arguments contain every
+// one of words (compared as text) is held back.
+func (d *lateDriver) hold(words ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.armed = true
+	d.pick = func(args []any) bool {
+		for _, w := range words {
+			if !slices.ContainsFunc(args, func(a any) bool { return fmt.Sprint(a) == fmt.Sprint(w) }) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// take reports whether cmd is to be held, and holds it.
+func (d *lateDriver) take(cmd dlock.Command) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.watch != nil && d.watch(cmd.Args) {
+		close(d.watched)
+		d.watch = nil
+	}
+	if !d.armed || !d.pick(cmd.Args) {
+		return false
+	}
+	d.armed = false
+	d.held = append(d.held, cmd)
+	return true
+}
+
+func (d *lateDriver) Do(ctx context.Context, cmd dlock.Command) dlock.Reply {
+	if d.take(cmd) {
+		d.mu.Lock()
+		block, go_ := d.block, d.go_
+		d.mu.Unlock()
+		if block {
+			<-go_
+			return d.Driver.Do(context.Background(), cmd)
+		}
+		return dlock.Reply{Err: context.DeadlineExceeded}
+	}
+	return d.Driver.Do(ctx, cmd)
+}
+
+func (d *lateDriver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+	out := make([]dlock.Reply, len(cmds))
+	var pass []dlock.Command
+	var at []int
+	for i, c := range cmds {
+		if d.take(c) {
+			out[i] = dlock.Reply{Err: context.DeadlineExceeded}
+			continue
+		}
+		pass = append(pass, c)
+		at = append(at, i)
+	}
+	if len(pass) > 0 {
+		for j, r := range d.Driver.Pipeline(ctx, pass) {
+			out[at[j]] = r
+		}
+	}
+	return out
+}
+
+// deliver runs the held commands on the server, in the order they were
+// sent, and returns their replies.
+func (d *lateDriver) deliver(t *testing.T) []dlock.Reply {
+	t.Helper()
+	d.mu.Lock()
+	held := d.held
+	d.held = nil
+	if d.block {
+		close(d.go_)
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	if len(held) == 0 {
+		t.Fatal("no command was held back")
+	}
+	var out []dlock.Reply
+	for _, c := range held {
+		out = append(out, d.Driver.Do(context.Background(), c))
+	}
+	return out
+}
+
+// lateClient returns a Client on the shared server whose commands the
+// returned lateDriver can hold back.
+func lateClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *lateDriver) {
+	t.Helper()
+	d := &lateDriver{Driver: dlock.GoRedisDriver(newRedis(t, srv))}
+	c, err := dlock.NewWithDriver(d, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, d
+}
+
+// pttl is the lock key's time to live on the server.
+func pttl(t *testing.T, key string) time.Duration {
+	t.Helper()
+	ms, err := newRedis(t, srv).PTTL(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// An Extend to a short lease, given up on and delivered after a later
+// Extend confirmed a long one, must change nothing: the holder counts on
+// the long one.
+func TestLateExtendNeverShortens(t *testing.T) {
+	ctx := context.Background()
+	c, d := lateClient(t)
+	name := lockName(t)
+	l := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(30*time.Second))
+	defer unlock(t, l)
+
+	d.hold("317")
+	if err := l.Extend(ctx, 317*time.Millisecond); err == nil {
+		t.Fatal("the held Extend returned nil")
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	if left := pttl(t, keysOf(name).Lock); left < 30*time.Second {
+		t.Fatalf("the late Extend shortened the lock to %v while the lease, held (Err %v), counts on a minute", left, l.Err())
+	}
+}
+
+// A re-entry (which renews the lease to its TTL) delivered after an
+// Extend lengthened the lease must not shorten it.
+func TestLateReentryNeverShortens(t *testing.T) {
+	ctx := context.Background()
+	c, d := lateClient(t)
+	m := c.Mutex(lockName(t))
+	l := mustLock(t, m, ctx, dlock.WithTTL(2*time.Second))
+	defer unlock(t, l)
+
+	d.hold("2000", "2") // ttl ms, count 2
+	if _, err := m.Lock(l.Context(ctx)); err == nil {
+		t.Fatal("the held re-entry returned nil")
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	if left := pttl(t, keysOf(m.Name()).Lock); left < 30*time.Second {
+		t.Fatalf("the late re-entry shortened the lock to %v while the lease counts on a minute", left)
+	}
+}
+
+// The same for a Semaphore permit (sem_renew.lua).
+func TestLateSemaphoreExtendNeverShortens(t *testing.T) {
+	ctx := context.Background()
+	c, d := lateClient(t)
+	s := c.Semaphore(lockName(t), 1)
+	l, err := s.Acquire(ctx, 1, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock(t, l)
+
+	d.hold("317")
+	if err := l.Extend(ctx, 317*time.Millisecond); err == nil {
+		t.Fatal("the held Extend returned nil")
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	if left, err := l.TTL(ctx); err != nil || left < 30*time.Second {
+		t.Fatalf("after the late Extend the permit has %v left (%v) while the lease counts on a minute", left, err)
+	}
+}
+
+// The same for the read and the write side of an RWMutex.
+func TestLateRWExtendNeverShortens(t *testing.T) {
+	ctx := context.Background()
+	for _, side := range []string{"read", "write"} {
+		t.Run(side, func(t *testing.T) {
+			c, d := lateClient(t)
+			rw := c.RWMutex(lockName(t))
+			take := rw.Lock
+			if side == "read" {
+				take = rw.RLock
+			}
+			l, err := take(ctx, dlock.WithTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unlock(t, l)
+			d.hold("317")
+			if err := l.Extend(ctx, 317*time.Millisecond); err == nil {
+				t.Fatal("the held Extend returned nil")
+			}
+			if err := l.Extend(ctx, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			d.deliver(t)
+			if left, err := l.TTL(ctx); err != nil || left < 30*time.Second {
+				t.Fatalf("after the late Extend the hold has %v left (%v) while the lease counts on a minute", left, err)
+			}
+		})
+	}
+}
+
+// A Proclaim given up on and delivered after a later Proclaim succeeded
+// must not overwrite the later value.
+func TestLateProclaimNeverOverwrites(t *testing.T) {
+	ctx := context.Background()
+	c, d := lateClient(t)
+	e := c.Election(lockName(t))
+	ld, err := e.Campaign(ctx, "v0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ld.Resign(ctx) }()
+
+	d.hold("v1")
+	if err := ld.Proclaim(ctx, "v1"); err == nil {
+		t.Fatal("the held Proclaim returned nil")
+	}
+	if err := ld.Proclaim(ctx, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t)
+	info, err := client(t).Election(e.Name()).Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Value != "v2" || ld.Value() != "v2" {
+		t.Fatalf("after the late Proclaim the election says %q, the leadership %q; want v2 for both", info.Value, ld.Value())
+	}
+}
+
+// A late command changes nothing after the hold was released: its token
+// is gone.
+func TestLateExtendAfterUnlockChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	c, d := lateClient(t)
+	name := lockName(t)
+	l := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(30*time.Second))
+	d.hold("31000")
+	if err := l.Extend(ctx, 31*time.Second); err == nil {
+		t.Fatal("the held Extend returned nil")
+	}
+	unlock(t, l)
+	d.deliver(t)
+	if left := pttl(t, keysOf(name).Lock); left > 0 {
+		t.Fatalf("the late Extend brought the released lock back for %v", left)
+	}
+}
