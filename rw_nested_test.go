@@ -44,8 +44,8 @@ func TestReadsInsideWriteAreHoldsOfTheirOwn(t *testing.T) {
 			wctx := w.Context(ctx)
 			r1 := mustLock(t, rw.RLocker(), wctx)
 			r2 := mustLock(t, rw.RLocker(), wctx)
-			if r1.Fence() != w.Fence() || r2.Fence() != w.Fence() {
-				t.Fatalf("reads inside a write have fences %d, %d; the writer's is %d", r1.Fence(), r2.Fence(), w.Fence())
+			if r1.Fence() <= w.Fence() || r2.Fence() <= r1.Fence() {
+				t.Fatalf("reads inside a write have fences %d, %d; the writer's is %d: want each above the one before", r1.Fence(), r2.Fence(), w.Fence())
 			}
 			for _, l := range map[string][]*dlock.Lease{"r1 w": {r1, w}, "w r1": {w, r1}}[order] {
 				unlock(t, l)
@@ -59,8 +59,8 @@ func TestReadsInsideWriteAreHoldsOfTheirOwn(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the last read released, a writer still cannot take the lock: %v", err)
 			}
-			if w2.Fence() <= w.Fence() {
-				t.Fatalf("the next writer's fence %d is not above %d", w2.Fence(), w.Fence())
+			if w2.Fence() <= r2.Fence() {
+				t.Fatalf("the next writer's fence %d is not above %d", w2.Fence(), r2.Fence())
 			}
 			unlock(t, w2)
 		})

@@ -38,8 +38,8 @@ import (
 //
 // Re-entry goes through the lease's context for both sides. A writer may
 // read inside its write lock (RLock with the write lease's context), as
-// often as it likes: each such read is a hold of its own, with a token of
-// its own and the writer's fence, so releasing one (or a read given up
+// often as it likes: each such read is a hold of its own, with a token
+// and a fence of its own, so releasing one (or a read given up
 // on) never ends another. When the writer unlocks the write lease while
 // such reads are still held, the lock becomes a read lock held by them: a
 // downgrade, without a moment in which a writer could come in. A reader

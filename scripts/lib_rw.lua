@@ -5,7 +5,7 @@
 --   mode      'read' or 'write' while anyone holds it
 --   w:<tok>   the writer's hold count
 --   r:<tok>   a reader's hold count (a read inside a write hold has a
---             token of its own, and the writer's fence)
+--             token and a fence of its own)
 --   f:<tok>   the holder's fence
 --   t:<tok>   when the holder took it (server ms)
 --   q:<tok>   the highest command of the hold's sequence that ran

@@ -28,7 +28,7 @@
 --                      that ran; nothing changed
 --
 -- A read inside a write hold is a hold of its own (its own token, its own
--- 'r:' field and expiry), with the writer's fence: releasing or undoing
+-- 'r:' field and expiry, its own fence): releasing or undoing
 -- it, or another read inside the same write, never touches the others.
 -- Why it cannot let a reader in beside another owner's write: it is
 -- granted in 'write' mode only when 'w:<ARGV[7]>' is in the hash, that
@@ -107,8 +107,8 @@ if mode == 'write' then
   local parent = ARGV[7]
   if parent ~= '' and redis.call('HEXISTS', lock, 'w:' .. parent) == 1 then
     -- a writer reading inside its own write hold: a hold of its own, with
-    -- the writer's fence
-    return take(redis.call('HGET', lock, 'f:' .. parent))
+    -- a fence of its own
+    return take(next_fence(fence))
   end
   return wait(math.max(redis.call('PTTL', lock), 0))
 end
