@@ -205,3 +205,57 @@ func TestFairReentryAndExclusion(t *testing.T) {
 		t.Fatalf("queue TTL 1ms: %v", err)
 	}
 }
+
+// Waiters with different QueueTTLs share one queue: a short one must not
+// shorten the queue keys' life and take the longer places (and arrival
+// times) with them. The release goes to the first arrival.
+func TestFairMixedQueueTTLsKeepOrder(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t, srv)
+	qlen := queueLen(admin, name)
+	holder := mustLock(t, client(t).FairMutex(name), ctx)
+
+	type result struct {
+		who string
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 2)
+	wait := func(who string, ctx context.Context, ttl time.Duration) {
+		l, err := client(t).FairMutex(name).Lock(ctx, dlock.WithQueueTTL(ttl))
+		got <- result{who, l, err}
+	}
+	bounded, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go wait("A", bounded, 6*time.Second)
+	waitFor(t, "A queued", func() bool { return qlen() == 1 })
+
+	bctx, bcancel := context.WithCancel(ctx)
+	bdone := make(chan error, 1)
+	go func() {
+		_, err := client(t).FairMutex(name).Lock(bctx, dlock.WithQueueTTL(300*time.Millisecond))
+		bdone <- err
+	}()
+	waitFor(t, "B queued", func() bool { return qlen() == 2 })
+	if left := pttl(t, keysOf(name).Lock+":queue"); left < time.Second {
+		t.Fatalf("B's 300ms place set the queue's expiry to %v: A's 6s place goes with it", left)
+	}
+	bcancel()
+	<-bdone
+	waitFor(t, "B gone", func() bool { return qlen() == 1 })
+
+	go wait("C", bounded, 6*time.Second)
+	waitFor(t, "C queued", func() bool { return qlen() == 2 })
+	unlock(t, holder)
+	first := <-got
+	if first.err != nil || first.who != "A" {
+		t.Fatalf("the release went to %s (%v), not to A, which queued first", first.who, first.err)
+	}
+	unlock(t, first.l)
+	second := <-got
+	if second.err != nil {
+		t.Fatal(second.err)
+	}
+	unlock(t, second.l)
+}

@@ -127,8 +127,11 @@ end
 local function place(queue, alive, member, now, place_ttl)
   redis.call('ZADD', queue, 'NX', arrival_us(), member)
   redis.call('ZADD', alive, now + place_ttl, member)
-  redis.call('PEXPIRE', queue, place_ttl)
-  redis.call('PEXPIRE', alive, place_ttl)
+  -- The queue lives as long as its longest place, whatever mix of place
+  -- TTLs its waiters use: a waiter with a short one must not take the
+  -- places (and arrival times) of those before it with the keys.
+  stretch(queue, place_ttl)
+  stretch(alive, place_ttl)
   return now + place_ttl
 end
 
