@@ -43,6 +43,10 @@ type Client struct {
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
+	// leading: the elections this Client leads, by lock key, so that a
+	// Campaign of an election it leads proclaims instead of waiting on
+	// itself (election.go).
+	leading sync.Map
 }
 
 // New returns a Client that takes its locks on rdb, a go-redis client. It

@@ -71,6 +71,12 @@ func (e *Election) request() *request {
 // order; the wait is woken by the release that hands the lock on, with no
 // polling.
 //
+// A Campaign on a Client that leads the election already (through any
+// handle of it) does not wait for itself: it proclaims value on that
+// leadership and returns it (so Resign of either ends both), as etcd
+// does for a session that campaigns again. A Campaign begun before this
+// Client led is a candidate like any other.
+//
 // When ctx ends first Campaign returns an error matching ErrNotObtained
 // and ctx.Err(), and nothing of the candidate is left in Redis: its place
 // in the queue is given up (and a lock won meanwhile released) before
@@ -85,6 +91,19 @@ func (e *Election) request() *request {
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if e == nil || e.c == nil {
 		return nil, invalid("nil Election")
+	}
+	if cur, ok := e.c.leading.Load(e.k.lock); ok && checkCall(ctx, e.c, e.k.name) == nil {
+		// This Client leads already: a second candidate would wait for
+		// its own leadership forever. Proclaim, as etcd does for a
+		// session that campaigns again.
+		ld := cur.(*Leadership)
+		if err := ld.Proclaim(ctx, value); err == nil || ld.Err() == nil {
+			if err != nil {
+				return nil, err
+			}
+			return ld, nil
+		}
+		// it ended meanwhile: campaign as a new candidate
 	}
 	l, err := e.c.acquire(ctx, e.request(), true, nil)
 	if err != nil {
@@ -108,6 +127,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		}
 		return nil, err
 	}
+	e.c.leading.Store(e.k.lock, ld)
+	l.whenDone(func(error) { e.c.leading.CompareAndDelete(e.k.lock, ld) })
 	return ld, nil
 }
 
