@@ -81,7 +81,7 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 			return nil, err
 		}
 	}
-	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token}
+	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token, bury: buryCall(r.k, token, cfg)}
 	member := c.member(token, r.need)
 	if r.handOff && cfg.renew && c.be.handsOff() {
 		member += ":h" + strconv.FormatInt(cfg.ttl.Milliseconds(), 10)
@@ -168,6 +168,12 @@ func (c *Client) handedOver(ctx context.Context, r *request, token string, cfg l
 	h.confirmed(placed, granted, 0)
 	l, err = c.newLease(ctx, h)
 	return l, err, true
+}
+
+// buryCall is bury.lua for token: its late attempts are refused for
+// twice the longest the acquire's lease or place could last.
+func buryCall(k *keys, token string, cfg lockConfig) call {
+	return call{buryScript, []string{k.dead}, []any{token, 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}, nil}
 }
 
 // placeTTL is how long a Lock's attempt keeps the waiter's place in the

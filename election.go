@@ -387,3 +387,5 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	}
 	_ = c.waitLoop(ctx, e.k.name, e.k.channel, "", nil, 0, check)
 }
+
+func (electionProto) ordered() bool { return true }

@@ -83,10 +83,15 @@ type hold struct {
 
 // unsure is an Extend given up on (its ctx ended first) that may still
 // set the lease to exactly d on the server, at any time, until a command
-// of the hold with a later place (seq) is known to have run.
+// of the hold with a later place (seq) is known to have run. Without
+// scripts (plain.go) the server keeps no sequence: there it may run until
+// the client library is done with it (done), and caps every confirmation
+// sent before that was seen.
 type unsure struct {
-	d   time.Duration
-	seq int64
+	d    time.Duration
+	seq  int64
+	done <-chan struct{}
+	seen time.Time // when done was first seen closed; zero until then
 }
 
 // next gives the hold's next command its place in the sequence. h.mu is
@@ -109,7 +114,7 @@ func newHold(c *Client, k *keys, what string, p protocol, token string, fence in
 // that. Call with h.mu held, or before h is shared.
 func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	if len(h.unsure) > 0 {
-		ttl = h.capped(ttl, seq)
+		ttl = h.capped(start, ttl, seq)
 	}
 	if d := start.Add(ttl - h.c.drift.of(ttl)); d.After(h.deadline) {
 		h.deadline = d
@@ -237,7 +242,7 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.renew(h.token, d, true, seq) })
 	ok, err := r.Int64()
 	if err != nil {
-		h.mayHaveSet(start, d, seq)
+		h.mayHaveSet(start, d, seq, settled(err))
 		return redisErr("extend", h.k.name, err)
 	}
 	if ok != 1 {
@@ -264,10 +269,10 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 // the next renewal comes within d/3 (its later place settles the Extend
 // once it runs), and until then no confirmation counts on more than d
 // (capped). The hold never believes in more than the server may give it.
-func (h *hold) mayHaveSet(start time.Time, d time.Duration, seq int64) {
+func (h *hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.unsure = append(h.unsure, unsure{d: d, seq: seq})
+	h.unsure = append(h.unsure, unsure{d: d, seq: seq, done: done})
 	if dl := start.Add(d - h.c.drift.of(d)); dl.Before(h.deadline) {
 		h.deadline = dl
 	}
@@ -277,23 +282,42 @@ func (h *hold) mayHaveSet(start time.Time, d time.Duration, seq int64) {
 	h.c.wd.reschedule(h)
 }
 
-// capped caps ttl, confirmed by the command with place seq, by the
-// Extends that may still set the lease (see mayHaveSet). An Extend stops
-// capping once a command with a later place ran: it can never run after
-// that. h.mu is held.
-func (h *hold) capped(ttl time.Duration, seq int64) time.Duration {
-	h.settle(seq)
+// capped caps ttl, confirmed by the command with place seq sent at
+// start, by the Extends that may still set the lease (see mayHaveSet).
+// An Extend stops capping once a command with a later place ran: it can
+// never run after that. h.mu is held.
+func (h *hold) capped(start time.Time, ttl time.Duration, seq int64) time.Duration {
+	h.settle(start, seq)
 	for _, u := range h.unsure {
 		ttl = min(ttl, u.d)
 	}
 	return ttl
 }
 
-// settle forgets the Extends given up on with a place below seq: a
-// command with place seq has run (or met a later one), so they never
-// will. h.mu is held.
-func (h *hold) settle(seq int64) {
-	h.unsure = slices.DeleteFunc(h.unsure, func(u unsure) bool { return u.seq < seq })
+// settle forgets the Extends given up on that can no longer run: those
+// with a place below seq, a command with place seq (sent at start) having
+// run or met a later one. Without a sequence on the server, those seen
+// done on the client's side before start. h.mu is held.
+func (h *hold) settle(start time.Time, seq int64) {
+	if h.p.ordered() {
+		h.unsure = slices.DeleteFunc(h.unsure, func(u unsure) bool { return u.seq < seq })
+		return
+	}
+	now := time.Now()
+	keep := h.unsure[:0]
+	for _, u := range h.unsure {
+		if u.seen.IsZero() {
+			select {
+			case <-u.done:
+				u.seen = now
+			default:
+			}
+		}
+		if u.seen.IsZero() || start.Before(u.seen) {
+			keep = append(keep, u)
+		}
+	}
+	h.unsure = keep
 }
 
 // inOrder runs a command of the hold that carries its place in the
@@ -317,7 +341,7 @@ func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) 
 			return r, seq, start
 		}
 		h.mu.Lock()
-		h.settle(seq)
+		h.settle(start, seq)
 		h.mu.Unlock()
 		if err := ctx.Err(); err != nil {
 			return failedReply(err), seq, start

@@ -14,8 +14,8 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	c, _ := serverClient(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
-	h := newHold(c, c.keys(kindMutex, "x"), "Mutex", nil, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
-	h.mayHaveSet(t0, short, 2)
+	h := newHold(c, c.keys(kindMutex, "x"), "Mutex", mutexProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
+	h.mayHaveSet(t0, short, 2, make(chan struct{}))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if limit := t0.Add(short); h.deadline.After(limit) {
@@ -38,5 +38,35 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	}
 	if len(h.unsure) != 0 {
 		t.Fatalf("%d unsure Extends kept after a later command ran", len(h.unsure))
+	}
+}
+
+// Without scripts the server keeps no hold sequence: an Extend given up on
+// caps every confirmation sent before the client library was seen done
+// with it, whatever its place, and none sent after.
+func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
+	c, _ := serverClient(t)
+	const short, long = 300 * time.Millisecond, time.Minute
+	t0 := time.Now()
+	h := newHold(c, c.keys(kindMutex, "x"), "Mutex", plainProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
+	done := make(chan struct{})
+	h.mayHaveSet(t0, short, 2, done)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t1 := t0.Add(10 * time.Millisecond)
+	h.deadline = time.Time{}
+	h.confirmed(t1, long, 3) // a later place, but the server does not order it
+	if limit := t1.Add(short); h.deadline.After(limit) {
+		t.Fatalf("a confirmation sent while the Extend could still run counted %v past it", h.deadline.Sub(limit))
+	}
+	close(done)
+	h.confirmed(t1, long, 4) // sees it done
+	t2 := time.Now().Add(time.Millisecond)
+	h.confirmed(t2, long, 5)
+	if want := t2.Add(long - c.drift.of(long)); h.deadline.Before(want) {
+		t.Fatalf("a confirmation sent after the Extend was done still capped: deadline %v short", want.Sub(h.deadline))
+	}
+	if len(h.unsure) != 0 {
+		t.Fatalf("%d unsure Extends kept after they were done and superseded", len(h.unsure))
 	}
 }

@@ -37,6 +37,7 @@ type keys struct {
 	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
 	permits string // <lock>:permits  Semaphore: capacity, never expires
 	ids     string // <lock>:ids      Latch: ids that counted down
+	dead    string // <lock>:dead     tokens of acquires given up on: token -> until (server ms); see bury.lua
 
 	// Set by Client.keys: where releases wake the lock's waiters, and the
 	// keys of a mutex's scripts, boxed once for their calls.
@@ -63,9 +64,10 @@ func newKeys(prefix string, kd kind, name string) *keys {
 		leases:  base + ":leases",
 		permits: base + ":permits",
 		ids:     base + ":ids",
+		dead:    base + ":dead",
 	}
-	k.mutexKeys = []string{k.lock, k.fence, k.queue, k.alive}
-	k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive}
+	k.mutexKeys = []string{k.lock, k.fence, k.queue, k.alive, k.dead}
+	k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive, k.dead}
 	return k
 }
 

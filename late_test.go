@@ -306,3 +306,47 @@ func TestLateExtendAfterUnlockChangesNothing(t *testing.T) {
 		t.Fatalf("the late Extend brought the released lock back for %v", left)
 	}
 }
+
+// An acquire given up on whose attempt reaches the server after the undo
+// (finding 12) takes nothing: the undo buried its token first. Without
+// that, the lock (or permit) stayed held by nobody for its TTL.
+func TestLateAcquireAfterUndoTakesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, kind := range []string{"Mutex", "FairMutex", "Semaphore", "RWMutex"} {
+		t.Run(kind, func(t *testing.T) {
+			c, d := lateClient(t)
+			name := lockName(t)
+			try := map[string]func(*dlock.Client, time.Duration) (*dlock.Lease, error){
+				"Mutex": func(c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.Mutex(name).TryLock(ctx, dlock.WithTTL(ttl))
+				},
+				"FairMutex": func(c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.FairMutex(name).TryLock(ctx, dlock.WithTTL(ttl))
+				},
+				"Semaphore": func(c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.Semaphore(name, 1).TryAcquire(ctx, 1, dlock.WithTTL(ttl))
+				},
+				"RWMutex": func(c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.RWMutex(name).TryLock(ctx, dlock.WithTTL(ttl))
+				},
+			}[kind]
+			warm, err := try(c, time.Second) // the server has the script: the late EVALSHA runs
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, warm)
+			d.hold("31000") // the attempt, by its TTL
+			if _, err := try(c, 31*time.Second); err == nil {
+				t.Fatal("the held acquire returned nil")
+			}
+			// The undo runs before the acquire returns (the server
+			// answers at once); then the attempt lands.
+			d.deliver(t)
+			l, err := try(client(t), time.Second)
+			if err != nil {
+				t.Fatalf("the attempt that landed after its undo holds the %s for nobody: %v", kind, err)
+			}
+			unlock(t, l)
+		})
+	}
+}

@@ -133,11 +133,16 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
 			return
 		}
 		c.undo(ctx, s.after(), func(ctx context.Context) error {
+			calls := make([]call, len(ms))
+			for i, m := range ms {
+				calls[i] = buryCall(m.k, s.token, s.cfgs[i])
+			}
+			err0 := firstErr(runBatch(ctx, c.rdb, calls, replicaSync{}))
 			var err error
 			if s.unknown {
 				err = cleanupSet(ctx, c, ms, s.token)
 			}
-			return errors.Join(err, s.leave(ctx))
+			return errors.Join(err0, err, s.leave(ctx))
 		})
 	}()
 	done, next, err := s.attempt(ctx)
@@ -196,7 +201,7 @@ func (s *mutexSet) prepare(ctx context.Context) error {
 			return err
 		}
 		s.cfgs = append(s.cfgs, cfg)
-		s.keys = append(s.keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive)
+		s.keys = append(s.keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive, m.k.dead)
 		place = max(place, cfg.queueTTL)
 	}
 	s.keepAlive = place / 3

@@ -143,3 +143,5 @@ func (p mutexProto) renew(token string, ttl time.Duration, exact bool, seq int64
 func (p mutexProto) ttl(token string) op {
 	return call{ttlScript, []string{p.k.lock}, []any{token}, nil}
 }
+
+func (mutexProto) ordered() bool { return true }

@@ -316,3 +316,6 @@ func compareAndDo(ctx context.Context, r Driver, key, want string, atLeast time.
 	}
 	return false, fmt.Errorf("dlock: %q kept changing during compare-and-set", key)
 }
+
+// ordered: without scripts the server keeps no hold sequence.
+func (plainProto) ordered() bool { return false }

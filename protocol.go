@@ -71,6 +71,9 @@ type protocol interface {
 	release(token string, left int, seq int64) op
 	renew(token string, ttl time.Duration, exact bool, seq int64) op
 	ttl(token string) op
+	// ordered reports whether the server keeps the hold's sequence
+	// (every protocol with scripts; not plain.go's).
+	ordered() bool
 }
 
 // reentrant is the protocol of a hold that can be re-entered (Mutex,

@@ -493,3 +493,5 @@ func either(ok bool, yes, no int64) int64 {
 func errNotOnQuorum(what string) error {
 	return fmt.Errorf("dlock: %s is not available on a quorum (NewQuorum): %w", what, errors.ErrUnsupported)
 }
+
+func (quorumProto) ordered() bool { return true }

@@ -95,22 +95,19 @@ func (c *Client) releaseLater(h *hold) {
 }
 
 // undo runs undo — undoing what an acquire may have left in Redis — at
-// once when after has closed already, so that the acquire's caller
-// usually finds it done: within ctx, or, when ctx has ended, within
-// undoGrace more. Otherwise, or when that fails, in the background
-// (undoLater).
+// once, so that the acquire's caller usually finds it done: within ctx,
+// or, when ctx has ended, within undoGrace more. undo buries the
+// acquire's token first (bury.lua), so no attempt still on its way can
+// take anything after it. When that fails, it runs again in the
+// background once after has closed: when the attempts given up on are
+// done on the client's side (a quorum's stalled node has answered, say).
 func (c *Client) undo(ctx context.Context, after <-chan struct{}, undo func(ctx context.Context) error) {
-	select {
-	case <-after:
-		ctx, cancel := graced(ctx)
-		err := undo(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-	default:
+	ctx, cancel := graced(ctx)
+	err := undo(ctx)
+	cancel()
+	if err != nil {
+		c.undoLater(after, undo)
 	}
-	c.undoLater(after, undo)
 }
 
 // undoGrace is how long a call whose ctx has ended may still spend undoing

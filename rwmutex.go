@@ -159,7 +159,7 @@ type rwProto struct {
 
 // acquireKeys are the keys of rw_read.lua and rw_write.lua.
 func (p rwProto) acquireKeys() []string {
-	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase}
+	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase, p.k.dead}
 }
 
 func (p rwProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
@@ -196,3 +196,5 @@ func (p rwProto) renew(token string, ttl time.Duration, exact bool, seq int64) o
 func (p rwProto) ttl(token string) op {
 	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side)}, nil}
 }
+
+func (rwProto) ordered() bool { return true }

@@ -93,6 +93,7 @@ var (
 
 	lockAllScript  = mutexScript("lock_all.lua")
 	fenceMaxScript = loadScript("fence_max.lua")
+	buryScript     = loadScript("bury.lua")
 	ownerScript    = loadScript("owner.lua")
 )
 

@@ -79,7 +79,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 			return nil
 		},
 		call: func(token, member string, _ bool, cfg lockConfig) call {
-			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits, k.queue, k.alive},
+			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits, k.queue, k.alive, k.dead},
 				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}, nil}
 		}}, wait, opts)
 }
@@ -172,3 +172,5 @@ func (p semProto) renew(token string, ttl time.Duration, exact bool, seq int64) 
 func (p semProto) ttl(token string) op {
 	return call{semTTLScript, []string{p.k.lock, p.k.leases}, []any{token}, nil}
 }
+
+func (semProto) ordered() bool { return true }

@@ -33,6 +33,9 @@ type acquisition struct {
 	// waiter's place in a queue.
 	leave  func(member string) call
 	member string
+	// bury refuses the token's late attempts (bury.lua), before an
+	// acquire that ends without the lock undoes what they left.
+	bury call
 	unsettled
 }
 
@@ -82,7 +85,16 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		if l != nil || (!a.unknown && !leave) {
 			return
 		}
+		// Settled, for an acquire, means buried: once the token is in the
+		// lock's dead set, no attempt of it that is still on its way, or
+		// sent again, can take anything, so what the attempts took is
+		// undone at once — not when the client library is done with
+		// them, which says nothing of what the server will still run.
 		c.undo(ctx, a.after(), func(ctx context.Context) error {
+			// Where the bury fails the release may still be made: a late
+			// attempt there is what it was before, held by nobody for
+			// its TTL at most; the whole undo runs again later.
+			err0 := c.be.everywhere(ctx, a.bury)
 			var err1, err2 error
 			if a.unknown {
 				c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
@@ -91,7 +103,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			if leave {
 				err2 = a.abandon(ctx)
 			}
-			return errors.Join(err1, err2)
+			return errors.Join(err0, err1, err2)
 		})
 	}()
 	var seen []uint64

@@ -273,7 +273,7 @@ func (w *watchdog) apply(rs []renewal) {
 			// A later command of the hold ran first (an Extend): this
 			// renewal changed nothing and confirms nothing; the next
 			// one comes soon.
-			h.settle(r.seq)
+			h.settle(r.start, r.seq)
 			h.nextRenew = now.Add(h.ttl / 10)
 		case r.ok && r.epoch == h.epoch:
 			h.confirmed(r.start, r.ttl, r.seq)

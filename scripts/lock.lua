@@ -6,6 +6,7 @@
 -- KEYS[2]  fence counter (INCR'd on first entry only; never expires)
 -- KEYS[3]  queue: member -> arrival (server µs)
 -- KEYS[4]  alive: member -> place expiry (server ms)
+-- KEYS[5]  dead: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
@@ -25,7 +26,8 @@
 --          {0, wait, place}  the same, and the caller's place in the queue
 --                      now expires at place (server ms): a hand-off that
 --                      consumes this place names it (lib_mutex.lua)
---          {-1}        re-entry asked for, but the caller holds nothing
+--          {-1}        re-entry asked for, but the caller holds nothing;
+--                      or an attempt of an acquire given up on (bury.lua)
 --          {-4}        STALE: a re-entry older than a command of the hold
 --                      that ran; nothing changed
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
@@ -36,6 +38,9 @@
 -- is already in the hash; the count is set, not added to).
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, member = ARGV[1], ARGV[2], ARGV[4]
+if redis.call('ZSCORE', KEYS[5], token) then
+  return {NOT_HELD} -- a late attempt of an acquire given up on
+end
 
 -- The common case, before the helpers: a free lock that nobody waits for
 -- (a Mutex takes a free lock whoever waits, unless it is kept for one).
@@ -113,8 +118,9 @@ else
   local mine = redis.call('HMGET', lock, token, RESERVED)
   if mine[1] then
     -- our own earlier call, retried after its reply was lost; or the lock
-    -- was handed to us and the message has not come (yet)
-    redis.call('PEXPIRE', lock, ttl)
+    -- was handed to us and the message has not come (yet). It only
+    -- lengthens: a late copy must not shorten what an Extend set.
+    stretch(lock, ttl)
     dequeue(queue, alive, member)
     return {HELD, fence_at(fence)}
   elseif member ~= '' and mine[2] == member then

@@ -1,8 +1,9 @@
 -- lock_all.lua: take several mutexes at once, all or none.
 --
--- KEYS[4i-3]  lock hash of the i-th mutex: owner token -> hold count
--- KEYS[4i-2]  its fence counter (never expires)
--- KEYS[4i-1]  its queue, KEYS[4i] its alive set (see lib_queue.lua)
+-- KEYS[5i-4]  lock hash of the i-th mutex: owner token -> hold count
+-- KEYS[5i-3]  its fence counter (never expires)
+-- KEYS[5i-2]  its queue, KEYS[5i-1] its alive set (see lib_queue.lua)
+-- KEYS[5i]    its dead set: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]     owner token (the same for every mutex of the set)
 -- ARGV[2]     the waiter's member; '' to take no place (TryLock)
 -- ARGV[3]     place TTL in milliseconds; 0 to take no place
@@ -16,12 +17,19 @@
 --                                      again within wait ms; nothing was
 --                                      taken, and the caller waits in the
 --                                      i-th's queue only
+--          {-1}                        a late attempt of a LockAll given
+--                                      up on (bury.lua): nothing changed
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 local tok, member, place_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local n = #KEYS / 4
+local n = #KEYS / 5
 local function k(i, j)
-  return KEYS[4 * (i - 1) + j]
+  return KEYS[5 * (i - 1) + j]
+end
+for i = 1, n do
+  if redis.call('ZSCORE', k(i, 5), tok) then
+    return {NOT_HELD} -- a late attempt of a LockAll given up on
+  end
 end
 local blocked = 0
 for i = 1, n do
@@ -57,7 +65,7 @@ local now = stamp_ms()
 for i = 1, n do
   local lock, fence, ttl = k(i, 1), k(i, 2), ARGV[i + 5]
   if redis.call('HEXISTS', lock, tok) == 1 then
-    redis.call('PEXPIRE', lock, ttl)
+    stretch(lock, ttl) -- sent again: only lengthens
     out[i + 1] = fence_at(fence)
   else
     redis.call('DEL', lock) -- free, or kept for us

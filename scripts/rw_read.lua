@@ -6,6 +6,7 @@
 -- KEYS[4]  writers' queue, KEYS[5] writers' places (see lib_queue.lua)
 -- KEYS[6]  waiting readers: member -> place expiry (server ms)
 -- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)
+-- KEYS[8]  dead: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]  owner token: every read hold has its own, a read inside a
 --          write hold too
 -- ARGV[2]  lease TTL in milliseconds
@@ -23,7 +24,8 @@
 --
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
---          {-1}        re-entry asked for, but the caller holds nothing
+--          {-1}        re-entry asked for, but the caller holds nothing;
+--                      or an attempt of an acquire given up on (bury.lua)
 --          {-4}        STALE: a re-entry older than a command of the hold
 --                      that ran; nothing changed
 --
@@ -40,6 +42,9 @@ if ARGV[4] == '1' and member ~= '' then
   member = member .. ':p'
 end
 local r = 'r:' .. tok
+if redis.call('ZSCORE', KEYS[8], ARGV[1]) then
+  return {NOT_HELD} -- a late attempt of an acquire given up on
+end
 local now = now_ms()
 expire_readers(lock, readers, now)
 

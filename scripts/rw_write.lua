@@ -8,6 +8,7 @@
 -- KEYS[5]  writers' places: member -> place expiry (server ms)
 -- KEYS[6]  waiting readers (unused here: the keys are rw_read.lua's)
 -- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)
+-- KEYS[8]  dead: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
@@ -24,13 +25,17 @@
 --
 -- Returns  {1, fence}  held (idempotent: a retried acquire answers the same)
 --          {0, wait}   not now: try again within wait ms at the latest
---          {-1}        re-entry asked for, but the caller holds nothing
+--          {-1}        re-entry asked for, but the caller holds nothing;
+--                      or an attempt of an acquire given up on (bury.lua)
 --          {-4}        STALE: a re-entry older than a command of the hold
 --                      that ran; nothing changed
 local lock, fence, readers, queue, alive, rphase = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7]
 local tok, ttl, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local member, place_ttl = ARGV[4], tonumber(ARGV[5])
 local w = 'w:' .. tok
+if redis.call('ZSCORE', KEYS[8], ARGV[1]) then
+  return {NOT_HELD} -- a late attempt of an acquire given up on
+end
 local now = now_ms()
 expire_readers(lock, readers, now)
 

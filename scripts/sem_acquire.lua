@@ -6,6 +6,7 @@
 -- KEYS[3]  leases: token -> hold expiry (server ms)
 -- KEYS[4]  capacity (never expires)
 -- KEYS[5]  queue, KEYS[6] alive (see lib_queue.lua)
+-- KEYS[7]  dead: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  permits wanted, n >= 1
@@ -17,17 +18,25 @@
 --          {0, wait}     not enough free beside what is kept for the first
 --                        waiter: try again within wait ms at the latest
 --                        (when the first hold would expire)
+--          {-1}          an attempt of an acquire given up on (bury.lua)
 --          {-2, cap}     n is above the capacity: it can never be granted
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 local holders, fence, leases, cap_key, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tok, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local member, place_ttl = ARGV[5], tonumber(ARGV[6])
+if redis.call('ZSCORE', KEYS[7], tok) then
+  return {NOT_HELD} -- a late attempt of an acquire given up on
+end
 local now = now_ms()
 expire_holders(holders, leases, now)
 
 if redis.call('HEXISTS', holders, 'p:' .. tok) == 1 then
-  redis.call('ZADD', leases, now + ttl, tok)
+  -- this acquire, sent again: it only lengthens (a late copy must not
+  -- shorten what an Extend set)
+  if now + ttl > tonumber(redis.call('ZSCORE', leases, tok) or '0') then
+    redis.call('ZADD', leases, now + ttl, tok)
+  end
   stretch(holders, ttl)
   stretch(leases, ttl)
   unqueue(queue, alive, member)
