@@ -53,6 +53,11 @@ func (p electionProto) release(token string, left int, seq int64) op {
 	c.args[5] = p.m.k.channel
 	return c
 }
+func (p electionProto) free(token string, fence int64, ttl time.Duration) op {
+	c := p.m.free(token, fence, ttl).(call)
+	c.args[5] = p.m.k.channel // free made a copy
+	return c
+}
 func (p electionProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
 	return p.m.renew(token, ttl, exact, seq)
 }

@@ -201,7 +201,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	var res int64
 	var err error
 	if left == 0 {
-		res, err = h.p.release(h.token, 0, 0).run(ctx, h.c.rdb).Int64()
+		res, err = h.free().run(ctx, h.c.rdb).Int64()
 	} else {
 		r, _, _ := h.inOrder(ctx, false, func(seq int64) op { return h.p.release(h.token, left, seq) })
 		res, err = r.Int64()

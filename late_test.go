@@ -34,6 +34,7 @@ type lateDriver struct {
 	held    []dlock.Command
 	armed   bool
 	block   bool
+	twice   bool          // run the held call twice and answer the second reply (go-redis's re-send)
 	go_     chan struct{} // closed by deliver, for a blocked call
 	watch   func(args []any) bool
 	watched chan struct{} // closed when a command that watch picks is sent
@@ -84,10 +85,15 @@ func (d *lateDriver) Do(ctx context.Context, cmd dlock.Command) dlock.Reply {
 	if d.take(cmd) {
 		d.mu.Lock()
 		block, go_ := d.block, d.go_
+		d.held = slices.DeleteFunc(d.held, func(c dlock.Command) bool { return d.twice })
 		d.mu.Unlock()
 		if block {
 			<-go_
 			return d.Driver.Do(context.Background(), cmd)
+		}
+		if d.twice {
+			d.Driver.Do(ctx, cmd)
+			return d.Driver.Do(ctx, cmd)
 		}
 		return dlock.Reply{Err: context.DeadlineExceeded}
 	}
@@ -347,6 +353,50 @@ func TestLateAcquireAfterUndoTakesNothing(t *testing.T) {
 				t.Fatalf("the attempt that landed after its undo holds the %s for nobody: %v", kind, err)
 			}
 			unlock(t, l)
+		})
+	}
+}
+
+// An Unlock that go-redis sends twice (its reply lost, the server runs
+// both copies) reports the release it made, not ErrNotHeld: alone, and
+// when the release hands the lock to a waiter (which moves the fence on).
+func TestUnlockSentTwiceReportsDone(t *testing.T) {
+	ctx := context.Background()
+	for _, waiter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("waiter=%v", waiter), func(t *testing.T) {
+			c, d := lateClient(t)
+			name := lockName(t)
+			unlock(t, mustLock(t, c.Mutex(name), ctx)) // the server has the scripts
+			l := mustLock(t, c.Mutex(name), ctx)
+			got := make(chan error, 1)
+			if waiter {
+				other := client(t)
+				go func() {
+					bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					w, err := other.Mutex(name).Lock(bounded)
+					if err == nil {
+						err = w.Unlock(ctx)
+					}
+					got <- err
+				}()
+				waitFor(t, "the waiter queued", func() bool {
+					n, _ := newRedis(t, srv).ZCard(ctx, keysOf(name).Lock+":queue").Result()
+					return n == 1
+				})
+			}
+			d.mu.Lock()
+			d.twice = true
+			d.mu.Unlock()
+			d.hold(l.Token(), "0") // the final release
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock sent twice: %v", err)
+			}
+			if waiter {
+				if err := <-got; err != nil {
+					t.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -123,6 +124,12 @@ func (p mutexProto) lock(token string, ttl time.Duration, count int, member stri
 }
 
 func (p mutexProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
+
+func (p mutexProto) free(token string, fence int64, ttl time.Duration) op {
+	c := p.unlock(token, 0, 0)
+	c.args = append(slices.Clone(c.args), fence, ttl.Milliseconds())
+	return c
+}
 
 // unlock is the script call behind release.
 func (p mutexProto) unlock(token string, left int, seq int64) call {

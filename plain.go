@@ -319,3 +319,5 @@ func compareAndDo(ctx context.Context, r Driver, key, want string, atLeast time.
 
 // ordered: without scripts the server keeps no hold sequence.
 func (plainProto) ordered() bool { return false }
+
+func (p plainProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }

@@ -71,6 +71,10 @@ type protocol interface {
 	release(token string, left int, seq int64) op
 	renew(token string, ttl time.Duration, exact bool, seq int64) op
 	ttl(token string) op
+	// free is the hold's final release (release with left 0), told the
+	// hold's fence and TTL where the deployment answers a copy of it sent
+	// again as done (unlock.lua); elsewhere release(token, 0, 0).
+	free(token string, fence int64, ttl time.Duration) op
 	// ordered reports whether the server keeps the hold's sequence
 	// (every protocol with scripts; not plain.go's).
 	ordered() bool

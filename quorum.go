@@ -495,3 +495,5 @@ func errNotOnQuorum(what string) error {
 }
 
 func (quorumProto) ordered() bool { return true }
+
+func (p quorumProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }

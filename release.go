@@ -31,9 +31,17 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
+// free is the hold's final release (protocol.free).
+func (h *hold) free() op {
+	h.mu.Lock()
+	ttl := h.ttl
+	h.mu.Unlock()
+	return h.p.free(h.token, h.fence, ttl)
+}
+
 // release frees every hold of h's token in Redis: one call.
 func (h *hold) release(ctx context.Context) error {
-	return h.p.release(h.token, 0, 0).run(ctx, h.c.rdb).Err
+	return h.free().run(ctx, h.c.rdb).Err
 }
 
 // releasers tracks the Client's background releases, so that Close can
@@ -167,7 +175,7 @@ func (c *Client) releaseHolds(hs []*hold) {
 	defer cancel()
 	ops := make([]op, len(hs))
 	for i, h := range hs {
-		ops[i] = h.p.release(h.token, 0, 0)
+		ops[i] = h.free()
 	}
 	c.be.batch(ctx, ops, false)
 }

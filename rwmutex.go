@@ -198,3 +198,5 @@ func (p rwProto) ttl(token string) op {
 }
 
 func (rwProto) ordered() bool { return true }
+
+func (p rwProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }

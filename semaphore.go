@@ -174,3 +174,5 @@ func (p semProto) ttl(token string) op {
 }
 
 func (semProto) ordered() bool { return true }
+
+func (p semProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }

@@ -13,6 +13,12 @@
 --          resigns ('' for a mutex)
 -- ARGV[7]  n >= 1 only: the call's place in the hold's sequence (in_order
 --          in lib_queue.lua): a late inner unlock changes nothing
+-- ARGV[8]  n = 0, optional: the hold's fence, ARGV[9] its lease TTL in
+--          milliseconds: the release answers done, not -1, when it is
+--          sent again after it ran (see "Sent again" below)
+-- KEYS[5]  dead: tokens that must not take the lock again (bury.lua); a
+--          release that hands the lock on leaves its token there as the
+--          receipt
 --
 -- Returns  1   done
 --          -1  the caller holds nothing: its lease was lost, or never held
@@ -21,8 +27,16 @@
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 --
 -- Idempotent: the count is set, not subtracted from, so a retried call
--- changes nothing more. (A retried call that freed the lock finds nothing
--- and answers -1: the caller cannot tell it from a lease lost.)
+-- changes nothing more.
+--
+-- Sent again: go-redis sends a call again when it lost the reply, and the
+-- server may run both copies; the second finds the hold gone. It answers
+-- done (1), not -1, when nobody can have held the lock since this hold:
+-- the fence counter is still the hold's fence (every grant INCRs it), or
+-- the token is in the dead set, where a release that handed the lock on
+-- (which INCRs the fence for the next owner) left it. Else -1: the hold
+-- was lost before the release (expired, forced, lost with a failover),
+-- and another owner may have taken the lock.
 --
 -- The common case, before the helpers: the last hold is released and
 -- nobody waits. It deletes the hold's two fields with one HDEL, not
@@ -38,6 +52,9 @@
 -- count as a decimal integer, so '0' is the only way it says 0.)
 if ARGV[2] == '0' then
   if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1]) == 0 then
+    if ARGV[8] and (redis.call('GET', KEYS[2]) == ARGV[8] or redis.call('ZSCORE', KEYS[5], ARGV[1])) then
+      return 1 -- this release, sent again: it ran
+    end
     return NOT_HELD
   end
   if ARGV[6] == '' and redis.call('EXISTS', KEYS[3]) == 0 then
@@ -62,6 +79,11 @@ end
 -- argument above; a stray field would otherwise sit beside the next
 -- owner), then hand the lock on.
 redis.call('DEL', KEYS[1])
+if ARGV[8] then
+  -- the receipt: the hand-off below INCRs the fence
+  redis.call('ZADD', KEYS[5], now_ms() + tonumber(ARGV[9]), ARGV[1])
+  stretch(KEYS[5], ARGV[9])
+end
 hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1])
 if ARGV[6] ~= '' then
   -- an Election's leader resigned: its observers read who leads now
