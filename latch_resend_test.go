@@ -2,7 +2,6 @@ package dlock_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -309,34 +308,161 @@ func TestLatchCountDownCopyAfterPhaseChange(t *testing.T) {
 }
 
 // A handle that learned its phase before the latch was opened and set
-// again counts in the new phase (its first attempt is refused as stale
-// and made again in the phase now current).
+// again counts in the phase now current: its first attempt is refused
+// ('moved' when its phase is the last one, 'unsure' when older) and made
+// again in the current phase.
 func TestLatchHandleCountsInTheCurrentPhase(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	coord := client(t).Latch(name)
 	worker := client(t).Latch(name)
-	if ok, err := coord.TrySetCount(ctx, 1, time.Minute); !ok || err != nil {
-		t.Fatalf("TrySetCount = %v, %v", ok, err)
-	}
-	if n, err := worker.Count(ctx); n != 1 || err != nil {
-		t.Fatalf("Count = %d, %v", n, err)
-	}
-	for range 2 { // two phases on: the worker's phase is neither current nor the last
-		if n, err := coord.CountDown(ctx); n != 0 || err != nil {
-			t.Fatalf("CountDown = %d, %v", n, err)
-		}
-		if ok, err := coord.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
+	for _, phasesOn := range []int{1, 2} {
+		if ok, err := coord.TrySetCount(ctx, 1, time.Minute); !ok || err != nil {
 			t.Fatalf("TrySetCount = %v, %v", ok, err)
 		}
-		if n, err := worker.CountDown(ctx); n != 2 || err != nil {
-			t.Fatalf("CountDown by a handle of an earlier phase = %d, %v; want 2", n, err)
+		if n, err := worker.Count(ctx); n != 1 || err != nil {
+			t.Fatalf("Count = %d, %v", n, err)
 		}
-		if n, err := coord.CountDown(ctx); n != 1 || err != nil {
-			t.Fatalf("CountDown = %d, %v", n, err)
+		for i := range phasesOn {
+			if n, err := coord.CountDown(ctx); n != 0 || err != nil {
+				t.Fatalf("CountDown = %d, %v", n, err)
+			}
+			count := int64(1)
+			if i == phasesOn-1 {
+				count = 3
+			}
+			if ok, err := coord.TrySetCount(ctx, count, time.Minute); !ok || err != nil {
+				t.Fatalf("TrySetCount = %v, %v", ok, err)
+			}
+		}
+		if n, err := worker.CountDown(ctx); n != 2 || err != nil {
+			t.Fatalf("%d phases on, CountDown by a handle of an earlier phase = %d, %v; want 2", phasesOn, n, err)
+		}
+		for want := int64(1); want >= 0; want-- {
+			if n, err := coord.CountDown(ctx); n != want || err != nil {
+				t.Fatalf("CountDown = %d, %v; want %d", n, err, want)
+			}
 		}
 	}
-	if _, err := worker.CountDownOnce(ctx, ""); !errors.Is(err, dlock.ErrInvalidArgument) {
-		t.Fatalf("empty id: %v", err)
+}
+
+// resendDriver plays go-redis's re-send of one script call: the call
+// runs, its reply is lost, and the same bytes are sent again once the
+// test says so; the caller gets the second copy's reply.
+type resendDriver struct {
+	dlock.Driver
+	mu      sync.Mutex
+	armed   bool
+	ran     chan struct{} // closed once the first copy ran
+	resend  chan struct{} // closed by the test: send the copy
+	results chan dlock.Reply
+}
+
+func (d *resendDriver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
+	d.mu.Lock()
+	name, _ := c.Args[0].(string)
+	armed := d.armed && strings.HasPrefix(strings.ToUpper(name), "EVAL")
+	if armed {
+		d.armed = false
+	}
+	d.mu.Unlock()
+	if !armed {
+		return d.Driver.Do(ctx, c)
+	}
+	d.results <- d.Driver.Do(ctx, c) // the first copy: its reply is lost
+	close(d.ran)
+	<-d.resend
+	return d.Driver.Do(ctx, c)
+}
+
+// A CountDown whose first copy counted, its reply lost, and whose re-send
+// reaches the server after that phase ended and a new one began: the call
+// is answered as its first copy was, and the new phase is not counted.
+func TestLatchResentCountDownAcrossPhases(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	coord := client(t).Latch(name)
+	rdb := newRedis(t, srv)
+	d, err := envdriver.Driver(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d == nil {
+		d = dlock.GoRedisDriver(rdb)
+	}
+	rd := &resendDriver{Driver: d, ran: make(chan struct{}), resend: make(chan struct{}), results: make(chan dlock.Reply, 1)}
+	wc, err := dlock.NewWithDriver(rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wc.Close() })
+	worker := wc.Latch(name)
+	if ok, err := coord.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
+		t.Fatalf("TrySetCount = %v, %v", ok, err)
+	}
+	if _, err := worker.Count(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rd.mu.Lock()
+	rd.armed = true
+	rd.mu.Unlock()
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := worker.CountDown(ctx)
+		done <- result{n, err}
+	}()
+	<-rd.ran
+	if r := <-rd.results; r.Err != nil {
+		t.Fatalf("the first copy: %v", r.Err)
+	}
+	for want := int64(1); want >= 0; want-- {
+		if n, err := coord.CountDown(ctx); n != want || err != nil {
+			t.Fatalf("CountDown = %d, %v; want %d", n, err, want)
+		}
+	}
+	if ok, err := coord.TrySetCount(ctx, 2, time.Minute); !ok || err != nil {
+		t.Fatalf("TrySetCount of the next phase = %v, %v", ok, err)
+	}
+	close(rd.resend)
+	r := <-done
+	if r.n != 2 || r.err != nil {
+		t.Errorf("the re-sent CountDown = %d, %v; want 2 (what its first copy left), nil", r.n, r.err)
+	}
+	if n, err := coord.Count(ctx); n != 2 || err != nil {
+		t.Errorf("a re-sent CountDown of the last phase counted in the new one: %d, %v; want 2", n, err)
+	}
+}
+
+// Every key of a latch expires, never later than the latch's TTL, also
+// once it is open and after phases.
+func TestLatchKeysExpireWithTheLatch(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	rdb := newRedis(t, srv)
+	l := newClient(t, rdb, dlock.WithPrefix("ttl-test")).Latch(name)
+	check := func(ttl time.Duration) {
+		t.Helper()
+		keys, err := rdb.Keys(ctx, "ttl-test:{"+name+"}*").Result()
+		if err != nil || len(keys) == 0 {
+			t.Fatalf("keys: %v, %v", keys, err)
+		}
+		for _, k := range keys {
+			if left, err := rdb.PTTL(ctx, k).Result(); err != nil || left <= 0 || left > ttl {
+				t.Errorf("%s expires in %v, %v; want within the latch's TTL %v", k, left, err, ttl)
+			}
+		}
+	}
+	for _, ttl := range []time.Duration{time.Minute, 10 * time.Second, time.Minute} {
+		if ok, err := l.TrySetCount(ctx, 2, ttl); !ok || err != nil {
+			t.Fatalf("TrySetCount = %v, %v", ok, err)
+		}
+		_, _ = l.CountDownOnce(ctx, "a")
+		check(ttl)
+		_, _ = l.CountDown(ctx)
+		check(ttl)
 	}
 }
