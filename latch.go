@@ -21,12 +21,14 @@ import (
 // the same id and is counted once. Each call counts at most once, in the
 // phase it belongs to, even when the network or the client library
 // delivers it twice or late: a copy of a call that arrives after its
-// phase ended counts in no other (see countDown for the argument and its
-// one limit).
+// phase ended counts in no other. The argument, and its one limit, are
+// beside countDown in latch.go.
 //
-// A handle remembers the phase it last saw, so that a count-down takes
-// one round trip; its first count-down takes two. A handle is safe for
-// concurrent use.
+// A count-down belongs to a phase the handle has seen: it remembers the
+// phase its last call saw, so that a count-down takes one round trip; a
+// handle's first count-down (unless TrySetCount, Count or Wait came
+// first), and one made after the latch began a phase the handle has not
+// seen, take two. A handle is safe for concurrent use.
 type Latch struct {
 	c     *Client
 	k     *keys
@@ -76,8 +78,10 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 
 // CountDown counts the latch down by one and returns the count left; at
 // zero the waiters are woken. Counting down an open latch (or one that
-// does not exist) does nothing and returns 0. One round trip, two for a
-// handle's first count-down (see Latch).
+// does not exist) does nothing and returns 0, as does a call during which
+// the phase it found ended (the latch was open in between). A call sent
+// twice by the client library counts once and returns the count its
+// first copy left. One round trip, sometimes two (see Latch).
 func (l *Latch) CountDown(ctx context.Context) (int64, error) {
 	return l.countDown(ctx, "")
 }
