@@ -2,38 +2,54 @@ package dlock
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"time"
 )
 
 // Latch is a count-down latch: waiters block until the count, set once,
-// has been counted down to zero. At zero the latch is deleted and every
-// waiter (in every process) is woken; a latch that is never counted down
+// has been counted down to zero. At zero the latch opens and every waiter
+// (in every process) is woken; a latch that is never counted down
 // expires after the TTL given to TrySetCount.
 //
-// Wait returns as soon as the latch does not exist: counted down to zero,
+// Wait returns as soon as the latch is open: counted down to zero,
 // expired, or never set. Set the count before anyone waits.
 //
-// CountDown counts every call. CountDownOnce counts once per id: a worker
-// that retries after an ambiguous failure, or runs twice, passes the same
-// id and is counted once.
+// A latch can be used again once open: TrySetCount begins a new phase.
+// CountDown counts once per call, CountDownOnce once per id and phase: a
+// worker that retries after an ambiguous failure, or runs twice, passes
+// the same id and is counted once. Each call counts at most once, in the
+// phase it belongs to, even when the network or the client library
+// delivers it twice or late: a copy of a call that arrives after its
+// phase ended counts in no other. The argument, and its one limit, are
+// beside countDown in latch.go.
 //
-// A handle is safe for concurrent use.
+// A count-down belongs to a phase the handle has seen: it remembers the
+// phase its last call saw, so that a count-down takes one round trip; a
+// handle's first count-down (unless TrySetCount, Count or Wait came
+// first), and one made after the latch began a phase the handle has not
+// seen, take two. A handle is safe for concurrent use.
 type Latch struct {
-	c *Client
-	k *keys
+	c     *Client
+	k     *keys
+	keys  []string               // count, calls, the last phase's calls
+	phase atomic.Pointer[string] // the phase this handle last saw; nil: none yet
 }
 
 // Latch returns the handle of the count-down latch called name.
 func (c *Client) Latch(name string) *Latch {
-	return &Latch{c: c, k: c.keys(kindLatch, name)}
+	k := c.keys(kindLatch, name)
+	return &Latch{c: c, k: k, keys: []string{k.lock, k.lock + ":calls", k.lock + ":calls:prev"}}
 }
 
 // Name returns the latch's name.
 func (l *Latch) Name() string { return l.k.name }
 
 // TrySetCount sets the count to n (at least 1) if the latch has no count,
-// with a time to live of ttl (at least 1 ms), and reports whether it did.
-// One round trip.
+// with a time to live of ttl (at least 1 ms), and reports whether it did;
+// this begins a new phase of the latch. A call the client library sends
+// twice (a re-send after a lost reply) sets the count once and reports
+// true. One round trip.
 func (l *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
@@ -44,22 +60,35 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 	if ttl < minTTL {
 		return false, invalid("latch %q: TTL %v is below 1ms", l.k.name, ttl)
 	}
-	ok, err := latchSetScript.run(ctx, l.c.rdb, []string{l.k.lock, l.k.ids}, n, ttl.Milliseconds()).Int64()
+	r, err := latchSetScript.run(ctx, l.c.rdb, l.keys, n, ttl.Milliseconds(), randomHex(16)).Slice()
 	if err != nil {
 		return false, redisErr("set count", l.k.name, err)
 	}
+	if len(r) != 2 {
+		return false, redisErr("set count", l.k.name, errReplyShape(r))
+	}
+	ok, _ := (Reply{Val: r[0]}).Int64()
+	phase, err := (Reply{Val: r[1]}).Text()
+	if err != nil {
+		return false, redisErr("set count", l.k.name, err)
+	}
+	l.phase.Store(&phase)
 	return ok == 1, nil
 }
 
 // CountDown counts the latch down by one and returns the count left; at
-// zero the waiters are woken. Counting down a latch that does not exist
-// does nothing and returns 0. One round trip.
+// zero the waiters are woken. Counting down an open latch (or one that
+// does not exist) does nothing and returns 0, as does a call during which
+// the phase it found ended (the latch was open in between). A call sent
+// twice by the client library counts once and returns the count its
+// first copy left. One round trip, sometimes two (see Latch).
 func (l *Latch) CountDown(ctx context.Context) (int64, error) {
 	return l.countDown(ctx, "")
 }
 
 // CountDownOnce counts the latch down by one unless id has already
-// counted it down, and returns the count left. id must not be empty.
+// counted down this phase of the latch, and returns the count left. id
+// must not be empty.
 func (l *Latch) CountDownOnce(ctx context.Context, id string) (int64, error) {
 	if id == "" {
 		return 0, invalid("latch %q: empty id", l.k.name)
@@ -67,16 +96,100 @@ func (l *Latch) CountDownOnce(ctx context.Context, id string) (int64, error) {
 	return l.countDown(ctx, id)
 }
 
-func (l *Latch) countDown(ctx context.Context, id string) (int64, error) {
+// The replies of latch_down.lua.
+const (
+	latchDone   = "done"   // answered: the count the call (or a copy of it) left
+	latchMoved  = "moved"  // not counted; its phase is not the latch's
+	latchUnsure = "unsure" // its phase is older than the last: it may have counted
+)
+
+// countDown counts the latch down once, as call id, in the phase the call
+// belongs to (once is the CountDownOnce id, or "").
+//
+// Which copies may arrive late or twice, and why none counts twice or in
+// the wrong phase. Every attempt this call makes carries the call's id and
+// a phase; go-redis may send an attempt again after a lost reply, and a
+// given-up attempt's bytes may reach the server at any later time. On the
+// server (latch_down.lua) an attempt counts only if its phase is the
+// latch's current phase, and only if no copy with the call's id counted
+// in it: so every copy of one attempt counts at most once, and only in
+// the phase it carries. Phases are named by a random id, new at each
+// TrySetCount, and never come back.
+//
+// The phase an attempt carries is one this handle saw: the one remembered
+// from an earlier call, or one learned during this call ('?' first when
+// the handle has seen none: that attempt counts nothing). An attempt with
+// a phase learned during this call is the last: if it finds the latch in
+// another phase, its phase ended while the call ran, and the call returns
+// 0 (the latch was open in between; if a copy of the attempt had counted,
+// that phase has ended anyway). An attempt with a remembered phase may
+// find the latch moved on; the server keeps the last phase's calls, so it
+// says whether this call counted there ('done': it is answered) or not
+// ('moved': then it is made again, with the same id, in the phase now
+// current, and no copy of the first attempt can count anywhere). So a
+// late copy of a call that was given up, whether or not the call was
+// retried, counts in no phase that began after the copy was sent
+// (finding 11 of issue 23).
+//
+// The one limit: when the remembered phase is older than the last one
+// ('unsure'), the server no longer knows whether a copy of this attempt
+// counted in it, and the call is made again in the current phase. It
+// counts twice only if go-redis re-sent this attempt after its first copy
+// counted, and in between its phase ended and two more phases began.
+func (l *Latch) countDown(ctx context.Context, once string) (int64, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
-	n, err := latchDownScript.run(ctx, l.c.rdb, []string{l.k.lock, l.k.ids},
-		id, l.k.channel, l.c.publish).Int64()
-	if err != nil {
-		return 0, redisErr("count down", l.k.name, err)
+	id := randomHex(16)
+	phase, remembered := "?", false
+	if p := l.phase.Load(); p != nil {
+		phase, remembered = *p, true
 	}
-	return n, nil
+	for {
+		status, n, now, err := l.down(ctx, id, phase, once)
+		if err != nil {
+			return 0, err
+		}
+		l.phase.Store(&now)
+		switch {
+		case status == latchDone:
+			return n, nil
+		case n == 0: // open: nothing to count
+			return 0, nil
+		case phase == "?" || remembered:
+			phase, remembered = now, false
+		default: // the phase learned during this call ended during it
+			return 0, nil
+		}
+	}
+}
+
+// errReplyShape is the error of a latch script's reply that is not what
+// the script returns (another script under its name, say).
+func errReplyShape(r []any) error { return fmt.Errorf("dlock: unexpected latch reply %v", r) }
+
+// down runs one attempt of a count-down (see latch_down.lua).
+func (l *Latch) down(ctx context.Context, id, phase, once string) (status string, n int64, now string, err error) {
+	r, err := latchDownScript.run(ctx, l.c.rdb, l.keys, id, phase, once, l.k.channel, l.c.publish).Slice()
+	if err == nil && len(r) != 3 {
+		err = errReplyShape(r)
+	}
+	if err == nil {
+		status, err = (Reply{Val: r[0]}).Text()
+	}
+	if err == nil {
+		n, err = (Reply{Val: r[1]}).Int64()
+	}
+	if err == nil {
+		now, err = (Reply{Val: r[2]}).Text()
+	}
+	if err == nil && status != latchDone && status != latchMoved && status != latchUnsure {
+		err = errReplyShape(r)
+	}
+	if err != nil {
+		return "", 0, "", redisErr("count down", l.k.name, err)
+	}
+	return status, n, now, nil
 }
 
 // Count returns the count left: 0 when the latch does not exist.
@@ -108,9 +221,11 @@ func (l *Latch) Wait(ctx context.Context) error {
 		})
 }
 
-// count returns the count and how long the latch has to live.
+// count returns the count and how long the latch has to live; the handle
+// remembers the phase of a closed latch.
 func (l *Latch) count(ctx context.Context) (int64, time.Duration, error) {
-	rs := l.c.rdb.Pipeline(ctx, []Command{keyed("GET", l.k.lock), keyed("PTTL", l.k.lock)})
+	rs := l.c.rdb.Pipeline(ctx, []Command{keyed("GET", l.k.lock), keyed("PTTL", l.k.lock),
+		keyed("HGET", l.keys[1], "@p")})
 	if err := firstErr(rs); err != nil {
 		return 0, 0, redisErr("count", l.k.name, err)
 	}
@@ -121,6 +236,8 @@ func (l *Latch) count(ctx context.Context) (int64, time.Duration, error) {
 	if err != nil {
 		return 0, 0, redisErr("count", l.k.name, err)
 	}
+	phase, _ := rs[2].Text() // "" for a latch set by an older dlock
+	l.phase.Store(&phase)
 	ms, _ := rs[1].Int64()
 	left := time.Duration(ms) * time.Millisecond
 	if left <= 0 {
