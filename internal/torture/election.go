@@ -69,9 +69,10 @@ func (g *gor) campaign(parent context.Context, sp spec, e *dlock.Election) *held
 	errNow := ld.Err()
 	name := sp.names[0]
 	h := &held{id: g.w.leases.Add(1), ld: ld, op: op, names: sp.names, ttl: sp.ttls[name], fixed: sp.fixed}
+	owner, again := g.w.leaders.LoadOrStore(ld, leaderOwner(g.w.cfg.ID, h.id))
 	ge := Event{T: t, K: kGrant, Op: op, Lease: h.id, Client: sp.client, Scn: sp.scn, St: st, DL: ce.DL,
-		EK: errKind(errNow), Names: sp.names, Sides: []string{""}, Owners: []string{leaderOwner(g.w.cfg.ID, h.id)},
-		Fences: []int64{ld.Term()}, TTLs: []int64{us(sp.ttls[name])}}
+		EK: errKind(errNow), Names: sp.names, Sides: []string{""}, Owners: []string{owner.(string)},
+		Fences: []int64{ld.Term()}, TTLs: []int64{us(sp.ttls[name])}, Reent: again}
 	if errNow != nil {
 		ge.Err = errNow.Error()
 	}

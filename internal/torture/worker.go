@@ -38,6 +38,10 @@ type worker struct {
 	slots  []*slot
 	ops    atomic.Int64 // acquire call ids
 	leases atomic.Int64 // lease ids
+	// leaders: the owner recorded for each Leadership this worker was
+	// given: a Campaign on a Client that leads already returns that
+	// leadership (dlock proclaims), which is the same owner, not a new one.
+	leaders sync.Map // *dlock.Leadership -> owner
 	gids   atomic.Int64 // goroutine ids of helpers
 	// privates numbers the Clients made for one scenario.
 	privates atomic.Int64
