@@ -41,8 +41,8 @@ type worker struct {
 	// leaders: the owner recorded for each Leadership this worker was
 	// given: a Campaign on a Client that leads already returns that
 	// leadership (dlock proclaims), which is the same owner, not a new one.
-	leaders sync.Map // *dlock.Leadership -> owner
-	gids   atomic.Int64 // goroutine ids of helpers
+	leaders sync.Map     // *dlock.Leadership -> owner
+	gids    atomic.Int64 // goroutine ids of helpers
 	// privates numbers the Clients made for one scenario.
 	privates atomic.Int64
 	// nextReopen is when a Client may be closed next (unix ns).
