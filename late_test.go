@@ -168,24 +168,44 @@ func pttl(t *testing.T, key string) time.Duration {
 
 // An Extend to a short lease, given up on and delivered after a later
 // Extend confirmed a long one, must change nothing: the holder counts on
-// the long one.
+// the long one. For every kind of hold (renew.lua, sem_renew.lua,
+// rw_renew.lua).
 func TestLateExtendNeverShortens(t *testing.T) {
 	ctx := context.Background()
-	c, d := lateClient(t)
-	name := lockName(t)
-	l := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(30*time.Second))
-	defer unlock(t, l)
-
-	d.hold("317")
-	if err := l.Extend(ctx, 317*time.Millisecond); err == nil {
-		t.Fatal("the held Extend returned nil")
+	takes := map[string]func(c *dlock.Client, name string) (*dlock.Lease, error){
+		"Mutex": func(c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.Mutex(name).Lock(ctx, dlock.WithTTL(30*time.Second))
+		},
+		"Semaphore": func(c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.Semaphore(name, 1).Acquire(ctx, 1, dlock.WithTTL(30*time.Second))
+		},
+		"RWMutex.read": func(c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.RWMutex(name).RLock(ctx, dlock.WithTTL(30*time.Second))
+		},
+		"RWMutex.write": func(c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.RWMutex(name).Lock(ctx, dlock.WithTTL(30*time.Second))
+		},
 	}
-	if err := l.Extend(ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	d.deliver(t)
-	if left := pttl(t, keysOf(name).Lock); left < 30*time.Second {
-		t.Fatalf("the late Extend shortened the lock to %v while the lease, held (Err %v), counts on a minute", left, l.Err())
+	for kind, take := range takes {
+		t.Run(kind, func(t *testing.T) {
+			c, d := lateClient(t)
+			l, err := take(c, lockName(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unlock(t, l)
+			d.hold("317")
+			if err := l.Extend(ctx, 317*time.Millisecond); err == nil {
+				t.Fatal("the held Extend returned nil")
+			}
+			if err := l.Extend(ctx, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			d.deliver(t)
+			if left, err := l.TTL(ctx); err != nil || left < 30*time.Second {
+				t.Fatalf("after the late Extend the hold has %v left (%v) while the lease, held (Err %v), counts on a minute", left, err, l.Err())
+			}
+		})
 	}
 }
 
@@ -208,61 +228,6 @@ func TestLateReentryNeverShortens(t *testing.T) {
 	d.deliver(t)
 	if left := pttl(t, keysOf(m.Name()).Lock); left < 30*time.Second {
 		t.Fatalf("the late re-entry shortened the lock to %v while the lease counts on a minute", left)
-	}
-}
-
-// The same for a Semaphore permit (sem_renew.lua).
-func TestLateSemaphoreExtendNeverShortens(t *testing.T) {
-	ctx := context.Background()
-	c, d := lateClient(t)
-	s := c.Semaphore(lockName(t), 1)
-	l, err := s.Acquire(ctx, 1, dlock.WithTTL(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unlock(t, l)
-
-	d.hold("317")
-	if err := l.Extend(ctx, 317*time.Millisecond); err == nil {
-		t.Fatal("the held Extend returned nil")
-	}
-	if err := l.Extend(ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	d.deliver(t)
-	if left, err := l.TTL(ctx); err != nil || left < 30*time.Second {
-		t.Fatalf("after the late Extend the permit has %v left (%v) while the lease counts on a minute", left, err)
-	}
-}
-
-// The same for the read and the write side of an RWMutex.
-func TestLateRWExtendNeverShortens(t *testing.T) {
-	ctx := context.Background()
-	for _, side := range []string{"read", "write"} {
-		t.Run(side, func(t *testing.T) {
-			c, d := lateClient(t)
-			rw := c.RWMutex(lockName(t))
-			take := rw.Lock
-			if side == "read" {
-				take = rw.RLock
-			}
-			l, err := take(ctx, dlock.WithTTL(30*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unlock(t, l)
-			d.hold("317")
-			if err := l.Extend(ctx, 317*time.Millisecond); err == nil {
-				t.Fatal("the held Extend returned nil")
-			}
-			if err := l.Extend(ctx, time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			d.deliver(t)
-			if left, err := l.TTL(ctx); err != nil || left < 30*time.Second {
-				t.Fatalf("after the late Extend the hold has %v left (%v) while the lease counts on a minute", left, err)
-			}
-		})
 	}
 }
 

@@ -50,6 +50,24 @@ local function in_order(hash, tok, seq)
   return 'stale'
 end
 
+-- set_count sets field (an owner token, or a side and a token) of tok's
+-- hold to the hold count n, in the hold's sequence: a re-entry or an inner
+-- unlock. It returns NOT_HELD when the hold is gone, STALE when a later
+-- command of the hold ran first, else what in_order said ('run': set;
+-- 'again': a copy of the call that set it).
+local function set_count(hash, field, tok, n, seq)
+  if redis.call('HEXISTS', hash, field) == 0 then
+    return NOT_HELD
+  end
+  local order = in_order(hash, tok, seq)
+  if order == 'stale' then
+    return STALE
+  elseif order == 'run' then
+    redis.call('HSET', hash, field, n)
+  end
+  return order
+end
+
 -- Fences are returned exactly. Lua numbers are doubles, exact only below
 -- 2^53, so a counter at or past that is read back as the string Redis
 -- stores (Go parses either). Never do arithmetic on a fence here.

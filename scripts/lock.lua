@@ -89,17 +89,13 @@ local function take(queued)
 end
 
 if count > 0 then
-  if redis.call('HEXISTS', lock, token) == 0 then
-    return {NOT_HELD}
-  end
   -- A re-entry that arrives late (after a later command of its hold, say
   -- an Extend) changes nothing; on time, it renews as the watchdog does,
   -- never shortening the lease.
-  local order = in_order(lock, token, ARGV[10])
-  if order == 'stale' then
-    return {STALE}
-  elseif order == 'run' then
-    redis.call('HSET', lock, token, count)
+  local r = set_count(lock, token, token, count, ARGV[10])
+  if r == NOT_HELD or r == STALE then
+    return {r}
+  elseif r == 'run' then
     stretch(lock, ttl)
   end
   return {HELD, fence_at(fence)}

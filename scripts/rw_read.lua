@@ -59,14 +59,10 @@ local function lengthen()
 end
 
 if count > 0 then
-  if redis.call('HEXISTS', lock, r) == 0 then
-    return {NOT_HELD}
-  end
-  local order = in_order(lock, tok, ARGV[8])
-  if order == 'stale' then
-    return {STALE}
-  elseif order == 'run' then
-    redis.call('HSET', lock, r, count)
+  local res = set_count(lock, r, tok, count, ARGV[8])
+  if res == NOT_HELD or res == STALE then
+    return {res}
+  elseif res == 'run' then
     lengthen()
   end
   return {HELD, redis.call('HGET', lock, 'f:' .. tok)}

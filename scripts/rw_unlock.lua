@@ -27,11 +27,8 @@ if redis.call('HEXISTS', lock, field) == 0 then
   return NOT_HELD
 end
 if tonumber(ARGV[3]) > 0 then
-  local order = in_order(lock, tok, ARGV[6])
-  if order == 'stale' then
+  if set_count(lock, field, tok, ARGV[3], ARGV[6]) == STALE then
     return STALE
-  elseif order == 'run' then
-    redis.call('HSET', lock, field, ARGV[3])
   end
   return 1
 end

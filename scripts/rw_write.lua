@@ -40,14 +40,10 @@ local now = now_ms()
 expire_readers(lock, readers, now)
 
 if count > 0 then
-  if redis.call('HEXISTS', lock, w) == 0 then
-    return {NOT_HELD}
-  end
-  local order = in_order(lock, tok, ARGV[8])
-  if order == 'stale' then
-    return {STALE}
-  elseif order == 'run' then
-    redis.call('HSET', lock, w, count)
+  local res = set_count(lock, w, tok, count, ARGV[8])
+  if res == NOT_HELD or res == STALE then
+    return {res}
+  elseif res == 'run' then
     stretch(lock, ttl)
   end
   return {HELD, redis.call('HGET', lock, 'f:' .. tok)}

@@ -63,14 +63,9 @@ if ARGV[2] == '0' then
 end
 -- @helpers
 if ARGV[2] ~= '0' then
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-    return NOT_HELD
-  end
-  local order = in_order(KEYS[1], ARGV[1], ARGV[7])
-  if order == 'stale' then
-    return STALE
-  elseif order == 'run' then
-    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  local r = set_count(KEYS[1], ARGV[1], ARGV[1], ARGV[2], ARGV[7])
+  if r == NOT_HELD or r == STALE then
+    return r
   end
   return 1
 end
