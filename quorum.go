@@ -38,9 +38,12 @@ const DefaultNodeTimeout = 100 * time.Millisecond
 //     it succeeds when a majority granted it and the time spent leaves a
 //     validity of TTL − elapsed − drift > 0; otherwise it is released on
 //     every node, those whose reply was lost included;
-//   - the fence is the highest of the majority's counters, first written
-//     back to every node of the majority, so that any later majority —
-//     which shares a node with this one — counts on from it;
+//   - the fence is the highest counter of the nodes that answer, written
+//     back to all of them, and is issued only when a majority of them are
+//     known to hold every fence issued so far (see "Fences on a quorum":
+//     fences never repeat, even after partitions and a node restarted
+//     without persistence; a new deployment grants nothing until every
+//     node has answered once);
 //   - renewal, re-entry, TTL and release go to every node and count a
 //     majority; the lease is lost when a majority can no longer be renewed
 //     or its local deadline passes;
@@ -227,11 +230,14 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 			"node", t.failed[0].Node, "err", t.failed[0].Err)
 	}
 	validity := cfg.ttl - time.Since(start) - c.drift.of(cfg.ttl)
+	var fenceErr error
 	if len(t.ok) >= q.majority() && validity > 0 {
-		if fence, err := q.raiseFences(ctx, k, t); err == nil {
+		fence, err := q.raiseFences(ctx, c, k, t)
+		if err == nil {
 			l, err := c.newLease(ctx, newHold(c, k, "Mutex", quorumProto{q, p}, token, fence, cfg, start))
 			return l, 0, err
 		}
+		fenceErr = err
 	}
 	// No majority, or no time left: give back what was granted, at once
 	// (within ctx, or undoGrace once it has ended; else in the
@@ -239,6 +245,11 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 	// came after ctx ended, once that node's call can no longer run there.
 	// Nodes that said "held by another" have nothing of ours.
 	q.giveBack(ctx, c, t, func(int) call { return p.unlock(token, 0, 0) })
+	if fenceErr != nil {
+		// no fence can be issued that is sure to be new: fail, as when a
+		// majority is down (see "Fences on a quorum")
+		return nil, 0, fenceErr
+	}
 	if len(t.failed) > len(q.nodes)-q.majority() {
 		return nil, 0, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
@@ -274,29 +285,86 @@ func (q *quorum) giveBack(ctx context.Context, c *Client, t tally, mk func(node 
 	}
 }
 
-// raiseFences writes the highest fence of the granting nodes back to all
-// of them, and returns it once a majority holds at least that value. When
-// a majority granted with that very value already (the common case), no
-// write is needed.
-func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, error) {
-	var fence int64
+// Fences on a quorum. Each node INCRs its own counter when it grants, so
+// the nodes' counters differ; a fence is the highest of them, written back
+// so that any later majority, which shares a node with this one, counts on
+// from it. That argument needs the shared node to still have its counter,
+// and a node restarted without persistence has lost it (the delayed-
+// restart rule keeps its locks from being granted twice, as they expire,
+// but not its counters). So every node carries a mark (quorum_fence.lua),
+// lost with its counters; a node is marked only when its counters are
+// known to be at least every fence issued, and fences are decided by
+// marked nodes only:
+//
+//   - After a majority granted, every node that answered (granting or
+//     not) is raised to the highest granted value (a second round trip).
+//     If a majority of those that answer are marked, the fence is the
+//     highest counter among the answers (plus one when it is above every
+//     granted value: that one may have been issued), written back to
+//     every node that answered, which marks the unmarked ones (a third
+//     round trip, only then).
+//   - If no node that answers is marked and every node answers, the
+//     deployment is new (or lost every node at once): the same, marking
+//     them all.
+//   - Otherwise no fence is issued: the round is given back and the
+//     acquire tries again (TryLock fails), until a majority of marked
+//     nodes answers.
+//
+// Why a fence never repeats or goes back, as long as a majority of nodes
+// never loses its state at once: every fence F issued was written to a
+// majority M_F, all marked once the write-back returned. A later fence G
+// is decided from a majority of marked nodes, which shares a node n with
+// M_F. If n kept its state since F, its counter is at least F, so G > F.
+// If n restarted since, it was marked again only by a write-back of some
+// fence F' decided after its restart — by the same argument, from a
+// majority that shared a node with M_F, after F was issued, so F' >= F
+// and n's counter is at least F' >= F. A node marked again holds, from
+// then on, at least every fence issued before its mark. (Two holders
+// never race for a fence: only one holds a majority at a time.) What the
+// argument does not cover: a majority of nodes that lose their state
+// together (every node marked again by a "new deployment": fences start
+// over, as on a single node restarted without persistence). The price: a
+// new deployment issues no fence, so grants no lock, until every node has
+// answered once; after that a majority of marked nodes suffices.
+
+// raiseFences decides the fence of a round that a majority granted (t):
+// see "Fences on a quorum".
+func (q *quorum) raiseFences(ctx context.Context, c *Client, k *keys, t tally) (int64, error) {
+	var want int64
 	for _, i := range t.ok {
-		fence = max(fence, t.vals[i][1])
+		want = max(want, t.vals[i][1])
 	}
-	atMax := 0
-	for _, i := range t.ok {
-		if t.vals[i][1] == fence {
-			atMax++
-		}
+	answered := append(slices.Clone(t.ok), t.no...)
+	mark := c.prefix + ":quorum:mark"
+	run := func(nodes []int, fence int64, markThem bool) tally {
+		return q.tally(q.fanout(ctx, nodes, func(int) call {
+			return call{qfenceScript, []string{k.fence, mark}, []any{fence, flag(markThem)}, nil}
+		}), nodes, func(v []int64) bool { return len(v) == 2 })
 	}
-	if atMax >= q.majority() {
-		return fence, nil
+	r := run(answered, want, false)
+	fence, marked := want, 0
+	for _, i := range r.ok {
+		fence = max(fence, r.vals[i][1])
+		marked += int(r.vals[i][0])
 	}
-	res := q.tally(q.fanout(ctx, t.ok, func(int) call {
-		return call{fenceMaxScript, []string{k.fence}, []any{fence}, nil}
-	}), t.ok, func(v []int64) bool { return len(v) == 1 && v[0] >= fence })
-	if len(res.ok) < q.majority() {
-		return 0, &QuorumError{Op: "fence", Name: k.name, OK: len(res.ok), Needed: q.majority(), Failing: res.failed}
+	switch {
+	case marked >= q.majority():
+	case marked == 0 && len(r.ok) == len(q.nodes):
+		// a new deployment: every node answers, none is marked
+	default:
+		return 0, &QuorumError{Op: "fence", Name: k.name, OK: marked, Needed: q.majority(), Failing: r.failed}
+	}
+	if fence > want {
+		fence++ // a node had a higher fence, maybe issued: go above it
+	}
+	if fence == want && marked == len(r.ok) {
+		return fence, nil // every node that answered has it, and is marked
+	}
+	w := q.tally(q.fanout(ctx, r.ok, func(int) call {
+		return call{qfenceScript, []string{k.fence, mark}, []any{fence, "1"}, nil}
+	}), r.ok, func(v []int64) bool { return len(v) == 2 && v[1] >= fence })
+	if len(w.ok) < q.majority() {
+		return 0, &QuorumError{Op: "fence", Name: k.name, OK: len(w.ok), Needed: q.majority(), Failing: w.failed}
 	}
 	return fence, nil
 }

@@ -94,6 +94,7 @@ var (
 	lockAllScript  = mutexScript("lock_all.lua")
 	fenceMaxScript = loadScript("fence_max.lua")
 	buryScript     = loadScript("bury.lua")
+	qfenceScript   = loadScript("quorum_fence.lua")
 	ownerScript    = loadScript("owner.lua")
 )
 
