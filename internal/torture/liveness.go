@@ -403,13 +403,17 @@ func (h *history) silence(w string, from, to int64) time.Duration {
 }
 
 // clientKind tells the go-redis client behind a dlock Client id: slot 0
-// has ContextTimeoutEnabled, slot 1 has not (as most users make it).
+// has ContextTimeoutEnabled, slot 1 has not (as most users make it), slot
+// 2 has a ReadTimeout shorter than a stall, so go-redis sends its calls
+// again (resendReadTimeout).
 func clientKind(id string) string {
 	switch {
 	case strings.HasPrefix(id, "c0."):
 		return "with ContextTimeoutEnabled"
 	case strings.HasPrefix(id, "c1."):
 		return "without ContextTimeoutEnabled"
+	case strings.HasPrefix(id, "c2."):
+		return "with a 400ms ReadTimeout (go-redis re-sends)"
 	}
 	return "private"
 }

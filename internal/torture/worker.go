@@ -70,6 +70,10 @@ func (s *slot) current() (*dlock.Client, string) {
 // and on "exit" closes everything and returns its exit code. leaks is
 // called last, with every Client and Redis client closed; a non-nil error
 // makes the exit code 3.
+// resendReadTimeout is the ReadTimeout of a worker's third go-redis
+// client: shorter than the torture's stalls, so that go-redis re-sends.
+const resendReadTimeout = 400 * time.Millisecond
+
 func WorkerMain(leaks func() error) int {
 	var cfg workerConfig
 	if err := json.Unmarshal([]byte(os.Getenv(EnvWorker)), &cfg); err != nil {
@@ -77,8 +81,14 @@ func WorkerMain(leaks func() error) int {
 		return 2
 	}
 	w := &worker{cfg: cfg, em: &emitter{w: os.Stdout, id: cfg.ID}}
-	for i := range 2 {
+	for i := range 3 {
 		opt := &redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: i == 0}
+		if i == 2 {
+			// go-redis's own re-sends: a stall (1-2 s) outlasts this
+			// ReadTimeout, and go-redis (MaxRetries at its default, 3)
+			// sends the call again; the server runs every copy.
+			opt.ReadTimeout = resendReadTimeout
+		}
 		rdb := redis.NewClient(opt)
 		c, err := envdriver.New(rdb, dlock.WithPrefix(prefix))
 		if err != nil {
