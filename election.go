@@ -42,9 +42,15 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 }
 
 // electionProto is the Redis side of a leadership: a FairMutex hold
-// whose release also tells the observers. It is not re-entrant: every
-// Campaign is a candidate of its own.
+// whose release also tells the observers. It is re-entrant as a mutex is:
+// a Campaign made through a Leadership's Context re-enters that
+// leadership (the hold count goes up) instead of queueing behind it.
+// Every other Campaign is a candidate of its own.
 type electionProto struct{ m mutexProto }
+
+func (p electionProto) reenter(token string, count int, ttl time.Duration) op {
+	return p.m.reenter(token, count, ttl)
+}
 
 func (p electionProto) release(token string, left int) op {
 	c := p.m.unlock(token, left)
@@ -69,6 +75,22 @@ func (e *Election) request() *request {
 // order; the wait is woken by the release that hands the lock on, with no
 // polling.
 //
+// A Campaign made through a Leadership's Context (ctx is, or derives
+// from, what Leadership.Context returned: the leader campaigning again)
+// never waits on itself: it proclaims value, as etcd's Campaign does for
+// a session that already leads, and returns at once a Leadership of the
+// same term (a re-entry, as Mutex.Lock through a lease's context). The
+// two share the value (Value, Proclaim through either) and the lease;
+// the term lasts until each of them has resigned, or is lost for both.
+// Through the context of a leadership that has ended it is refused with
+// an error matching ErrNotHeld. Proclaiming was chosen over refusing
+// because a leader asking to lead with value already can be given
+// exactly that, and code ported from etcd expects it. A Campaign from
+// the same Client but not through the leadership's context is another
+// candidate and waits its turn: a Client is shared by a program's
+// goroutines, as a Redis client is, so it is not a candidate's identity
+// (two goroutines of one program campaigning must not both lead).
+//
 // When ctx ends first Campaign returns an error matching ErrNotObtained
 // and ctx.Err(), and nothing of the candidate is left in Redis: its place
 // in the queue is given up (and a lock won meanwhile released) before
@@ -88,7 +110,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if err != nil {
 		return nil, err
 	}
-	ld := &Leadership{e: e, l: l, value: value}
+	ld := &Leadership{e: e, l: l, v: &leaderValue{value: value}}
+	if outer := leadershipFrom(ctx, e); outer != nil && outer.l.of.first() == l.of.first() {
+		ld.v = outer.v // a re-entry: one leader, one value
+	}
 	err = ld.record(ctx, value)
 	if err == nil && l.Err() != nil {
 		// recorded, but the reply came after the lease's local deadline
@@ -115,11 +140,30 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 type Leadership struct {
 	e *Election
 	l *Lease
+	v *leaderValue // shared with the leaderships that re-entered it
 
-	mu          sync.Mutex
-	value       string
 	resignOnce  sync.Once
 	resignedErr error
+}
+
+// leaderValue is the value last recorded for a leadership's hold: one
+// for the hold, whatever Leadership (outer or re-entered) recorded it.
+type leaderValue struct {
+	mu    sync.Mutex
+	value string
+}
+
+// leadershipKey is how a Leadership's Context carries it, so that a
+// Campaign through that context re-enters it (see Campaign).
+type leadershipKey struct {
+	c    *Client
+	lock string
+}
+
+// leadershipFrom returns the Leadership of e that ctx carries, if any.
+func leadershipFrom(ctx context.Context, e *Election) *Leadership {
+	ld, _ := ctx.Value(leadershipKey{e.c, e.k.lock}).(*Leadership)
+	return ld
 }
 
 // Term is the leadership's fencing token: it increases strictly with each
@@ -131,9 +175,9 @@ func (ld *Leadership) Term() int64 { return ld.l.Fence() }
 
 // Value is the leader's value as last recorded by Campaign or Proclaim.
 func (ld *Leadership) Value() string {
-	ld.mu.Lock()
-	defer ld.mu.Unlock()
-	return ld.value
+	ld.v.mu.Lock()
+	defer ld.v.mu.Unlock()
+	return ld.v.value
 }
 
 // Done returns a channel that is closed when the leadership ends:
@@ -145,8 +189,12 @@ func (ld *Leadership) Done() <-chan struct{} { return ld.l.Done() }
 func (ld *Leadership) Err() error { return ld.l.Err() }
 
 // Context returns a context derived from parent that is cancelled when
-// the leadership ends: run the leader's work under it.
-func (ld *Leadership) Context(parent context.Context) context.Context { return ld.l.Context(parent) }
+// the leadership ends: run the leader's work under it. A Campaign of the
+// same election from the same Client through it re-enters the leadership
+// instead of waiting (see Campaign).
+func (ld *Leadership) Context(parent context.Context) context.Context {
+	return context.WithValue(ld.l.Context(parent), leadershipKey{ld.e.c, ld.e.k.lock}, ld)
+}
 
 // Proclaim changes the leader's value, as one round trip, and tells the
 // observers. It is refused with an error matching ErrNotHeld once the
@@ -181,9 +229,9 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	ld.mu.Lock()
-	ld.value = value
-	ld.mu.Unlock()
+	ld.v.mu.Lock()
+	ld.v.value = value
+	ld.v.mu.Unlock()
 	return nil
 }
 
@@ -194,7 +242,10 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 // is retried in the background until the lease would have expired. It
 // returns that Redis error, wrapped, or an error matching ErrNotHeld when
 // the leadership had already been lost. Resign is idempotent: later
-// calls do nothing and return what the first returned.
+// calls do nothing and return what the first returned. A leadership
+// that another re-entered (a Campaign through its Context) and that one
+// stay one term: the lock goes on, and observers are told, only once
+// both have resigned.
 func (ld *Leadership) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
