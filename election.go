@@ -262,14 +262,16 @@ type LeaderInfo struct {
 	Since time.Time     // when it won, by the server's clock
 	TTL   time.Duration // how long its lease had left when read
 	// Owner is who the leader is (host, pid, program, label), nil when
-	// its Client did not record it.
+	// its Client did not record it, or when the reader's ACL user may not
+	// read the owner records (<prefix>:client:*).
 	Owner *Owner
 }
 
 // Leader reads who leads the election, as one script call (and one more
 // to read the leader's owner record). It returns an error matching
 // ErrNoLeader when nobody leads, and a wrapped Redis error when the
-// read fails.
+// read fails. An ACL user granted only the election's keys, not the
+// owner records (<prefix>:client:*), reads the leader with a nil Owner.
 func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	if e == nil || e.c == nil {
 		return LeaderInfo{}, invalid("nil Election")
@@ -328,10 +330,16 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 		info.Owner = known.Owner
 	} else {
 		li := &LockInfo{Name: k.name, Holders: []Holder{{Token: tok}}}
-		if err := e.c.fillOwners(ctx, r, li); err != nil {
+		switch err := e.c.fillOwners(ctx, r, li); {
+		case noPerm(err):
+			// The owner record lies outside the election's keys: a user
+			// granted exactly those reads the leader without its Owner.
+			e.c.ownersRefused(err)
+		case err != nil:
 			return LeaderInfo{}, 0, err
+		default:
+			info.Owner = li.Holders[0].Owner
 		}
-		info.Owner = li.Holders[0].Owner
 	}
 	return info, max(info.TTL, 0), nil
 }
