@@ -43,8 +43,9 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 }
 
 // electionProto is the Redis side of a leadership: a FairMutex hold
-// whose release also tells the observers. It is not re-entrant: every
-// Campaign is a candidate of its own.
+// whose release also tells the observers. It is not re-entrant: a
+// Campaign on a Client that leads proclaims on its leadership (see
+// Campaign); every other Campaign is a candidate of its own.
 type electionProto struct{ m mutexProto }
 
 func (p electionProto) release(token string, left int, seq int64) op {
@@ -114,7 +115,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if err != nil {
 		return nil, err
 	}
-	ld := &Leadership{e: e, l: l, value: value}
+	ld := &Leadership{e: e, l: l, v: &leaderValue{value: value}}
+	if outer := leadershipFrom(ctx, e); outer != nil && outer.l.of.first() == l.of.first() {
+		ld.v = outer.v // a re-entry: one leader, one value
+	}
 	err = ld.record(ctx, value)
 	if err == nil && l.Err() != nil {
 		// recorded, but the reply came after the lease's local deadline
@@ -143,11 +147,30 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 type Leadership struct {
 	e *Election
 	l *Lease
+	v *leaderValue // shared with the leaderships that re-entered it
 
-	mu          sync.Mutex
-	value       string
 	resignOnce  sync.Once
 	resignedErr error
+}
+
+// leaderValue is the value last recorded for a leadership's hold: one
+// for the hold, whatever Leadership (outer or re-entered) recorded it.
+type leaderValue struct {
+	mu    sync.Mutex
+	value string
+}
+
+// leadershipKey is how a Leadership's Context carries it, so that a
+// Campaign through that context re-enters it (see Campaign).
+type leadershipKey struct {
+	c    *Client
+	lock string
+}
+
+// leadershipFrom returns the Leadership of e that ctx carries, if any.
+func leadershipFrom(ctx context.Context, e *Election) *Leadership {
+	ld, _ := ctx.Value(leadershipKey{e.c, e.k.lock}).(*Leadership)
+	return ld
 }
 
 // Term is the leadership's fencing token: it increases strictly with each
@@ -159,9 +182,9 @@ func (ld *Leadership) Term() int64 { return ld.l.Fence() }
 
 // Value is the leader's value as last recorded by Campaign or Proclaim.
 func (ld *Leadership) Value() string {
-	ld.mu.Lock()
-	defer ld.mu.Unlock()
-	return ld.value
+	ld.v.mu.Lock()
+	defer ld.v.mu.Unlock()
+	return ld.v.value
 }
 
 // Done returns a channel that is closed when the leadership ends:
@@ -173,8 +196,12 @@ func (ld *Leadership) Done() <-chan struct{} { return ld.l.Done() }
 func (ld *Leadership) Err() error { return ld.l.Err() }
 
 // Context returns a context derived from parent that is cancelled when
-// the leadership ends: run the leader's work under it.
-func (ld *Leadership) Context(parent context.Context) context.Context { return ld.l.Context(parent) }
+// the leadership ends: run the leader's work under it. A Campaign of the
+// same election from the same Client through it re-enters the leadership
+// instead of waiting (see Campaign).
+func (ld *Leadership) Context(parent context.Context) context.Context {
+	return context.WithValue(ld.l.Context(parent), leadershipKey{ld.e.c, ld.e.k.lock}, ld)
+}
 
 // Proclaim changes the leader's value, as one round trip, and tells the
 // observers. It is refused with an error matching ErrNotHeld once the
@@ -212,9 +239,9 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	ld.mu.Lock()
-	ld.value = value
-	ld.mu.Unlock()
+	ld.v.mu.Lock()
+	ld.v.value = value
+	ld.v.mu.Unlock()
 	return nil
 }
 
@@ -225,7 +252,10 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 // is retried in the background until the lease would have expired. It
 // returns that Redis error, wrapped, or an error matching ErrNotHeld when
 // the leadership had already been lost. Resign is idempotent: later
-// calls do nothing and return what the first returned.
+// calls do nothing and return what the first returned. A leadership
+// that another re-entered (a Campaign through its Context) and that one
+// stay one term: the lock goes on, and observers are told, only once
+// both have resigned.
 func (ld *Leadership) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -242,14 +272,16 @@ type LeaderInfo struct {
 	Since time.Time     // when it won, by the server's clock
 	TTL   time.Duration // how long its lease had left when read
 	// Owner is who the leader is (host, pid, program, label), nil when
-	// its Client did not record it.
+	// its Client did not record it, or when the reader's ACL user may not
+	// read the owner records (<prefix>:client:*).
 	Owner *Owner
 }
 
 // Leader reads who leads the election, as one script call (and one more
 // to read the leader's owner record). It returns an error matching
 // ErrNoLeader when nobody leads, and a wrapped Redis error when the
-// read fails.
+// read fails. An ACL user granted only the election's keys, not the
+// owner records (<prefix>:client:*), reads the leader with a nil Owner.
 func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	if e == nil || e.c == nil {
 		return LeaderInfo{}, invalid("nil Election")
@@ -308,10 +340,16 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 		info.Owner = known.Owner
 	} else {
 		li := &LockInfo{Name: k.name, Holders: []Holder{{Token: tok}}}
-		if err := e.c.fillOwners(ctx, r, li); err != nil {
+		switch err := e.c.fillOwners(ctx, r, li); {
+		case noPerm(err):
+			// The owner record lies outside the election's keys: a user
+			// granted exactly those reads the leader without its Owner.
+			e.c.ownersRefused(err)
+		case err != nil:
 			return LeaderInfo{}, 0, err
+		default:
+			info.Owner = li.Holders[0].Owner
 		}
-		info.Owner = li.Holders[0].Owner
 	}
 	return info, max(info.TTL, 0), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -11,7 +12,10 @@ import (
 // A Client records who it is (host, pid, program, label, start) under
 // <prefix>:client:<id>, with a TTL, when it first holds or waits, and again
 // when half that TTL has passed; Close deletes it. Inspectors (inspect.go,
-// the CLI) show it beside the holds whose tokens carry the Client's id.
+// the CLI) and an Election's Leader and Observe show it beside the holds
+// whose tokens carry the Client's id. The record is optional: an ACL user
+// that may not use <prefix>:client:* (granted only its locks' keys) works
+// all the same, shown without its Owner, and is told so once.
 
 // ownerTTL is how long a Client's record lives; it is written again at
 // the first acquire after half of it has passed, and deleted by Close.
@@ -51,9 +55,30 @@ func (c *Client) announce(ctx context.Context) {
 		return // written lately, or being written by another caller
 	}
 	args := append([]any{ownerTTL.Milliseconds()}, o.fields...)
-	if c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args, nil}) != nil {
+	err := c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args, nil})
+	switch {
+	case noPerm(err):
+		// An ACL user granted only its locks' keys: the record is
+		// optional, so it is not tried again at every acquire (only when
+		// half its life has passed, as if written).
+		c.ownersRefused(err)
+	case err != nil:
 		o.written.Store(0)
 	}
+}
+
+// noPerm reports whether err is the server refusing a key or command to
+// the ACL user (a NOPERM reply).
+func noPerm(err error) bool {
+	return err != nil && isReply(err) && strings.Contains(err.Error(), "NOPERM")
+}
+
+// ownersRefused says once that the ACL user may not read or write the
+// owner records: a user granted exactly its locks' keys (an election's,
+// say) works, but holders and leaders are shown without their Owner.
+func (c *Client) ownersRefused(err error) {
+	c.dep.warnOnce("owners", "dlock: the ACL user may not use the owner records: locks work, but holders and leaders "+
+		"are shown without who they are; grant ~"+c.prefix+":client:* to show them", "err", err)
 }
 
 // forget deletes the Client's record (Close).

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -50,6 +51,16 @@ func (c *Client) Semaphore(name string, permits int, opts ...LockOption) *Semaph
 // ErrNotObtained and ctx.Err() and holds nothing. n must be between 1 and
 // the capacity (ErrInvalidArgument otherwise). Other errors: ErrClosed and
 // wrapped Redis errors.
+//
+// A nested Acquire — ctx carries a permit of this semaphore from this
+// Client, held (it is, or derives from, that permit's Lease.Context) —
+// never waits: it makes one attempt, as TryAcquire, and takes its own
+// new permits (its own token and fence, released on their own) if they
+// are free for it now; otherwise it returns at once an error matching
+// ErrNotObtained that says it was nested. Waiting could wait on itself:
+// the outer permits are not given back while the nested Acquire waits,
+// and a waiter ahead of it, whose permits are kept for it (arrival
+// order), may be waiting for exactly those — which no client can see.
 func (s *Semaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Lease, error) {
 	return s.acquire(ctx, n, true, opts)
 }
@@ -66,8 +77,14 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 		return nil, invalid("nil Semaphore")
 	}
 	c, k := s.c, s.k
+	nested := false
+	if ctx != nil {
+		if outer := leaseFrom(ctx, c, k.lock, ""); outer != nil && outer.Err() == nil {
+			nested, wait = wait, false // see Acquire
+		}
+	}
 	p := semProto{k, c.wakeTo(k)}
-	return c.acquire(ctx, &request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
+	l, err := c.acquire(ctx, &request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
 		queue: true, leave: p.leave, takes: optQueueTTL,
 		check: func() error {
 			if err := validPermits(k.name, s.permits); err != nil {
@@ -82,6 +99,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits, k.queue, k.alive, k.dead},
 				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}, nil}
 		}}, wait, opts)
+	if nested && errors.Is(err, ErrNotObtained) {
+		err = fmt.Errorf("%w; a nested Acquire (its ctx carries a permit of this semaphore) does not wait, which could be a wait on its own permits", err)
+	}
+	return l, err
 }
 
 func (s *Semaphore) check(ctx context.Context) error {

@@ -139,9 +139,17 @@ local function first_live(queue, alive)
 end
 
 -- place enters member in the queue if it is not there, and renews its
--- place for place_ttl ms. Both sets live as long as their newest place.
--- It returns when the place now expires (server ms): the place's name, as
--- a hand-off that consumes it says (lib_mutex.lua).
+-- place for place_ttl ms. It returns when the place now expires (server
+-- ms): the place's name, as a hand-off that consumes it says
+-- (lib_mutex.lua).
+--
+-- Both sets live at least as long as their longest place: their expiry
+-- only grows (stretch). Waiters choose their own place TTL (WithQueueTTL),
+-- so a place renewed later may end sooner than one made before it; were
+-- the keys' expiry set to the latest place's, a waiter with a short one
+-- would take every earlier waiter's place, and its arrival time, with the
+-- keys (issue 23). A key that outlives every place holds only dead
+-- members, which the next script to look drops (purge, first_live).
 local function place(queue, alive, member, now, place_ttl)
   redis.call('ZADD', queue, 'NX', arrival_us(), member)
   redis.call('ZADD', alive, now + place_ttl, member)

@@ -52,6 +52,7 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	ck.scripts(ctx)
 	ck.keys(ctx)
 	ck.pubsub(ctx)
+	ck.owners(ctx)
 	servers, err := masters(ctx, rdb)
 	if err != nil {
 		ck.say(checkMissing, "cluster", "cannot list the masters: %v", err)
@@ -220,6 +221,28 @@ func (c *checker) pubsub(ctx context.Context) {
 		return
 	}
 	c.say(checkOK, "pub/sub", "SUBSCRIBE and PUBLISH on %s:*", c.prefix)
+}
+
+// owners checks the Clients' owner records, <prefix>:client:<id>: each
+// Client writes its own when it first holds or waits, and inspect, top,
+// dlock leader, Election.Leader and Observe read them to say who holds
+// or leads. They are optional — a user granted only some locks' keys
+// (~<prefix>:{<name>}*) works without them — so a refusal is a warning.
+func (c *checker) owners(ctx context.Context) {
+	k := c.prefix + ":client:dlock-check-" + randomHex()
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, k, "host", "dlock-check")
+		p.PExpire(ctx, k, 10*time.Second)
+		p.HGetAll(ctx, k)
+		p.Del(ctx, k)
+		return nil
+	})
+	if err != nil {
+		c.say(checkWarning, "owners", "owner records %s:client:*: %v: locks and elections work, but holders and leaders are "+
+			"shown without who they are (grant them: ACL SETUSER <user> ~%s:client:*)", c.prefix, err, c.prefix)
+		return
+	}
+	c.say(checkOK, "owners", "owner records %s:client:* read and written", c.prefix)
 }
 
 // eviction checks that the server never evicts keys.

@@ -18,6 +18,8 @@ func TestCheck(t *testing.T) {
 	for user, rules := range map[string][]string{
 		"nochan":   {"~dlock:*", "+@all"},
 		"noscript": {"~dlock:*", "&dlock:*", "+@all", "-eval", "-evalsha"},
+		// every lock's keys, not the Clients' owner records
+		"noowners": {"~dlock:{*", "&dlock:*", "+@all"},
 	} {
 		args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw"}
 		for _, r := range rules {
@@ -41,7 +43,10 @@ func TestCheck(t *testing.T) {
 	}{
 		{"default", serverURL(), exitOK,
 			[]string{"ok       scripts", "ok       commands", "ok       keys", "ok       pub/sub", "ok       eviction",
-				"warning  persistence", "everything dlock needs is there"}, []string{"MISSING"}},
+				"warning  persistence", "ok       owners", "everything dlock needs is there"}, []string{"MISSING"}},
+		{"acl without owner records", as("noowners"), exitOK,
+			[]string{"ok       keys", "ok       pub/sub", "warning  owners", "~dlock:client:*", "everything dlock needs is there"},
+			[]string{"MISSING"}},
 		{"aof", "redis://" + aof.Addr(), exitOK, []string{"ok       persistence"}, []string{"MISSING", "warning"}},
 		{"acl without channels", as("nochan"), exitFail,
 			[]string{"ok       keys", "MISSING  pub/sub", "&dlock:*", "1 required check(s) failed"}, nil},
