@@ -148,7 +148,7 @@ func (h *history) checkFIFO() []Violation {
 				}
 				vs = append(vs, Violation{Kind: "order", Cat: "order: a FairMutex waiter passed over by a later arrival",
 					T: tC, Related: []Event{a.call, q, *ra, c.call, *rc},
-					Msg: fmt.Sprintf("%q: waiter A (%s, scenario %s, called %s, queue TTL per its scenario) was in the queue at %s; "+
+					Msg: fmt.Sprintf("%q: waiter A (%s, scenario %s, called %s) was in the queue at %s; "+
 						"%s (%s, scenario %s), called later at %s, was granted fence %d at %s while A still waited; %s",
 						name, callKey(a.call.W, a.call.Op), a.call.Scn, h.rel(a.call.T), h.rel(q.T),
 						acquireWord(c.call), callKey(c.call.W, c.call.Op), c.call.Scn, h.rel(c.call.T), fC, h.rel(tC), how)})
