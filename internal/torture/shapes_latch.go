@@ -54,7 +54,7 @@ func (g *gor) latchPhases(ctx context.Context) {
 		if g.rng.IntN(3) == 0 {
 			g.latchCount(ctx, l, p)
 		}
-		sleepCtx(ctx, logBetween(g.rng, time.Millisecond, 30*time.Millisecond))
+		sleepCtx(ctx, logBetween(g.rng, 5*time.Millisecond, 60*time.Millisecond))
 	}
 }
 
