@@ -104,6 +104,9 @@ var defaultWeights = map[string]int{
 	"lockall":     6,  // LockAll over 2-3 locks
 	"shortctx":    6,  // Lock/TryLock/Acquire with a 100-300 ms ctx on the Client without ContextTimeoutEnabled
 	"election":    12, // 1-3 candidates Campaign on a shared election; the leader works, Proclaims, reads, resigns
+	"nested":      8,  // holds nested through a lease's context on every primitive, released in any order (issue 23)
+	"mixedopts":   6,  // per-call QueueTTL/TTL/WithLease mixed on one name; FairMutex arrival-order rounds (issue 23)
+	"latch":       4,  // latches reused across phases: TrySetCount, CountDown(Once) retried, Wait (issue 23)
 	// rwstream is a switch, not a weight: > 0 starts, in every worker, a
 	// stream of RWMutex writers and readers looping on one name beside
 	// the driver goroutines (2 writers and 4 readers with 3 workers).

@@ -19,7 +19,9 @@ type spec struct {
 	wait    bool
 	reent   bool
 	fixed   bool
-	timeout time.Duration // 0: until the worker stops
+	timeout time.Duration  // 0: until the worker stops
+	outer   int64          // a nested acquire: the lease whose context it is made through (recorded as the call's ls)
+	began   func(op int64) // if set, told the call's op once its call event is written
 }
 
 // held is a lease the goroutine holds (or a leadership: ld), with its
@@ -62,7 +64,7 @@ func (g *gor) begin(parent context.Context, sp spec) (op int64, ctx context.Cont
 		ctx, cancel = context.WithDeadline(parent, time.Unix(0, t0).Add(sp.timeout))
 	}
 	e = Event{T: t0, K: kCall, Op: op, Client: sp.client, Names: sp.names, Permits: sp.permits,
-		Wait: sp.wait, Reent: sp.reent, Fixed: sp.fixed, Timeout: us(sp.timeout), Scn: sp.scn}
+		Wait: sp.wait, Reent: sp.reent, Fixed: sp.fixed, Timeout: us(sp.timeout), Scn: sp.scn, Lease: sp.outer}
 	if d, ok := ctx.Deadline(); ok {
 		e.DL = d.UnixNano()
 	}
@@ -71,6 +73,9 @@ func (g *gor) begin(parent context.Context, sp spec) (op int64, ctx context.Cont
 		e.TTLs = append(e.TTLs, us(sp.ttls[n]))
 	}
 	g.emit(e)
+	if sp.began != nil {
+		sp.began(op)
+	}
 	return op, ctx, cancel, e, now() // writing the call event may have blocked: the call starts now
 }
 

@@ -333,6 +333,7 @@ func (h *history) check() []Violation {
 	}
 	vs = append(vs, h.checkOverruns()...)
 	vs = append(vs, h.checkObservers()...)
+	vs = append(vs, h.checkShapes()...)
 	return vs
 }
 

@@ -244,6 +244,12 @@ func (g *gor) run(ctx context.Context) {
 			g.shortCtx(ctx)
 		case "election":
 			g.elect(ctx)
+		case "nested":
+			g.nested(ctx)
+		case "mixedopts":
+			g.mixedOpts(ctx)
+		case "latch":
+			g.latchPhases(ctx)
 		default:
 			sleepCtx(ctx, 50*time.Millisecond)
 		}
