@@ -460,14 +460,16 @@ func (h *history) checkPhases(name string) []Violation {
 	}
 	var grants []gr
 	for _, l := range h.leasesOf(name) {
-		if i := slices.Index(l.grant.Names, name); i >= 0 && !l.grant.Reent && i < len(l.grant.Sides) {
+		// A nested acquire (through a lease's context: a read inside a
+		// write) is no turn of its own: it lives inside its outer hold.
+		if i := slices.Index(l.grant.Names, name); i >= 0 && !l.grant.Reent && l.call.Lease == 0 && i < len(l.grant.Sides) {
 			grants = append(grants, gr{l.grant.T, l.grant.Sides[i], l.key})
 		}
 	}
 	var vs []Violation
 	for _, c := range h.callsOf(name) {
 		e := c.call
-		if !e.Wait || e.Reent || len(e.Names) != 1 || e.Names[0] != name || len(e.Sides) != 1 {
+		if !e.Wait || e.Reent || e.Lease != 0 || len(e.Names) != 1 || e.Names[0] != name || len(e.Sides) != 1 {
 			continue
 		}
 		end := h.waitEnd(c)

@@ -252,12 +252,10 @@ func (g *gor) campaignAgain(parent context.Context, outer *held, sp spec, e *dlo
 	errNow := ld.Err()
 	name := sp.names[0]
 	h := &held{id: g.w.leases.Add(1), ld: ld, op: outer.op, names: sp.names, ttl: sp.ttls[name], fixed: sp.fixed}
-	owner := leaderOwner(g.w.cfg.ID, h.id)
-	if ld.Term() == outer.ld.Term() {
-		owner = leaderOwner(g.w.cfg.ID, outer.id) // the same leadership, proclaimed again
-	}
+	// the same leadership, proclaimed again, is the same owner (see leaders)
+	owner, _ := g.w.leaders.LoadOrStore(ld, leaderOwner(g.w.cfg.ID, h.id))
 	ge := Event{T: t, K: kGrant, Op: op, Lease: h.id, Client: sp.client, Scn: sp.scn, St: st, DL: ce.DL, Reent: true,
-		EK: errKind(errNow), Names: sp.names, Sides: []string{""}, Owners: []string{owner},
+		EK: errKind(errNow), Names: sp.names, Sides: []string{""}, Owners: []string{owner.(string)},
 		Fences: []int64{ld.Term()}, TTLs: []int64{us(sp.ttls[name])}}
 	if errNow != nil {
 		ge.Err = errNow.Error()
