@@ -459,11 +459,17 @@ func (h *history) checkPhases(name string) []Violation {
 		key  string
 	}
 	var grants []gr
+	// Nested grants (a read inside a write): a writer that downgrades
+	// opens a read phase of its own, which the bounds do not count yet;
+	// a wait with one in it is not checked (a known gap).
+	var nested []int64
 	for _, l := range h.leasesOf(name) {
 		// A nested acquire (through a lease's context: a read inside a
 		// write) is no turn of its own: it lives inside its outer hold.
 		if i := slices.Index(l.grant.Names, name); i >= 0 && !l.grant.Reent && l.call.Lease == 0 && i < len(l.grant.Sides) {
 			grants = append(grants, gr{l.grant.T, l.grant.Sides[i], l.key})
+		} else if i >= 0 && l.call.Lease != 0 {
+			nested = append(nested, l.grant.T)
 		}
 	}
 	var vs []Violation
@@ -486,6 +492,9 @@ func (h *history) checkPhases(name string) []Violation {
 		// place expires the places of the waiters who could not renew
 		// them, and an expired writer's place lets the readers behind it go.
 		if h.serverFaultIn(e.T, end) {
+			continue
+		}
+		if slices.ContainsFunc(nested, func(t int64) bool { return t >= e.T && t <= end }) {
 			continue
 		}
 		i := sort.Search(len(grants), func(i int) bool { return grants[i].t > e.T })
