@@ -181,6 +181,11 @@ func (g *goredis) Refresh() {
 // PubSub opens a go-redis pub/sub connection: go-redis connects it on its
 // first subscription, and on a reconnect subscribes it again to its
 // channels, whose confirmations come as events.
+//
+// The receive loop starts with the first Subscribe, not before: go-redis's
+// loop connects as soon as it runs, and a cluster's sharded connection
+// made before it knows a channel goes to a random node, where every
+// SSUBSCRIBE is answered MOVED and never confirmed.
 func (g *goredis) PubSub(node string, sharded bool, events func(Event)) PubSub {
 	ctx := context.Background()
 	var ps *redis.PubSub
@@ -195,36 +200,46 @@ func (g *goredis) PubSub(node string, sharded bool, events func(Event)) PubSub {
 	default:
 		ps = g.rdb.Subscribe(ctx)
 	}
-	p := &goPubSub{ps: ps, sharded: sharded, done: make(chan struct{})}
-	msgs := ps.ChannelWithSubscriptions()
-	go func() {
-		defer close(p.done)
-		for m := range msgs {
-			switch m := m.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-					events(Event{Channel: m.Channel, Subscribed: true})
-				}
-			case *redis.Message:
-				events(Event{Channel: m.Channel, Payload: m.Payload})
-			}
-		}
-	}()
-	return p
+	return &goPubSub{ps: ps, sharded: sharded, events: events, done: make(chan struct{})}
 }
 
 // goPubSub is a go-redis pub/sub connection and its receive loop.
 type goPubSub struct {
 	ps      *redis.PubSub
 	sharded bool
+	events  func(Event)
+	start   sync.Once     // the receive loop, with the first Subscribe
 	done    chan struct{} // closed when the receive loop ends
 }
 
+func (p *goPubSub) receive() {
+	msgs := p.ps.ChannelWithSubscriptions()
+	go func() {
+		defer close(p.done)
+		for m := range msgs {
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+					p.events(Event{Channel: m.Channel, Subscribed: true})
+				}
+			case *redis.Message:
+				p.events(Event{Channel: m.Channel, Payload: m.Payload})
+			}
+		}
+	}()
+}
+
 func (p *goPubSub) Subscribe(ctx context.Context, channels ...string) error {
+	var err error
 	if p.sharded {
-		return p.ps.SSubscribe(ctx, channels...)
+		err = p.ps.SSubscribe(ctx, channels...)
+	} else {
+		err = p.ps.Subscribe(ctx, channels...)
 	}
-	return p.ps.Subscribe(ctx, channels...)
+	// go-redis remembers the channels even when err is not nil and
+	// subscribes them on its next connection.
+	p.start.Do(p.receive)
+	return err
 }
 
 func (p *goPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
@@ -236,6 +251,7 @@ func (p *goPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
 
 func (p *goPubSub) Close() error {
 	err := p.ps.Close()
+	p.start.Do(func() { close(p.done) }) // no loop was started
 	<-p.done
 	return err
 }

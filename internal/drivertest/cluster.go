@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -50,6 +51,7 @@ func runCluster(t *testing.T, newDriver func(t *testing.T, addrs []string) dlock
 		})
 	}
 	t.Run("ShardedPubSubOfSeveralSlots", func(t *testing.T) { testClusterPubSubSlots(t, d, c) })
+	t.Run("ShardedPubSubIdleBeforeSubscribe", func(t *testing.T) { testClusterPubSubIdle(t, d, c) })
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, d, false, "", c.Nodes(), channel(t)) })
 }
 
@@ -260,4 +262,30 @@ func testClusterPubSubSlots(t *testing.T, d dlock.Driver, c *redistest.Cluster) 
 		rec.await(t, 0, message(ch, "m"))
 	}
 	rec.check(t)
+}
+
+// testClusterPubSubIdle: a sharded pub/sub connection opened without a
+// node and left idle before its first Subscribe still subscribes on the
+// node of its channel. (go-redis's receive loop, started at once, used to
+// connect to a random node first, where SSUBSCRIBE is answered MOVED and
+// the subscription is never confirmed.)
+func testClusterPubSubIdle(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
+	ctx := context.Background()
+	for _, k := range keyPerMaster(t, c) {
+		rec := &recorder{}
+		ps := d.PubSub("", true, rec.event)
+		// Not a synchronisation: the window in which a driver that
+		// connects before it knows its channel would do so.
+		time.Sleep(100 * time.Millisecond)
+		if err := ps.Subscribe(ctx, k); err != nil {
+			_ = ps.Close()
+			t.Fatal(err)
+		}
+		rec.await(t, 0, subscribed(k))
+		if n := publish(t, d, true, k, "m"); n != 1 {
+			t.Errorf("SPUBLISH %s reached %d subscribers", k, n)
+		}
+		_ = ps.Close()
+		rec.check(t)
+	}
 }
