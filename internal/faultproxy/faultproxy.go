@@ -3,8 +3,9 @@
 //
 // Faults can be changed at any time and affect both live and new
 // connections: added latency on replies, a one-shot delayed reply, a
-// blackhole that silently drops traffic, abrupt connection resets and a
-// "down" mode that refuses service. Close stops every goroutine the proxy
+// blackhole that silently drops traffic, a stall that holds commands on
+// their way and delivers them later (after their client gave up), abrupt
+// connection resets and a "down" mode that refuses service. Close stops every goroutine the proxy
 // started before it returns.
 package faultproxy
 
@@ -84,6 +85,37 @@ func (p *Proxy) DelayNextReply(d time.Duration) { p.delayNext.Store(int64(d)) }
 // directions. Connections stay open, so clients see timeouts rather than
 // errors.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// Stall holds the client→server bytes of the connections open now for
+// which pick returns true (every one when pick is nil): they are kept, not
+// dropped, as a TCP path that stalls keeps them. Connections opened later
+// are not stalled. The returned deliver (safe to call more than once)
+// sends each stalled connection's held bytes to its server, in order, and
+// resumes forwarding. A client that closes its connection meanwhile does
+// not take the server side with it: the held bytes reach the server
+// anyway, after which the proxy half-closes it, reads and discards its
+// replies and closes. That is the late command: sent, given up on by its
+// client, and run by the server afterwards.
+func (p *Proxy) Stall(pick func() bool) (deliver func()) {
+	p.mu.Lock()
+	var stalled []*link
+	for l := range p.links {
+		if pick == nil || pick() {
+			stalled = append(stalled, l)
+		}
+	}
+	p.mu.Unlock()
+	for _, l := range stalled {
+		l.mu.Lock()
+		l.stalled = true
+		l.mu.Unlock()
+	}
+	return sync.OnceFunc(func() {
+		for _, l := range stalled {
+			l.deliver()
+		}
+	})
+}
 
 // ResetAll abruptly closes all current connections (with a TCP RST) on both
 // the client and the upstream side.
@@ -194,6 +226,58 @@ type link struct {
 	server net.Conn
 	done   chan struct{} // closed by close
 	once   sync.Once
+
+	mu      sync.Mutex // orders client→server writes with deliver
+	stalled bool       // client→server bytes are held
+	held    [][]byte   // what was held, in order
+	orphan  bool       // the client left while stalled: deliver, then close
+}
+
+// forward sends b to the server, or holds it while the link is stalled.
+func (l *link) forward(b []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stalled {
+		l.held = append(l.held, bytes.Clone(b))
+		return nil
+	}
+	_, err := l.server.Write(b)
+	return err
+}
+
+// deliver ends a stall: the held bytes go to the server in order. An
+// orphaned link's server side is then half-closed; the server runs what it
+// was sent, closes, and the link ends with it.
+func (l *link) deliver() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stalled = false
+	for _, b := range l.held {
+		if _, err := l.server.Write(b); err != nil {
+			break
+		}
+	}
+	l.held = nil
+	if l.orphan {
+		if tc, ok := l.server.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		} else {
+			l.server.Close()
+		}
+	}
+}
+
+// leave handles the client's side ending: the link closes, unless it is
+// stalled, in which case it lives on until deliver.
+func (l *link) leave() {
+	l.mu.Lock()
+	if l.stalled {
+		l.orphan = true
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.close(false)
 }
 
 // chunk is a piece of server→client data with the time it arrived.
@@ -229,13 +313,13 @@ func (l *link) clientToServer() {
 	for {
 		n, err := l.client.Read(buf)
 		if n > 0 && !l.p.blackhole.Load() {
-			if _, werr := l.server.Write(buf[:n]); werr != nil {
+			if werr := l.forward(buf[:n]); werr != nil {
 				l.close(true)
 				return
 			}
 		}
 		if err != nil {
-			l.close(false)
+			l.leave()
 			return
 		}
 	}
@@ -269,7 +353,9 @@ func (l *link) readServer(q chan<- chunk) {
 }
 
 // writeClient delivers queued chunks to the client once their delay has
-// passed, then closes the link when the queue ends.
+// passed, then closes the link when the queue ends. Once the client cannot
+// be written to, it discards the rest: an orphaned link's server is still
+// answering the commands delivered late.
 func (l *link) writeClient(q <-chan chunk) {
 	defer l.p.wg.Done()
 	defer l.close(false)
@@ -285,6 +371,8 @@ func (l *link) writeClient(q <-chan chunk) {
 			}
 		}
 		if _, err := l.client.Write(c.data); err != nil {
+			for range q {
+			}
 			return
 		}
 	}

@@ -347,3 +347,102 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	idle.Close()
 	goleak.VerifyNone(t, opt)
 }
+
+// A stalled command is not lost: its client gives up and closes, new
+// connections go through meanwhile, and deliver runs the command on the
+// server afterwards; the orphaned link then ends.
+func TestStallDeliversAfterTheClientLeft(t *testing.T) {
+	srv, p := setup(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := ctxT(t)
+
+	late := client(t, p, 100*time.Millisecond)
+	if err := late.Ping(ctx).Err(); err != nil { // a connection to stall
+		t.Fatal(err)
+	}
+	deliver := p.Stall(nil)
+	if err := late.Set(ctx, "k", "late", 0).Err(); !isTimeout(err) {
+		t.Fatalf("SET through a stalled connection: %v, want a timeout", err)
+	}
+	late.Close() // the client gave up and left
+
+	// A connection opened during the stall is not stalled.
+	fresh := client(t, p, time.Second)
+	if err := fresh.Set(ctx, "k", "fresh", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := admin.Get(ctx, "k").Result(); v != "fresh" {
+		t.Fatalf("before deliver k = %q, want fresh", v)
+	}
+	fresh.Close()
+
+	deliver()
+	deliver() // a second call changes nothing
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		v, _ := admin.Get(ctx, "k").Result()
+		if v == "late" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after deliver k = %q, want the late SET's value", v)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitConns(t, p, 0)
+}
+
+// Held bytes keep their order, and a stalled connection whose client
+// stays goes on after deliver with the replies of what was held.
+func TestStallKeepsOrder(t *testing.T) {
+	_, p := setup(t)
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("PING: %q, %v", s, err)
+	}
+	deliver := p.Stall(func() bool { return true })
+	c.send(t, "SET k 1")
+	c.send(t, "APPEND k 2")
+	c.send(t, "APPEND k 3")
+	if s, err := c.line(100 * time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a reply while stalled: %q, %v", s, err)
+	}
+	deliver()
+	c.r.Reset(c.Conn)
+	for _, want := range []string{"+OK", ":2", ":3"} {
+		if s, err := c.line(time.Second); err != nil || s != want {
+			t.Fatalf("reply %q, %v; want %q", s, err, want)
+		}
+	}
+	c.send(t, "GET k")
+	for _, want := range []string{"$3", "123"} {
+		if s, err := c.line(time.Second); err != nil || s != want {
+			t.Fatalf("GET: %q, %v; want %q", s, err, want)
+		}
+	}
+}
+
+// Close ends a link that is still stalled, its client gone.
+func TestCloseWhileStalled(t *testing.T) {
+	srv := redistest.StartT(t, redistest.Options{})
+	p, err := New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if _, err := c.line(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Stall(nil)
+	c.send(t, "PING")
+	c.Close()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Conns(); n != 0 {
+		t.Fatalf("Conns() = %d after Close", n)
+	}
+}
