@@ -131,6 +131,11 @@ var defaultFaults = map[string]int{
 	"handoff":  3, // a waiter's process SIGSTOPped past its place and TTL while the holder hands it the lock (or the leadership); a third party takes it
 	"waitstop": 1, // SIGSTOP of a worker with a Lock waiting, past that Lock's TTL and the queue TTL
 	"stall":    2, // DEBUG SLEEP, CLIENT PAUSE ALL or SIGSTOP of redis-server for 1-2 s
+	// Commands that arrive late (issue 23): the proxy in front of the
+	// server holds the bytes of some connections for 150 ms-3 s, their
+	// clients give up (and slot 2's go-redis re-sends on a new
+	// connection), then the held commands reach the server, in order.
+	"late": 3,
 }
 
 // weights parses "a=1,b=2" (or "a,b": weight 1 each; "none": empty) over

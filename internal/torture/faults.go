@@ -103,6 +103,21 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 		default:
 			return fmt.Sprintf("stall: redis-server SIGSTOP for %v", d), r.stopServer(d)
 		}
+	case "late":
+		d := logBetween(rng, 150*time.Millisecond, 3*time.Second)
+		stalled, open := 0, 0
+		deliver := r.proxy.Stall(func() bool {
+			open++
+			if rng.IntN(2) == 0 {
+				stalled++
+				return true
+			}
+			return false
+		})
+		time.Sleep(d)
+		deliver()
+		return fmt.Sprintf("late: %d of %d proxied connections stalled for %v, then their commands delivered",
+			stalled, open, d.Round(time.Millisecond)), nil
 	case "waitstop":
 		return r.waitStop(rng)
 	case "handoff":

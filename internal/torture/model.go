@@ -177,9 +177,11 @@ func cmpInt(a, b int64) int {
 }
 
 // isServerFault tells faults that hit redis-server (and so every client)
-// from those that hit one worker process or only pub/sub connections.
+// from those that hit one worker process or only pub/sub connections. A
+// "late" fault counts: the server does not hear from the stalled
+// connections' clients (their renewals, their places) while it lasts.
 func isServerFault(msg string) bool {
-	for _, p := range []string{"normal", "flush", "cpause", "spause", "restart", "stall"} {
+	for _, p := range []string{"normal", "flush", "cpause", "spause", "restart", "stall", "late"} {
 		if len(msg) >= len(p) && msg[:len(p)] == p {
 			return true
 		}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -45,7 +46,10 @@ type Result struct {
 type runner struct {
 	opts Options
 	srv  *redistest.Server
-	rec  *recorder
+	// proxy stands between redis-server and two of each worker's three
+	// go-redis clients; the "late" fault stalls its connections.
+	proxy *faultproxy.Proxy
+	rec   *recorder
 
 	mu         sync.Mutex
 	procs      []*proc // the current incarnation of each slot
@@ -75,13 +79,18 @@ func Run(opts Options) (*Result, error) {
 		return nil, err
 	}
 	defer srv.Close()
+	proxy, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
 	path := filepath.Join(opts.Dir, fmt.Sprintf("history-%d.jsonl", opts.Seed))
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r := &runner{opts: opts, srv: srv, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
+	r := &runner{opts: opts, srv: srv, proxy: proxy, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
 		procs: make([]*proc, opts.Workers), incs: make([]int, opts.Workers), start: now()}
 	defer r.rec.flush()
 	r.rec.add(Event{K: "start", W: "parent", Msg: fmt.Sprintf("seed %d, redis %s", opts.Seed, srv.Addr())})

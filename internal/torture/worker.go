@@ -26,6 +26,7 @@ type workerConfig struct {
 	ID         string         // incarnation, "w1.0"
 	Slot       int            // worker slot: names private to the process
 	Addr       string         // redis-server
+	ProxyAddr  string         // the fault proxy in front of it (the "late" fault)
 	Seed       uint64         // this incarnation's seed
 	Goroutines int            // driver goroutines
 	Weights    map[string]int // scenario weights
@@ -83,6 +84,13 @@ func WorkerMain(leaks func() error) int {
 	w := &worker{cfg: cfg, em: &emitter{w: os.Stdout, id: cfg.ID}}
 	for i := range 3 {
 		opt := &redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: i == 0}
+		if i != 1 && cfg.ProxyAddr != "" {
+			// Through the proxy: the "late" fault holds commands of
+			// these clients past their give-up (slot 0 gives up at the
+			// ctx's deadline, slot 2 at its short ReadTimeout and then
+			// re-sends) and delivers them afterwards.
+			opt.Addr = cfg.ProxyAddr
+		}
 		if i == 2 {
 			// go-redis's own re-sends: a stall (1-2 s) outlasts this
 			// ReadTimeout, and go-redis (MaxRetries at its default, 3)
