@@ -39,6 +39,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	links  map[*link]struct{}
+	stall  *stall // the Stall in effect, if any
 	down   bool
 	closed bool
 
@@ -86,35 +87,63 @@ func (p *Proxy) DelayNextReply(d time.Duration) { p.delayNext.Store(int64(d)) }
 // errors.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
 
-// Stall holds the client→server bytes of the connections open now for
-// which pick returns true (every one when pick is nil): they are kept, not
-// dropped, as a TCP path that stalls keeps them. Connections opened later
-// are not stalled. The returned deliver (safe to call more than once)
-// sends each stalled connection's held bytes to its server, in order, and
-// resumes forwarding. A client that closes its connection meanwhile does
-// not take the server side with it: the held bytes reach the server
-// anyway, after which the proxy half-closes it, reads and discards its
-// replies and closes. That is the late command: sent, given up on by its
-// client, and run by the server afterwards.
-func (p *Proxy) Stall(pick func() bool) (deliver func()) {
+// Stall holds the client→server bytes of the connections for which pick
+// returns true (every one when pick is nil), among those open now and
+// those opened until deliver: they are kept, not dropped, as a TCP path
+// that stalls keeps them. pick may be called from the proxy's goroutines.
+// The returned deliver (safe to call more than once) sends each stalled
+// connection's held bytes to its server, in order, and resumes
+// forwarding; connections are delivered one after another in the order
+// of order (their order of stalling when it is nil), as paths that recover
+// one by one. A client that closes its connection meanwhile does not take
+// the server side with it: the held bytes reach the server anyway, after
+// which the proxy half-closes it, reads and discards its replies and
+// closes. That is the late command: sent, given up on by its client (who
+// may have sent it again on another connection), and run by the server
+// afterwards. A second Stall before deliver takes over new connections.
+func (p *Proxy) Stall(pick func() bool, order func(n int, swap func(i, j int))) (deliver func()) {
+	if pick == nil {
+		pick = func() bool { return true }
+	}
+	s := &stall{pick: pick}
 	p.mu.Lock()
-	var stalled []*link
+	p.stall = s
 	for l := range p.links {
-		if pick == nil || pick() {
-			stalled = append(stalled, l)
-		}
+		s.take(l)
 	}
 	p.mu.Unlock()
-	for _, l := range stalled {
-		l.mu.Lock()
-		l.stalled = true
-		l.mu.Unlock()
-	}
 	return sync.OnceFunc(func() {
-		for _, l := range stalled {
+		p.mu.Lock()
+		if p.stall == s {
+			p.stall = nil
+		}
+		links := s.links
+		s.links = nil
+		p.mu.Unlock()
+		if order != nil {
+			order(len(links), func(i, j int) { links[i], links[j] = links[j], links[i] })
+		}
+		for _, l := range links {
 			l.deliver()
 		}
 	})
+}
+
+// stall is one Stall in effect: its pick and the links it holds.
+type stall struct {
+	pick  func() bool
+	links []*link // guarded by Proxy.mu
+}
+
+// take stalls l if pick says so; the caller holds Proxy.mu.
+func (s *stall) take(l *link) {
+	if !s.pick() {
+		return
+	}
+	l.mu.Lock()
+	l.stalled = true
+	l.mu.Unlock()
+	s.links = append(s.links, l)
 }
 
 // ResetAll abruptly closes all current connections (with a TCP RST) on both
@@ -210,6 +239,9 @@ func (p *Proxy) handle(client net.Conn) {
 		return
 	}
 	p.links[l] = struct{}{}
+	if p.stall != nil {
+		p.stall.take(l)
+	}
 	p.wg.Add(3)
 	p.mu.Unlock()
 

@@ -361,13 +361,14 @@ func TestStallDeliversAfterTheClientLeft(t *testing.T) {
 	if err := late.Ping(ctx).Err(); err != nil { // a connection to stall
 		t.Fatal(err)
 	}
-	deliver := p.Stall(nil)
+	picks := 0 // only the first connection is stalled
+	deliver := p.Stall(func() bool { picks++; return picks == 1 }, nil)
 	if err := late.Set(ctx, "k", "late", 0).Err(); !isTimeout(err) {
 		t.Fatalf("SET through a stalled connection: %v, want a timeout", err)
 	}
 	late.Close() // the client gave up and left
 
-	// A connection opened during the stall is not stalled.
+	// A connection opened during the stall that pick leaves out goes on.
 	fresh := client(t, p, time.Second)
 	if err := fresh.Set(ctx, "k", "fresh", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -402,7 +403,7 @@ func TestStallKeepsOrder(t *testing.T) {
 	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
 		t.Fatalf("PING: %q, %v", s, err)
 	}
-	deliver := p.Stall(func() bool { return true })
+	deliver := p.Stall(func() bool { return true }, nil)
 	c.send(t, "SET k 1")
 	c.send(t, "APPEND k 2")
 	c.send(t, "APPEND k 3")
@@ -436,7 +437,7 @@ func TestCloseWhileStalled(t *testing.T) {
 	if _, err := c.line(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	p.Stall(nil)
+	p.Stall(nil, nil)
 	c.send(t, "PING")
 	c.Close()
 	if err := p.Close(); err != nil {
@@ -444,5 +445,27 @@ func TestCloseWhileStalled(t *testing.T) {
 	}
 	if n := p.Conns(); n != 0 {
 		t.Fatalf("Conns() = %d after Close", n)
+	}
+}
+
+// A connection opened during a stall is stalled too when pick says so.
+func TestStallTakesNewConnections(t *testing.T) {
+	_, p := setup(t)
+	deliver := p.Stall(nil, nil)
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if s, err := c.line(100 * time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a reply on a connection opened during the stall: %q, %v", s, err)
+	}
+	deliver()
+	c.r.Reset(c.Conn)
+	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("after deliver: %q, %v", s, err)
+	}
+	// After deliver, new connections are not stalled.
+	d := dialRaw(t, p.Addr())
+	d.send(t, "PING")
+	if s, err := d.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("a connection after deliver: %q, %v", s, err)
 	}
 }

@@ -50,8 +50,37 @@ func (g *gor) extendRace(ctx context.Context) {
 		if !g.work(ctx, h, between(g.rng, long/3, long/2)) {
 			break
 		}
+		if g.rng.IntN(2) == 0 && !g.extendGivenUp(ctx, h, short) {
+			break
+		}
 	}
 	g.release(h, relNormal)
+}
+
+// extendGivenUp (issue 23, finding 3) lengthens the lease to 1.5-3 s
+// (renewed every 0.5-1 s from then on), then, 3-8 times, asks for a much
+// shorter one with a ctx short enough to give up on, lengthens it again
+// and keeps working while the lease says held: an Extend that fails
+// leaves the lease as it was, and a late copy landing after the give-up
+// (a "late" fault) must not cut the lease behind the holder's back
+// (contenders on the name would take it within ms).
+func (g *gor) extendGivenUp(ctx context.Context, h *held, short time.Duration) bool {
+	big := between(g.rng, 1500*time.Millisecond, 3*time.Second)
+	for range 3 + g.rng.IntN(6) {
+		if !g.extendOK(ctx, h, big) || !g.work(ctx, h, between(g.rng, 0, 20*time.Millisecond)) {
+			return false
+		}
+		ectx, cancel := context.WithTimeout(ctx, logBetween(g.rng, 2*time.Millisecond, 300*time.Millisecond))
+		err := g.extend(ectx, h, between(g.rng, 20*time.Millisecond, short))
+		cancel()
+		if err != nil && !g.believe(h) {
+			return false
+		}
+		if !g.work(ctx, h, between(g.rng, 50*time.Millisecond, 300*time.Millisecond)) {
+			return false
+		}
+	}
+	return true
 }
 
 // extendOK extends h and reports whether it is still held.

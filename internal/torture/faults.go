@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -104,20 +105,33 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 			return fmt.Sprintf("stall: redis-server SIGSTOP for %v", d), r.stopServer(d)
 		}
 	case "late":
+		// One worker's path stalls: all its proxied connections (open or
+		// opened meanwhile), or half of them, picked at random; they
+		// recover one by one, in a random order.
+		slot := rng.IntN(len(r.proxies))
 		d := logBetween(rng, 150*time.Millisecond, 3*time.Second)
-		stalled, open := 0, 0
-		deliver := r.proxy.Stall(func() bool {
-			open++
-			if rng.IntN(2) == 0 {
+		half := rng.IntN(2) == 0
+		// pick runs on the proxy's goroutines too: its own generator,
+		// behind a lock.
+		var mu sync.Mutex
+		prng := rand.New(rand.NewPCG(rng.Uint64(), 0x1a7e))
+		stalled, seen := 0, 0
+		deliver := r.proxies[slot].Stall(func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			seen++
+			if !half || prng.IntN(2) == 0 {
 				stalled++
 				return true
 			}
 			return false
-		})
+		}, prng.Shuffle)
 		time.Sleep(d)
 		deliver()
-		return fmt.Sprintf("late: %d of %d proxied connections stalled for %v, then their commands delivered",
-			stalled, open, d.Round(time.Millisecond)), nil
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("late: %d of %d proxied connections of worker slot %d (open or opened meanwhile) stalled for %v, then their commands delivered",
+			stalled, seen, slot, d.Round(time.Millisecond)), nil
 	case "waitstop":
 		return r.waitStop(rng)
 	case "handoff":

@@ -34,7 +34,7 @@ type proc struct {
 // spawn starts worker incarnation inc of slot, re-executing the test
 // binary; its events go to rec.
 func (r *runner) spawn(slot, inc int) (*proc, error) {
-	cfg := workerConfig{ID: fmt.Sprintf("w%d.%d", slot, inc), Slot: slot, Addr: r.srv.Addr(), ProxyAddr: r.proxy.Addr(),
+	cfg := workerConfig{ID: fmt.Sprintf("w%d.%d", slot, inc), Slot: slot, Addr: r.srv.Addr(), ProxyAddr: r.proxies[slot].Addr(),
 		Seed: r.opts.Seed*1000003 + uint64(slot)*7919 + uint64(inc), Goroutines: r.opts.Goroutines,
 		Weights: r.opts.Weights}
 	b, _ := json.Marshal(cfg)

@@ -46,9 +46,10 @@ type Result struct {
 type runner struct {
 	opts Options
 	srv  *redistest.Server
-	// proxy stands between redis-server and two of each worker's three
-	// go-redis clients; the "late" fault stalls its connections.
-	proxy *faultproxy.Proxy
+	// proxies stand between redis-server and two of each worker's three
+	// go-redis clients, one per worker slot (a host's network path); the
+	// "late" fault stalls one's connections.
+	proxies []*faultproxy.Proxy
 	rec   *recorder
 
 	mu         sync.Mutex
@@ -79,18 +80,26 @@ func Run(opts Options) (*Result, error) {
 		return nil, err
 	}
 	defer srv.Close()
-	proxy, err := faultproxy.New(srv.Addr())
-	if err != nil {
-		return nil, err
+	var proxies []*faultproxy.Proxy
+	defer func() {
+		for _, p := range proxies {
+			p.Close()
+		}
+	}()
+	for range opts.Workers {
+		p, err := faultproxy.New(srv.Addr())
+		if err != nil {
+			return nil, err
+		}
+		proxies = append(proxies, p)
 	}
-	defer proxy.Close()
 	path := filepath.Join(opts.Dir, fmt.Sprintf("history-%d.jsonl", opts.Seed))
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r := &runner{opts: opts, srv: srv, proxy: proxy, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
+	r := &runner{opts: opts, srv: srv, proxies: proxies, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
 		procs: make([]*proc, opts.Workers), incs: make([]int, opts.Workers), start: now()}
 	defer r.rec.flush()
 	r.rec.add(Event{K: "start", W: "parent", Msg: fmt.Sprintf("seed %d, redis %s", opts.Seed, srv.Addr())})
