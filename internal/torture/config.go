@@ -20,6 +20,8 @@ var (
 	rwNames    = []string{"rw0", "rw1"}
 	semNames   = []string{"s0", "s1"}
 	elecNames  = []string{"e0", "e1"} // elections: short and long leases, every operation
+	// quorumNames are RedLock Mutexes on the quorum nodes (issue 23).
+	quorumNames = []string{"q0", "q1"}
 )
 
 // rwStreamName is the RWMutex of the rwstream scenario.
@@ -69,6 +71,8 @@ func lockKind(name string) string {
 		return "sem"
 	case strings.HasPrefix(name, "e"): // e0, e1, and the handoff fault's ehK
 		return "election"
+	case strings.HasPrefix(name, "q"):
+		return "quorum"
 	}
 	return "?"
 }
@@ -82,6 +86,7 @@ func allNames(slots, goroutines int) []string {
 	out = append(out, rwNames...)
 	out = append(out, semNames...)
 	out = append(out, elecNames...)
+	out = append(out, quorumNames...)
 	out = append(out, rwStreamName)
 	for s := range slots {
 		for g := range goroutines {
@@ -107,6 +112,7 @@ var defaultWeights = map[string]int{
 	"nested":      8,  // holds nested through a lease's context on every primitive, released in any order (issue 23)
 	"mixedopts":   6,  // per-call QueueTTL/TTL/WithLease mixed on one name; FairMutex arrival-order rounds (issue 23)
 	"latch":       4,  // latches reused across phases: TrySetCount, CountDown(Once) retried, Wait (issue 23)
+	"redlock":     6,  // RedLock Mutexes on 3 quorum nodes, through proxies qpart cuts; qrestart restarts a node empty (issue 23)
 	// rwstream is a switch, not a weight: > 0 starts, in every worker, a
 	// stream of RWMutex writers and readers looping on one name beside
 	// the driver goroutines (2 writers and 4 readers with 3 workers).
@@ -136,6 +142,13 @@ var defaultFaults = map[string]int{
 	// clients give up (and slot 2's go-redis re-sends on a new
 	// connection), then the held commands reach the server, in order.
 	"late": 3,
+	// The RedLock world (issue 23, finding 8): a quorum node cut off
+	// from some workers, or killed, kept out past every quorum TTL (the
+	// delayed-restart rule) and restarted empty. Either may outlast the
+	// faults after it, so partitions and restarts overlap.
+	"qpart":    2,
+	"qrestart": 1,
+	"qsplit":   1, // the finding's order, scripted: a cut, c cut, b restarted empty, a back, c back
 }
 
 // weights parses "a=1,b=2" (or "a,b": weight 1 each; "none": empty) over

@@ -26,6 +26,7 @@ const (
 func (r *runner) inject(ctx context.Context, rng *rand.Rand) {
 	admin := r.srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 	defer admin.Close()
+	defer r.quorum.settle() // partitions healed, nodes back
 	for {
 		sleepCtx(ctx, between(rng, faultGapMin, faultGapMax))
 		if ctx.Err() != nil {
@@ -35,7 +36,7 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand) {
 		if kind == "" {
 			continue
 		}
-		if dl, ok := ctx.Deadline(); ok && kind == "handoff" && time.Until(dl) < 5*time.Second {
+		if dl, ok := ctx.Deadline(); ok && (kind == "handoff" && time.Until(dl) < 5*time.Second || kind == "qsplit" && time.Until(dl) < 12*time.Second) {
 			continue // a round takes up to ~5 s; the run would end late
 		}
 		t0 := now()
@@ -132,6 +133,10 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 		defer mu.Unlock()
 		return fmt.Sprintf("late: %d of %d proxied connections of worker slot %d (open or opened meanwhile) stalled for %v, then their commands delivered",
 			stalled, seen, slot, d.Round(time.Millisecond)), nil
+	case "qsplit":
+		return r.qsplit(rng)
+	case "qpart", "qrestart":
+		return r.quorumFault(kind, rng)
 	case "waitstop":
 		return r.waitStop(rng)
 	case "handoff":

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
+	"github.com/redis/go-redis/v9"
 )
 
 // probe takes every name once the workers are quiet (alive, their Clients
@@ -25,6 +26,19 @@ func (r *runner) probe(h *history) []Violation {
 		return []Violation{{Kind: "process", T: now(), Msg: fmt.Sprintf("probe: dlock.New: %v", err)}}
 	}
 	defer c.Close()
+	// The RedLock names, on the quorum nodes directly (the partitions
+	// have healed).
+	var qnodes []*redis.Client
+	for _, n := range r.quorum.nodes {
+		qn := n.Client()
+		defer qn.Close()
+		qnodes = append(qnodes, qn)
+	}
+	qc, err := dlock.NewQuorum(qnodes, dlock.WithPrefix(prefix))
+	if err != nil {
+		return []Violation{{Kind: "process", T: now(), Msg: fmt.Sprintf("probe: dlock.NewQuorum: %v", err)}}
+	}
+	defer qc.Close()
 	var (
 		mu  sync.Mutex
 		vs  []Violation
@@ -40,7 +54,11 @@ func (r *runner) probe(h *history) []Violation {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if v := r.probeOne(c, name, op, deadline, last, h); v != nil {
+			pc := c
+			if lockKind(name) == "quorum" {
+				pc = qc
+			}
+			if v := r.probeOne(pc, name, op, deadline, last, h); v != nil {
 				mu.Lock()
 				vs = append(vs, *v)
 				mu.Unlock()

@@ -35,7 +35,8 @@ type proc struct {
 // binary; its events go to rec.
 func (r *runner) spawn(slot, inc int) (*proc, error) {
 	cfg := workerConfig{ID: fmt.Sprintf("w%d.%d", slot, inc), Slot: slot, Addr: r.srv.Addr(), ProxyAddr: r.proxies[slot].Addr(),
-		Seed: r.opts.Seed*1000003 + uint64(slot)*7919 + uint64(inc), Goroutines: r.opts.Goroutines,
+		QuorumAddrs: r.quorum.addrs(slot),
+		Seed:        r.opts.Seed*1000003 + uint64(slot)*7919 + uint64(inc), Goroutines: r.opts.Goroutines,
 		Weights: r.opts.Weights}
 	b, _ := json.Marshal(cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -50,7 +50,8 @@ type runner struct {
 	// go-redis clients, one per worker slot (a host's network path); the
 	// "late" fault stalls one's connections.
 	proxies []*faultproxy.Proxy
-	rec   *recorder
+	quorum  *quorumWorld // the RedLock nodes
+	rec     *recorder
 
 	mu         sync.Mutex
 	procs      []*proc // the current incarnation of each slot
@@ -86,6 +87,11 @@ func Run(opts Options) (*Result, error) {
 			p.Close()
 		}
 	}()
+	quorum, err := startQuorum(opts.Workers)
+	if err != nil {
+		return nil, err
+	}
+	defer quorum.close()
 	for range opts.Workers {
 		p, err := faultproxy.New(srv.Addr())
 		if err != nil {
@@ -99,7 +105,7 @@ func Run(opts Options) (*Result, error) {
 		return nil, err
 	}
 	defer f.Close()
-	r := &runner{opts: opts, srv: srv, proxies: proxies, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
+	r := &runner{opts: opts, srv: srv, proxies: proxies, quorum: quorum, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
 		procs: make([]*proc, opts.Workers), incs: make([]int, opts.Workers), start: now()}
 	defer r.rec.flush()
 	r.rec.add(Event{K: "start", W: "parent", Msg: fmt.Sprintf("seed %d, redis %s", opts.Seed, srv.Addr())})

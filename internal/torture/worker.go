@@ -23,13 +23,16 @@ const EnvWorker = "DLOCK_TORTURE_WORKER"
 
 // workerConfig is what the parent tells a worker process.
 type workerConfig struct {
-	ID         string         // incarnation, "w1.0"
-	Slot       int            // worker slot: names private to the process
-	Addr       string         // redis-server
-	ProxyAddr  string         // the fault proxy in front of it (the "late" fault)
-	Seed       uint64         // this incarnation's seed
-	Goroutines int            // driver goroutines
-	Weights    map[string]int // scenario weights
+	ID        string // incarnation, "w1.0"
+	Slot      int    // worker slot: names private to the process
+	Addr      string // redis-server
+	ProxyAddr string // the fault proxy in front of it (the "late" fault)
+	// QuorumAddrs: the RedLock nodes, each through a proxy of this
+	// worker's that the qpart fault can cut.
+	QuorumAddrs []string
+	Seed        uint64         // this incarnation's seed
+	Goroutines  int            // driver goroutines
+	Weights     map[string]int // scenario weights
 }
 
 // worker is one worker process.
@@ -48,6 +51,9 @@ type worker struct {
 	privates atomic.Int64
 	// nextReopen is when a Client may be closed next (unix ns).
 	nextReopen atomic.Int64
+	// quorum is the RedLock Client on the quorum nodes, and its nodes.
+	quorum *dlock.Client
+	qnodes []*redis.Client
 }
 
 // slot is a go-redis client with the dlock Client currently made on it;
@@ -104,6 +110,18 @@ func WorkerMain(leaks func() error) int {
 			return 2
 		}
 		w.slots = append(w.slots, &slot{idx: i, rdb: rdb, c: c})
+	}
+
+	if len(cfg.QuorumAddrs) > 0 {
+		for _, a := range cfg.QuorumAddrs {
+			w.qnodes = append(w.qnodes, redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true}))
+		}
+		q, err := dlock.NewQuorum(w.qnodes, dlock.WithPrefix(prefix))
+		if err != nil {
+			stderrf("torture worker: dlock.NewQuorum: %v", err)
+			return 2
+		}
+		w.quorum = q
 	}
 
 	cmds := make(chan string)
@@ -175,6 +193,12 @@ func WorkerMain(leaks func() error) int {
 		_ = c.Close()
 		_ = s.rdb.Close()
 		envdriver.Forget(s.rdb)
+	}
+	if w.quorum != nil {
+		_ = w.quorum.Close()
+	}
+	for _, n := range w.qnodes {
+		_ = n.Close()
 	}
 	if err := leaks(); err != nil {
 		stderrf("torture worker %s: goroutines left behind: %v", cfg.ID, err)
@@ -258,6 +282,8 @@ func (g *gor) run(ctx context.Context) {
 			g.mixedOpts(ctx)
 		case "latch":
 			g.latchPhases(ctx)
+		case "redlock":
+			g.redlock(ctx)
 		default:
 			sleepCtx(ctx, 50*time.Millisecond)
 		}
