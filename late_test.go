@@ -324,44 +324,78 @@ func TestLateAcquireAfterUndoTakesNothing(t *testing.T) {
 
 // An Unlock that go-redis sends twice (its reply lost, the server runs
 // both copies) reports the release it made, not ErrNotHeld: alone, and
-// when the release hands the lock to a waiter (which moves the fence on).
+// when the release hands the lock to a waiter (which moves the fence on),
+// on every kind of hold (unlock.lua's fence and receipt; rw_unlock.lua's
+// and sem_release.lua's receipt).
 func TestUnlockSentTwiceReportsDone(t *testing.T) {
 	ctx := context.Background()
-	for _, waiter := range []bool{false, true} {
-		t.Run(fmt.Sprintf("waiter=%v", waiter), func(t *testing.T) {
-			c, d := lateClient(t)
-			name := lockName(t)
-			unlock(t, mustLock(t, c.Mutex(name), ctx)) // the server has the scripts
-			l := mustLock(t, c.Mutex(name), ctx)
-			got := make(chan error, 1)
-			if waiter {
-				other := client(t)
-				go func() {
-					bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
-					defer cancel()
-					w, err := other.Mutex(name).Lock(bounded)
-					if err == nil {
-						err = w.Unlock(ctx)
-					}
-					got <- err
-				}()
-				waitFor(t, "the waiter queued", func() bool {
-					n, _ := newRedis(t, srv).ZCard(ctx, keysOf(name).Lock+":queue").Result()
-					return n == 1
-				})
-			}
-			d.mu.Lock()
-			d.twice = true
-			d.mu.Unlock()
-			d.hold(l.Token(), "0") // the final release
-			if err := l.Unlock(ctx); err != nil {
-				t.Fatalf("Unlock sent twice: %v", err)
-			}
-			if waiter {
-				if err := <-got; err != nil {
+	type kind struct {
+		take  func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error)
+		queue string // the waiters' queue key, after the lock key
+	}
+	kinds := map[string]kind{
+		"Mutex": {func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.Mutex(name).Lock(ctx)
+		}, ":queue"},
+		"Semaphore": {func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.Semaphore(name, 1).Acquire(ctx, 1)
+		}, ":sem:queue"},
+		"RWMutex.read": {func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.RWMutex(name).RLock(ctx)
+		}, ":rw:queue"},
+		"RWMutex.write": {func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.RWMutex(name).Lock(ctx)
+		}, ":rw:queue"},
+	}
+	for kn, k := range kinds {
+		for _, waiter := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/waiter=%v", kn, waiter), func(t *testing.T) {
+				c, d := lateClient(t)
+				name := lockName(t)
+				first, err := k.take(ctx, c, name) // the server has the scripts
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-		})
+				unlock(t, first)
+				l, err := k.take(ctx, c, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				if waiter {
+					other := client(t)
+					go func() {
+						bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+						defer cancel()
+						// A writer waits for a read hold too.
+						take := k.take
+						if kn == "RWMutex.read" {
+							take = kinds["RWMutex.write"].take
+						}
+						w, err := take(bounded, other, name)
+						if err == nil {
+							err = w.Unlock(ctx)
+						}
+						got <- err
+					}()
+					waitFor(t, "the waiter queued", func() bool {
+						n, _ := newRedis(t, srv).ZCard(ctx, keysOf(name).Lock+k.queue).Result()
+						return n == 1
+					})
+				}
+				d.mu.Lock()
+				d.twice = true
+				d.mu.Unlock()
+				d.hold(l.Token(), "0") // the final release
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatalf("Unlock sent twice: %v", err)
+				}
+				if waiter {
+					if err := <-got; err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

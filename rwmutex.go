@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -199,4 +200,11 @@ func (p rwProto) ttl(token string) op {
 
 func (rwProto) ordered() bool { return true }
 
-func (p rwProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }
+// free is the final release with its receipt (rw_unlock.lua, ARGV[7]): a
+// copy sent again reports done.
+func (p rwProto) free(token string, _ int64, ttl time.Duration) op {
+	c := p.release(token, 0, 0).(call)
+	c.keys = append(slices.Clone(c.keys), p.k.dead)
+	c.args = append(c.args, max(ttl, minTTL).Milliseconds())
+	return c
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -196,4 +197,11 @@ func (p semProto) ttl(token string) op {
 
 func (semProto) ordered() bool { return true }
 
-func (p semProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }
+// free is the final release with its receipt (sem_release.lua, ARGV[5]):
+// a copy sent again reports done.
+func (p semProto) free(token string, _ int64, ttl time.Duration) op {
+	c := p.release(token, 0, 0).(call)
+	c.keys = append(slices.Clone(c.keys), p.k.dead)
+	c.args = append(c.args, max(ttl, minTTL).Milliseconds())
+	return c
+}

@@ -30,6 +30,13 @@ local function stretch(key, ttl)
   end
 end
 
+-- receipt leaves token in dead (bury.lua's set) for ttl ms: the proof,
+-- for a copy of its release sent again, that the release ran.
+local function receipt(dead, token, ttl)
+  redis.call('ZADD', dead, now_ms() + tonumber(ttl), token)
+  stretch(dead, ttl)
+end
+
 -- in_order puts a command of one hold in the hold's sequence (hold.go,
 -- "Late commands"): every command that changes a hold after it was taken
 -- (renewal, Extend, re-entry, an inner unlock, Proclaim) carries seq, one

@@ -10,6 +10,12 @@
 -- ARGV[4]  channel base, ARGV[5] publish command (PUBLISH or SPUBLISH)
 -- ARGV[6]  n >= 1 only: the call's place in the hold's sequence (in_order
 --          in lib_queue.lua): a late inner unlock changes nothing
+-- ARGV[7]  n = 0, optional: the hold's lease TTL in milliseconds, with
+-- KEYS[7]  dead (bury.lua): the release leaves its token there as a
+--          receipt, and a copy of it sent again (go-redis re-sends a call
+--          whose reply it lost; the server runs both) that finds the hold
+--          gone and the receipt there answers done, not -1. Only this
+--          token's own release writes its receipt, so done is the truth.
 --
 -- Returns  1 done, -1 the caller holds nothing, -4 STALE (n >= 1: a later
 --          command of the hold ran; nothing changed)
@@ -24,7 +30,13 @@
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local field = side .. ':' .. tok
 if redis.call('HEXISTS', lock, field) == 0 then
+  if ARGV[7] and redis.call('ZSCORE', KEYS[7], tok) then
+    return 1 -- this release, sent again: it ran
+  end
   return NOT_HELD
+end
+if ARGV[7] then
+  receipt(KEYS[7], tok, ARGV[7])
 end
 if tonumber(ARGV[3]) > 0 then
   if set_count(lock, field, tok, ARGV[3], ARGV[6]) == STALE then

@@ -8,12 +8,21 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  holds to leave (permits are not re-entrant: always 0)
 -- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
+-- ARGV[5]  optional: the hold's lease TTL in milliseconds, with
+-- KEYS[6]  dead (bury.lua): the receipt of the release, as in
+--          rw_unlock.lua: a copy sent again answers done, not -1
 --
 -- Returns  1 done, -1 the caller holds nothing
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
+  if ARGV[5] and redis.call('ZSCORE', KEYS[6], ARGV[1]) then
+    return 1 -- this release, sent again: it ran
+  end
   return NOT_HELD
+end
+if ARGV[5] then
+  receipt(KEYS[6], ARGV[1], ARGV[5])
 end
 drop(KEYS[1], KEYS[2], ARGV[1])
 local free = tonumber(redis.call('GET', KEYS[3]) or '0') - used(KEYS[1])

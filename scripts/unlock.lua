@@ -76,8 +76,7 @@ end
 redis.call('DEL', KEYS[1])
 if ARGV[8] then
   -- the receipt: the hand-off below INCRs the fence
-  redis.call('ZADD', KEYS[5], now_ms() + tonumber(ARGV[9]), ARGV[1])
-  stretch(KEYS[5], ARGV[9])
+  receipt(KEYS[5], ARGV[1], ARGV[9])
 end
 hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1])
 if ARGV[6] ~= '' then
