@@ -125,7 +125,10 @@ type Reply struct {
 // library's own error.
 type ErrorReply struct{ Err error }
 
+// Error returns the server's error message.
 func (e *ErrorReply) Error() string { return e.Err.Error() }
+
+// Unwrap returns the client library's error.
 func (e *ErrorReply) Unwrap() error { return e.Err }
 
 // errNil is what a Reply's accessors return for a nil reply.

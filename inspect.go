@@ -21,12 +21,13 @@ import (
 // one kind (one lock, one queue).
 type Kind string
 
+// The kinds, as Inspect and Locks report them.
 const (
-	KindMutex     Kind = "mutex"
-	KindRWMutex   Kind = "rwmutex"
-	KindSemaphore Kind = "semaphore"
-	KindLatch     Kind = "latch"
-	KindElection  Kind = "election"
+	KindMutex     Kind = "mutex"     // Mutex and FairMutex
+	KindRWMutex   Kind = "rwmutex"   // RWMutex
+	KindSemaphore Kind = "semaphore" // Semaphore
+	KindLatch     Kind = "latch"     // Latch
+	KindElection  Kind = "election"  // Election
 )
 
 // kinds maps a Kind to its key layout.

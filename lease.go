@@ -151,17 +151,6 @@ func leaseFrom(ctx context.Context, c *Client, lock string, s side) *Lease {
 // It returns an error matching ErrNotHeld when the lease had already ended:
 // unlocked before (the error also matches ErrUnlocked), or lost (it matches
 // ErrLeaseLost; the lock is then released if this owner still has it).
-
-// Extend sets the lease's time to live to d from now, as one round trip;
-// a lease renewed by the watchdog keeps d as its TTL from then on. It
-// returns an error matching ErrNotHeld when the lease has ended or the
-// lock is no longer this owner's (the lease is then lost), ErrInvalidArgument
-// when d is below 1 ms, and a wrapped Redis error otherwise.
-
-// TTL returns how long the lock has left before it expires, as the server
-// sees it. It returns an error matching ErrNotHeld when the lease has
-// ended or the lock is no longer this owner's (the lease is then lost).
-
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -177,6 +166,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return err
 }
 
+// Extend sets the lease's time to live to d from now, as one round trip;
+// a lease renewed by the watchdog keeps d as its TTL from then on. It
+// returns an error matching ErrNotHeld when the lease has ended or the
+// lock is no longer this owner's (the lease is then lost), ErrInvalidArgument
+// when d is below 1 ms, and a wrapped Redis error otherwise.
 func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -187,6 +181,9 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	return l.of.extend(ctx, l, d)
 }
 
+// TTL returns how long the lock has left before it expires, as the server
+// sees it. It returns an error matching ErrNotHeld when the lease has
+// ended or the lock is no longer this owner's (the lease is then lost).
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, invalid("nil context")

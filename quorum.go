@@ -129,6 +129,7 @@ type NodeError struct {
 	Err  error
 }
 
+// Error says which node failed and how.
 func (e NodeError) Error() string { return fmt.Sprintf("node %d: %v", e.Node, e.Err) }
 
 // Unwrap returns the node's error.
@@ -145,6 +146,7 @@ type QuorumError struct {
 	Failing []NodeError
 }
 
+// Error says what the quorum call did and why each failing node failed.
 func (e *QuorumError) Error() string {
 	parts := make([]string, len(e.Failing))
 	for i, n := range e.Failing {
