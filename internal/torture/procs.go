@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unique"
 )
 
 // proc is one worker process (one incarnation of a worker slot).
@@ -77,6 +78,7 @@ func (r *runner) read(p *proc, out io.Reader) {
 			continue
 		}
 		e.W = p.id
+		intern(&e)
 		r.rec.addRaw(e, sc.Bytes())
 		if e.K == kQuiet && !quiet {
 			quiet = true
@@ -160,4 +162,20 @@ func (b *tailBuffer) String() string {
 		return string(b.head) + "\n[…]\n" + string(b.buf)
 	}
 	return string(b.buf)
+}
+
+// intern makes the strings that events repeat (kinds, clients, scenarios,
+// names, sides, error classes) share one copy: a soak keeps millions of
+// events in memory.
+func intern(e *Event) {
+	e.K = unique.Make(e.K).Value()
+	e.Client = unique.Make(e.Client).Value()
+	e.Scn = unique.Make(e.Scn).Value()
+	e.EK = unique.Make(e.EK).Value()
+	for i, n := range e.Names {
+		e.Names[i] = unique.Make(n).Value()
+	}
+	for i, s := range e.Sides {
+		e.Sides[i] = unique.Make(s).Value()
+	}
 }

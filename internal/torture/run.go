@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -75,6 +76,10 @@ func (r *runner) rel(t int64) string { return fmt.Sprintf("+%.3fs", float64(t-r.
 // worker processes, injects faults for opts.Duration, stops the workers,
 // probes every name, and checks the history.
 func Run(opts Options) (*Result, error) {
+	// A soak keeps millions of events, and the checks index them: ask the
+	// collector to keep the heap (the race detector's shadow grows with
+	// it) near what is live rather than twice that.
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(4 << 30))
 	// DEBUG SLEEP (the stall fault) needs the DEBUG command.
 	srv, err := redistest.Start(redistest.Options{AOF: true, Args: []string{"--enable-debug-command", "local"}})
 	if err != nil {
@@ -180,7 +185,7 @@ func Run(opts Options) (*Result, error) {
 		}
 	}
 
-	events := r.rec.snapshot()
+	events := r.rec.take()
 	h := index(events, r.start, stop)
 	vs = append(vs, h.check()...)
 	slices.SortStableFunc(vs, func(a, b Violation) int { return cmpInt(a.T, b.T) })
@@ -295,6 +300,22 @@ func (r *recorder) snapshot() []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := slices.Clone(r.events)
+	for _, e := range r.tries {
+		out = append(out, e)
+	}
+	for _, e := range r.beliefs {
+		out = append(out, e)
+	}
+	return out
+}
+
+// take is snapshot for the last reader: the recorded events without a
+// copy (a soak keeps millions); nothing may be added after it.
+func (r *recorder) take() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.events
+	r.events = nil
 	for _, e := range r.tries {
 		out = append(out, e)
 	}
