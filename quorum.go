@@ -300,11 +300,14 @@ func (q *quorum) giveBack(ctx context.Context, c *Client, t tally, mk func(node 
 //
 //   - After a majority granted, every node that answered (granting or
 //     not) is raised to the highest granted value (a second round trip).
-//     If a majority of those that answer are marked, the fence is the
-//     highest counter among the answers (plus one when it is above every
-//     granted value: that one may have been issued), written back to
-//     every node that answered, which marks the unmarked ones (a third
-//     round trip, only then).
+//     If a majority of those that answer are marked, the fence is above
+//     every counter that may have been issued: at least the highest
+//     granted value (each granting node INCRed for it, so it is above
+//     every fence that node had seen), and above the counter of every
+//     node that answered without granting (its counter may be a fence
+//     issued, and it did not move past it). It is written back to every
+//     node that answered, which marks the unmarked ones (a third round
+//     trip, only then).
 //   - If no node that answers is marked and every node answers, the
 //     deployment is new (or lost every node at once): the same, marking
 //     them all.
@@ -316,7 +319,12 @@ func (q *quorum) giveBack(ctx context.Context, c *Client, t tally, mk func(node 
 // never loses its state at once: every fence F issued was written to a
 // majority M_F, all marked once the write-back returned. A later fence G
 // is decided from a majority of marked nodes, which shares a node n with
-// M_F. If n kept its state since F, its counter is at least F, so G > F.
+// M_F. If n kept its state since F, its counter is at least F, so G > F:
+// G is at least n's INCRed value when n granted, and above n's counter
+// when it did not. (Taking the highest counter as G, as an earlier
+// version did, repeated F when n said "held by another", its counter
+// staying at F, while a node that had missed F granted with an INCR that
+// came to F again: the torture's qsplit found it.)
 // If n restarted since, it was marked again only by a write-back of some
 // fence F' decided after its restart — by the same argument, from a
 // majority that shared a node with M_F, after F was issued, so F' >= F
@@ -346,7 +354,11 @@ func (q *quorum) raiseFences(ctx context.Context, c *Client, k *keys, t tally) (
 	r := run(answered, want, false)
 	fence, marked := want, 0
 	for _, i := range r.ok {
-		fence = max(fence, r.vals[i][1])
+		c := r.vals[i][1]
+		if c > want || !slices.Contains(t.ok, i) {
+			c++ // a counter this round did not make: it may have been issued
+		}
+		fence = max(fence, c)
 		marked += int(r.vals[i][0])
 	}
 	switch {
@@ -355,9 +367,6 @@ func (q *quorum) raiseFences(ctx context.Context, c *Client, k *keys, t tally) (
 		// a new deployment: every node answers, none is marked
 	default:
 		return 0, &QuorumError{Op: "fence", Name: k.name, OK: marked, Needed: q.majority(), Failing: r.failed}
-	}
-	if fence > want {
-		fence++ // a node had a higher fence, maybe issued: go above it
 	}
 	if fence == want && marked == len(r.ok) {
 		return fence, nil // every node that answered has it, and is marked

@@ -89,3 +89,50 @@ func TestQuorumFencesNeverRepeatAfterARestart(t *testing.T) {
 	proxies[0].SetDown(true)
 	hold()
 }
+
+// Found by the torture's soak (qsplit, seed 953926024): a node that
+// answers "held by another" (a hold or a place whose release could not
+// reach it) keeps its counter at the latest fence F and does not INCR,
+// while a stale node that missed F grants with its own INCR, which
+// comes to F again. Fence F was issued once, so the round must go above
+// every counter of a node that answered without granting.
+func TestQuorumFenceAboveANodeThatSaidNo(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 200 * time.Millisecond
+	servers, proxies, c := proxiedQuorum(t, 3)
+	name := lockName(t)
+	m := c.Mutex(name)
+	l := mustLock(t, m, ctx, dlock.WithLease(ttl)) // every node marked
+	unlock(t, l)
+
+	proxies[2].SetDown(true)
+	l = mustLock(t, m, ctx, dlock.WithLease(ttl)) // on {0, 1}: node 2 misses it
+	top := l.Fence()
+	unlock(t, l)
+	proxies[2].SetDown(false)
+
+	node1 := servers[1].Client()
+	defer node1.Close()
+	block(t, node1, name) // node 1 says no, its counter at top
+	if err := servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Restart(false); err != nil { // nothing was held there
+		t.Fatal(err)
+	}
+
+	bounded, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	l, err := m.TryLock(bounded, dlock.WithLease(ttl))
+	if err != nil {
+		var qe *dlock.QuorumError
+		if errors.As(err, &qe) || errors.Is(err, dlock.ErrNotObtained) {
+			return // refusing is allowed; repeating a fence is not
+		}
+		t.Fatal(err)
+	}
+	defer unlock(t, l)
+	if l.Fence() <= top {
+		t.Fatalf("granted fence %d on {0 (restarted), 2 (stale)} with node 1 at %d saying no: fence %d was issued before", l.Fence(), top, top)
+	}
+}
