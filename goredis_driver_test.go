@@ -4,12 +4,12 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/drivertest"
+	"github.com/dlock-go/dlock/drivertest"
 	"github.com/redis/go-redis/v9"
 )
 
 // The go-redis driver passes the conformance suite that every driver
-// must (internal/drivertest), on a single node, Sentinel and Cluster.
+// must (drivertest), on a single node, Sentinel and Cluster.
 func TestGoRedisDriver(t *testing.T) {
 	closing := func(t *testing.T, rdb redis.UniversalClient) dlock.Driver {
 		t.Cleanup(func() { _ = rdb.Close() })

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
+	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/history"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
+	"github.com/dlock-go/dlock/internal/envdriver"
 )
 
 // Script calls made while another is in flight go together, as one

@@ -18,7 +18,7 @@ go test -race -count=1 -timeout 15m ./...
 
 # The behaviour suite and the torture test again on each other client's
 # driver: their Clients reach Redis through rueidis, then valkey-go
-# (internal/drivertest/envdriver).
+# (internal/envdriver).
 for driver in rueidis valkey-go; do
   DLOCK_TEST_DRIVER=$driver go test -race -count=1 -timeout 15m . ./internal/torture
 done

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/drivertest"
+	"github.com/dlock-go/dlock/drivertest"
 	"github.com/dlock-go/dlock/rueidisdlock"
 	"github.com/redis/rueidis"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/drivertest"
+	"github.com/dlock-go/dlock/drivertest"
 	"github.com/dlock-go/dlock/valkeydlock"
 	"github.com/valkey-io/valkey-go"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
+	"github.com/dlock-go/dlock/internal/envdriver"
 )
 
 // The handoff fault drives, from the parent, the moment that made a late

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/drivertest/envdriver"
+	"github.com/dlock-go/dlock/internal/envdriver"
 )
 
 // mix is one random operation on the shared names, of a random kind.

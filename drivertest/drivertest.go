@@ -1,9 +1,14 @@
 // Package drivertest is the conformance suite of dlock.Driver: what every
-// driver (go-redis's, rueidisdlock's, valkeydlock's) must do, checked on
-// real redis-server processes that it starts (internal/redistest). It
-// speaks to a driver only through dlock's interface, so any client
-// library can be checked with it; the servers' administration (CLIENT
-// KILL, replication state) goes through the harness's own connections.
+// driver (go-redis's, rueidisdlock's, valkeydlock's, and yours) must do,
+// checked on real redis-server processes that it starts: redis-server
+// (and redis-cli, for the cluster) must be on the PATH. It speaks to a
+// driver only through dlock's interface, so any client library can be
+// checked with it, as testing/fstest checks an fs.FS; the servers'
+// administration (CLIENT KILL, replication state) goes through the
+// harness's own connections. A driver that passes it gives dlock's locks
+// what they need of a client: replies decoded as Reply says, keyed
+// commands sent to their key's node, a pinned connection for WAIT,
+// pub/sub confirmed and resubscribed after a reconnect.
 //
 //	func TestDriver(t *testing.T) {
 //		drivertest.Run(t, newSingle, drivertest.Cluster(newCluster), drivertest.Sentinel(newSentinel))
