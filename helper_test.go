@@ -363,3 +363,86 @@ func fenceOf(t *testing.T, line string) int64 {
 	}
 	return f
 }
+
+// waitForSubscribers waits until the server has at least n pub/sub
+// channels with subscribers.
+func waitForSubscribers(t *testing.T, admin *redis.Client, n int) {
+	t.Helper()
+	for range 500 {
+		chs, err := admin.PubSubChannels(context.Background(), "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chs) >= n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no subscriber appeared")
+}
+
+// lockKind is one kind of lock, taken through its own API.
+type lockKind struct {
+	name string
+	lock func(c *dlock.Client, name string, ctx context.Context, opts ...dlock.LockOption) (*dlock.Lease, error)
+	// try makes one attempt at an acquire of the kind itself.
+	try func(c *dlock.Client, name string, ctx context.Context) (*dlock.Lease, error)
+	// probe makes one attempt at an acquire that the kind's hold excludes
+	// (for a read hold: a writer's).
+	probe func(c *dlock.Client, name string, ctx context.Context) (*dlock.Lease, error)
+}
+
+// allKinds are the exclusive-or-counted kinds: Mutex, FairMutex, the two
+// sides of an RWMutex, and a Semaphore of one permit.
+var allKinds = []lockKind{
+	{"Mutex",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.Mutex(n).Lock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.Mutex(n).TryLock(ctx)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.Mutex(n).TryLock(ctx)
+		}},
+	{"FairMutex",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.FairMutex(n).Lock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.FairMutex(n).TryLock(ctx)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.FairMutex(n).TryLock(ctx)
+		}},
+	{"RWMutex.RLock",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.RWMutex(n).RLock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(n).TryRLock(ctx)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(n).TryLock(ctx)
+		}},
+	{"RWMutex.Lock",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.RWMutex(n).Lock(ctx, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(n).TryLock(ctx)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(n).TryLock(ctx)
+		}},
+	{"Semaphore",
+		func(c *dlock.Client, n string, ctx context.Context, o ...dlock.LockOption) (*dlock.Lease, error) {
+			return c.Semaphore(n, 1).Acquire(ctx, 1, o...)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.Semaphore(n, 1).TryAcquire(ctx, 1)
+		},
+		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
+			return c.Semaphore(n, 1).TryAcquire(ctx, 1)
+		}},
+}

@@ -179,3 +179,39 @@ func TestLockAllBadInput(t *testing.T) {
 		t.Errorf("nil ctx: %v", err)
 	}
 }
+
+// Token and every other Lease method work on the lease LockAll returns.
+func TestSetLeaseMethods(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	base := lockName(t)
+	set, err := dlock.LockAll(ctx, c.Mutex(base+"-a"), c.RWMutex(base+"-b"), c.FairMutex(base+"-c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := set.Parts()
+	if set.Token() != parts[0].Token() || set.Token() == "" {
+		t.Fatalf("set Token %q; want its first part's %q", set.Token(), parts[0].Token())
+	}
+	if set.Fence() != parts[0].Fence() {
+		t.Fatalf("set Fence %d; want %d", set.Fence(), parts[0].Fence())
+	}
+	if err := set.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := set.TTL(ctx); err != nil || d <= 30*time.Second {
+		t.Fatalf("set TTL = %v, %v", d, err)
+	}
+	if set.Err() != nil || set.Name() == "" || set.Context(ctx).Err() != nil {
+		t.Fatal("a held set reports itself ended")
+	}
+	unlock(t, set)
+	if !errors.Is(set.Err(), dlock.ErrUnlocked) {
+		t.Fatalf("after Unlock, Err = %v", set.Err())
+	}
+	select {
+	case <-set.Done():
+	default:
+		t.Fatal("Done not closed after Unlock")
+	}
+}

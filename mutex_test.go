@@ -350,3 +350,69 @@ func TestContendedLostUpdate(t *testing.T) {
 		return clients[i%len(clients)].Mutex(name, dlock.WithTTL(2*time.Second))
 	})
 }
+
+// Fences past 2^53 (where Lua's numbers stop being exact) still come back
+// exact and strictly increasing, for every kind that hands them out.
+func TestFencesPast2Pow53(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	admin := newRedis(t, srv)
+	const start = 1<<53 - 2
+	for _, kind := range allKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			name := lockName(t)
+			// Find the kind's fence counter: the one key named *fence
+			// that its first acquisition makes.
+			l, err := kind.lock(c, name, ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, l)
+			keys, err := admin.Keys(ctx, keysOf(name).Lock+"*fence").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("fence keys %v, %v", keys, err)
+			}
+			admin.Set(ctx, keys[0], start, 0)
+			for i := int64(1); i <= 4; i++ {
+				l, err := kind.lock(c, name, ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Fence() != start+i {
+					t.Errorf("acquisition %d: fence %d, want %d", i, l.Fence(), start+i)
+				}
+				// Re-entry returns the same fence, exactly.
+				if kind.name != "Semaphore" {
+					in, err := kind.lock(c, name, l.Context(ctx))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if in.Fence() != l.Fence() {
+						t.Errorf("re-entry: fence %d, want %d", in.Fence(), l.Fence())
+					}
+					unlock(t, in)
+				}
+				unlock(t, l)
+			}
+		})
+	}
+	t.Run("LockAll", func(t *testing.T) {
+		a, b := c.Mutex(lockName(t)+"-a"), c.Mutex(lockName(t)+"-b")
+		for _, m := range []*dlock.Mutex{a, b} {
+			k, _ := dlock.KeysOf("dlock", m.Name())
+			admin.Set(ctx, k.Fence, start, 0)
+		}
+		for i := int64(1); i <= 3; i++ {
+			set, err := dlock.LockAll(ctx, a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range set.Parts() {
+				if p.Fence() != start+i {
+					t.Errorf("%s: fence %d, want %d", p.Name(), p.Fence(), start+i)
+				}
+			}
+			unlock(t, set)
+		}
+	})
+}

@@ -298,3 +298,58 @@ func TestQuorumAcquireCutShortLeavesNothing(t *testing.T) {
 		waitFor(t, fmt.Sprintf("stalled node %d's late grant given back", i+1), func() bool { return n.Exists(ctx, key).Val() == 0 })
 	}
 }
+
+// RedLock's fence write-back compares fences past 2^53 exactly.
+func TestQuorumFencesPast2Pow53(t *testing.T) {
+	ctx := context.Background()
+	_, nodes := quorumNodes(t, 3)
+	c := quorumClient(t, nodes)
+	name := lockName(t)
+	k, _ := dlock.KeysOf("dlock", name)
+	const base = 1 << 53
+	for i, v := range []int64{base + 3, base + 1, base + 1} {
+		nodes[i].Set(ctx, k.Fence, v, 0)
+	}
+	want := int64(base + 4)
+	for range 3 {
+		l := mustLock(t, c.Mutex(name), ctx)
+		if l.Fence() != want {
+			t.Fatalf("fence %d, want %d", l.Fence(), want)
+		}
+		unlock(t, l)
+		want++
+	}
+}
+
+// With one of three RedLock masters hung, quorum leases are renewed by the
+// other two: renewals go to each node as one batch, side by side, and a
+// lease counts as renewed once a majority confirmed it.
+func TestQuorumRenewalsPastAHungNode(t *testing.T) {
+	ctx := context.Background()
+	servers, nodes := quorumNodes(t, 3)
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(500*time.Millisecond))
+	const n = 30
+	base := lockName(t)
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		leases[i] = mustLock(t, c.Mutex(fmt.Sprintf("%s-%d", base, i)), ctx, dlock.WithTTL(2*time.Second))
+	}
+	hung := servers[2].Client()
+	defer hung.Close()
+	if err := hung.Do(ctx, "DEBUG", "SLEEP", "4").Err(); err != nil { // blocks the node for 4 s
+		t.Fatal(err)
+	}
+	// Two TTLs have passed with one node hung.
+	lost := 0
+	for _, l := range leases {
+		if l.Err() != nil {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d quorum leases lost while a majority of nodes was healthy", lost, n)
+	}
+	for _, l := range leases {
+		unlock(t, l)
+	}
+}
