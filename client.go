@@ -2,9 +2,11 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Client makes locks on one Redis deployment. It owns one watchdog
@@ -78,9 +80,7 @@ func NewWithDriver(d Driver, opts ...Option) (*Client, error) {
 	if !cfg.shardOK {
 		cfg.sharded = d.Info().Cluster
 	}
-	// Every call returns when its ctx ends; script calls from many
-	// goroutines share round trips; the Client hears of refused publishes.
-	rdb := Driver(&reporter{newPipelined(d), cfg.dep})
+	rdb := stack(d, cfg.dep)
 	var be backend
 	if cfg.noScripts {
 		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
@@ -213,4 +213,20 @@ func (c *Client) keys(kd kind, name string) *keys {
 	w := c.wakeTo(k)
 	k.wake = &w
 	return k
+}
+
+// clusterHint refreshes a cluster client's slot map after a failed call:
+// go-redis follows MOVED by itself, but after a master dies it keeps
+// dialling the dead node until its periodic reload (a minute). At most
+// one refresh a second; go-redis runs it in the background itself.
+func (c *Client) clusterHint(err error) {
+	if c.rdb == nil || !c.rdb.Info().Cluster || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := c.reloaded.Load()
+	if now-last < int64(time.Second) || !c.reloaded.CompareAndSwap(last, now) {
+		return
+	}
+	c.rdb.Refresh()
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // What a deployment must give dlock, and what a Client does when it does
@@ -22,7 +20,7 @@ import (
 //     error in its receive loop (PubSub.Subscribe only sends the command;
 //     ChannelWithSubscriptions's goroutine swallows the error reply), so the
 //     hub cannot see it. Scripts therefore publish through pcall and report a
-//     refusal in their reply (scripts/lib.lua, unwrapRefused), and a Client
+//     refusal in their reply (scripts/lib.lua; the reporter in stack.go), and a Client
 //     probes its wake-up channel with one PUBLISH at its first wait. Once
 //     either has seen a refusal, the Client warns once, Health reports it,
 //     and its waits poll (poller) instead of sleeping until the next renewal
@@ -242,87 +240,4 @@ func (c *Client) Health() error {
 		return *err
 	}
 	return nil
-}
-
-// Polling, when pub/sub is refused: a wait's first sleep is pollFirst,
-// doubled after each sleep up to pollMax, and never longer than the wait
-// would sleep anyway (the holder's remaining lease, its place's renewal).
-const (
-	pollFirst = 16 * time.Millisecond
-	pollMax   = 256 * time.Millisecond
-)
-
-// poller is one wait's polling backoff (fresh for every wait).
-type poller struct {
-	d    *deployment
-	next time.Duration
-}
-
-// cap returns how long the wait sleeps at most: bound, or less while
-// pub/sub is refused (from pollFirst, doubling), or pollMax while the
-// wait's subscription is unconfirmed (a confirmation takes a round trip:
-// a wait that finds none after pollMax checks the lock, and again).
-func (p *poller) cap(bound time.Duration, unconfirmed bool) time.Duration {
-	if p.d.refused.Load() == nil {
-		if unconfirmed {
-			return min(bound, pollMax)
-		}
-		return bound
-	}
-	if p.next == 0 {
-		p.next = pollFirst
-	}
-	d := p.next
-	p.next = min(2*p.next, pollMax)
-	return min(d, bound)
-}
-
-// publishes finds the scripts that call lib.lua's publish.
-var publishes = regexp.MustCompile(`\bpublish\(`)
-
-// wrapPublishing wraps a script that may publish (src: lib.lua, then the
-// rest) so that its reply R comes back as {REFUSED, error, R} when a
-// publish was refused (see publish in scripts/lib.lua). A script's common
-// case before its helpers mark (see loadScript) stays outside the wrapper
-// when it does not publish: the wrapper costs every call that runs it.
-func wrapPublishing(src string) string {
-	lib, err := scriptFiles.ReadFile("scripts/lib.lua")
-	if err != nil || !strings.HasPrefix(src, string(lib)) {
-		panic("dlock: a script does not start with lib.lua")
-	}
-	rest := src[len(lib):]
-	if !publishes.MatchString(rest) {
-		return src
-	}
-	head := ""
-	if h, tail, ok := strings.Cut(rest, helpersMark); ok && !publishes.MatchString(h) {
-		head, rest = h+helpersMark, tail
-	}
-	return string(lib) + head + "local function main()\n" + rest +
-		"\nend\nlocal reply = main()\nif refused then\n  return {REFUSED, refused, reply}\nend\nreturn reply\n"
-}
-
-// unwrapRefused gives cmd the reply its script meant when the script had
-// a publish refused, and tells the Client whose Redis r is (reporter).
-func unwrapRefused(r Driver, reply *Reply) {
-	v, ok := reply.Val.([]any)
-	if !ok || len(v) < 2 || v[0] != refusedMark {
-		return
-	}
-	if len(v) > 2 {
-		reply.Val = v[2]
-	} else {
-		reply.Val = nil
-	}
-	if rp, ok := r.(*reporter); ok {
-		msg, _ := v[1].(string)
-		rp.d.pubsubRefused("a script's "+rp.d.publish, errors.New(msg))
-	}
-}
-
-// reporter is a Client's Redis: it tells the Client of refusals that its
-// scripts report (unwrapRefused).
-type reporter struct {
-	Driver
-	d *deployment
 }

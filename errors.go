@@ -72,3 +72,16 @@ func waitEnded(name string, ctxErr error) error {
 func redisErr(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
+
+// lossError is the error of a lost hold: it matches ErrLeaseLost and says
+// why, with a reason for metrics.
+type lossError struct {
+	reason, name, why string
+}
+
+func (e *lossError) Error() string { return fmt.Sprintf("%v: %q: %s", ErrLeaseLost, e.name, e.why) }
+
+func (e *lossError) Unwrap() error { return ErrLeaseLost }
+
+// lost is the error of a hold lost for reason.
+func lost(reason, name, why string) error { return &lossError{reason, name, why} }

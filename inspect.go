@@ -95,13 +95,6 @@ type Owner struct {
 	Started time.Time
 }
 
-// WithOwnerLabel sets the free label a Client records about itself for
-// inspectors, next to its host name, pid, program and start time (on by
-// default; never put a secret in it).
-func WithOwnerLabel(label string) Option {
-	return func(c *clientConfig) { c.label = label }
-}
-
 // reader is the Redis that inspection reads: the Client's, or a quorum's
 // first node.
 func (c *Client) reader() (Driver, error) {

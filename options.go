@@ -252,3 +252,10 @@ func WithReplicaSync(replicas int, timeout time.Duration) Option {
 func WithoutOwnerInfo() Option {
 	return func(c *clientConfig) { c.noOwner = true }
 }
+
+// WithOwnerLabel sets the free label a Client records about itself for
+// inspectors, next to its host name, pid, program and start time (on by
+// default; never put a secret in it).
+func WithOwnerLabel(label string) Option {
+	return func(c *clientConfig) { c.label = label }
+}

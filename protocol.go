@@ -23,7 +23,7 @@ const (
 
 // refusedMark starts the reply of a script whose publish was refused:
 // {refusedMark, error, reply} (see publish in scripts/lib.lua and
-// unwrapRefused).
+// reporter.unwrap in stack.go).
 const refusedMark = "dlock:refused"
 
 // Wake messages, published on a lock's channel (script-free mutexes,

@@ -74,8 +74,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	for i, n := range rs {
-		// every call returns when its ctx ends; refused publishes are heard
-		rs[i] = &reporter{newPipelined(n), cfg.dep}
+		rs[i] = stack(n, cfg.dep)
 	}
 	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")

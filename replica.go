@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -42,20 +41,4 @@ func (s replicaSync) check(wait Reply, rs []Reply) {
 			rs[i] = failedReply(err)
 		}
 	}
-}
-
-// clusterHint refreshes a cluster client's slot map after a failed call:
-// go-redis follows MOVED by itself, but after a master dies it keeps
-// dialling the dead node until its periodic reload (a minute). At most
-// one refresh a second; go-redis runs it in the background itself.
-func (c *Client) clusterHint(err error) {
-	if c.rdb == nil || !c.rdb.Info().Cluster || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
-		return
-	}
-	now := time.Now().UnixNano()
-	last := c.reloaded.Load()
-	if now-last < int64(time.Second) || !c.reloaded.CompareAndSwap(last, now) {
-		return
-	}
-	c.rdb.Refresh()
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"regexp"
 	"strings"
 )
 
@@ -129,7 +130,6 @@ func (c call) run(ctx context.Context, d Driver) Reply {
 	if isNoScript(r.Err) {
 		r = d.Do(ctx, c.command(true))
 	}
-	unwrapRefused(d, &r)
 	return r
 }
 
@@ -150,11 +150,11 @@ func (c call) command(whole bool) Command {
 // error.
 func runBatch(ctx context.Context, d Driver, calls []call, sync replicaSync) []Reply {
 	if sync.replicas == 0 {
-		return sendBatch(ctx, d.Pipeline, d, calls, sync)
+		return sendBatch(ctx, d.Pipeline, calls, sync)
 	}
 	var out []Reply
 	err := d.Dedicated(ctx, calls[0].keys[0], func(conn Conn) error {
-		out = sendBatch(ctx, conn.Pipeline, d, calls, sync)
+		out = sendBatch(ctx, conn.Pipeline, calls, sync)
 		return nil
 	})
 	if err != nil { // out is not ours to read when ctx ended (gaveUp)
@@ -164,7 +164,7 @@ func runBatch(ctx context.Context, d Driver, calls []call, sync replicaSync) []R
 }
 
 // sendBatch is runBatch on the pipelines that send sends.
-func sendBatch(ctx context.Context, send func(context.Context, []Command) []Reply, d Driver,
+func sendBatch(ctx context.Context, send func(context.Context, []Command) []Reply,
 	calls []call, sync replicaSync) []Reply {
 	cmds := make([]Command, 0, len(calls)+1)
 	for _, c := range calls {
@@ -197,9 +197,6 @@ func sendBatch(ctx context.Context, send func(context.Context, []Command) []Repl
 		if sync.replicas > 0 {
 			out[len(calls)] = evals[len(again)]
 		}
-	}
-	for i := range calls {
-		unwrapRefused(d, &out[i])
 	}
 	if sync.replicas > 0 {
 		sync.check(out[len(calls)], out[:len(calls)])
@@ -241,3 +238,28 @@ func flag(b bool) any {
 // argTrue and argFalse are boxed once: a string made an interface
 // anew would cost an allocation per call.
 var argTrue, argFalse any = "1", "0"
+
+// publishes finds the scripts that call lib.lua's publish.
+var publishes = regexp.MustCompile(`\bpublish\(`)
+
+// wrapPublishing wraps a script that may publish (src: lib.lua, then the
+// rest) so that its reply R comes back as {REFUSED, error, R} when a
+// publish was refused (see publish in scripts/lib.lua). A script's common
+// case before its helpers mark (see loadScript) stays outside the wrapper
+// when it does not publish: the wrapper costs every call that runs it.
+func wrapPublishing(src string) string {
+	lib, err := scriptFiles.ReadFile("scripts/lib.lua")
+	if err != nil || !strings.HasPrefix(src, string(lib)) {
+		panic("dlock: a script does not start with lib.lua")
+	}
+	rest := src[len(lib):]
+	if !publishes.MatchString(rest) {
+		return src
+	}
+	head := ""
+	if h, tail, ok := strings.Cut(rest, helpersMark); ok && !publishes.MatchString(h) {
+		head, rest = h+helpersMark, tail
+	}
+	return string(lib) + head + "local function main()\n" + rest +
+		"\nend\nlocal reply = main()\nif refused then\n  return {REFUSED, refused, reply}\nend\nreturn reply\n"
+}

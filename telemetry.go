@@ -322,15 +322,3 @@ func (t *telemetry) renewed(rs []renewal, took time.Duration) {
 		t.log.Warn("dlock: renewals failed; retrying", "failed", failed, "batch", len(rs), "err", first)
 	}
 }
-
-// lossError is the error of a lost hold: it matches ErrLeaseLost and says
-// why, with a reason for metrics.
-type lossError struct {
-	reason, name, why string
-}
-
-func (e *lossError) Error() string { return fmt.Sprintf("%v: %q: %s", ErrLeaseLost, e.name, e.why) }
-func (e *lossError) Unwrap() error { return ErrLeaseLost }
-
-// lost is the error of a hold lost for reason.
-func lost(reason, name, why string) error { return &lossError{reason, name, why} }

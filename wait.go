@@ -235,3 +235,36 @@ func (a *acquisition) bound(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// Polling, when pub/sub is refused: a wait's first sleep is pollFirst,
+// doubled after each sleep up to pollMax, and never longer than the wait
+// would sleep anyway (the holder's remaining lease, its place's renewal).
+const (
+	pollFirst = 16 * time.Millisecond
+	pollMax   = 256 * time.Millisecond
+)
+
+// poller is one wait's polling backoff (fresh for every wait).
+type poller struct {
+	d    *deployment
+	next time.Duration
+}
+
+// cap returns how long the wait sleeps at most: bound, or less while
+// pub/sub is refused (from pollFirst, doubling), or pollMax while the
+// wait's subscription is unconfirmed (a confirmation takes a round trip:
+// a wait that finds none after pollMax checks the lock, and again).
+func (p *poller) cap(bound time.Duration, unconfirmed bool) time.Duration {
+	if p.d.refused.Load() == nil {
+		if unconfirmed {
+			return min(bound, pollMax)
+		}
+		return bound
+	}
+	if p.next == 0 {
+		p.next = pollFirst
+	}
+	d := p.next
+	p.next = min(2*p.next, pollMax)
+	return min(d, bound)
+}
