@@ -132,3 +132,51 @@ func exportedRecv(r *ast.FieldList) bool {
 	}
 	return false
 }
+
+// TestLayoutNamesEveryFile: docs/layout.md names every source file of the
+// root package and every package directory, so that it stays the map of
+// the tree.
+func TestLayoutNamesEveryFile(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := os.ReadFile(filepath.Join(root, "docs", "layout.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := map[string]bool{}
+	for _, w := range strings.Fields(string(layout)) {
+		words[strings.TrimSuffix(w, "/")] = true
+	}
+	files, err := filepath.Glob(filepath.Join(root, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if name := filepath.Base(f); !strings.HasSuffix(name, "_test.go") && !words[name] {
+			t.Errorf("docs/layout.md does not name %s", name)
+		}
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if rel == "." {
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || rel == "bench" {
+			return filepath.SkipDir
+		}
+		gos, _ := filepath.Glob(filepath.Join(path, "*.go"))
+		if len(gos) == 0 || words[rel] || strings.HasPrefix(rel, "valkeydlock/internal/") {
+			return nil
+		}
+		t.Errorf("docs/layout.md does not name the package %s", rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
