@@ -197,7 +197,9 @@ func WithClockDrift(factor float64, extra time.Duration) Option {
 //     SET IFEQ where the server has them (Redis 8.4), DELIFEQ / SET IFEQ
 //     (Valkey 9), and otherwise WATCH, GET, MULTI, DEL or PEXPIRE, EXEC;
 //   - renewals are sent side by side, one transaction each, not in one
-//     pipeline.
+//     pipeline;
+//   - the Client writes no owner record: Inspect and Locks show its
+//     holders without their Owner.
 //
 // Leases, loss signalling, fencing, waits woken by pub/sub and ownership
 // checks are as with scripts. The lock key is a string, not a hash: every

@@ -29,7 +29,9 @@ type owners struct {
 }
 
 func newOwners(cfg clientConfig) *owners {
-	if cfg.noOwner {
+	if cfg.noOwner || cfg.noScripts {
+		// WithoutScripts writes none: the record is a script call on
+		// every node (owner.lua), which the script-free backend cannot run.
 		return &owners{off: true}
 	}
 	host, _ := os.Hostname()

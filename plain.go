@@ -87,9 +87,12 @@ func (b *plain) batch(ctx context.Context, ops []op, _ bool) []Reply {
 	return sideBySide(ctx, b.rdb, ops)
 }
 
-// everywhere is never called: without scripts nobody registers as a
-// waiter.
-func (b *plain) everywhere(context.Context, call) error { return nil }
+// everywhere runs no script: without scripts nobody registers as a waiter
+// or buries a token, and a script-free Client writes no owner record
+// (newOwners), so nothing calls it; a caller that did would be told.
+func (b *plain) everywhere(context.Context, call) error {
+	return fmt.Errorf("%w: a script call on a Client made WithoutScripts", errors.ErrUnsupported)
+}
 
 func (b *plain) handsOff() bool { return false }
 

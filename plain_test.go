@@ -102,3 +102,20 @@ func TestWithoutScriptsExclusion(t *testing.T) {
 		return client(t, dlock.WithoutScripts()).Mutex(name, dlock.WithTTL(2*time.Second))
 	})
 }
+
+// A Client made WithoutScripts writes no owner record (it would take a
+// script call); inspection still shows its hold, without an Owner.
+func TestWithoutScriptsNoOwnerRecord(t *testing.T) {
+	ctx := context.Background()
+	c, _ := countedClient(t, dlock.WithoutScripts())
+	name := lockName(t)
+	l := mustLock(t, c.Mutex(name), ctx)
+	defer unlock(t, l)
+	info, err := client(t).Inspect(ctx, dlock.KindMutex, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Holders) != 1 || info.Holders[0].Token != l.Token() || info.Holders[0].Owner != nil {
+		t.Fatalf("Inspect of a script-free hold: %+v; want its token, no Owner", info.Holders)
+	}
+}
