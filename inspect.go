@@ -189,17 +189,17 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 			switch {
 			case f == "@next":
 				info.KeptFor = v
-			case strings.HasPrefix(f, "v:"):
+			case strings.HasPrefix(f, fieldValue):
 				info.Value = v
-			case strings.HasPrefix(f, "t:"), strings.HasPrefix(f, "q:"):
+			case strings.HasPrefix(f, fieldTaken), strings.HasPrefix(f, fieldSeq):
 			default:
 				n, _ := strconv.ParseInt(v, 10, 64)
 				info.Holders = append(info.Holders, Holder{Token: f, Holds: n, Fence: info.Fence,
-					Since: msAt(fields["t:"+f]), TTL: info.TTL})
+					Since: msAt(fields[fieldTaken+f]), TTL: info.TTL})
 			}
 		}
 	case KindRWMutex:
-		info.Mode = fields["mode"]
+		info.Mode = fields[fieldMode]
 		until := map[string]time.Duration{}
 		for _, z := range zsetOf(rs[readers]) {
 			until[z.member] = expiry(z.score)
@@ -211,8 +211,8 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 			}
 			n, _ := strconv.ParseInt(v, 10, 64)
 			h := Holder{Token: tok, Side: map[string]string{"r": "read", "w": "write"}[side], Holds: n,
-				Since: msAt(fields["t:"+tok]), TTL: info.TTL}
-			h.Fence, _ = strconv.ParseInt(fields["f:"+tok], 10, 64)
+				Since: msAt(fields[fieldTaken+tok]), TTL: info.TTL}
+			h.Fence, _ = strconv.ParseInt(fields[fieldFence+tok], 10, 64)
 			if side == "r" {
 				h.TTL = until[tok]
 			}
@@ -226,14 +226,14 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		}
 		used := int64(0)
 		for f, v := range fields {
-			tok, ok := strings.CutPrefix(f, "p:")
+			tok, ok := strings.CutPrefix(f, fieldPermits)
 			if !ok {
 				continue
 			}
 			n, _ := strconv.ParseInt(v, 10, 64)
 			used += n
-			h := Holder{Token: tok, Holds: n, Since: msAt(fields["t:"+tok]), TTL: until[tok]}
-			h.Fence, _ = strconv.ParseInt(fields["f:"+tok], 10, 64)
+			h := Holder{Token: tok, Holds: n, Since: msAt(fields[fieldTaken+tok]), TTL: until[tok]}
+			h.Fence, _ = strconv.ParseInt(fields[fieldFence+tok], 10, 64)
 			info.Holders = append(info.Holders, h)
 		}
 		info.Free = info.Capacity - used

@@ -34,6 +34,19 @@ const (
 	wakeAll = "all" // wake every waiter
 )
 
+// Hash fields of a lock's hash that inspection reads: a prefix and the
+// owner token ('t:<token>'), or a name. The scripts write them (lib*.lua
+// and the scripts of each kind); TestProtocolAgrees checks that the
+// scripts name each.
+const (
+	fieldTaken   = "t:"   // when the hold began, server ms
+	fieldSeq     = "q:"   // the hold's last sequence number (hold.go, "Late commands")
+	fieldValue   = "v:"   // an Election leader's value
+	fieldFence   = "f:"   // an RWMutex's or Semaphore's hold's own fence
+	fieldPermits = "p:"   // a Semaphore holder's permits
+	fieldMode    = "mode" // an RWMutex's: 'read' or 'write'
+)
+
 // tokenOf is the owner token in a waiter's member, '<client id>:<token>
 // [:<more>]', or in a hand-off message, '<member> <fence> <ms> <place>'.
 func tokenOf(member string) string {

@@ -35,8 +35,19 @@ func TestProtocolAgrees(t *testing.T) {
 	if len(lua) != len(want) {
 		t.Errorf("lib.lua names %v; protocol.go names %d values", lua, len(want))
 	}
-	// The scripts use the names, not the values.
+	// The hash fields inspection reads are the ones the scripts write.
+	all := ""
 	entries, _ := scriptFiles.ReadDir("scripts")
+	for _, e := range entries {
+		src, _ := scriptFiles.ReadFile("scripts/" + e.Name())
+		all += string(src)
+	}
+	for _, f := range []string{fieldTaken, fieldSeq, fieldValue, fieldFence, fieldPermits, fieldMode} {
+		if !strings.Contains(all, "'"+f+"'") {
+			t.Errorf("no script names the hash field %q that inspect.go reads", f)
+		}
+	}
+	// The scripts use the names, not the values.
 	literal := regexp.MustCompile(`'(one|all|free:)'|return \{?-\d`)
 	for _, e := range entries {
 		if e.Name() == "lib.lua" {
