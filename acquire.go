@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -84,7 +82,7 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token, bury: buryCall(r.k, token, cfg)}
 	member := c.member(token, r.need)
 	if r.handOff && cfg.renew && c.be.handsOff() {
-		member += ":h" + strconv.FormatInt(cfg.ttl.Milliseconds(), 10)
+		member = handoffMember(member, cfg.ttl)
 	}
 	if r.queue && c.directed {
 		a.channel = c.wakeTo(r.k).base + c.id
@@ -114,60 +112,6 @@ type Locker interface {
 	// order is the key LockAll sorts by, so that every caller takes the
 	// same set of locks in the same order.
 	order() string
-}
-
-// handedOver takes a lock that its release handed to this waiter: msg is
-// '<member> <fence> <ms> <place>', the lock held for ms from the release,
-// which consumed the waiter's place that expired at place (server ms).
-// last is the waiter's latest place, as its latest attempt that made one
-// was told, and placed is when that attempt was sent. ok is false when
-// the message is not a hand-off, is not about last, or leaves too little
-// time to count on: the caller then makes an attempt, which takes the lock
-// if it is still this waiter's (lock.lua finds its token in the hash).
-//
-// Why a hand-off honoured here cannot make two owners. The release ran on
-// the server at some time R, while the waiter's place was live, and gave
-// the waiter's token the lock until R+ms, with ms no longer than what was
-// left of that place; nobody else can take it before then. The lease is
-// counted from placed, the send time of the attempt that made the place
-// named last: that attempt ran on the server before R (a place is
-// consumed by the hand-off, so the one it names was made before it), so
-// placed+ms, less the drift margin, comes before R+ms on the server: the
-// lease ends locally before the hold ends there. What remains is to know
-// that the message is about that place, and not about an older one whose
-// hold has since expired — the waiter may have been paused (GC, SIGSTOP,
-// a starved VM) past it, with the message unread in its socket, then made
-// another attempt first. Every attempt that makes a place is told its
-// expiry, and attempts of one acquire are made one after the other, so
-// last is the place made by the latest attempt whose reply has come. If
-// the message names an older place, some attempt ran after the hand-off:
-// had the handed hold still been there, that attempt would have found its
-// token in the lock and taken it (replyHeld, and the acquire is over); it
-// made a place instead, so the hold had ended: the message is stale and
-// is dropped. Two places of one waiter never share an expiry: a new
-// place is made after the handed hold ended, at least a millisecond after
-// the place it consumed was made. A pause after the message is checked is
-// the lease's own business: its local deadline passes, and Err says so.
-func (c *Client) handedOver(ctx context.Context, r *request, token string, cfg lockConfig, msg string, last int64, placed time.Time) (l *Lease, err error, ok bool) {
-	f := strings.Fields(msg)
-	if len(f) != 4 {
-		return nil, nil, false
-	}
-	fence, err1 := strconv.ParseInt(f[1], 10, 64)
-	ms, err2 := strconv.ParseInt(f[2], 10, 64)
-	place, err3 := strconv.ParseInt(f[3], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || ms <= 0 || place != last {
-		return nil, nil, false
-	}
-	granted := time.Duration(ms) * time.Millisecond
-	if time.Until(placed.Add(granted-c.drift.of(granted))) < granted/4 {
-		return nil, nil, false
-	}
-	h := newHold(c, r.k, r.what, r.p, token, fence, cfg, placed)
-	h.deadline = time.Time{}
-	h.confirmed(placed, granted, 0)
-	l, err = c.newLease(ctx, h)
-	return l, err, true
 }
 
 // buryCall is bury.lua for token: its late attempts are refused for

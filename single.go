@@ -28,16 +28,14 @@ func (s *single) handsOff() bool { return s.sync.replicas == 0 }
 // attempt runs the request's acquire script; a lock handed over by its
 // release (msg) is taken without one.
 func (s *single) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
-	// placed is when the latest attempt that made a place in the queue
-	// was sent, and place that place's expiry as the server told it (see
-	// Client.handedOver: a hand-off names the place it consumed). Set, it
-	// also tells the next attempt that it may have a place to give up (an
-	// attempt that ends otherwise ends the acquire).
-	var placed time.Time
-	var place int64
+	// last is the waiter's latest place (a hand-off names the place it
+	// consumed: see "Hand-off" in handoff.go). Set, it also tells the next
+	// attempt that it may have a place to give up (an attempt that ends
+	// otherwise ends the acquire).
+	var last place
 	return r.p, func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
-		if msg != "" && !placed.IsZero() {
-			if l, err, ok := c.handedOver(ctx, r, token, cfg, msg, place, placed); ok {
+		if msg != "" {
+			if l, err, ok := c.take(ctx, r, token, cfg, msg, last); ok {
 				return l, 0, err
 			}
 		}
@@ -46,14 +44,14 @@ func (s *single) attempt(c *Client, r *request, token, member string, cfg lockCo
 			m = member
 		}
 		start := time.Now()
-		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, !placed.IsZero(), cfg)))
+		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, !last.sent.IsZero(), cfg)))
 		if err != nil {
 			return nil, 0, err
 		}
 		if res[0] == replyBusy && m != "" {
-			placed = start
+			last = place{sent: start}
 			if len(res) > 2 {
-				place = res[2]
+				last.expiry = res[2]
 			}
 		}
 		switch res[0] {

@@ -10,7 +10,7 @@
 -- trip to take it. '<place>' is the expiry (server ms) of the waiter's place that
 -- the hand-off consumed, as the attempt that made it was told: the waiter
 -- honours the message only if no later attempt of its own has made a new
--- place since (see Client.handedOver for why that cannot grant twice).
+-- place since (see "Hand-off" in handoff.go for why that cannot grant twice).
 -- Any other (a LockAll set, a fixed lease, replica sync) finds
 -- the lock kept for it — the hash holds only RESERVED = its member — and
 -- takes it with its next attempt. Either way nobody else can take the
