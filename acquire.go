@@ -49,7 +49,7 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 	if err := checkCall(ctx, c, r.k.name); err != nil {
 		return nil, err
 	}
-	if err := c.be.supports(r.what); err != nil {
+	if err := c.caps.supports(r.what); err != nil {
 		return nil, err
 	}
 	if r.check != nil {
@@ -66,7 +66,7 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 	}
 	if _, ok := r.p.(reentrant); ok {
 		if outer := leaseFrom(ctx, c, r.k.lock, r.side); outer != nil {
-			if err := c.be.supports("re-entry"); err != nil {
+			if err := c.caps.supports("re-entry"); err != nil {
 				return nil, err
 			}
 			return reenter(ctx, outer)
@@ -81,10 +81,10 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 	}
 	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token, bury: buryCall(r.k, token, cfg)}
 	member := c.member(token, r.need)
-	if r.handOff && cfg.renew && c.be.handsOff() {
+	if r.handOff && cfg.renew && c.caps.handOff {
 		member = handoffMember(member, cfg.ttl)
 	}
-	if r.queue && c.directed {
+	if r.queue && c.caps.directed {
 		a.channel = c.wakeTo(r.k).base + c.id
 		a.keepAlive = cfg.queueTTL / 3
 		a.leave, a.member = r.leave, member

@@ -12,16 +12,12 @@ import (
 // acquire path and the watchdog go through it and never ask which one it
 // is. Below it, a Driver (driver.go) reaches Redis through a client library.
 type backend interface {
-	// supports returns an error when the deployment cannot run what: a
-	// primitive ("Semaphore", ...) or "re-entry". Every backend runs a
-	// Mutex.
-	supports(what string) error
+	// caps says what the deployment can do: every call site asks it, and
+	// no backend is asked which one it is.
+	caps() caps
 	// attempt returns a request's protocol on this deployment and one
 	// acquire attempt of it.
 	attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc)
-	// handsOff reports whether a released mutex may be handed to its next
-	// waiter by the release itself (lib_mutex.lua).
-	handsOff() bool
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
 	grant(ctx context.Context, o op) Reply
@@ -32,12 +28,42 @@ type backend interface {
 	// returns the first error (a
 	// waiter leaving the queues).
 	everywhere(ctx context.Context, c call) error
-	// oneScript reports whether a set of Mutexes can be taken by one
-	// script call (LockAll): one node with scripts.
-	oneScript() bool
 	// close waits for calls that outlived their operation (a quorum's
 	// slow nodes).
 	close()
+}
+
+// caps is what a deployment can do, decided once when the Client is made.
+type caps struct {
+	// all: every primitive, with re-entry (scripts on one deployment);
+	// else only a Mutex, re-entrant if reentry.
+	all, reentry bool
+	// notThere says why what is not supported here (errNeedsScripts,
+	// errNotOnQuorum).
+	notThere func(what string) error
+	// handOff: a release may hand a freed Mutex to its next waiter
+	// (handoff.go): one deployment with scripts and no replica sync.
+	handOff bool
+	// reserve: a freed Mutex is kept for the waiter told (not on a
+	// quorum, whose nodes' queues may disagree on who is first).
+	reserve bool
+	// directed: waiters register in Redis and a release wakes only the
+	// one (or those) whose turn it is, on its Client's own channel. Not
+	// without scripts, where a release is published on the lock's channel.
+	directed bool
+	// oneScript: a set of Mutexes is taken by one script call (LockAll):
+	// one node with scripts.
+	oneScript bool
+}
+
+// supports returns an error when the deployment cannot run what: a
+// primitive ("Semaphore", ...) or "re-entry". Every deployment runs a
+// Mutex.
+func (c caps) supports(what string) error {
+	if c.all || what == "Mutex" || what == "re-entry" && c.reentry {
+		return nil
+	}
+	return c.notThere(what)
 }
 
 // sideBySide runs each operation on its own, all at once: for operations

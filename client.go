@@ -22,14 +22,8 @@ type Client struct {
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
 	// id names this Client's waiters in Redis and its wake-up channel.
-	id string
-	// directed: waiters register in Redis and a release wakes only the
-	// one (or those) whose turn it is, on its Client's own channel. Not
-	// without scripts, where a release is published on the lock's channel.
-	directed bool
-	// reserve: a freed mutex is kept for the waiter told (not on a
-	// quorum, whose nodes' queues may disagree on who is first).
-	reserve bool
+	id   string
+	caps caps // what be can do (be.caps(), asked once)
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
@@ -127,7 +121,7 @@ func configure(opts []Option) (clientConfig, error) {
 // watchdog.
 func start(be backend, nodes []Driver, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: randomHex(8), directed: !cfg.noScripts, reserve: len(nodes) == 1, tel: newTelemetry(cfg), owner: newOwners(cfg),
+		id: randomHex(8), caps: be.caps(), tel: newTelemetry(cfg), owner: newOwners(cfg),
 		dep: cfg.dep}
 	c.dep.tel, c.dep.publish = c.tel, c.publish
 	if len(nodes) == 1 {
@@ -189,7 +183,7 @@ func (c *Client) wakeTo(k *keys) wakeTo {
 		base = k.lock + ":wake:"
 	}
 	// Boxed once: a string made an interface costs an allocation.
-	return wakeTo{base: base, publish: c.publish, reserve: c.reserve, baseArg: base, publishArg: c.publish}
+	return wakeTo{base: base, publish: c.publish, reserve: c.caps.reserve, baseArg: base, publishArg: c.publish}
 }
 
 // member is how a waiter is registered in Redis: its Client's id, its

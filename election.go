@@ -300,7 +300,7 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 // change by itself: when the lock expires (0: not by itself). The owner
 // record is read unless known has the same term: its owner is reused.
 func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, time.Duration, error) {
-	if err := e.c.be.supports("Election"); err != nil {
+	if err := e.c.caps.supports("Election"); err != nil {
 		return LeaderInfo{}, 0, err
 	}
 	r, err := e.c.reader()
@@ -381,7 +381,7 @@ const (
 // the Client closed.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
-	if e == nil || e.c == nil || checkCall(ctx, e.c, e.k.name) != nil || e.c.be.supports("Election") != nil {
+	if e == nil || e.c == nil || checkCall(ctx, e.c, e.k.name) != nil || e.c.caps.supports("Election") != nil {
 		close(out)
 		return out
 	}

@@ -537,7 +537,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 	if err != nil {
 		return nil, err
 	}
-	if err := c.be.supports(map[Kind]string{KindMutex: "Mutex", KindRWMutex: "RWMutex",
+	if err := c.caps.supports(map[Kind]string{KindMutex: "Mutex", KindRWMutex: "RWMutex",
 		KindSemaphore: "Semaphore", KindLatch: "Latch", KindElection: "Election"}[kd]); err != nil {
 		return nil, err
 	}
@@ -547,7 +547,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 	var cmd Reply
 	switch kd {
 	case KindMutex:
-		if !c.directed { // script-free: a plain key
+		if !c.caps.directed { // script-free: a plain key
 			cmd = r.Do(ctx, keyed("DEL", k.lock))
 			break
 		}

@@ -255,7 +255,7 @@ func (l *Latch) check(ctx context.Context) error {
 	if err := checkCall(ctx, l.c, l.k.name); err != nil {
 		return err
 	}
-	if err := l.c.be.supports("Latch"); err != nil {
+	if err := l.c.caps.supports("Latch"); err != nil {
 		return err
 	}
 	return nil

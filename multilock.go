@@ -87,7 +87,7 @@ func carriesAny(ctx context.Context, ms []*Mutex) bool {
 // all: plain mutexes of one Client, on a single node.
 func oneScript(lockers []Locker) ([]*Mutex, bool) {
 	first, ok := lockers[0].(*Mutex)
-	if !ok || !first.c.be.oneScript() {
+	if !ok || !first.c.caps.oneScript {
 		return nil, false
 	}
 	ms := make([]*Mutex, len(lockers))

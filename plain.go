@@ -69,15 +69,10 @@ type plain struct {
 	cas     casDetector
 }
 
-func (b *plain) supports(what string) error {
-	if what == "Mutex" {
-		return nil
-	}
-	return errNeedsScripts(what)
-}
-
-func (b *plain) oneScript() bool { return false }
-func (b *plain) close()          {}
+// caps: a plain Mutex, not re-entrant; releases are published on the
+// lock's channel, and nothing is handed off or reserved.
+func (b *plain) caps() caps { return caps{notThere: errNeedsScripts, reserve: true} }
+func (b *plain) close()     {}
 
 // grant runs o: transactions have no replica sync (New refuses the mix).
 func (b *plain) grant(ctx context.Context, o op) Reply { return o.run(ctx, b.rdb) }
@@ -93,8 +88,6 @@ func (b *plain) batch(ctx context.Context, ops []op, _ bool) []Reply {
 func (b *plain) everywhere(context.Context, call) error {
 	return fmt.Errorf("%w: a script call on a Client made WithoutScripts", errors.ErrUnsupported)
 }
-
-func (b *plain) handsOff() bool { return false }
 
 func (b *plain) attempt(c *Client, r *request, token, _ string, cfg lockConfig) (protocol, attemptFunc) {
 	p := plainProto{r.k, b}

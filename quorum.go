@@ -520,22 +520,16 @@ func (p quorumProto) ttl(token string) op {
 
 // The quorum as a backend: it runs a Mutex, with re-entry.
 
-func (q *quorum) supports(what string) error {
-	if what == "Mutex" || what == "re-entry" {
-		return nil
-	}
-	return errNotOnQuorum(what)
+// caps: a re-entrant Mutex; no hand-off and no reservation (the nodes'
+// queues may disagree on who is next), waiters told on their own channel.
+func (q *quorum) caps() caps {
+	return caps{reentry: true, notThere: errNotOnQuorum, directed: true}
 }
-
-func (q *quorum) oneScript() bool { return false }
 
 func (q *quorum) everywhere(ctx context.Context, c call) error {
 	return firstErr(q.fanout(ctx, q.all(), func(int) call { return c }))
 }
 func (q *quorum) close() { q.stragglers.Wait() }
-
-// handsOff: the nodes' queues may disagree on who is next.
-func (q *quorum) handsOff() bool { return false }
 
 func (q *quorum) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
 	return quorumProto{q, mutexProto{r.k, c.wakeTo(r.k)}}, func(ctx context.Context, queued bool, _ string) (*Lease, time.Duration, error) {

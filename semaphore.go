@@ -110,7 +110,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if err := checkCall(ctx, s.c, s.k.name); err != nil {
 		return err
 	}
-	if err := s.c.be.supports("Semaphore"); err != nil {
+	if err := s.c.caps.supports("Semaphore"); err != nil {
 		return err
 	}
 	return validPermits(s.k.name, s.permits)

@@ -14,16 +14,16 @@ type single struct {
 	sync    replicaSync
 }
 
-func (s *single) supports(string) error { return nil }
-func (s *single) oneScript() bool       { return !s.sharded }
-func (s *single) close()                {}
+func (s *single) caps() caps {
+	return caps{all: true, reentry: true, handOff: s.sync.replicas == 0, reserve: true, directed: true, oneScript: !s.sharded}
+}
+func (s *single) close() {}
 
 func (s *single) everywhere(ctx context.Context, c call) error { return c.run(ctx, s.rdb).Err }
 
 // handsOff: a released mutex can be handed to its next waiter, unless
 // every grant must be followed by WAIT (replica sync), which the waiter
 // must then send itself.
-func (s *single) handsOff() bool { return s.sync.replicas == 0 }
 
 // attempt runs the request's acquire script; a lock handed over by its
 // release (msg) is taken without one.
