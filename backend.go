@@ -21,6 +21,9 @@ type backend interface {
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
 	grant(ctx context.Context, o op) Reply
+	// run runs any other operation of a hold (a release, a TTL, an inner
+	// unlock): every operation goes through the backend.
+	run(ctx context.Context, o op) Reply
 	// batch runs many operations together (the watchdog's renewals, with
 	// grant set; Close's releases) and returns one reply per operation.
 	batch(ctx context.Context, ops []op, grant bool) []Reply

@@ -76,6 +76,7 @@ func (b *plain) close()     {}
 
 // grant runs o: transactions have no replica sync (New refuses the mix).
 func (b *plain) grant(ctx context.Context, o op) Reply { return o.run(ctx, b.rdb) }
+func (b *plain) run(ctx context.Context, o op) Reply   { return o.run(ctx, b.rdb) }
 
 // batch runs the transactions side by side: they cannot share a pipeline.
 func (b *plain) batch(ctx context.Context, ops []op, _ bool) []Reply {

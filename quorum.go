@@ -531,6 +531,9 @@ func (q *quorum) everywhere(ctx context.Context, c call) error {
 }
 func (q *quorum) close() { q.stragglers.Wait() }
 
+// run runs a quorumOp: it fans out to the nodes itself.
+func (q *quorum) run(ctx context.Context, o op) Reply { return o.run(ctx, nil) }
+
 func (q *quorum) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
 	return quorumProto{q, mutexProto{r.k, c.wakeTo(r.k)}}, func(ctx context.Context, queued bool, _ string) (*Lease, time.Duration, error) {
 		m := ""

@@ -41,7 +41,7 @@ func (h *hold) free() op {
 
 // release frees every hold of h's token in Redis: one call.
 func (h *hold) release(ctx context.Context) error {
-	return h.free().run(ctx, h.c.rdb).Err
+	return h.c.be.run(ctx, h.free()).Err
 }
 
 // releasers tracks the Client's background releases, so that Close can

@@ -14,6 +14,8 @@ type single struct {
 	sync    replicaSync
 }
 
+func (s *single) run(ctx context.Context, o op) Reply { return o.run(ctx, s.rdb) }
+
 func (s *single) caps() caps {
 	return caps{all: true, reentry: true, handOff: s.sync.replicas == 0, reserve: true, directed: true, oneScript: !s.sharded}
 }

@@ -98,7 +98,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			var err1, err2 error
 			if a.unknown {
 				c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
-				err1 = a.p.release(a.token, 0, 0).run(ctx, c.rdb).Err
+				err1 = c.be.run(ctx, a.p.release(a.token, 0, 0)).Err
 			}
 			if leave {
 				err2 = a.abandon(ctx)
