@@ -318,6 +318,22 @@ func (h *history) stops(w string) []fault {
 	return out
 }
 
+// anyWorkerStopped reports whether some worker was frozen (SIGSTOP) or
+// killed during [from, to].
+func (h *history) anyWorkerStopped(from, to int64) bool {
+	for _, f := range h.faults {
+		if stoppedWorker(f.Msg) != "" && f.T <= to && f.End >= from {
+			return true
+		}
+	}
+	for _, k := range h.killed {
+		if k >= from && k <= to {
+			return true
+		}
+	}
+	return false
+}
+
 // checkOverruns: an acquire (Lock, TryLock, Acquire, LockAll; any Client,
 // with or without ContextTimeoutEnabled) must return within overrunMax of
 // its ctx's deadline, even while the server stalls. The clock starts at
@@ -497,6 +513,15 @@ func (h *history) checkPhases(name string) []Violation {
 			continue
 		}
 		if slices.ContainsFunc(nested, func(t int64) bool { return t >= e.T && t <= end }) {
+			continue
+		}
+		// Nor one that another worker's freeze or death overlaps (or
+		// precedes by less than two place lives): the bounds assume that
+		// the waiters ahead keep their places, and a frozen worker's
+		// writer place expires like a stalled server's, letting the
+		// readers behind it go (seen: a writer passed by 3 read phases
+		// while a handoff fault had another worker stopped).
+		if h.anyWorkerStopped(e.T-int64(2*queueTTL), end) {
 			continue
 		}
 		i := sort.Search(len(grants), func(i int) bool { return grants[i].t > e.T })
