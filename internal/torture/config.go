@@ -136,6 +136,7 @@ var defaultFaults = map[string]int{
 	// in flight while the server stalls for seconds.
 	"handoff":  3, // a waiter's process SIGSTOPped past its place and TTL while the holder hands it the lock (or the leadership); a third party takes it
 	"waitstop": 1, // SIGSTOP of a worker with a Lock waiting, past that Lock's TTL and the queue TTL
+	"holdstop": 0, // SIGSTOP of a worker just granted an rwstream read hold, past its TTL (off by default: a lead for the soak's "two owners at once on rws")
 	"stall":    2, // DEBUG SLEEP, CLIENT PAUSE ALL or SIGSTOP of redis-server for 1-2 s
 	// Commands that arrive late (issue 23): the proxy in front of the
 	// server holds the bytes of some connections for 150 ms-3 s, their

@@ -139,6 +139,8 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 		return r.quorumFault(kind, rng)
 	case "waitstop":
 		return r.waitStop(rng)
+	case "holdstop":
+		return r.holdStop(rng)
 	case "handoff":
 		return r.handoff(rng)
 	case "kill":
@@ -226,6 +228,41 @@ func (r *runner) liveProc(id string) *proc {
 		}
 	}
 	return nil
+}
+
+// holdStop freezes a worker right after it was granted a read hold of the
+// rwstream name, for longer than that hold's TTL: its lease must end
+// (Err) before a writer can have the lock, whatever its watchdog had sent
+// before the freeze.
+func (r *runner) holdStop(rng *rand.Rand) (string, error) {
+	var e Event
+	var p *proc
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		var ok bool
+		e, ok = r.rec.lastGrant(func(e Event) bool {
+			return len(e.Names) == 1 && e.Names[0] == rwStreamName && len(e.Sides) == 1 && e.Sides[0] == "r" &&
+				e.T > now()-int64(20*time.Millisecond)
+		})
+		if ok {
+			if p = r.liveProc(e.W); p != nil {
+				break
+			}
+		}
+	}
+	if p == nil {
+		return "holdstop: no fresh read hold", nil
+	}
+	ttl := time.Duration(e.TTLs[0]) * time.Microsecond
+	// Around the hold's first renewal (the watchdog sends it from TTL/6
+	// to TTL/3 after the grant), or at once.
+	at := time.Duration(0)
+	if rng.IntN(4) > 0 {
+		at = between(rng, ttl/6-5*time.Millisecond, ttl/3+5*time.Millisecond)
+	}
+	time.Sleep(time.Until(time.Unix(0, e.T).Add(at)))
+	d := ttl + between(rng, 50*time.Millisecond, 800*time.Millisecond)
+	return fmt.Sprintf("holdstop: worker %s SIGSTOP for %v, %v after its read hold's grant (lease %d granted %s, TTL %v)",
+		p.id, d, at.Round(time.Millisecond), e.Lease, r.rel(e.T), ttl), p.freeze(func() { time.Sleep(d) })
 }
 
 // waitStop freezes a worker that has a Lock waiting (called at least

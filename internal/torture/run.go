@@ -352,6 +352,19 @@ func (r *recorder) has(n int, f func(Event) bool) bool {
 	return n <= 0
 }
 
+// lastGrant returns the latest grant event that f accepts among the last
+// 20000 events, if any.
+func (r *recorder) lastGrant(f func(Event) bool) (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0 && i >= len(r.events)-20000; i-- {
+		if e := r.events[i]; e.K == kGrant && f(e) {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
 func (r *recorder) flush() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
