@@ -57,6 +57,9 @@ type caps struct {
 	// oneScript: a set of Mutexes is taken by one script call (LockAll):
 	// one node with scripts.
 	oneScript bool
+	// bury: an acquire given up on buries its token (bury.lua) so that its
+	// late attempts take nothing. Every deployment with scripts.
+	bury bool
 }
 
 // supports returns an error when the deployment cannot run what: a

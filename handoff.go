@@ -14,9 +14,10 @@ import (
 //
 //   - Who may be handed a lock: a waiter that renews its lease (a fixed
 //     lease has nothing to renew it from) on a deployment that hands off
-//     (backend.handsOff: one deployment with scripts, no replica sync,
-//     which a hand-off would skip). It says so by its member, '<member>:h<ttl ms>'
-//     (handoffMember), and the release gives it the lock for that TTL.
+//     (caps.handOff: one deployment with scripts, no replica sync, which
+//     a hand-off would skip). It says so by its member,
+//     '<member>:h<ttl ms>' (handoffMember), and the release gives it the
+//     lock for that TTL.
 //   - What it is told: the handoff message on its Client's channel,
 //     '<member> <fence> <ms> <place>' (parseHandoff): the lock is its for
 //     ms from the release, with fence, and the release consumed its place
@@ -57,12 +58,12 @@ func handoffMember(member string, ttl time.Duration) string {
 	return member + ":h" + strconv.FormatInt(ttl.Milliseconds(), 10)
 }
 
-// handoff is a release's message to the waiter it handed the lock to.
+// handoff is a release's message to the waiter it handed the lock to
+// (its first word, the waiter's member, routes it: tokenOf).
 type handoff struct {
-	member string
-	fence  int64
-	ms     int64 // the lock is the waiter's for ms from the release
-	place  int64 // the expiry of the place the release consumed (server ms)
+	fence int64
+	ms    int64 // the lock is the waiter's for ms from the release
+	place int64 // the expiry of the place the release consumed (server ms)
 }
 
 // parseHandoff reads a hand-off message; ok is false when msg is not one.
@@ -72,7 +73,6 @@ func parseHandoff(msg string) (m handoff, ok bool) {
 		return m, false
 	}
 	var err1, err2, err3 error
-	m.member = f[0]
 	m.fence, err1 = strconv.ParseInt(f[1], 10, 64)
 	m.ms, err2 = strconv.ParseInt(f[2], 10, 64)
 	m.place, err3 = strconv.ParseInt(f[3], 10, 64)

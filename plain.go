@@ -70,7 +70,9 @@ type plain struct {
 }
 
 // caps: a plain Mutex, not re-entrant; releases are published on the
-// lock's channel, and nothing is handed off or reserved.
+// lock's channel, nothing is handed off, and no token is buried (a late
+// SET NX of an acquire given up on takes the lock for its TTL at most:
+// docs/deployments.md).
 func (b *plain) caps() caps { return caps{notThere: errNeedsScripts, reserve: true} }
 func (b *plain) close()     {}
 

@@ -2,7 +2,9 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -100,5 +102,21 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	m = &meddler{Driver: d, other: other, value: "mine", meddles: 100}
 	if ok, err := compareAndDo(ctx, m, "k3", "mine", 0, keyed("DEL", "k3")); ok || err == nil {
 		t.Fatalf("a key that never settles: %v, %v; want an error", ok, err)
+	}
+}
+
+// A deployment that buries the tokens of acquires given up on must be able
+// to run bury.lua: the script-free one cannot, and must not say it buries
+// (an undo would fail on it and be made again in the background).
+func TestBuryOnlyWhereScriptsRun(t *testing.T) {
+	p := &plain{}
+	if p.caps().bury {
+		t.Fatal("the script-free backend says it buries tokens")
+	}
+	if err := p.everywhere(context.Background(), buryCall(newKeys("x", kindMutex, "n"), "tok", lockConfig{ttl: time.Second})); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("a script call on the script-free backend: %v, want ErrUnsupported", err)
+	}
+	if !(&single{}).caps().bury || !(&quorum{}).caps().bury {
+		t.Fatal("a deployment with scripts does not bury tokens")
 	}
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 )
@@ -46,6 +47,16 @@ const (
 	fieldPermits = "p:"   // a Semaphore holder's permits
 	fieldMode    = "mode" // an RWMutex's: 'read' or 'write'
 )
+
+// withReceipt makes a final release (c, the release of an RWMutex or
+// Semaphore hold) leave its token in k.dead for ttl as the receipt, so
+// that a copy of it that go-redis sent again reports done (sent_again in
+// lib_queue.lua): the dead set as a last key, the TTL as a last argument.
+func withReceipt(c call, k *keys, ttl time.Duration) call {
+	c.keys = append(slices.Clone(c.keys), k.dead)
+	c.args = append(c.args, max(ttl, minTTL).Milliseconds())
+	return c
+}
 
 // tokenOf is the owner token in a waiter's member, '<client id>:<token>
 // [:<more>]', or in a hand-off message, '<member> <fence> <ms> <place>'.

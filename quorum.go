@@ -523,7 +523,7 @@ func (p quorumProto) ttl(token string) op {
 // caps: a re-entrant Mutex; no hand-off and no reservation (the nodes'
 // queues may disagree on who is next), waiters told on their own channel.
 func (q *quorum) caps() caps {
-	return caps{reentry: true, notThere: errNotOnQuorum, directed: true}
+	return caps{reentry: true, notThere: errNotOnQuorum, directed: true, bury: true}
 }
 
 func (q *quorum) everywhere(ctx context.Context, c call) error {

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"slices"
 	"time"
 )
 
@@ -200,11 +199,7 @@ func (p rwProto) ttl(token string) op {
 
 func (rwProto) ordered() bool { return true }
 
-// free is the final release with its receipt (rw_unlock.lua, ARGV[7]): a
-// copy sent again reports done.
+// free is the final release with its receipt (rw_unlock.lua, ARGV[7]).
 func (p rwProto) free(token string, _ int64, ttl time.Duration) op {
-	c := p.release(token, 0, 0).(call)
-	c.keys = append(slices.Clone(c.keys), p.k.dead)
-	c.args = append(c.args, max(ttl, minTTL).Milliseconds())
-	return c
+	return withReceipt(p.release(token, 0, 0).(call), p.k, ttl)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -197,11 +196,7 @@ func (p semProto) ttl(token string) op {
 
 func (semProto) ordered() bool { return true }
 
-// free is the final release with its receipt (sem_release.lua, ARGV[5]):
-// a copy sent again reports done.
+// free is the final release with its receipt (sem_release.lua, ARGV[5]).
 func (p semProto) free(token string, _ int64, ttl time.Duration) op {
-	c := p.release(token, 0, 0).(call)
-	c.keys = append(slices.Clone(c.keys), p.k.dead)
-	c.args = append(c.args, max(ttl, minTTL).Milliseconds())
-	return c
+	return withReceipt(p.release(token, 0, 0).(call), p.k, ttl)
 }

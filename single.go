@@ -17,7 +17,7 @@ type single struct {
 func (s *single) run(ctx context.Context, o op) Reply { return o.run(ctx, s.rdb) }
 
 func (s *single) caps() caps {
-	return caps{all: true, reentry: true, handOff: s.sync.replicas == 0, reserve: true, directed: true, oneScript: !s.sharded}
+	return caps{all: true, reentry: true, handOff: s.sync.replicas == 0, reserve: true, directed: true, oneScript: !s.sharded, bury: true}
 }
 func (s *single) close() {}
 

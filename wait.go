@@ -94,8 +94,10 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			// Where the bury fails the release may still be made: a late
 			// attempt there is what it was before, held by nobody for
 			// its TTL at most; the whole undo runs again later.
-			err0 := c.be.everywhere(ctx, a.bury)
-			var err1, err2 error
+			var err0, err1, err2 error
+			if c.caps.bury {
+				err0 = c.be.everywhere(ctx, a.bury)
+			}
 			if a.unknown {
 				c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
 				err1 = c.be.run(ctx, a.p.release(a.token, 0, 0)).Err

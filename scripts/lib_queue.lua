@@ -37,6 +37,13 @@ local function receipt(dead, token, ttl)
   stretch(dead, ttl)
 end
 
+-- sent_again answers a final release that finds no hold: true when ttl
+-- (the receipt's TTL; nil: no receipt asked) is given and dead holds
+-- token's receipt, i.e. this release ran before and this is a copy.
+local function sent_again(dead, token, ttl)
+  return ttl ~= nil and redis.call('ZSCORE', dead, token) ~= false
+end
+
 -- in_order puts a command of one hold in the hold's sequence (hold.go,
 -- "Late commands"): every command that changes a hold after it was taken
 -- (renewal, Extend, re-entry, an inner unlock, Proclaim) carries seq, one

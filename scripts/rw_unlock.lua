@@ -30,7 +30,7 @@
 local lock, readers, tok, side = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local field = side .. ':' .. tok
 if redis.call('HEXISTS', lock, field) == 0 then
-  if ARGV[7] and redis.call('ZSCORE', KEYS[7], tok) then
+  if sent_again(KEYS[7], tok, ARGV[7]) then
     return 1 -- this release, sent again: it ran
   end
   return NOT_HELD

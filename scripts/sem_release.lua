@@ -16,7 +16,7 @@
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then
-  if ARGV[5] and redis.call('ZSCORE', KEYS[6], ARGV[1]) then
+  if sent_again(KEYS[6], ARGV[1], ARGV[5]) then
     return 1 -- this release, sent again: it ran
   end
   return NOT_HELD
