@@ -172,7 +172,17 @@ func (h *hold) expireIfLate(now time.Time) {
 
 func (h *hold) name() string            { return h.k.name }
 func (h *hold) first() *hold            { return h }
-func (h *hold) check()                  { h.expireIfLate(time.Now()) }
+
+// check ends the hold if its deadline has passed and returns why it ended:
+// a lease still on it learns that before end has told it (a lease already
+// ended, unlocked say, keeps its own error: finish is once).
+func (h *hold) check() error {
+	h.expireIfLate(time.Now())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
 func (h *hold) parts(l *Lease) []*Lease { return []*Lease{l} }
 
 // carry returns ctx carrying l for re-entry.

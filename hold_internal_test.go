@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -68,5 +69,50 @@ func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
 	}
 	if len(h.unsure) != 0 {
 		t.Fatalf("%d unsure Extends kept after they were done and superseded", len(h.unsure))
+	}
+}
+
+// A hold ends in two steps: the hold first (under its mu), then each of
+// its leases is told, outside the mu (their callbacks may run user code).
+// Between the two a Lease's Err must already see the end: a goroutine that
+// reads Err as the watchdog ends the hold (both wake when a stopped
+// process resumes) must not be told the lock is held after its deadline.
+// The 10-minute torture found this: a reader SIGSTOPped past its TTL read
+// Err() == nil after resuming, while a writer held the lock.
+func TestErrSeesAnEndBeforeItsLeasesAreTold(t *testing.T) {
+	c, _ := serverClient(t)
+	ended := lost(reasonDeadline, "x", "test")
+	newLeased := func(name string) (*hold, *Lease) {
+		h := newHold(c, c.keys(kindMutex, name), "Mutex", mutexProto{}, "tok-"+name, 1, lockConfig{ttl: time.Minute}, time.Now())
+		l, err := h.newLease()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, l
+	}
+
+	// The hold has ended; its lease is not told yet.
+	h, l := newLeased("a")
+	h.mu.Lock()
+	h.err = ended
+	h.mu.Unlock()
+	if err := l.Err(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Err() = %v after its hold ended, want ErrLeaseLost", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Err reported the end but Done is still open")
+	}
+
+	// A set: one part's lease has ended, the set's lease is not told yet.
+	_, p1 := newLeased("b")
+	_, p2 := newLeased("c")
+	s := newSet([]*Lease{p1, p2})
+	p2.mu.Lock()
+	p2.err = ended // finish's first step, before the callbacks that end the set
+	p2.mu.Unlock()
+	if err := s.Err(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a set's Err() = %v after one of its parts ended, want ErrLeaseLost", err)
 	}
 }

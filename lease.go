@@ -55,7 +55,12 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 // itself, so it never reports nil once the deadline has passed, even before
 // the watchdog has run.
 func (l *Lease) Err() error {
-	l.of.check()
+	// What it holds may have ended a moment ago and be telling its leases
+	// still (outside its own lock: their callbacks may run user code); this
+	// lease learns it now, so that Err is never nil after the end.
+	if err := l.of.check(); err != nil {
+		l.finish(err)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -201,7 +206,7 @@ func (l *Lease) Parts() []*Lease { return l.of.parts(l) }
 type held interface {
 	name() string
 	first() *hold // the hold whose token and fence the lease shows
-	check()       // for Err: end what has ended without a signal yet
+	check() error // for Err: end what has ended without a signal yet, and say why it ended (nil: held)
 	carry(ctx context.Context, l *Lease) context.Context
 	unlock(ctx context.Context, l *Lease) error
 	extend(ctx context.Context, l *Lease, d time.Duration) error

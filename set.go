@@ -35,12 +35,16 @@ func (s *set) name() string {
 // first is the hold of the first part: a set's token and fence are its.
 func (s *set) first() *hold { return s.leases[0].of.first() }
 
-// check looks at every part (each checks its own deadline); a part that
-// has ended ends the set through whenDone.
-func (s *set) check() {
+// check looks at every part (each checks its own deadline) and returns
+// the first part's end it finds: a part that has ended ends the set
+// through whenDone, which may not have run yet.
+func (s *set) check() error {
 	for _, p := range s.leases {
-		_ = p.Err()
+		if err := p.Err(); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 func (s *set) carry(ctx context.Context, _ *Lease) context.Context {
