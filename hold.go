@@ -170,8 +170,8 @@ func (h *hold) expireIfLate(now time.Time) {
 
 // A hold is what a single lease holds (see held).
 
-func (h *hold) name() string            { return h.k.name }
-func (h *hold) first() *hold            { return h }
+func (h *hold) name() string { return h.k.name }
+func (h *hold) first() *hold { return h }
 
 // check ends the hold if its deadline has passed and returns why it ended:
 // a lease still on it learns that before end has told it (a lease already
