@@ -38,10 +38,10 @@ type request struct {
 	token func(ctx context.Context) (string, error)
 	// call is the acquire script call of one attempt; member is the
 	// waiter's registration for a Lock's attempts (which take or keep a
-	// place in the queue), "" for a TryLock's; queued is true when an
-	// earlier attempt of the same acquire carried member (it may have a
-	// place to give up).
-	call func(token, member string, queued bool, cfg lockConfig) call
+	// place in the queue), "" for a TryLock's; placed is true when an
+	// earlier attempt of the same acquire made a place (it may have one
+	// to give up).
+	call func(token, member string, placed bool, cfg lockConfig) call
 }
 
 // acquire runs a request: a TryLock (wait false) or a Lock.
@@ -79,23 +79,21 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 			return nil, err
 		}
 	}
-	a := acquisition{c: c, name: r.k.name, channel: r.k.channel, token: token, bury: buryCall(r.k, token, cfg)}
 	member := c.member(token, r.need)
-	if r.handOff && cfg.renew && c.caps.handOff {
+	handOff := r.handOff && cfg.renew && c.caps.handOff
+	if handOff {
 		member = handoffMember(member, cfg.ttl)
 	}
+	p, attempt := c.be.attempt(attemptSpec{k: r.k, what: r.what, p: r.p, need: r.need, queue: r.queue, call: r.call,
+		token: token, member: member, cfg: cfg})
+	a := acquisition{c: c, what: r.what, name: r.k.name, channel: r.k.channel, token: token, attempt: attempt,
+		parts: []part{{k: r.k, what: r.what, side: r.side, p: p, cfg: cfg}}, handOff: handOff}
 	if r.queue && c.caps.directed {
 		a.channel = c.wakeTo(r.k).base + c.id
 		a.keepAlive = cfg.queueTTL / 3
-		a.leave, a.member = r.leave, member
+		a.leave = []call{r.leave(member)}
 	}
-	a.p, a.attempt = c.be.attempt(c, r, token, member, cfg)
-	a.what = r.what
-	start := time.Now()
-	ctx, span := c.tel.acquireStarted(ctx, r.what, r.k.name, wait)
-	l, err := a.run(ctx, wait)
-	c.tel.acquireEnded(ctx, span, r.what, r.k.name, start, err)
-	return l, err
+	return a.run(ctx, wait)
 }
 
 // Locker is what every lock of this package offers: Mutex, FairMutex, and

@@ -15,9 +15,10 @@ type backend interface {
 	// caps says what the deployment can do: every call site asks it, and
 	// no backend is asked which one it is.
 	caps() caps
-	// attempt returns a request's protocol on this deployment and one
-	// acquire attempt of it.
-	attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc)
+	// attempt returns a lock's protocol on this deployment and its
+	// acquire attempts, which report outcomes (data: the acquire path
+	// makes the holds).
+	attempt(a attemptSpec) (protocol, attemptFunc)
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
 	grant(ctx context.Context, o op) Reply
@@ -34,6 +35,20 @@ type backend interface {
 	// close waits for calls that outlived their operation (a quorum's
 	// slow nodes).
 	close()
+}
+
+// attemptSpec is what a backend is told of an acquire: data only.
+type attemptSpec struct {
+	k    *keys
+	what string   // the primitive, for errors
+	p    protocol // its protocol on a deployment with scripts
+	need int      // permits a semaphore waits for; 0 for locks
+	// queue: a Lock's attempts carry member (a place in the queue)
+	queue bool
+	// call is the acquire script call of one attempt (request.call).
+	call          func(token, member string, placed bool, cfg lockConfig) call
+	token, member string
+	cfg           lockConfig
 }
 
 // caps is what a deployment can do, decided once when the Client is made.

@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"time"
@@ -23,14 +22,16 @@ import (
 //     ms from the release, with fence, and the release consumed its place
 //     that expired at place (server ms). The hub keeps a message for a
 //     waiter that is between two waits (wake.go).
-//   - What it does: take (below), or, when the message is not one it can
-//     count on, an ordinary attempt, which takes the lock if it is still
-//     this waiter's (lock.lua finds its token in the hash).
+//   - What it does: take it with no request of its own (handedOver,
+//     below, reads the message as an attempt's outcome), or, when the
+//     message is not one it can count on, make an ordinary attempt, which
+//     takes the lock if it is still this waiter's (lock.lua finds its
+//     token in the hash).
 //
-// Why a hand-off honoured by take cannot make two owners. The release ran
-// on the server at some time R, while the waiter's place was live, and
-// gave the waiter's token the lock until R+ms, with ms no longer than what
-// was left of that place; nobody else can take it before then. The lease
+// Why a hand-off honoured by handedOver cannot make two owners. The
+// release ran on the server at some time R, while the waiter's place was
+// live, and gave the waiter's token the lock until R+ms, with ms no longer
+// than what was left of that place; nobody else can take it before then. The lease
 // is counted from the send time of the attempt that made the place the
 // message names: that attempt ran on the server before R (a place is
 // consumed by the hand-off, so the one it names was made before it), so
@@ -87,22 +88,19 @@ type place struct {
 	sent   time.Time
 }
 
-// take takes the lock that msg hands to this waiter, whose latest place
-// is p (see "Hand-off" above). ok is false when msg is not a hand-off, is
-// not about p, or leaves too little time to count on: the caller then
-// makes an attempt.
-func (c *Client) take(ctx context.Context, r *request, token string, cfg lockConfig, msg string, p place) (l *Lease, err error, ok bool) {
+// handedOver reads msg, a hand-off to this waiter, whose latest place is
+// p (see "Hand-off" above), as the outcome of an attempt: the lock taken
+// with no request. ok is false when msg is not a hand-off, is not about
+// p, or leaves too little time to count on (less than a quarter of the
+// lease after the drift margin d): the caller then makes an attempt.
+func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
 	m, ok := parseHandoff(msg)
 	if !ok || p.sent.IsZero() || m.place != p.expiry {
-		return nil, nil, false
+		return o, false
 	}
 	granted := time.Duration(m.ms) * time.Millisecond
-	if time.Until(p.sent.Add(granted-c.drift.of(granted))) < granted/4 {
-		return nil, nil, false
+	if time.Until(p.sent.Add(granted-d.of(granted))) < granted/4 {
+		return o, false
 	}
-	h := newHold(c, r.k, r.what, r.p, token, m.fence, cfg, p.sent)
-	h.deadline = time.Time{}
-	h.confirmed(p.sent, granted, 0)
-	l, err = c.newLease(ctx, h)
-	return l, err, true
+	return outcome{granted: true, fence: m.fence, start: p.sent, ttl: granted}, true
 }

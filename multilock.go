@@ -101,172 +101,64 @@ func oneScript(lockers []Locker) ([]*Mutex, bool) {
 	return ms, true
 }
 
-// lockMutexes takes a set of mutexes of one Client with lock_all.lua.
-// While it waits, it is registered in the queue of the mutex that was
-// held, and told like any waiter of it when its turn comes there.
-//
-// It goes through what acquisition.run does for every other acquire: the
-// deployment check, telemetry (span, metrics, the waiting gauge) and the
-// owner record for inspectors while it waits.
-func lockMutexes(ctx context.Context, ms []*Mutex) (l *Lease, err error) {
-	s := &mutexSet{c: ms[0].c, ms: ms}
-	if err := s.prepare(ctx); err != nil {
-		return nil, err
-	}
-	c := s.c
-	if err := c.checkDeployment(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, waitEnded(s.name, ctx.Err())
-		}
-		return nil, err
-	}
-	start := time.Now()
-	ctx, span := c.tel.acquireStarted(ctx, "LockAll", s.name, true)
-	defer func() { c.tel.acquireEnded(ctx, span, "LockAll", s.name, start, err) }()
-	channel := c.wakeTo(ms[0].k).base + c.id
-	seen := c.epochs(channel)
-	// Without the set, what the attempts may have left is undone in the
-	// background, once the last of them can no longer run on the server
-	// (see acquisition.run).
-	defer func() {
-		if s.lease != nil {
-			return
-		}
-		c.undo(ctx, s.after(), func(ctx context.Context) error {
-			calls := make([]call, len(ms))
-			for i, m := range ms {
-				calls[i] = buryCall(m.k, s.token, s.cfgs[i])
-			}
-			err0 := firstErr(runBatch(ctx, c.rdb, calls, replicaSync{}))
-			var err error
-			if s.unknown {
-				err = cleanupSet(ctx, c, ms, s.token)
-			}
-			return errors.Join(err0, err, s.leave(ctx))
-		})
-	}()
-	done, next, err := s.attempt(ctx)
-	if done || err != nil {
-		return s.lease, err
-	}
-	c.announce(ctx) // inspectors can tell who waits
-	c.tel.waiting("LockAll", s.name, 1)
-	defer c.tel.waiting("LockAll", s.name, -1)
-	err = c.waitLoop(ctx, s.name, channel, s.token, seen, s.bound(next),
-		func(ctx context.Context, _ string) (bool, time.Duration, error) {
-			done, next, err := s.attempt(ctx)
-			return done || err != nil, s.bound(next), err
-		})
-	return s.lease, err
-}
-
-// mutexSet is one LockAll of mutexes by one script.
-type mutexSet struct {
-	c         *Client
-	ms        []*Mutex
-	name      string // the names, joined, for errors
-	token     string
-	member    string // its registration as a waiter
-	keepAlive time.Duration
-	cfgs      []lockConfig
-	keys      []string
-	args      []any
-	lease     *Lease // the set's, once taken
-	unsettled
-}
-
-// prepare checks the call and each mutex's options, and builds the
-// script's keys and arguments.
-func (s *mutexSet) prepare(ctx context.Context) error {
-	names := make([]string, len(s.ms))
-	for i, m := range s.ms {
+// lockMutexes takes a set of mutexes of one Client with lock_all.lua, by
+// the acquire path of every lock (acquisition), with one attempt that
+// takes the whole set. While it waits, it is registered in the queue of
+// the mutex that was held, and told like any waiter of it when its turn
+// comes there.
+func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
+	c := ms[0].c
+	names := make([]string, len(ms))
+	for i, m := range ms {
 		names[i] = m.k.name
 	}
-	s.name = strings.Join(names, ", ")
-	if err := checkCall(ctx, s.c, s.name); err != nil {
-		return err
+	name := strings.Join(names, ", ")
+	if err := checkCall(ctx, c, name); err != nil {
+		return nil, err
 	}
-	s.token = s.c.newToken()
-	s.member = s.c.member(s.token, 0)
+	token := c.newToken()
+	member := c.member(token, 0)
+	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).base + c.id, token: token}
+	var keys []string
 	var place time.Duration
-	for _, m := range s.ms {
+	for _, m := range ms {
 		if m.k.name == "" {
-			return invalid("empty lock name")
+			return nil, invalid("empty lock name")
 		}
 		cfg := defaultLock.with(m.opts)
 		if err := cfg.validate(); err != nil {
-			return err
+			return nil, err
 		}
 		if err := cfg.refuse("Mutex", optQueueTTL); err != nil {
-			return err
+			return nil, err
 		}
-		s.cfgs = append(s.cfgs, cfg)
-		s.keys = append(s.keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive, m.k.dead)
+		p := mutexProto{m.k, c.wakeTo(m.k)}
+		a.parts = append(a.parts, part{k: m.k, what: "Mutex", p: p, cfg: cfg})
+		a.leave = append(a.leave, p.leave(member))
+		keys = append(keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive, m.k.dead)
 		place = max(place, cfg.queueTTL)
 	}
-	s.keepAlive = place / 3
-	w := s.c.wakeTo(s.ms[0].k)
-	s.args = []any{s.token, s.member, place.Milliseconds(), w.baseArg, w.publishArg}
-	for _, cfg := range s.cfgs {
-		s.args = append(s.args, cfg.ttl.Milliseconds())
+	a.keepAlive = place / 3
+	w := c.wakeTo(ms[0].k)
+	args := []any{token, member, place.Milliseconds(), w.baseArg, w.publishArg}
+	for _, p := range a.parts {
+		args = append(args, p.cfg.ttl.Milliseconds())
 	}
-	return nil
-}
-
-// bound caps a wait at the keep-alive interval of the set's place.
-func (s *mutexSet) bound(d time.Duration) time.Duration { return min(d, s.keepAlive) }
-
-// leave gives up the set's place in the queues.
-func (s *mutexSet) leave(ctx context.Context) error {
-	calls := make([]call, len(s.ms))
-	for i, m := range s.ms {
-		calls[i] = mutexProto{m.k, s.c.wakeTo(m.k)}.leave(s.member)
-	}
-	return firstErr(runBatch(ctx, s.c.rdb, calls, replicaSync{}))
-}
-
-// attempt tries to take the whole set at once: done, or how long to wait
-// at most before trying again.
-func (s *mutexSet) attempt(ctx context.Context) (bool, time.Duration, error) {
-	c, ms := s.c, s.ms
-	start := time.Now()
-	res, err := c.be.grant(ctx, call{lockAllScript, s.keys, s.args, nil}).Int64Slice()
-	if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
-		err = errors.New("unexpected script reply")
-	}
-	if err != nil {
-		s.failed(err)
-		if ctx.Err() != nil {
-			return false, 0, waitEnded(s.name, ctx.Err())
+	a.attempt = func(ctx context.Context, _, _ bool) (outcome, error) {
+		start := time.Now()
+		res, err := c.be.grant(ctx, call{lockAllScript, keys, args, nil}).Int64Slice()
+		if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
+			err = errors.New("unexpected script reply")
 		}
-		return false, 0, redisErr("lock", s.name, err)
-	}
-	if res[0] == replyBusy {
-		return false, retryAfter(res[2], s.cfgs[res[1]-1].ttl), nil
-	}
-	parts := make([]*Lease, len(ms))
-	for i, m := range ms {
-		l, err := c.newLease(ctx, newHold(c, m.k, "Mutex", mutexProto{m.k, c.wakeTo(m.k)}, s.token, res[i+1], s.cfgs[i], start))
 		if err != nil {
-			// the Client closed: the set is undone (see lockMutexes)
-			releaseAll(ctx, parts[:i])
-			s.failed(err)
-			return false, 0, err
+			return outcome{}, redisErr("lock", name, err)
 		}
-		parts[i] = l
+		if res[0] == replyBusy {
+			return outcome{wait: retryAfter(res[2], a.parts[res[1]-1].cfg.ttl)}, nil
+		}
+		return outcome{granted: true, fences: res[1:], start: start}, nil
 	}
-	s.lease = newSet(parts)
-	return true, 0, nil
-}
-
-// cleanupSet undoes what an attempt with an unknown outcome may have
-// taken.
-func cleanupSet(ctx context.Context, c *Client, ms []*Mutex, token string) error {
-	calls := make([]call, len(ms))
-	for i, m := range ms {
-		calls[i] = mutexProto{m.k, c.wakeTo(m.k)}.unlock(token, 0, 0)
-	}
-	return firstErr(runBatch(ctx, c.rdb, calls, replicaSync{}))
+	return a.run(ctx, true)
 }
 
 // releaseAll unlocks leases after a failed LockAll, within undoGrace

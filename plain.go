@@ -92,38 +92,36 @@ func (b *plain) everywhere(context.Context, call) error {
 	return fmt.Errorf("%w: a script call on a Client made WithoutScripts", errors.ErrUnsupported)
 }
 
-func (b *plain) attempt(c *Client, r *request, token, _ string, cfg lockConfig) (protocol, attemptFunc) {
-	p := plainProto{r.k, b}
-	return p, func(ctx context.Context, _ bool, _ string) (*Lease, time.Duration, error) {
-		return b.lock(ctx, c, p, token, cfg)
+func (b *plain) attempt(a attemptSpec) (protocol, attemptFunc) {
+	p := plainProto{a.k, b}
+	return p, func(ctx context.Context, _, _ bool) (outcome, error) {
+		return b.lock(ctx, a.k, a.token, a.cfg)
 	}
 }
 
 // lock is one acquire of a Mutex without scripts.
-func (b *plain) lock(ctx context.Context, c *Client, p plainProto, token string, cfg lockConfig) (*Lease, time.Duration, error) {
-	k := p.k
+func (b *plain) lock(ctx context.Context, k *keys, token string, cfg lockConfig) (outcome, error) {
 	start := time.Now()
 	res, err := transaction(ctx, b.rdb, k.lock, keyed("INCR", k.fence),
 		keyed("SET", k.lock, token, "NX", "PX", cfg.ttl.Milliseconds()), keyed("GET", k.lock), keyed("PTTL", k.lock))
 	if err != nil {
-		return nil, 0, redisErr("lock", k.name, err)
+		return outcome{}, redisErr("lock", k.name, err)
 	}
 	if holder, _ := res[2].Text(); holder != token {
 		ms, err := res[3].Int64()
 		if err != nil || ms < 0 {
 			ms = -1
 		}
-		return nil, retryAfter(ms, cfg.ttl), nil
+		return outcome{wait: retryAfter(ms, cfg.ttl)}, nil
 	}
 	fence, err := res[0].Int64()
 	if err != nil {
-		return nil, 0, redisErr("lock", k.name, err)
+		return outcome{}, redisErr("lock", k.name, err)
 	}
 	// Ours — by this transaction, or by an earlier one whose reply was lost
 	// and that go-redis sent again: then the fence of this one, still above
 	// every earlier owner's.
-	l, err := c.newLease(ctx, newHold(c, k, "Mutex", p, token, fence, cfg, start))
-	return l, 0, err
+	return outcome{granted: true, fence: fence, start: start}, nil
 }
 
 // plainProto is the Redis side of a Mutex hold without scripts.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -16,6 +17,9 @@ import (
 type quorum struct {
 	nodes []Driver
 	quorumConfig
+	mark  string // the key of each node's mark (see "Fences on a quorum")
+	drift drift
+	log   *slog.Logger
 	// stragglers are node calls still running after their operation was
 	// decided by a majority; Close waits for them.
 	stragglers sync.WaitGroup
@@ -79,7 +83,10 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
 	}
-	q := &quorum{nodes: rs, quorumConfig: cfg.quorum}
+	q := &quorum{nodes: rs, quorumConfig: cfg.quorum, mark: cfg.prefix + ":quorum:mark", drift: cfg.drift, log: cfg.logger}
+	if q.log == nil {
+		q.log = slog.New(slog.DiscardHandler)
+	}
 	if q.timeout == 0 {
 		q.timeout = DefaultNodeTimeout
 	}
@@ -219,24 +226,23 @@ func (q *quorum) outcome(t tally, op, name string) (bool, error) {
 }
 
 // lock is one RedLock round for a Mutex.
-func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member string, cfg lockConfig) (*Lease, time.Duration, error) {
+func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig) (outcome, error) {
+	k := p.k
 	start := time.Now()
 	nodes := q.all()
-	p := mutexProto{k, c.wakeTo(k)}
 	t := q.tally(q.fanout(ctx, nodes, func(int) call {
 		return p.lock(token, cfg.ttl, 0, member, member != "", placeTTL(cfg, member), false)
 	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld })
 	if len(t.failed) > 0 {
-		c.tel.log.Warn("dlock: quorum nodes failed", "lock", k.name, "failed", len(t.failed),
+		q.log.Warn("dlock: quorum nodes failed", "lock", k.name, "failed", len(t.failed),
 			"node", t.failed[0].Node, "err", t.failed[0].Err)
 	}
-	validity := cfg.ttl - time.Since(start) - c.drift.of(cfg.ttl)
+	validity := cfg.ttl - time.Since(start) - q.drift.of(cfg.ttl)
 	var fenceErr error
 	if len(t.ok) >= q.majority() && validity > 0 {
-		fence, err := q.raiseFences(ctx, c, k, t)
+		fence, err := q.raiseFences(ctx, k, t)
 		if err == nil {
-			l, err := c.newLease(ctx, newHold(c, k, "Mutex", quorumProto{q, p}, token, fence, cfg, start))
-			return l, 0, err
+			return outcome{granted: true, fence: fence, start: start}, nil
 		}
 		fenceErr = err
 	}
@@ -245,14 +251,14 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 	// background), and what may have been, where the reply was lost or
 	// came after ctx ended, once that node's call can no longer run there.
 	// Nodes that said "held by another" have nothing of ours.
-	q.giveBack(ctx, c, t, func(int) call { return p.unlock(token, 0, 0) })
+	back := q.giveBack(t, func(int) call { return p.unlock(token, 0, 0) })
 	if fenceErr != nil {
 		// no fence can be issued that is sure to be new: fail, as when a
 		// majority is down (see "Fences on a quorum")
-		return nil, 0, fenceErr
+		return outcome{giveBack: back}, fenceErr
 	}
 	if len(t.failed) > len(q.nodes)-q.majority() {
-		return nil, 0, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
+		return outcome{giveBack: back}, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
 	// Held elsewhere: wait for the soonest holder's lease to end, or a
 	// release; a split vote: retry soon. Either way add jitter.
@@ -267,23 +273,25 @@ func (q *quorum) lock(ctx context.Context, c *Client, k *keys, token, member str
 	if len(t.ok) > 0 {
 		wait = 0 // we won some votes: someone else did too; try again soon
 	}
-	return nil, wait + rand.N(q.jitter+1), nil
+	return outcome{wait: wait + rand.N(q.jitter+1), giveBack: back}, nil
 }
 
-// giveBack undoes a round that did not win: release (made by mk) goes
-// to the nodes that granted at once (see Client.undo), and to each node
-// whose call failed in the background, once that call is settled (a node
-// that is down must not hold up the caller).
-func (q *quorum) giveBack(ctx context.Context, c *Client, t tally, mk func(node int) call) {
+// giveBack is how to undo a round that did not win: release (made by mk)
+// on the nodes that granted at once (the acquire path runs it as
+// Client.undo does), and on each node whose call failed once that call
+// is settled (a node that is down must not hold up the caller).
+func (q *quorum) giveBack(t tally, mk func(node int) call) []undoStep {
 	on := func(nodes []int) func(context.Context) error {
 		return func(ctx context.Context) error { return firstErr(q.fanout(ctx, nodes, mk)) }
 	}
+	var steps []undoStep
 	if len(t.ok) > 0 {
-		c.undo(ctx, closedChan, on(t.ok))
+		steps = append(steps, undoStep{nil, on(t.ok)})
 	}
 	for _, f := range t.failed {
-		c.undoLater(settled(f.Err), on([]int{f.Node}))
+		steps = append(steps, undoStep{settled(f.Err), on([]int{f.Node})})
 	}
+	return steps
 }
 
 // Fences on a quorum. Each node INCRs its own counter when it grants, so
@@ -338,13 +346,13 @@ func (q *quorum) giveBack(ctx context.Context, c *Client, t tally, mk func(node 
 
 // raiseFences decides the fence of a round that a majority granted (t):
 // see "Fences on a quorum".
-func (q *quorum) raiseFences(ctx context.Context, c *Client, k *keys, t tally) (int64, error) {
+func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, error) {
 	var want int64
 	for _, i := range t.ok {
 		want = max(want, t.vals[i][1])
 	}
 	answered := append(slices.Clone(t.ok), t.no...)
-	mark := c.prefix + ":quorum:mark"
+	mark := q.mark
 	run := func(nodes []int, fence int64, markThem bool) tally {
 		return q.tally(q.fanout(ctx, nodes, func(int) call {
 			return call{qfenceScript, []string{k.fence, mark}, []any{fence, flag(markThem)}, nil}
@@ -534,13 +542,14 @@ func (q *quorum) close() { q.stragglers.Wait() }
 // run runs a quorumOp: it fans out to the nodes itself.
 func (q *quorum) run(ctx context.Context, o op) Reply { return o.run(ctx, nil) }
 
-func (q *quorum) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
-	return quorumProto{q, mutexProto{r.k, c.wakeTo(r.k)}}, func(ctx context.Context, queued bool, _ string) (*Lease, time.Duration, error) {
+func (q *quorum) attempt(a attemptSpec) (protocol, attemptFunc) {
+	p := mutexProto{a.k, *a.k.wake}
+	return quorumProto{q, p}, func(ctx context.Context, queued, _ bool) (outcome, error) {
 		m := ""
 		if queued {
-			m = member
+			m = a.member
 		}
-		return q.lock(ctx, c, r.k, token, m, cfg)
+		return q.lock(ctx, p, a.token, m, a.cfg)
 	}
 }
 

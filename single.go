@@ -17,55 +17,40 @@ type single struct {
 func (s *single) run(ctx context.Context, o op) Reply { return o.run(ctx, s.rdb) }
 
 func (s *single) caps() caps {
+	// A hand-off skips the waiter's own grant, which WAIT (replica sync)
+	// must follow.
 	return caps{all: true, reentry: true, handOff: s.sync.replicas == 0, reserve: true, directed: true, oneScript: !s.sharded, bury: true}
 }
 func (s *single) close() {}
 
 func (s *single) everywhere(ctx context.Context, c call) error { return c.run(ctx, s.rdb).Err }
 
-// handsOff: a released mutex can be handed to its next waiter, unless
-// every grant must be followed by WAIT (replica sync), which the waiter
-// must then send itself.
-
-// attempt runs the request's acquire script; a lock handed over by its
-// release (msg) is taken without one.
-func (s *single) attempt(c *Client, r *request, token, member string, cfg lockConfig) (protocol, attemptFunc) {
-	// last is the waiter's latest place (a hand-off names the place it
-	// consumed: see "Hand-off" in handoff.go). Set, it also tells the next
-	// attempt that it may have a place to give up (an attempt that ends
-	// otherwise ends the acquire).
-	var last place
-	return r.p, func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
-		if msg != "" {
-			if l, err, ok := c.take(ctx, r, token, cfg, msg, last); ok {
-				return l, 0, err
-			}
-		}
+// attempt runs the lock's acquire script.
+func (s *single) attempt(a attemptSpec) (protocol, attemptFunc) {
+	return a.p, func(ctx context.Context, queued, placed bool) (outcome, error) {
 		m := ""
-		if queued && r.queue {
-			m = member
+		if queued && a.queue {
+			m = a.member
 		}
 		start := time.Now()
-		res, err := fenceReply("lock", r.k.name, s.grant(ctx, r.call(token, m, !last.sent.IsZero(), cfg)))
+		res, err := fenceReply("lock", a.k.name, s.grant(ctx, a.call(a.token, m, placed, a.cfg)))
 		if err != nil {
-			return nil, 0, err
-		}
-		if res[0] == replyBusy && m != "" {
-			last = place{sent: start}
-			if len(res) > 2 {
-				last.expiry = res[2]
-			}
+			return outcome{}, err
 		}
 		switch res[0] {
 		case replyHeld:
-			h := newHold(c, r.k, r.what, r.p, token, res[1], cfg, start)
-			h.side = r.side
-			l, err := c.newLease(ctx, h)
-			return l, 0, err
+			return outcome{granted: true, fence: res[1], start: start}, nil
 		case replyTooMany:
-			return nil, 0, invalid("%s %q: %d permits asked for; its capacity is %d", r.what, r.k.name, r.need, res[1])
+			return outcome{}, invalid("%s %q: %d permits asked for; its capacity is %d", a.what, a.k.name, a.need, res[1])
 		}
-		return nil, retryAfter(res[1], cfg.ttl), nil
+		o := outcome{wait: retryAfter(res[1], a.cfg.ttl)}
+		if res[0] == replyBusy && m != "" {
+			o.placed = place{sent: start}
+			if len(res) > 2 {
+				o.placed.expiry = res[2]
+			}
+		}
+		return o, nil
 	}
 }
 

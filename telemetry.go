@@ -245,7 +245,7 @@ func (t *telemetry) acquireStarted(ctx context.Context, what, name string, wait 
 // acquireEnded records an acquire's duration and outcome, and ends its
 // span.
 func (t *telemetry) acquireEnded(ctx context.Context, span trace.Span, what, name string, start time.Time, err error) {
-	o := outcome(err)
+	o := outcomeOf(err)
 	if t.measuring() {
 		t.acquire.Record(ctx, time.Since(start).Seconds(), t.attrs(what, name, attrOutcome, o))
 	}
@@ -258,8 +258,8 @@ func (t *telemetry) acquireEnded(ctx context.Context, span trace.Span, what, nam
 	span.End()
 }
 
-// outcome is an acquire's dlock.outcome.
-func outcome(err error) string {
+// outcomeOf is an acquire's dlock.outcome attribute.
+func outcomeOf(err error) string {
 	switch {
 	case err == nil:
 		return "acquired"

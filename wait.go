@@ -7,36 +7,78 @@ import (
 	"time"
 )
 
-// attemptFunc makes one acquire attempt. It returns the lease when the
-// lock was taken; otherwise how long to wait at most before trying again
-// (the holder's remaining lease, say). queued is true for a Lock's
-// attempts, false for a TryLock's.
-// msg, if not "", is the message that woke the waiter (a hand-off carries
-// the lock).
-type attemptFunc func(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error)
+// attemptFunc makes one acquire attempt on the backend and says what it
+// found (an outcome: data; the acquire path alone makes holds and
+// leases). queued is true for a Lock's attempts (they take or keep a
+// place in the queue), false for a TryLock's; placed is true when an
+// earlier attempt of the same acquire made a place (it may have one to
+// give up).
+type attemptFunc func(ctx context.Context, queued, placed bool) (outcome, error)
 
-// acquisition is one Lock or TryLock call: the wait loop shared by the
-// primitives.
+// outcome is what one attempt found.
+type outcome struct {
+	granted bool
+	// granted: the fence of each lock taken (fences, a set's, one per
+	// part; else fence), counted from start, when the granting command
+	// was sent.
+	fence  int64
+	fences []int64
+	start  time.Time
+	ttl    time.Duration // the lease from start, when not the asked TTL (a hand-off's)
+	// not granted: try again within wait at the latest; placed, if its
+	// sent time is set, is the place in the queue that the attempt made
+	// or kept (handoff.go).
+	wait   time.Duration
+	placed place
+	// giveBack, if set, undoes what the attempt may have left (a quorum
+	// round that did not win): the acquire path runs it as it runs its
+	// own undo (Client.undo), at once, then, for what is unsettled, once
+	// it can no longer run.
+	giveBack []undoStep
+}
+
+// undoStep is one undo an attempt leaves to the acquire path: with after
+// nil, at once (and in the background if that fails: Client.undo); else
+// in the background once after has closed (Client.undoLater), the attempt
+// being able to run until then.
+type undoStep struct {
+	after <-chan struct{}
+	undo  func(ctx context.Context) error
+}
+
+// acquisition is one acquire: a Lock or TryLock of any primitive, or a
+// LockAll of Mutexes taken by one script. It is the only acquire path:
+// the deployment check, telemetry, the attempt, the wait, the undo of
+// what a failed acquire left, and the holds and leases of what it took.
 type acquisition struct {
 	c       *Client
-	what    string // the primitive, for telemetry
-	name    string
+	what    string // the primitive, for telemetry ("LockAll" for a set)
+	name    string // the lock's name; a set's names, joined
 	channel string
 	token   string
-	p       protocol
+	parts   []part // what it takes: one lock, or a set's
 	attempt attemptFunc
 	// keepAlive, when positive, is how often a waiter must try again at
 	// the least, to keep its place in a queue alive.
 	keepAlive time.Duration
-	// leave, if set, is run with member when a Lock gives up without the
-	// lock (ctx ended, client closed, Redis error): it removes the
-	// waiter's place in a queue.
-	leave  func(member string) call
-	member string
-	// bury refuses the token's late attempts (bury.lua), before an
-	// acquire that ends without the lock undoes what they left.
-	bury call
+	// leave, if set, gives up the waiter's places (one call per lock)
+	// when a Lock gives up without the lock (ctx ended, client closed,
+	// Redis error).
+	leave []call
+	// handOff: a release may hand the lock to this waiter (handoff.go);
+	// last is its latest place, which a hand-off names.
+	handOff bool
+	last    place
 	unsettled
+}
+
+// part is one lock an acquisition takes.
+type part struct {
+	k    *keys
+	what string
+	side side
+	p    protocol
+	cfg  lockConfig
 }
 
 // unsettled records whether an acquire's attempt failed with its outcome
@@ -59,9 +101,14 @@ func (o *unsettled) after() <-chan struct{} {
 	return o.settled
 }
 
-// abandon gives up the waiter's place (see leave).
-func (a *acquisition) abandon(ctx context.Context) error {
-	return a.c.be.everywhere(ctx, a.leave(a.member))
+// each runs one call per lock of the acquisition (mk builds it) on every
+// node, and returns the errors joined.
+func (a *acquisition) each(ctx context.Context, mk func(p part) call) error {
+	var errs []error
+	for _, p := range a.parts {
+		errs = append(errs, a.c.be.everywhere(ctx, mk(p)))
+	}
+	return errors.Join(errs...)
 }
 
 // run acquires: one attempt, then, for a Lock, waits woken by releases.
@@ -74,6 +121,9 @@ func (a *acquisition) abandon(ctx context.Context) error {
 // soon as ctx ends.
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
+	start := time.Now()
+	ctx, span := c.tel.acquireStarted(ctx, a.what, a.name, wait)
+	defer func() { c.tel.acquireEnded(ctx, span, a.what, a.name, start, err) }()
 	if err := c.checkDeployment(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, waitEnded(a.name, ctx.Err())
@@ -96,14 +146,18 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			// its TTL at most; the whole undo runs again later.
 			var err0, err1, err2 error
 			if c.caps.bury {
-				err0 = c.be.everywhere(ctx, a.bury)
+				err0 = a.each(ctx, func(p part) call { return buryCall(p.k, a.token, p.cfg) })
 			}
 			if a.unknown {
 				c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
-				err1 = c.be.run(ctx, a.p.release(a.token, 0, 0)).Err
+				for _, p := range a.parts {
+					err1 = errors.Join(err1, c.be.run(ctx, p.p.release(a.token, 0, 0)).Err)
+				}
 			}
 			if leave {
-				err2 = a.abandon(ctx)
+				for _, lc := range a.leave {
+					err2 = errors.Join(err2, c.be.everywhere(ctx, lc))
+				}
 			}
 			return errors.Join(err0, err1, err2)
 		})
@@ -202,23 +256,72 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	}
 }
 
-// try makes one attempt. One whose outcome is unknown is marked so, for
-// run to undo it.
+// try makes one attempt, or takes the lock that msg, a hand-off, gave
+// it. One whose outcome is unknown is marked so, for run to undo it.
 func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
-	l, next, err := a.attempt(ctx, queued, msg)
-	if err == nil {
-		return l, next, nil
+	if a.handOff && msg != "" {
+		if o, ok := handedOver(msg, a.last, a.c.drift); ok {
+			return a.lease(ctx, o)
+		}
 	}
-	a.c.clusterHint(err)
-	// A quorum's round that failed has given back what it may have won,
-	// node by node (quorum.giveBack).
-	if _, quorum := errors.AsType[*QuorumError](err); !quorum && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
-		a.failed(err)
+	o, err := a.attempt(ctx, queued, !a.last.sent.IsZero())
+	for _, g := range o.giveBack {
+		if g.after == nil {
+			a.c.undo(ctx, closedChan, g.undo)
+		} else {
+			a.c.undoLater(g.after, g.undo)
+		}
 	}
-	if ctx.Err() != nil {
-		return nil, 0, waitEnded(a.name, ctx.Err())
+	if err != nil {
+		a.c.clusterHint(err)
+		// A quorum's round that failed has given back what it may have
+		// won, node by node (giveBack).
+		if _, quorum := errors.AsType[*QuorumError](err); !quorum && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
+			a.failed(err)
+		}
+		if ctx.Err() != nil {
+			return nil, 0, waitEnded(a.name, ctx.Err())
+		}
+		return nil, 0, err
 	}
-	return nil, 0, err
+	if !o.placed.sent.IsZero() {
+		a.last = o.placed
+	}
+	if o.granted {
+		return a.lease(ctx, o)
+	}
+	return nil, o.wait, nil
+}
+
+// lease makes the holds of what an attempt took, registers them with the
+// watchdog, and returns their lease: a set's when it took several. If the
+// Client was closed meanwhile it returns ErrClosed, and run undoes what
+// was taken.
+func (a *acquisition) lease(ctx context.Context, o outcome) (*Lease, time.Duration, error) {
+	fences := o.fences
+	if fences == nil {
+		fences = []int64{o.fence}
+	}
+	leases := make([]*Lease, len(a.parts))
+	for i, p := range a.parts {
+		h := newHold(a.c, p.k, p.what, p.p, a.token, fences[i], p.cfg, o.start)
+		h.side = p.side
+		if o.ttl > 0 {
+			h.deadline = time.Time{}
+			h.confirmed(o.start, o.ttl, 0)
+		}
+		l, err := a.c.newLease(ctx, h)
+		if err != nil {
+			releaseAll(ctx, leases[:i])
+			a.failed(err) // the rest, taken in Redis, is undone by run
+			return nil, 0, err
+		}
+		leases[i] = l
+	}
+	if len(leases) == 1 {
+		return leases[0], 0, nil
+	}
+	return newSet(leases), 0, nil
 }
 
 // epochs returns each hub's epoch of a channel (see hub.epoch).
