@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"time"
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
@@ -112,12 +110,6 @@ type Locker interface {
 	order() string
 }
 
-// buryCall is bury.lua for token: its late attempts are refused for
-// twice the longest the acquire's lease or place could last.
-func buryCall(k *keys, token string, cfg lockConfig) call {
-	return call{buryScript, []string{k.dead}, []any{token, 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}, nil}
-}
-
 // placeTTL is how long a Lock's attempt keeps the waiter's place in the
 // queue: 0 for a TryLock's (member ""), which takes none.
 func placeTTL(cfg lockConfig, member string) int64 {
@@ -125,22 +117,6 @@ func placeTTL(cfg lockConfig, member string) int64 {
 		return 0
 	}
 	return cfg.queueTTL.Milliseconds()
-}
-
-// newLease registers a hold that an attempt has just taken with the
-// watchdog and returns its first lease. If the client was closed
-// meanwhile it undoes the hold and returns ErrClosed.
-func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
-	l, _ := h.newLease()
-	if !c.wd.add(h) {
-		ctx, cancel := bounded(ctx)
-		defer cancel()
-		_ = h.release(ctx)
-		return nil, ErrClosed
-	}
-	c.tel.holdStarted(h)
-	c.announce(ctx)
-	return l, nil
 }
 
 // checkCall validates what every acquire checks first.
@@ -215,26 +191,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails (crypto/rand, Go 1.24+)
 	return hex.EncodeToString(b)
-}
-
-// retryAfter turns a holder's remaining lease (PTTL) into the longest
-// wait before the next attempt. A key without expiry (never set by dlock)
-// is retried after a TTL, in case no release is ever published for it.
-func retryAfter(pttl int64, ttl time.Duration) time.Duration {
-	if pttl < 0 {
-		return ttl
-	}
-	return time.Duration(pttl) * time.Millisecond
-}
-
-// fenceReply reads a {1, fence} / {0, pttl} / {-1} reply.
-func fenceReply(op, name string, cmd interface{ Int64Slice() ([]int64, error) }) ([]int64, error) {
-	res, err := cmd.Int64Slice()
-	if err != nil {
-		return nil, redisErr(op, name, err)
-	}
-	if len(res) < 1 || (res[0] >= 0 && len(res) < 2) {
-		return nil, redisErr(op, name, errors.New("unexpected script reply"))
-	}
-	return res, nil
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -116,4 +117,26 @@ type reentrant interface {
 // call, or, without scripts, a transaction (see plain.go).
 type op interface {
 	run(ctx context.Context, r Driver) Reply
+}
+
+// retryAfter turns a holder's remaining lease (PTTL) into the longest
+// wait before the next attempt. A key without expiry (never set by dlock)
+// is retried after a TTL, in case no release is ever published for it.
+func retryAfter(pttl int64, ttl time.Duration) time.Duration {
+	if pttl < 0 {
+		return ttl
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// fenceReply reads a {1, fence} / {0, pttl} / {-1} reply.
+func fenceReply(op, name string, cmd interface{ Int64Slice() ([]int64, error) }) ([]int64, error) {
+	res, err := cmd.Int64Slice()
+	if err != nil {
+		return nil, redisErr(op, name, err)
+	}
+	if len(res) < 1 || (res[0] >= 0 && len(res) < 2) {
+		return nil, redisErr(op, name, errors.New("unexpected script reply"))
+	}
+	return res, nil
 }

@@ -186,6 +186,28 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	return l, err
 }
 
+// newLease registers a hold that an attempt has just taken with the
+// watchdog and returns its first lease. If the client was closed
+// meanwhile it undoes the hold and returns ErrClosed.
+func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
+	l, _ := h.newLease()
+	if !c.wd.add(h) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
+		_ = h.release(ctx)
+		return nil, ErrClosed
+	}
+	c.tel.holdStarted(h)
+	c.announce(ctx)
+	return l, nil
+}
+
+// buryCall is bury.lua for token: its late attempts are refused for
+// twice the longest the acquire's lease or place could last.
+func buryCall(k *keys, token string, cfg lockConfig) call {
+	return call{buryScript, []string{k.dead}, []any{token, 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}, nil}
+}
+
 // waitLoop waits on a channel until check reports done or fails. It
 // joins the channel's listeners, checks once the subscription is confirmed
 // (a release may have come before it) — unless it was already subscribed,
