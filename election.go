@@ -46,6 +46,15 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 // whose release also tells the observers. It is not re-entrant: a
 // Campaign on a Client that leads proclaims on its leadership (see
 // Campaign); every other Campaign is a candidate of its own.
+// electionKind is what Inspect, Locks and ForceUnlock know of an
+// Election: a Mutex's hash with the leader's value; a forced release also
+// tells its observers.
+var electionKind = kindSpec{primitive: "Election", keys: kindElection, queue: true, fill: mutexHolders,
+	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+		w := c.wakeTo(k)
+		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg, k.channel)
+	}}
+
 type electionProto struct{ m mutexProto }
 
 func (p electionProto) release(token string, left int, seq int64) op {

@@ -30,9 +30,93 @@ const (
 	KindElection  Kind = "election"  // Election
 )
 
-// kinds maps a Kind to its key layout.
-var kinds = map[Kind]kind{KindMutex: kindMutex, KindRWMutex: kindRW, KindSemaphore: kindSemaphore,
-	KindLatch: kindLatch, KindElection: kindElection}
+// kindSpec is what Inspect, Locks and ForceUnlock know of one kind of
+// lock; each primitive states its own beside its protocol (mutex.go,
+// election.go, rwmutex.go, semaphore.go, latch.go).
+type kindSpec struct {
+	primitive string // for caps.supports
+	keys      kind   // its key layout
+	queue     bool   // waiters queue in lib_queue.lua's queue and places
+	plain     bool   // a script-free Client keeps it as a string: the owner's token
+	// reads are what it reads beside what every kind does (the lock's
+	// TYPE and PTTL, the fence, the queue); their replies are
+	// inspection.extra, in order.
+	reads func(k *keys) []Command
+	// fill reads the holders and the state of the kind from in; the
+	// common part (holders sorted, Held) follows. It returns false when
+	// nothing more is to be read (a latch has no holders or waiters).
+	fill func(in *inspection) bool
+	// waiters appends the waiters, first to go first (default: the
+	// queue in arrival order).
+	waiters func(in *inspection)
+	// force frees the lock as a release would (ForceUnlock).
+	force func(ctx context.Context, c *Client, r Driver, k *keys) Reply
+}
+
+// kindSpecs is the table of kinds.
+var kindSpecs = map[Kind]*kindSpec{KindMutex: &mutexKind, KindElection: &electionKind, KindRWMutex: &rwKind,
+	KindSemaphore: &semKind, KindLatch: &latchKind}
+
+// specOf returns kd's entry, or an error for an unknown kind.
+func specOf(kd Kind) (*kindSpec, error) {
+	if sp, ok := kindSpecs[kd]; ok {
+		return sp, nil
+	}
+	return nil, invalid("lock kind %q: want mutex, rwmutex, semaphore, latch or election", kd)
+}
+
+// inspection is one Inspect's replies, as a kind's fill reads them.
+type inspection struct {
+	info   *LockInfo
+	srv    time.Time         // the server's time
+	fields map[string]string // the lock's hash (empty for other types)
+	extra  []Reply           // the replies of the kind's reads
+	queue  []zmember         // waiters in arrival order (server µs)
+	alive  []zmember         // their places' expiries (server ms)
+}
+
+// msAt reads a time stored in server ms (zero if unset).
+func (in *inspection) msAt(v string) time.Time {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// expiry is how long until a server ms score, from the server's now.
+func (in *inspection) expiry(score float64) time.Duration {
+	return time.UnixMilli(int64(score)).Sub(in.srv)
+}
+
+// text is extra reply i as text ("" if none).
+func (in *inspection) text(i int) string { v, _ := in.extra[i].Text(); return v }
+
+// queued appends the queue's waiters in arrival order, with side, and
+// for a semaphore the permits each waits for.
+func (in *inspection) queued(side string, permits bool) {
+	places := map[string]float64{}
+	for _, z := range in.alive {
+		places[z.member] = z.score
+	}
+	for _, z := range in.queue {
+		w := Waiter{Token: tokenOf(z.member), Side: side, Since: time.UnixMicro(int64(z.score)), Expires: in.expiry(places[z.member])}
+		if permits {
+			w.Permits = extraInt(z.member)
+		}
+		in.info.Waiters = append(in.info.Waiters, w)
+	}
+}
+
+// untilOf maps each member of a sorted set of server-ms expiries to how
+// long it has left.
+func (in *inspection) untilOf(r Reply) map[string]time.Duration {
+	until := map[string]time.Duration{}
+	for _, z := range zsetOf(r) {
+		until[z.member] = in.expiry(z.score)
+	}
+	return until
+}
 
 // LockInfo is what Redis says of one lock at one moment.
 type LockInfo struct {
@@ -116,31 +200,19 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	if err != nil {
 		return nil, err
 	}
-	lk, ok := kinds[kd]
-	if !ok {
-		return nil, invalid("lock kind %q: want mutex, rwmutex, semaphore, latch or election", kd)
+	sp, err := specOf(kd)
+	if err != nil {
+		return nil, err
 	}
-	k := c.keys(lk, name)
+	k := c.keys(sp.keys, name)
 	info := &LockInfo{Kind: kd, Name: name, Key: k.lock}
 	cmds := []Command{cmd("TIME"), keyed("TYPE", k.lock), keyed("PTTL", k.lock), keyed("GET", k.fence)}
-	zrange := func(key string) int {
-		cmds = append(cmds, keyed("ZRANGE", key, 0, -1, "WITHSCORES"))
-		return len(cmds) - 1
+	if sp.queue {
+		cmds = append(cmds, zrange(k.queue), zrange(k.alive))
 	}
-	var str, permits, leases, readers, rqueue, rphase, queue, alive int
-	switch kd {
-	case KindLatch:
-		cmds = append(cmds, keyed("GET", k.lock))
-		str = len(cmds) - 1
-	case KindSemaphore:
-		cmds = append(cmds, keyed("GET", k.permits))
-		permits = len(cmds) - 1
-		leases = zrange(k.leases)
-	case KindRWMutex:
-		readers, rqueue, rphase = zrange(k.readers), zrange(k.rqueue), zrange(k.rphase)
-	}
-	if kd != KindLatch {
-		queue, alive = zrange(k.queue), zrange(k.alive)
+	base := len(cmds)
+	if sp.reads != nil {
+		cmds = append(cmds, sp.reads(k)...)
 	}
 	rs := r.Pipeline(ctx, cmds)
 	for _, x := range rs {
@@ -149,135 +221,45 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		}
 	}
 	text := func(i int) string { v, _ := rs[i].Text(); return v }
-	srv := serverTime(rs[0])
+	in := &inspection{info: info, srv: serverTime(rs[0]), fields: map[string]string{}, extra: rs[base:]}
 	pttl, _ := rs[2].Int64()
 	info.TTL = ttlOf(time.Duration(pttl) * time.Millisecond)
 	info.Fence, _ = strconv.ParseInt(text(3), 10, 64)
-	if kd == KindLatch {
-		info.Count, _ = strconv.ParseInt(text(str), 10, 64)
-		info.Held = info.Count > 0
-		return info, nil
+	if sp.queue {
+		in.queue, in.alive = zsetOf(rs[4]), zsetOf(rs[5])
 	}
-	typ := text(1)
-	if typ == "string" { // a script-free mutex: the value is the owner's token
+	switch typ := text(1); {
+	case typ == "string" && sp.plain:
 		tok, err := r.Do(ctx, keyed("GET", k.lock)).Text()
 		if err == nil {
 			info.Held = true
 			info.Holders = []Holder{{Token: tok, Holds: 1, Fence: info.Fence, TTL: info.TTL}}
 		}
 		return info, c.fillOwners(ctx, r, info)
-	}
-	fields := map[string]string{}
-	if typ == "hash" {
+	case typ == "hash":
 		h := r.Do(ctx, keyed("HGETALL", k.lock))
 		if h.Err != nil {
 			return nil, redisErr("inspect", name, h.Err)
 		}
-		fields = hashOf(h)
+		in.fields = hashOf(h)
 	}
-	msAt := func(v string) time.Time {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 {
-			return time.Time{}
-		}
-		return time.UnixMilli(ms)
-	}
-	expiry := func(score float64) time.Duration { return time.UnixMilli(int64(score)).Sub(srv) }
-	switch kd {
-	case KindMutex, KindElection:
-		for f, v := range fields {
-			switch {
-			case f == "@next":
-				info.KeptFor = v
-			case strings.HasPrefix(f, fieldValue):
-				info.Value = v
-			case strings.HasPrefix(f, fieldTaken), strings.HasPrefix(f, fieldSeq):
-			default:
-				n, _ := strconv.ParseInt(v, 10, 64)
-				info.Holders = append(info.Holders, Holder{Token: f, Holds: n, Fence: info.Fence,
-					Since: msAt(fields[fieldTaken+f]), TTL: info.TTL})
-			}
-		}
-	case KindRWMutex:
-		info.Mode = fields[fieldMode]
-		until := map[string]time.Duration{}
-		for _, z := range zsetOf(rs[readers]) {
-			until[z.member] = expiry(z.score)
-		}
-		for f, v := range fields {
-			side, tok, ok := strings.Cut(f, ":")
-			if !ok || (side != "r" && side != "w") {
-				continue
-			}
-			n, _ := strconv.ParseInt(v, 10, 64)
-			h := Holder{Token: tok, Side: map[string]string{"r": "read", "w": "write"}[side], Holds: n,
-				Since: msAt(fields[fieldTaken+tok]), TTL: info.TTL}
-			h.Fence, _ = strconv.ParseInt(fields[fieldFence+tok], 10, 64)
-			if side == "r" {
-				h.TTL = until[tok]
-			}
-			info.Holders = append(info.Holders, h)
-		}
-	case KindSemaphore:
-		info.Capacity, _ = strconv.ParseInt(text(permits), 10, 64)
-		until := map[string]time.Duration{}
-		for _, z := range zsetOf(rs[leases]) {
-			until[z.member] = expiry(z.score)
-		}
-		used := int64(0)
-		for f, v := range fields {
-			tok, ok := strings.CutPrefix(f, fieldPermits)
-			if !ok {
-				continue
-			}
-			n, _ := strconv.ParseInt(v, 10, 64)
-			used += n
-			h := Holder{Token: tok, Holds: n, Since: msAt(fields[fieldTaken+tok]), TTL: until[tok]}
-			h.Fence, _ = strconv.ParseInt(fields[fieldFence+tok], 10, 64)
-			info.Holders = append(info.Holders, h)
-		}
-		info.Free = info.Capacity - used
+	if !sp.fill(in) {
+		return info, nil
 	}
 	info.Held = len(info.Holders) > 0
 	slices.SortFunc(info.Holders, func(a, b Holder) int {
 		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Token, b.Token))
 	})
-
-	// Waiters: an RWMutex's admitted readers (a read phase: they go
-	// first), then the queue in arrival order, each with its place's
-	// expiry.
-	readersIn := func(zs []zmember) {
-		for _, z := range zs {
-			w := Waiter{Token: tokenOf(z.member)}
-			w.Side, w.Expires = "read", expiry(z.score)
-			info.Waiters = append(info.Waiters, w)
-		}
-	}
-	if kd == KindRWMutex {
-		readersIn(zsetOf(rs[rphase]))
-	}
-	places := map[string]float64{}
-	for _, z := range zsetOf(rs[alive]) {
-		places[z.member] = z.score
-	}
-	for _, z := range zsetOf(rs[queue]) {
-		m := z.member
-		w := Waiter{Token: tokenOf(m)}
-		w.Since = time.UnixMicro(int64(z.score))
-		w.Expires = expiry(places[m])
-		if kd == KindRWMutex {
-			w.Side = "write"
-		}
-		if kd == KindSemaphore {
-			w.Permits = extraInt(m)
-		}
-		info.Waiters = append(info.Waiters, w)
-	}
-	if kd == KindRWMutex {
-		readersIn(zsetOf(rs[rqueue]))
+	if sp.waiters != nil {
+		sp.waiters(in)
+	} else {
+		in.queued("", false)
 	}
 	return info, c.fillOwners(ctx, r, info)
 }
+
+// zrange reads a sorted set whole, with scores.
+func zrange(key string) Command { return keyed("ZRANGE", key, 0, -1, "WITHSCORES") }
 
 // extraInt is the number at the end of a semaphore waiter's member.
 func extraInt(member string) int64 {
@@ -537,31 +519,12 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 	if err != nil {
 		return nil, err
 	}
-	if err := c.caps.supports(map[Kind]string{KindMutex: "Mutex", KindRWMutex: "RWMutex",
-		KindSemaphore: "Semaphore", KindLatch: "Latch", KindElection: "Election"}[kd]); err != nil {
+	sp, _ := specOf(kd) // known: Inspect checked it
+	if err := c.caps.supports(sp.primitive); err != nil {
 		return nil, err
 	}
 	r, _ := c.reader()
-	k := c.keys(kinds[kd], name)
-	w := c.wakeTo(k)
-	var cmd Reply
-	switch kd {
-	case KindMutex:
-		if !c.caps.directed { // script-free: a plain key
-			cmd = r.Do(ctx, keyed("DEL", k.lock))
-			break
-		}
-		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg)
-	case KindElection: // and its observers are told
-		cmd = forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg, k.channel)
-	case KindRWMutex:
-		cmd = rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.baseArg, w.publishArg)
-	case KindSemaphore:
-		cmd = semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive}, w.baseArg, w.publishArg)
-	case KindLatch:
-		cmd = latchOpenScript.run(ctx, r, []string{k.lock, k.ids}, k.channel, c.publish)
-	}
-	if err := cmd.Err; err != nil {
+	if err := sp.force(ctx, c, r, c.keys(sp.keys, name)).Err; err != nil {
 		return nil, redisErr("unlock --force", name, err)
 	}
 	return before, nil

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -41,6 +42,19 @@ func (c *Client) Latch(name string) *Latch {
 	k := c.keys(kindLatch, name)
 	return &Latch{c: c, k: k, keys: []string{k.lock, k.lock + ":calls", k.lock + ":calls:prev"}}
 }
+
+// latchKind is what Inspect, Locks and ForceUnlock know of a Latch: its
+// count, and nothing else (no holders, no waiters); forcing it opens it.
+var latchKind = kindSpec{primitive: "Latch", keys: kindLatch,
+	reads: func(k *keys) []Command { return []Command{keyed("GET", k.lock)} },
+	fill: func(in *inspection) bool {
+		in.info.Count, _ = strconv.ParseInt(in.text(0), 10, 64)
+		in.info.Held = in.info.Count > 0
+		return false
+	},
+	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+		return latchOpenScript.run(ctx, r, []string{k.lock, k.ids}, k.channel, c.publish)
+	}}
 
 // Name returns the latch's name.
 func (l *Latch) Name() string { return l.k.name }

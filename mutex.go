@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -100,6 +102,38 @@ func (c *Client) mutexRequest(what string, k *keys, opts []LockOption, fair bool
 		call: func(token, member string, queued bool, cfg lockConfig) call {
 			return p.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), fair)
 		}}
+}
+
+// mutexKind is what Inspect, Locks and ForceUnlock know of a Mutex (and
+// a FairMutex: the same keys).
+var mutexKind = kindSpec{primitive: "Mutex", keys: kindMutex, queue: true, plain: true, fill: mutexHolders,
+	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+		if !c.caps.directed { // script-free: a plain key
+			return r.Do(ctx, keyed("DEL", k.lock))
+		}
+		w := c.wakeTo(k)
+		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg)
+	}}
+
+// mutexHolders reads a Mutex's hash (an Election's too): each owner
+// token's hold count, beside its stamps, the leader's value and the
+// waiter a freed lock is kept for.
+func mutexHolders(in *inspection) bool {
+	info := in.info
+	for f, v := range in.fields {
+		switch {
+		case f == fieldNext:
+			info.KeptFor = v
+		case strings.HasPrefix(f, fieldValue):
+			info.Value = v
+		case strings.HasPrefix(f, fieldTaken), strings.HasPrefix(f, fieldSeq):
+		default:
+			n, _ := strconv.ParseInt(v, 10, 64)
+			info.Holders = append(info.Holders, Holder{Token: f, Holds: n, Fence: info.Fence,
+				Since: in.msAt(in.fields[fieldTaken+f]), TTL: info.TTL})
+		}
+	}
+	return true
 }
 
 // mutexProto is the Redis side of a Mutex or FairMutex hold.

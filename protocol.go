@@ -47,6 +47,7 @@ const (
 	fieldFence   = "f:"   // an RWMutex's or Semaphore's hold's own fence
 	fieldPermits = "p:"   // a Semaphore holder's permits
 	fieldMode    = "mode" // an RWMutex's: 'read' or 'write'
+	fieldNext    = "@next" // a Mutex kept for the waiter told (lib_mutex.lua)
 )
 
 // withReceipt makes a final release (c, the release of an RWMutex or

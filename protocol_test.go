@@ -42,7 +42,7 @@ func TestProtocolAgrees(t *testing.T) {
 		src, _ := scriptFiles.ReadFile("scripts/" + e.Name())
 		all += string(src)
 	}
-	for _, f := range []string{fieldTaken, fieldSeq, fieldValue, fieldFence, fieldPermits, fieldMode} {
+	for _, f := range []string{fieldTaken, fieldSeq, fieldValue, fieldFence, fieldPermits, fieldMode, fieldNext} {
 		if !strings.Contains(all, "'"+f+"'") {
 			t.Errorf("no script names the hash field %q that inspect.go reads", f)
 		}

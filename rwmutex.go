@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -149,6 +151,53 @@ const (
 	sideRead  side = "r"
 	sideWrite side = "w"
 )
+
+// rwKind is what Inspect, Locks and ForceUnlock know of an RWMutex: its
+// readers' expiries, waiting readers and admitted readers are read beside
+// the hash (extra 0, 1, 2).
+var rwKind = kindSpec{primitive: "RWMutex", keys: kindRW, queue: true,
+	reads: func(k *keys) []Command { return []Command{zrange(k.readers), zrange(k.rqueue), zrange(k.rphase)} },
+	fill:  rwHolders, waiters: rwWaiters,
+	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+		w := c.wakeTo(k)
+		return rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.baseArg, w.publishArg)
+	}}
+
+// rwHolders reads the mode and the holds ('r:<token>', 'w:<token>'),
+// each with its own fence; a reader's TTL is its own.
+func rwHolders(in *inspection) bool {
+	info := in.info
+	info.Mode = in.fields[fieldMode]
+	until := in.untilOf(in.extra[0])
+	for f, v := range in.fields {
+		sd, tok, ok := strings.Cut(f, ":")
+		if !ok || (sd != string(sideRead) && sd != string(sideWrite)) {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		h := Holder{Token: tok, Side: "write", Holds: n, Since: in.msAt(in.fields[fieldTaken+tok]), TTL: info.TTL}
+		h.Fence, _ = strconv.ParseInt(in.fields[fieldFence+tok], 10, 64)
+		if sd == string(sideRead) {
+			h.Side, h.TTL = "read", until[tok]
+		}
+		info.Holders = append(info.Holders, h)
+	}
+	return true
+}
+
+// rwWaiters lists the admitted readers (a read phase: they go first),
+// then the writers' queue in arrival order, then the waiting readers,
+// each with its place's expiry.
+func rwWaiters(in *inspection) {
+	readers := func(r Reply) {
+		for _, z := range zsetOf(r) {
+			in.info.Waiters = append(in.info.Waiters, Waiter{Token: tokenOf(z.member), Side: "read", Expires: in.expiry(z.score)})
+		}
+	}
+	readers(in.extra[2])
+	in.queued("write", false)
+	readers(in.extra[1])
+}
 
 // rwProto is the Redis side of a read or write hold of an RWMutex.
 type rwProto struct {

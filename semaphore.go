@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -167,6 +169,40 @@ func validPermits(name string, n int) error {
 		return invalid("semaphore %q: capacity %d; want 1 to MaxPermits (2^52)", name, n)
 	}
 	return nil
+}
+
+// semKind is what Inspect, Locks and ForceUnlock know of a Semaphore: its
+// capacity and its holders' expiries are read beside the hash (extra 0,
+// 1); a waiter waits for some permits.
+var semKind = kindSpec{primitive: "Semaphore", keys: kindSemaphore, queue: true,
+	reads:   func(k *keys) []Command { return []Command{keyed("GET", k.permits), zrange(k.leases)} },
+	fill:    semHolders,
+	waiters: func(in *inspection) { in.queued("", true) },
+	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+		w := c.wakeTo(k)
+		return semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive}, w.baseArg, w.publishArg)
+	}}
+
+// semHolders reads each holder's permits ('p:<token>'), fence and expiry,
+// and what is free.
+func semHolders(in *inspection) bool {
+	info := in.info
+	info.Capacity, _ = strconv.ParseInt(in.text(0), 10, 64)
+	until := in.untilOf(in.extra[1])
+	used := int64(0)
+	for f, v := range in.fields {
+		tok, ok := strings.CutPrefix(f, fieldPermits)
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		used += n
+		h := Holder{Token: tok, Holds: n, Since: in.msAt(in.fields[fieldTaken+tok]), TTL: until[tok]}
+		h.Fence, _ = strconv.ParseInt(in.fields[fieldFence+tok], 10, 64)
+		info.Holders = append(info.Holders, h)
+	}
+	info.Free = info.Capacity - used
+	return true
 }
 
 // semProto is the Redis side of a semaphore hold.
