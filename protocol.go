@@ -41,12 +41,12 @@ const (
 // and the scripts of each kind); TestProtocolAgrees checks that the
 // scripts name each.
 const (
-	fieldTaken   = "t:"   // when the hold began, server ms
-	fieldSeq     = "q:"   // the hold's last sequence number (hold.go, "Late commands")
-	fieldValue   = "v:"   // an Election leader's value
-	fieldFence   = "f:"   // an RWMutex's or Semaphore's hold's own fence
-	fieldPermits = "p:"   // a Semaphore holder's permits
-	fieldMode    = "mode" // an RWMutex's: 'read' or 'write'
+	fieldTaken   = "t:"    // when the hold began, server ms
+	fieldSeq     = "q:"    // the hold's last sequence number (hold.go, "Late commands")
+	fieldValue   = "v:"    // an Election leader's value
+	fieldFence   = "f:"    // an RWMutex's or Semaphore's hold's own fence
+	fieldPermits = "p:"    // a Semaphore holder's permits
+	fieldMode    = "mode"  // an RWMutex's: 'read' or 'write'
 	fieldNext    = "@next" // a Mutex kept for the waiter told (lib_mutex.lua)
 )
 
