@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"sync"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // backend is the deployment a Client runs on, chosen once by New or
@@ -21,13 +23,13 @@ type backend interface {
 	attempt(a attemptSpec) (protocol, attemptFunc)
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
-	grant(ctx context.Context, o op) Reply
+	grant(ctx context.Context, o op) driver.Reply
 	// run runs any other operation of a hold (a release, a TTL, an inner
 	// unlock): every operation goes through the backend.
-	run(ctx context.Context, o op) Reply
+	run(ctx context.Context, o op) driver.Reply
 	// batch runs many operations together (the watchdog's renewals, with
 	// grant set; Close's releases) and returns one reply per operation.
-	batch(ctx context.Context, ops []op, grant bool) []Reply
+	batch(ctx context.Context, ops []op, grant bool) []driver.Reply
 	// everywhere runs a script call on every node, for its effect, and
 	// returns the first error (a
 	// waiter leaving the queues).
@@ -89,8 +91,8 @@ func (c caps) supports(what string) error {
 
 // sideBySide runs each operation on its own, all at once: for operations
 // that cannot share a pipeline (transactions).
-func sideBySide(ctx context.Context, r Driver, ops []op) []Reply {
-	out := make([]Reply, len(ops))
+func sideBySide(ctx context.Context, r driver.Driver, ops []op) []driver.Reply {
+	out := make([]driver.Reply, len(ops))
 	var wg sync.WaitGroup
 	for i, o := range ops {
 		wg.Go(func() { out[i] = o.run(ctx, r) })

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Client makes locks on one Redis deployment. It owns one watchdog
@@ -17,8 +19,8 @@ import (
 // A Client is safe for concurrent use. Close it when done: Close ends the
 // leases still held and releases their locks, then stops its goroutines.
 type Client struct {
-	rdb     Driver  // nil for a quorum
-	be      backend // the deployment
+	rdb     driver.Driver // nil for a quorum
+	be      backend       // the deployment
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
 	// id names this Client's waiters in Redis and its wake-up channel.
@@ -60,7 +62,7 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 // the packages rueidisdlock and valkeydlock make their Clients, and a
 // test's way to wrap a client library to inject faults. It is New in all
 // else.
-func NewWithDriver(d Driver, opts ...Option) (*Client, error) {
+func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	if d == nil {
 		return nil, invalid("nil Driver")
 	}
@@ -81,7 +83,7 @@ func NewWithDriver(d Driver, opts ...Option) (*Client, error) {
 	} else {
 		be = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
 	}
-	return start(be, []Driver{rdb}, cfg), nil
+	return start(be, []driver.Driver{rdb}, cfg), nil
 }
 
 // publishCommand is how releases are published: SPUBLISH with sharded
@@ -119,7 +121,7 @@ func configure(opts []Option) (clientConfig, error) {
 
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
-func start(be backend, nodes []Driver, cfg clientConfig) *Client {
+func start(be backend, nodes []driver.Driver, cfg clientConfig) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
 		id: randomHex(8), caps: be.caps(), tel: newTelemetry(cfg), owner: newOwners(cfg),
 		dep: cfg.dep}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -81,7 +82,7 @@ func countedClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *recorder
 	rdb := newRedis(t, srv)
 	rec := &recorder{}
 	rdb.AddHook(rec)
-	c, err := envdriver.NewWrapped(rdb, func(d dlock.Driver) dlock.Driver { return countedDriver{d, rec} }, opts...)
+	c, err := envdriver.NewWrapped(rdb, func(d driver.Driver) driver.Driver { return countedDriver{d, rec} }, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,25 +94,25 @@ func countedClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *recorder
 // each Do and each Pipeline (also on a dedicated connection) is a round
 // trip.
 type countedDriver struct {
-	dlock.Driver
+	driver.Driver
 	rec *recorder
 }
 
-func (d countedDriver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
-	d.rec.addCommands([]dlock.Command{c})
+func (d countedDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
+	d.rec.addCommands([]driver.Command{c})
 	return d.Driver.Do(ctx, c)
 }
 
-func (d countedDriver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+func (d countedDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	d.rec.addCommands(cmds)
 	return d.Driver.Pipeline(ctx, cmds)
 }
 
-func (d countedDriver) Dedicated(ctx context.Context, key string, fn func(dlock.Conn) error) error {
-	return d.Driver.Dedicated(ctx, key, func(c dlock.Conn) error { return fn(countedConn{c, d.rec}) })
+func (d countedDriver) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	return d.Driver.Dedicated(ctx, key, func(c driver.Conn) error { return fn(countedConn{c, d.rec}) })
 }
 
-func (d countedDriver) Masters(ctx context.Context) ([]dlock.Driver, error) {
+func (d countedDriver) Masters(ctx context.Context) ([]driver.Driver, error) {
 	ms, err := d.Driver.Masters(ctx)
 	for i, m := range ms {
 		ms[i] = countedDriver{m, d.rec}
@@ -120,17 +121,17 @@ func (d countedDriver) Masters(ctx context.Context) ([]dlock.Driver, error) {
 }
 
 type countedConn struct {
-	dlock.Conn
+	driver.Conn
 	rec *recorder
 }
 
-func (c countedConn) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+func (c countedConn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	c.rec.addCommands(cmds)
 	return c.Conn.Pipeline(ctx, cmds)
 }
 
 // addCommands records one round trip of driver commands.
-func (r *recorder) addCommands(cmds []dlock.Command) {
+func (r *recorder) addCommands(cmds []driver.Command) {
 	names := make([]string, len(cmds))
 	for i, c := range cmds {
 		names[i] = c.StringArgs()[0]

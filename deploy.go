@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // What a deployment must give dlock, and what a Client does when it does
@@ -108,12 +110,12 @@ func (c *Client) checkDeployment(ctx context.Context) error {
 // cluster). It returns an error matching ErrEvictionPolicy for a policy
 // that may evict keys, unless WithEvictionRisk was given, and a wrapped
 // Redis error when it could not ask.
-func (d *deployment) checkEviction(ctx context.Context, r Driver) error {
+func (d *deployment) checkEviction(ctx context.Context, r driver.Driver) error {
 	nodes, err := r.Masters(ctx)
 	if err != nil {
 		return checkErr("INFO memory", err)
 	}
-	infos := make([]Reply, len(nodes))
+	infos := make([]driver.Reply, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Go(func() { infos[i] = n.Do(ctx, cmd("INFO", "memory")) })
@@ -191,7 +193,7 @@ func (c *Client) probePubSub(ctx context.Context, channel string) {
 // isReply reports whether err is an error reply from the server (a
 // refusal), not a failure to reach it.
 func isReply(err error) bool {
-	_, ok := errors.AsType[*ErrorReply](err)
+	_, ok := errors.AsType[*driver.ErrorReply](err)
 	return ok
 }
 

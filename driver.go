@@ -1,217 +1,23 @@
 package dlock
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"strconv"
-)
+import "github.com/dlock-go/dlock/driver"
 
-// Driver is the seam between dlock and a Redis client library. A Client
-// speaks to Redis only through one; the go-redis driver (goredis.go) is
-// what New uses, and the packages rueidisdlock and valkeydlock bring the
-// rueidis and valkey-go clients. Tests wrap a Driver to inject faults.
-//
-// A Driver speaks neutral values: a Command is a command's words, a Reply
-// a command's reply. It need not bound its calls by their ctx (a Client
-// runs every call within its ctx itself, unless the driver says it
-// returns at once when ctx ends: DriverInfo.CtxBound), nor batch calls
-// from several goroutines (unless DriverInfo.AutoPipeline says that it
-// does). It must be safe for concurrent use.
-type Driver interface {
-	// Do runs one command on the node that serves its key (any node
-	// when it has none) and returns its reply.
-	Do(ctx context.Context, cmd Command) Reply
-	// Pipeline sends the commands together and returns one reply per
-	// command, in order; on a cluster each goes to the node of its key.
-	// A failed round trip is every reply's error.
-	Pipeline(ctx context.Context, cmds []Command) []Reply
-	// Dedicated runs fn with a connection to the node that serves key
-	// (the only node when the deployment is not a cluster) that nobody
-	// else uses meanwhile: what fn sends there runs in order, so a WAIT
-	// follows the write before it, and WATCH, MULTI and EXEC make a
-	// transaction. fn must leave the connection as it found it (UNWATCH
-	// after a WATCH that no EXEC followed).
-	Dedicated(ctx context.Context, key string, fn func(Conn) error) error
-	// PubSub returns a pub/sub connection to node (an address NodeOf
-	// returned; "" for the deployment's own choice: the server, or on a
-	// cluster the node of the first channel subscribed). sharded selects
-	// SSUBSCRIBE and SUNSUBSCRIBE. events is called, from one goroutine at
-	// a time and in order, for every confirmation of a subscription
-	// (including those that follow a reconnect, which must resubscribe
-	// every channel the connection had) and every message; never after
-	// Close returns.
-	PubSub(node string, sharded bool, events func(Event)) PubSub
-	// NodeOf returns the address of the master that serves key's slot on
-	// a cluster; elsewhere it returns an error.
-	NodeOf(ctx context.Context, key string) (string, error)
-	// Masters returns a Driver for each master of a cluster (for SCAN
-	// and INFO, which are per node); elsewhere the Driver itself.
-	Masters(ctx context.Context) ([]Driver, error)
-	// Refresh tells the driver that a call failed in a way that may mean
-	// its view of a cluster is stale; it may reload it in the
-	// background. It does not block.
-	Refresh()
-	// Info says what kind of deployment and client this is.
-	Info() DriverInfo
-}
-
-// DriverInfo is what a Driver says of itself.
-type DriverInfo struct {
-	// Name names the client library ("go-redis", "rueidis", ...).
-	Name string
-	// Cluster: the deployment is a Redis Cluster (keys live on the node
-	// of their slot; pub/sub is sharded).
-	Cluster bool
-	// AutoPipeline: the client sends concurrent commands together by
-	// itself, so the Client does not batch them.
-	AutoPipeline bool
-	// CtxBound: every call returns as soon as its ctx ends, and a
-	// command whose caller gave up cannot run on the server after a
-	// command sent later on the same node (the client keeps one ordered
-	// connection per node). The Client then runs calls on the caller's
-	// goroutine.
-	CtxBound bool
-}
-
-// Conn is a connection that Driver.Dedicated lends.
-type Conn interface {
-	// Pipeline sends the commands on the connection, in order, and
-	// returns one reply per command.
-	Pipeline(ctx context.Context, cmds []Command) []Reply
-}
-
-// PubSub is a pub/sub connection (see Driver.PubSub).
-type PubSub interface {
-	// Subscribe asks for the channels' messages; the confirmation comes
-	// as an Event.
-	Subscribe(ctx context.Context, channels ...string) error
-	// Unsubscribe stops the channels' messages.
-	Unsubscribe(ctx context.Context, channels ...string) error
-	// Close closes the connection; no event is delivered once it returns.
-	Close() error
-}
-
-// Event is what a pub/sub connection hears: the confirmation of a
-// subscription to Channel (Subscribed), or a message on it.
-type Event struct {
-	Channel    string
-	Payload    string
-	Subscribed bool
-}
-
-// Command is one Redis command: its words, the command's name first.
-// Each word is a string or an int or int64. Keys says which words are
-// keys: Args[FirstKey:FirstKey+Keys] (none when Keys is 0); a cluster
-// routes the command by them.
-type Command struct {
-	Args     []any
-	FirstKey int
-	Keys     int
-}
-
-// Reply is a command's reply in neutral values: Err when the server
-// replied with an error (then it is, or wraps, an ErrorReply) or the
-// round trip failed; else Val, one of nil (a nil reply), int64, string,
-// float64, bool or []any of these (a map comes as its keys and values in
-// turn).
-type Reply struct {
-	Val any
-	Err error
-}
-
-// ErrorReply is an error the server replied with, as opposed to a failure
-// to reach it. Drivers return server errors as one, wrapping the client
-// library's own error.
-type ErrorReply struct{ Err error }
-
-// Error returns the server's error message.
-func (e *ErrorReply) Error() string { return e.Err.Error() }
-
-// Unwrap returns the client library's error.
-func (e *ErrorReply) Unwrap() error { return e.Err }
-
-// errNil is what a Reply's accessors return for a nil reply.
-var errNil = errors.New("dlock: nil reply")
+// The driver seam (package driver) is what a Client reaches Redis
+// through; these build its values.
 
 // failedReply returns a reply that failed with err.
-func failedReply(err error) Reply { return Reply{Err: err} }
-
-// Int64 returns an integer reply (or a string that holds one).
-func (r Reply) Int64() (int64, error) {
-	if r.Err != nil {
-		return 0, r.Err
-	}
-	switch v := r.Val.(type) {
-	case int64:
-		return v, nil
-	case string:
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("dlock: reply %q is not an integer", v)
-		}
-		return n, nil
-	case nil:
-		return 0, errNil
-	}
-	return 0, fmt.Errorf("dlock: reply of type %T is not an integer", r.Val)
-}
-
-// Text returns a string reply.
-func (r Reply) Text() (string, error) {
-	if r.Err != nil {
-		return "", r.Err
-	}
-	switch v := r.Val.(type) {
-	case string:
-		return v, nil
-	case int64:
-		return strconv.FormatInt(v, 10), nil
-	case nil:
-		return "", errNil
-	}
-	return "", fmt.Errorf("dlock: reply of type %T is not a string", r.Val)
-}
-
-// Slice returns an array reply.
-func (r Reply) Slice() ([]any, error) {
-	if r.Err != nil {
-		return nil, r.Err
-	}
-	switch v := r.Val.(type) {
-	case []any:
-		return v, nil
-	case nil:
-		return nil, errNil
-	}
-	return nil, fmt.Errorf("dlock: reply of type %T is not an array", r.Val)
-}
-
-// Int64Slice returns an array reply of integers.
-func (r Reply) Int64Slice() ([]int64, error) {
-	vs, err := r.Slice()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(vs))
-	for i, v := range vs {
-		if out[i], err = (Reply{Val: v}).Int64(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
+func failedReply(err error) driver.Reply { return driver.Reply{Err: err} }
 
 // cmd makes a command without keys.
-func cmd(args ...any) Command { return Command{Args: args} }
+func cmd(args ...any) driver.Command { return driver.Command{Args: args} }
 
 // keyed makes a command whose key is its second word (GET key, PTTL key).
-func keyed(args ...any) Command { return Command{Args: args, FirstKey: 1, Keys: 1} }
+func keyed(args ...any) driver.Command { return driver.Command{Args: args, FirstKey: 1, Keys: 1} }
 
 // scriptCommand makes EVALSHA sha (or EVAL src) with keys and args.
 // boxed, when set, is keys made interfaces already (as is shaOrSrc): a
 // string made one costs an allocation.
-func scriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args []any) Command {
+func scriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args []any) driver.Command {
 	words := make([]any, 0, 3+len(keys)+len(args))
 	words = append(words, name, shaOrSrc, len(keys))
 	if boxed != nil {
@@ -222,37 +28,5 @@ func scriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args [
 		}
 	}
 	words = append(words, args...)
-	return Command{Args: words, FirstKey: 3, Keys: len(keys)}
-}
-
-// StringArgs returns a command's words as strings: for a driver whose
-// client takes strings only.
-func (c Command) StringArgs() []string {
-	out := make([]string, len(c.Args))
-	for i, a := range c.Args {
-		out[i] = argString(a)
-	}
-	return out
-}
-
-// argString formats a word of a command.
-func argString(a any) string {
-	switch v := a.(type) {
-	case string:
-		return v
-	case int:
-		return strconv.Itoa(v)
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case []byte:
-		return string(v)
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case bool:
-		if v {
-			return "1"
-		}
-		return "0"
-	}
-	return fmt.Sprint(a)
+	return driver.Command{Args: words, FirstKey: 3, Keys: len(keys)}
 }

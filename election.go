@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Election is leader election on one name: candidates Campaign, one at a
@@ -50,7 +52,7 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 // Election: a Mutex's hash with the leader's value; a forced release also
 // tells its observers.
 var electionKind = kindSpec{primitive: "Election", keys: kindElection, queue: true, fill: mutexHolders,
-	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
 		w := c.wakeTo(k)
 		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg, k.channel)
 	}}

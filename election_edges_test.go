@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/redis/go-redis/v9"
 )
@@ -19,7 +20,7 @@ import (
 // faultDriver fails, or delays, the commands that carry a marker word
 // while it is armed.
 type faultDriver struct {
-	dlock.Driver
+	driver.Driver
 	marker string
 	armed  *atomic.Bool
 	delay  time.Duration // 0: fail the command; else send it this late
@@ -27,25 +28,25 @@ type faultDriver struct {
 
 var errInjected = errors.New("injected fault")
 
-func (d faultDriver) hit(c dlock.Command) bool {
+func (d faultDriver) hit(c driver.Command) bool {
 	return d.armed.Load() && slices.ContainsFunc(c.Args, func(a any) bool { s, _ := a.(string); return s == d.marker })
 }
 
-func (d faultDriver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
+func (d faultDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	if d.hit(c) {
 		if d.delay == 0 {
-			return dlock.Reply{Err: errInjected}
+			return driver.Reply{Err: errInjected}
 		}
 		time.Sleep(d.delay) // a message that arrives late
 	}
 	return d.Driver.Do(ctx, c)
 }
 
-func (d faultDriver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+func (d faultDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	if !slices.ContainsFunc(cmds, d.hit) {
 		return d.Driver.Pipeline(ctx, cmds)
 	}
-	out := make([]dlock.Reply, len(cmds))
+	out := make([]driver.Reply, len(cmds))
 	for i, c := range cmds {
 		out[i] = d.Do(ctx, c)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,7 +31,7 @@ type goredis struct {
 
 // GoRedisDriver returns the Driver that New uses for rdb: to wrap it (a
 // test injecting faults at the seam), or to hand it to NewWithDriver.
-func GoRedisDriver(rdb Redis) Driver { return goRedisDriver(rdb) }
+func GoRedisDriver(rdb Redis) driver.Driver { return goRedisDriver(rdb) }
 
 // goRedisDriver returns the Driver of rdb.
 func goRedisDriver(rdb Redis) *goredis {
@@ -38,10 +39,10 @@ func goRedisDriver(rdb Redis) *goredis {
 	return &goredis{rdb: rdb, cluster: cc, nodes: map[string]*redis.Client{}}
 }
 
-func (g *goredis) Info() DriverInfo { return DriverInfo{Name: "go-redis", Cluster: g.cluster != nil} }
+func (g *goredis) Info() driver.Info { return driver.Info{Name: "go-redis", Cluster: g.cluster != nil} }
 
 // goCmd makes the go-redis command of c, routed by its first key.
-func goCmd(ctx context.Context, c Command) *redis.Cmd {
+func goCmd(ctx context.Context, c driver.Command) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, c.Args...)
 	if c.Keys > 0 {
 		cmd.SetFirstKeyPos(int8(c.FirstKey))
@@ -50,18 +51,18 @@ func goCmd(ctx context.Context, c Command) *redis.Cmd {
 }
 
 // goReply is the neutral reply of a go-redis command.
-func goReply(cmd *redis.Cmd) Reply {
+func goReply(cmd *redis.Cmd) driver.Reply {
 	v, err := cmd.Result()
 	switch {
 	case err == nil:
-		return Reply{Val: neutral(v)}
+		return driver.Reply{Val: neutral(v)}
 	case errors.Is(err, redis.Nil):
-		return Reply{}
+		return driver.Reply{}
 	}
 	if _, ok := errors.AsType[redis.Error](err); ok {
-		return Reply{Err: &ErrorReply{Err: err}}
+		return driver.Reply{Err: &driver.ErrorReply{Err: err}}
 	}
-	return Reply{Err: err}
+	return driver.Reply{Err: err}
 }
 
 // neutral turns a go-redis value into a Reply's: maps as their keys and
@@ -80,24 +81,24 @@ func neutral(v any) any {
 		}
 		return out
 	case redis.Error:
-		return &ErrorReply{Err: v}
+		return &driver.ErrorReply{Err: v}
 	}
 	return v
 }
 
-func (g *goredis) Do(ctx context.Context, c Command) Reply {
+func (g *goredis) Do(ctx context.Context, c driver.Command) driver.Reply {
 	cmd := goCmd(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
 	return goReply(cmd)
 }
 
-func (g *goredis) Pipeline(ctx context.Context, cmds []Command) []Reply {
+func (g *goredis) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	return goPipeline(ctx, g.rdb.Pipelined, cmds)
 }
 
 // goPipeline sends cmds as one go-redis pipeline.
 func goPipeline(ctx context.Context, run func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error),
-	cmds []Command) []Reply {
+	cmds []driver.Command) []driver.Reply {
 	sent := make([]*redis.Cmd, len(cmds))
 	_, _ = run(ctx, func(p redis.Pipeliner) error {
 		for i, c := range cmds {
@@ -106,7 +107,7 @@ func goPipeline(ctx context.Context, run func(context.Context, func(redis.Pipeli
 		}
 		return nil
 	})
-	out := make([]Reply, len(cmds))
+	out := make([]driver.Reply, len(cmds))
 	for i, cmd := range sent {
 		out[i] = goReply(cmd)
 	}
@@ -118,14 +119,14 @@ type goConn struct {
 	pipelined func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
-func (c goConn) Pipeline(ctx context.Context, cmds []Command) []Reply {
+func (c goConn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	return goPipeline(ctx, c.pipelined, cmds)
 }
 
 // Dedicated lends a connection of the pool of key's node. A client that
 // cannot lend one (a wrapper of go-redis's) lends the connection of a
 // transaction on key, whose WATCH and UNWATCH cost two round trips.
-func (g *goredis) Dedicated(ctx context.Context, key string, fn func(Conn) error) error {
+func (g *goredis) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
 	var node any = g.rdb
 	if g.cluster != nil {
 		n, err := g.cluster.MasterForKey(ctx, key)
@@ -157,12 +158,12 @@ func (g *goredis) NodeOf(ctx context.Context, key string) (string, error) {
 	return addr, nil
 }
 
-func (g *goredis) Masters(ctx context.Context) ([]Driver, error) {
+func (g *goredis) Masters(ctx context.Context) ([]driver.Driver, error) {
 	if g.cluster == nil {
-		return []Driver{g}, nil
+		return []driver.Driver{g}, nil
 	}
 	var mu sync.Mutex
-	var out []Driver
+	var out []driver.Driver
 	err := g.cluster.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
 		out = append(out, goRedisDriver(n))
@@ -186,7 +187,7 @@ func (g *goredis) Refresh() {
 // loop connects as soon as it runs, and a cluster's sharded connection
 // made before it knows a channel goes to a random node, where every
 // SSUBSCRIBE is answered MOVED and never confirmed.
-func (g *goredis) PubSub(node string, sharded bool, events func(Event)) PubSub {
+func (g *goredis) PubSub(node string, sharded bool, events func(driver.Event)) driver.PubSub {
 	ctx := context.Background()
 	var ps *redis.PubSub
 	g.mu.Lock()
@@ -207,7 +208,7 @@ func (g *goredis) PubSub(node string, sharded bool, events func(Event)) PubSub {
 type goPubSub struct {
 	ps      *redis.PubSub
 	sharded bool
-	events  func(Event)
+	events  func(driver.Event)
 	start   sync.Once     // the receive loop, with the first Subscribe
 	done    chan struct{} // closed when the receive loop ends
 }
@@ -220,10 +221,10 @@ func (p *goPubSub) receive() {
 			switch m := m.(type) {
 			case *redis.Subscription:
 				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-					p.events(Event{Channel: m.Channel, Subscribed: true})
+					p.events(driver.Event{Channel: m.Channel, Subscribed: true})
 				}
 			case *redis.Message:
-				p.events(Event{Channel: m.Channel, Payload: m.Payload})
+				p.events(driver.Event{Channel: m.Channel, Payload: m.Payload})
 			}
 		}
 	}()

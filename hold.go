@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // hold is one owner's possession of a lock in Redis: a token with a hold
@@ -336,7 +338,7 @@ func (h *hold) settle(start time.Time, seq int64) {
 // while the server answers STALE (a renewal sent meanwhile ran first),
 // until ctx ends. It returns the last reply, that command's place and
 // when it was sent.
-func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) (r Reply, seq int64, start time.Time) {
+func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) (r driver.Reply, seq int64, start time.Time) {
 	for {
 		h.mu.Lock()
 		seq = h.next()
@@ -360,7 +362,7 @@ func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) 
 }
 
 // isStale reports whether r is a STALE reply: -4 or {-4}.
-func isStale(r Reply) bool {
+func isStale(r driver.Reply) bool {
 	if r.Err != nil {
 		return false
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Inspection: who holds what, who waits, for operators and the tools
@@ -41,7 +43,7 @@ type kindSpec struct {
 	// reads are what it reads beside what every kind does (the lock's
 	// TYPE and PTTL, the fence, the queue); their replies are
 	// inspection.extra, in order.
-	reads func(k *keys) []Command
+	reads func(k *keys) []driver.Command
 	// fill reads the holders and the state of the kind from in; the
 	// common part (holders sorted, Held) follows. It returns false when
 	// nothing more is to be read (a latch has no holders or waiters).
@@ -50,7 +52,7 @@ type kindSpec struct {
 	// queue in arrival order).
 	waiters func(in *inspection)
 	// force frees the lock as a release would (ForceUnlock).
-	force func(ctx context.Context, c *Client, r Driver, k *keys) Reply
+	force func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply
 }
 
 // kindSpecs is the table of kinds.
@@ -70,7 +72,7 @@ type inspection struct {
 	info   *LockInfo
 	srv    time.Time         // the server's time
 	fields map[string]string // the lock's hash (empty for other types)
-	extra  []Reply           // the replies of the kind's reads
+	extra  []driver.Reply    // the replies of the kind's reads
 	queue  []zmember         // waiters in arrival order (server µs)
 	alive  []zmember         // their places' expiries (server ms)
 }
@@ -110,7 +112,7 @@ func (in *inspection) queued(side string, permits bool) {
 
 // untilOf maps each member of a sorted set of server-ms expiries to how
 // long it has left.
-func (in *inspection) untilOf(r Reply) map[string]time.Duration {
+func (in *inspection) untilOf(r driver.Reply) map[string]time.Duration {
 	until := map[string]time.Duration{}
 	for _, z := range zsetOf(r) {
 		until[z.member] = in.expiry(z.score)
@@ -181,7 +183,7 @@ type Owner struct {
 
 // reader is the Redis that inspection reads: the Client's, or a quorum's
 // first node.
-func (c *Client) reader() (Driver, error) {
+func (c *Client) reader() (driver.Driver, error) {
 	if c.rdb != nil {
 		return c.rdb, nil
 	}
@@ -206,7 +208,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	k := c.keys(sp.keys, name)
 	info := &LockInfo{Kind: kd, Name: name, Key: k.lock}
-	cmds := []Command{cmd("TIME"), keyed("TYPE", k.lock), keyed("PTTL", k.lock), keyed("GET", k.fence)}
+	cmds := []driver.Command{cmd("TIME"), keyed("TYPE", k.lock), keyed("PTTL", k.lock), keyed("GET", k.fence)}
 	if sp.queue {
 		cmds = append(cmds, zrange(k.queue), zrange(k.alive))
 	}
@@ -259,7 +261,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 }
 
 // zrange reads a sorted set whole, with scores.
-func zrange(key string) Command { return keyed("ZRANGE", key, 0, -1, "WITHSCORES") }
+func zrange(key string) driver.Command { return keyed("ZRANGE", key, 0, -1, "WITHSCORES") }
 
 // extraInt is the number at the end of a semaphore waiter's member.
 func extraInt(member string) int64 {
@@ -275,7 +277,7 @@ type zmember struct {
 
 // zsetOf reads a ZRANGE WITHSCORES reply: member, score, ... (RESP2) or
 // [member, score] pairs (RESP3); a score is a string or a double.
-func zsetOf(r Reply) []zmember {
+func zsetOf(r driver.Reply) []zmember {
 	vs, _ := r.Slice()
 	var out []zmember
 	add := func(m, sc any) {
@@ -307,25 +309,25 @@ func zsetOf(r Reply) []zmember {
 }
 
 // hashOf reads an HGETALL reply (keys and values in turn).
-func hashOf(r Reply) map[string]string {
+func hashOf(r driver.Reply) map[string]string {
 	vs, _ := r.Slice()
 	out := make(map[string]string, len(vs)/2)
 	for i := 0; i+1 < len(vs); i += 2 {
-		k, _ := (Reply{Val: vs[i]}).Text()
-		v, _ := (Reply{Val: vs[i+1]}).Text()
+		k, _ := (driver.Reply{Val: vs[i]}).Text()
+		v, _ := (driver.Reply{Val: vs[i+1]}).Text()
 		out[k] = v
 	}
 	return out
 }
 
 // serverTime reads a TIME reply.
-func serverTime(r Reply) time.Time {
+func serverTime(r driver.Reply) time.Time {
 	vs, _ := r.Slice()
 	if len(vs) != 2 {
 		return time.Time{}
 	}
-	sec, _ := (Reply{Val: vs[0]}).Int64()
-	usec, _ := (Reply{Val: vs[1]}).Int64()
+	sec, _ := (driver.Reply{Val: vs[0]}).Int64()
+	usec, _ := (driver.Reply{Val: vs[1]}).Int64()
 	return time.Unix(sec, usec*1000)
 }
 
@@ -342,7 +344,7 @@ func ttlOf(d time.Duration) time.Duration {
 
 // fillOwners looks up who the holders and waiters are: their tokens start
 // with their Client's id.
-func (c *Client) fillOwners(ctx context.Context, r Driver, info *LockInfo) error {
+func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo) error {
 	ids := map[string]*Owner{}
 	for _, h := range info.Holders {
 		if len(h.Token) >= 16 {
@@ -358,7 +360,7 @@ func (c *Client) fillOwners(ctx context.Context, r Driver, info *LockInfo) error
 		return nil
 	}
 	var order []string
-	var cmds []Command
+	var cmds []driver.Command
 	for id := range ids {
 		order = append(order, id)
 		cmds = append(cmds, keyed("HGETALL", ownerKey(c.prefix, id)))
@@ -418,7 +420,7 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 	}
 	var mu sync.Mutex
 	found := map[id]bool{}
-	scan := func(ctx context.Context, r Driver) error {
+	scan := func(ctx context.Context, r driver.Driver) error {
 		cursor := "0"
 		for {
 			v, err := r.Do(ctx, cmd("SCAN", cursor, "MATCH", c.prefix+":{*", "COUNT", 1000)).Slice()

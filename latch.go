@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Latch is a count-down latch: waiters block until the count, set once,
@@ -46,13 +48,13 @@ func (c *Client) Latch(name string) *Latch {
 // latchKind is what Inspect, Locks and ForceUnlock know of a Latch: its
 // count, and nothing else (no holders, no waiters); forcing it opens it.
 var latchKind = kindSpec{primitive: "Latch", keys: kindLatch,
-	reads: func(k *keys) []Command { return []Command{keyed("GET", k.lock)} },
+	reads: func(k *keys) []driver.Command { return []driver.Command{keyed("GET", k.lock)} },
 	fill: func(in *inspection) bool {
 		in.info.Count, _ = strconv.ParseInt(in.text(0), 10, 64)
 		in.info.Held = in.info.Count > 0
 		return false
 	},
-	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
 		return latchOpenScript.run(ctx, r, []string{k.lock, k.ids}, k.channel, c.publish)
 	}}
 
@@ -81,8 +83,8 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 	if len(r) != 2 {
 		return false, redisErr("set count", l.k.name, errReplyShape(r))
 	}
-	ok, _ := (Reply{Val: r[0]}).Int64()
-	phase, err := (Reply{Val: r[1]}).Text()
+	ok, _ := (driver.Reply{Val: r[0]}).Int64()
+	phase, err := (driver.Reply{Val: r[1]}).Text()
 	if err != nil {
 		return false, redisErr("set count", l.k.name, err)
 	}
@@ -189,13 +191,13 @@ func (l *Latch) down(ctx context.Context, id, phase, once string) (status string
 		err = errReplyShape(r)
 	}
 	if err == nil {
-		status, err = (Reply{Val: r[0]}).Text()
+		status, err = (driver.Reply{Val: r[0]}).Text()
 	}
 	if err == nil {
-		n, err = (Reply{Val: r[1]}).Int64()
+		n, err = (driver.Reply{Val: r[1]}).Int64()
 	}
 	if err == nil {
-		now, err = (Reply{Val: r[2]}).Text()
+		now, err = (driver.Reply{Val: r[2]}).Text()
 	}
 	if err == nil && status != latchDone && status != latchMoved && status != latchUnsure {
 		err = errReplyShape(r)
@@ -238,7 +240,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 // count returns the count and how long the latch has to live; the handle
 // remembers the phase of a closed latch.
 func (l *Latch) count(ctx context.Context) (int64, time.Duration, error) {
-	rs := l.c.rdb.Pipeline(ctx, []Command{keyed("GET", l.k.lock), keyed("PTTL", l.k.lock),
+	rs := l.c.rdb.Pipeline(ctx, []driver.Command{keyed("GET", l.k.lock), keyed("PTTL", l.k.lock),
 		keyed("HGET", l.keys[1], "@p")})
 	if err := firstErr(rs); err != nil {
 		return 0, 0, redisErr("count", l.k.name, err)

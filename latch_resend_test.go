@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -154,20 +155,20 @@ func TestLatchTrySetCountResentReportsTrue(t *testing.T) {
 // bytes wait in the network past the caller's give-up. replay sends them
 // later, exactly as they were, as the network would deliver them.
 type holdDriver struct {
-	dlock.Driver
+	driver.Driver
 	mu   sync.Mutex
 	hold bool
-	held []dlock.Command
-	last []dlock.Command // the calls replay sent last
+	held []driver.Command
+	last []driver.Command // the calls replay sent last
 }
 
-func (d *holdDriver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
+func (d *holdDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	d.mu.Lock()
 	name, _ := c.Args[0].(string)
 	if d.hold && strings.HasPrefix(strings.ToUpper(name), "EVAL") {
 		d.held = append(d.held, c)
 		d.mu.Unlock()
-		return dlock.Reply{Err: context.DeadlineExceeded}
+		return driver.Reply{Err: context.DeadlineExceeded}
 	}
 	d.mu.Unlock()
 	return d.Driver.Do(ctx, c)
@@ -180,12 +181,12 @@ func (d *holdDriver) setHold(on bool) {
 }
 
 // replay sends the held calls and returns their replies.
-func (d *holdDriver) replay(ctx context.Context) []dlock.Reply {
+func (d *holdDriver) replay(ctx context.Context) []driver.Reply {
 	d.mu.Lock()
 	held := d.held
 	d.held, d.last = nil, held
 	d.mu.Unlock()
-	var out []dlock.Reply
+	var out []driver.Reply
 	for _, c := range held {
 		out = append(out, d.Driver.Do(ctx, c))
 	}
@@ -350,15 +351,15 @@ func TestLatchHandleCountsInTheCurrentPhase(t *testing.T) {
 // runs, its reply is lost, and the same bytes are sent again once the
 // test says so; the caller gets the second copy's reply.
 type resendDriver struct {
-	dlock.Driver
+	driver.Driver
 	mu      sync.Mutex
 	armed   bool
 	ran     chan struct{} // closed once the first copy ran
 	resend  chan struct{} // closed by the test: send the copy
-	results chan dlock.Reply
+	results chan driver.Reply
 }
 
-func (d *resendDriver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
+func (d *resendDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	d.mu.Lock()
 	name, _ := c.Args[0].(string)
 	armed := d.armed && strings.HasPrefix(strings.ToUpper(name), "EVAL")
@@ -390,7 +391,7 @@ func TestLatchResentCountDownAcrossPhases(t *testing.T) {
 	if d == nil {
 		d = dlock.GoRedisDriver(rdb)
 	}
-	rd := &resendDriver{Driver: d, ran: make(chan struct{}), resend: make(chan struct{}), results: make(chan dlock.Reply, 1)}
+	rd := &resendDriver{Driver: d, ran: make(chan struct{}), resend: make(chan struct{}), results: make(chan driver.Reply, 1)}
 	wc, err := dlock.NewWithDriver(rd)
 	if err != nil {
 		t.Fatal(err)

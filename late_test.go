@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // lateDriver passes every command through, except those its hold
@@ -28,10 +29,10 @@ import (
 // when the server is paused (CLIENT PAUSE) and its caller's ctx ends
 // meanwhile: the library is done only after the server ran it.
 type lateDriver struct {
-	dlock.Driver
+	driver.Driver
 	mu      sync.Mutex
 	pick    func(args []any) bool
-	held    []dlock.Command
+	held    []driver.Command
 	armed   bool
 	block   bool
 	twice   bool          // run the held call twice and answer the second reply (go-redis's re-send)
@@ -66,7 +67,7 @@ func (d *lateDriver) hold(words ...any) {
 }
 
 // take reports whether cmd is to be held, and holds it.
-func (d *lateDriver) take(cmd dlock.Command) bool {
+func (d *lateDriver) take(cmd driver.Command) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.watch != nil && d.watch(cmd.Args) {
@@ -81,11 +82,11 @@ func (d *lateDriver) take(cmd dlock.Command) bool {
 	return true
 }
 
-func (d *lateDriver) Do(ctx context.Context, cmd dlock.Command) dlock.Reply {
+func (d *lateDriver) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 	if d.take(cmd) {
 		d.mu.Lock()
 		block, go_ := d.block, d.go_
-		d.held = slices.DeleteFunc(d.held, func(c dlock.Command) bool { return d.twice })
+		d.held = slices.DeleteFunc(d.held, func(c driver.Command) bool { return d.twice })
 		d.mu.Unlock()
 		if block {
 			<-go_
@@ -95,18 +96,18 @@ func (d *lateDriver) Do(ctx context.Context, cmd dlock.Command) dlock.Reply {
 			d.Driver.Do(ctx, cmd)
 			return d.Driver.Do(ctx, cmd)
 		}
-		return dlock.Reply{Err: context.DeadlineExceeded}
+		return driver.Reply{Err: context.DeadlineExceeded}
 	}
 	return d.Driver.Do(ctx, cmd)
 }
 
-func (d *lateDriver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
-	out := make([]dlock.Reply, len(cmds))
-	var pass []dlock.Command
+func (d *lateDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	out := make([]driver.Reply, len(cmds))
+	var pass []driver.Command
 	var at []int
 	for i, c := range cmds {
 		if d.take(c) {
-			out[i] = dlock.Reply{Err: context.DeadlineExceeded}
+			out[i] = driver.Reply{Err: context.DeadlineExceeded}
 			continue
 		}
 		pass = append(pass, c)
@@ -122,7 +123,7 @@ func (d *lateDriver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock
 
 // deliver runs the held commands on the server, in the order they were
 // sent, and returns their replies.
-func (d *lateDriver) deliver(t *testing.T) []dlock.Reply {
+func (d *lateDriver) deliver(t *testing.T) []driver.Reply {
 	t.Helper()
 	d.mu.Lock()
 	held := d.held
@@ -136,7 +137,7 @@ func (d *lateDriver) deliver(t *testing.T) []dlock.Reply {
 	if len(held) == 0 {
 		t.Fatal("no command was held back")
 	}
-	var out []dlock.Reply
+	var out []driver.Reply
 	for _, c := range held {
 		out = append(out, d.Driver.Do(context.Background(), c))
 	}

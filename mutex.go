@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Mutex is a reentrant lock with one owner at a time. It is a handle: it
@@ -107,7 +109,7 @@ func (c *Client) mutexRequest(what string, k *keys, opts []LockOption, fair bool
 // mutexKind is what Inspect, Locks and ForceUnlock know of a Mutex (and
 // a FairMutex: the same keys).
 var mutexKind = kindSpec{primitive: "Mutex", keys: kindMutex, queue: true, plain: true, fill: mutexHolders,
-	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
 		if !c.caps.directed { // script-free: a plain key
 			return r.Do(ctx, keyed("DEL", k.lock))
 		}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // pipelined is the Driver a Client talks to: the application's client's
 // driver wrapped so that every call returns when its ctx ends, and so that
 // single commands (script calls, mostly) from many goroutines share round
-// trips. A driver that does either itself (DriverInfo) is left to it.
+// trips. A driver that does either itself (driver.Info) is left to it.
 //
 // Bounded. go-redis made with its defaults (no ContextTimeoutEnabled)
 // does not look at a ctx once a command is sent: it waits for the reply
@@ -33,7 +35,7 @@ import (
 // per node on a cluster; a NOSCRIPT reply comes back to its caller, which
 // sends the script with EVAL (not batched: rare).
 type pipelined struct {
-	Driver
+	driver.Driver
 	bound    bool // the driver bounds its calls and batches them itself
 	auto     bool // the driver batches calls itself, but does not bound them
 	mu       sync.Mutex
@@ -49,12 +51,12 @@ const maxBatches = 4
 // pendingCall is one command, queued or sent.
 type pendingCall struct {
 	ctx   context.Context
-	cmd   Command
-	reply Reply
+	cmd   driver.Command
+	reply driver.Reply
 	done  chan struct{} // closed when reply is in
 }
 
-func newPipelined(d Driver) *pipelined {
+func newPipelined(d driver.Driver) *pipelined {
 	if p, ok := d.(*pipelined); ok {
 		return p
 	}
@@ -128,12 +130,12 @@ func within[T any](ctx context.Context, f func() T) (T, error) {
 // Do runs a command within ctx, batched with the commands of other
 // goroutines when batches are in flight (unless the driver batches them
 // itself).
-func (p *pipelined) Do(ctx context.Context, c Command) Reply {
+func (p *pipelined) Do(ctx context.Context, c driver.Command) driver.Reply {
 	switch {
 	case p.bound:
 		return p.Driver.Do(ctx, c)
 	case p.auto:
-		r, err := within(ctx, func() Reply { return p.Driver.Do(ctx, c) })
+		r, err := within(ctx, func() driver.Reply { return p.Driver.Do(ctx, c) })
 		if err != nil {
 			return failedReply(err)
 		}
@@ -143,11 +145,11 @@ func (p *pipelined) Do(ctx context.Context, c Command) Reply {
 }
 
 // Pipeline runs a pipeline within ctx.
-func (p *pipelined) Pipeline(ctx context.Context, cmds []Command) []Reply {
+func (p *pipelined) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	if p.bound {
 		return p.Driver.Pipeline(ctx, cmds)
 	}
-	out, err := within(ctx, func() []Reply { return p.Driver.Pipeline(ctx, cmds) })
+	out, err := within(ctx, func() []driver.Reply { return p.Driver.Pipeline(ctx, cmds) })
 	if err != nil {
 		return failedAll(len(cmds), err)
 	}
@@ -156,7 +158,7 @@ func (p *pipelined) Pipeline(ctx context.Context, cmds []Command) []Reply {
 
 // Dedicated runs fn on a dedicated connection within ctx. When ctx ends
 // first, what fn writes must not be read: it may still be running.
-func (p *pipelined) Dedicated(ctx context.Context, key string, fn func(Conn) error) error {
+func (p *pipelined) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
 	if p.bound {
 		return p.Driver.Dedicated(ctx, key, fn)
 	}
@@ -165,9 +167,9 @@ func (p *pipelined) Dedicated(ctx context.Context, key string, fn func(Conn) err
 }
 
 // Masters lists a cluster's masters within ctx.
-func (p *pipelined) Masters(ctx context.Context) ([]Driver, error) {
+func (p *pipelined) Masters(ctx context.Context) ([]driver.Driver, error) {
 	type result struct {
-		ds  []Driver
+		ds  []driver.Driver
 		err error
 	}
 	r, late := within(ctx, func() result {
@@ -185,7 +187,7 @@ func (p *pipelined) Masters(ctx context.Context) ([]Driver, error) {
 
 // batched runs a command, batched with those of other goroutines when
 // batches are in flight, within ctx.
-func (p *pipelined) batched(ctx context.Context, cmd Command) Reply {
+func (p *pipelined) batched(ctx context.Context, cmd driver.Command) driver.Reply {
 	if err := ctx.Err(); err != nil {
 		return failedReply(err)
 	}
@@ -263,7 +265,7 @@ func (p *pipelined) send(batch []*pendingCall) {
 	} else {
 		// One caller's ctx must not cut short the replies of the others.
 		ctx := context.WithoutCancel(batch[0].ctx)
-		cmds := make([]Command, len(batch))
+		cmds := make([]driver.Command, len(batch))
 		for i, c := range batch {
 			cmds[i] = c.cmd
 		}

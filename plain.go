@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // errNeedsScripts is returned by what cannot work without Lua.
@@ -42,7 +44,7 @@ type casDetector struct {
 	mode casMode
 }
 
-func (d *casDetector) get(ctx context.Context, r Driver) casMode {
+func (d *casDetector) get(ctx context.Context, r driver.Driver) casMode {
 	d.once.Do(func() {
 		known := map[string]bool{}
 		// COMMAND INFO answers nil for a name it does not know.
@@ -64,7 +66,7 @@ func (d *casDetector) get(ctx context.Context, r Driver) casMode {
 // plain is the script-free backend (WithoutScripts): it runs only a
 // Mutex, with transactions.
 type plain struct {
-	rdb     Driver
+	rdb     driver.Driver
 	publish string
 	cas     casDetector
 }
@@ -77,11 +79,11 @@ func (b *plain) caps() caps { return caps{notThere: errNeedsScripts, reserve: tr
 func (b *plain) close()     {}
 
 // grant runs o: transactions have no replica sync (New refuses the mix).
-func (b *plain) grant(ctx context.Context, o op) Reply { return o.run(ctx, b.rdb) }
-func (b *plain) run(ctx context.Context, o op) Reply   { return o.run(ctx, b.rdb) }
+func (b *plain) grant(ctx context.Context, o op) driver.Reply { return o.run(ctx, b.rdb) }
+func (b *plain) run(ctx context.Context, o op) driver.Reply   { return o.run(ctx, b.rdb) }
 
 // batch runs the transactions side by side: they cannot share a pipeline.
-func (b *plain) batch(ctx context.Context, ops []op, _ bool) []Reply {
+func (b *plain) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
 	return sideBySide(ctx, b.rdb, ops)
 }
 
@@ -131,21 +133,21 @@ type plainProto struct {
 }
 
 // plainOp is a transaction with the integer reply of the protocol.
-type plainOp func(ctx context.Context, r Driver) (int64, error)
+type plainOp func(ctx context.Context, r driver.Driver) (int64, error)
 
-func (f plainOp) run(ctx context.Context, r Driver) Reply {
+func (f plainOp) run(ctx context.Context, r driver.Driver) driver.Reply {
 	v, err := f(ctx, r)
 	if err != nil {
 		return failedReply(err)
 	}
-	return Reply{Val: v}
+	return driver.Reply{Val: v}
 }
 
 // transaction runs cmds in MULTI/EXEC on the connection of key's node and
 // returns their replies.
-func transaction(ctx context.Context, d Driver, key string, cmds ...Command) ([]Reply, error) {
-	var out []Reply
-	err := d.Dedicated(ctx, key, func(conn Conn) error {
+func transaction(ctx context.Context, d driver.Driver, key string, cmds ...driver.Command) ([]driver.Reply, error) {
+	var out []driver.Reply
+	err := d.Dedicated(ctx, key, func(conn driver.Conn) error {
 		var err error
 		out, err = exec(ctx, conn, cmds)
 		return err
@@ -164,8 +166,8 @@ var errTxFailed = errors.New("dlock: transaction aborted")
 
 // exec sends MULTI, cmds, EXEC on conn and returns the replies of cmds,
 // or nil when a WATCH aborted the transaction.
-func exec(ctx context.Context, conn Conn, cmds []Command) ([]Reply, error) {
-	all := append(append([]Command{cmd("MULTI")}, cmds...), cmd("EXEC"))
+func exec(ctx context.Context, conn driver.Conn, cmds []driver.Command) ([]driver.Reply, error) {
+	all := append(append([]driver.Command{cmd("MULTI")}, cmds...), cmd("EXEC"))
 	rs := conn.Pipeline(ctx, all)
 	for _, r := range rs[:len(rs)-1] {
 		if r.Err != nil {
@@ -183,12 +185,12 @@ func exec(ctx context.Context, conn Conn, cmds []Command) ([]Reply, error) {
 	if err != nil || len(vs) != len(cmds) {
 		return nil, fmt.Errorf("dlock: EXEC: unexpected reply")
 	}
-	out := make([]Reply, len(vs))
+	out := make([]driver.Reply, len(vs))
 	for i, v := range vs {
 		if e, ok := v.(error); ok {
 			out[i] = failedReply(e)
 		} else {
-			out[i] = Reply{Val: v}
+			out[i] = driver.Reply{Val: v}
 		}
 	}
 	return out, nil
@@ -196,7 +198,7 @@ func exec(ctx context.Context, conn Conn, cmds []Command) ([]Reply, error) {
 
 // release deletes the key if it still holds token, and tells waiters.
 func (p plainProto) release(token string, _ int, _ int64) op {
-	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
+	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
 		var deleted bool
 		switch p.b.cas.get(ctx, r) {
 		case casDelex:
@@ -230,7 +232,7 @@ func (p plainProto) release(token string, _ int, _ int64) op {
 // renew sets the key's TTL if it still holds token: to exactly ttl, or
 // (not exact) to at least ttl, which needs the WATCH transaction.
 func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) op {
-	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
+	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
 		if exact && p.b.cas.get(ctx, r) != casWatch {
 			res := r.Do(ctx, keyed("SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()))
 			if res.Err == nil && res.Val == nil {
@@ -252,7 +254,7 @@ func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) 
 
 // ttl returns the key's PTTL if it holds token, else -3.
 func (p plainProto) ttl(token string) op {
-	return plainOp(func(ctx context.Context, r Driver) (int64, error) {
+	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
 		res, err := transaction(ctx, r, p.k.lock, keyed("GET", p.k.lock), keyed("PTTL", p.k.lock))
 		if err != nil {
 			return 0, err
@@ -269,31 +271,31 @@ func (p plainProto) ttl(token string) op {
 // tried again). If atLeast is set and the key's PTTL (read under the same
 // WATCH) is at least that, act is not needed: the key is still want's and
 // compareAndDo reports true. Otherwise it reports whether act ran.
-func compareAndDo(ctx context.Context, r Driver, key, want string, atLeast time.Duration, act Command) (bool, error) {
+func compareAndDo(ctx context.Context, r driver.Driver, key, want string, atLeast time.Duration, act driver.Command) (bool, error) {
 	for range 5 {
 		done, aborted := false, false
-		err := r.Dedicated(ctx, key, func(conn Conn) error {
-			read := []Command{keyed("WATCH", key), keyed("GET", key)}
+		err := r.Dedicated(ctx, key, func(conn driver.Conn) error {
+			read := []driver.Command{keyed("WATCH", key), keyed("GET", key)}
 			if atLeast > 0 {
 				read = append(read, keyed("PTTL", key))
 			}
 			rs := conn.Pipeline(ctx, read)
 			if err := firstErr(rs); err != nil {
-				conn.Pipeline(ctx, []Command{cmd("UNWATCH")})
+				conn.Pipeline(ctx, []driver.Command{cmd("UNWATCH")})
 				return err
 			}
 			if v, _ := rs[1].Text(); v != want {
-				conn.Pipeline(ctx, []Command{cmd("UNWATCH")})
+				conn.Pipeline(ctx, []driver.Command{cmd("UNWATCH")})
 				return nil
 			}
 			if atLeast > 0 {
 				if left, err := rs[2].Int64(); err == nil && left >= atLeast.Milliseconds() {
 					done = true
-					conn.Pipeline(ctx, []Command{cmd("UNWATCH")})
+					conn.Pipeline(ctx, []driver.Command{cmd("UNWATCH")})
 					return nil
 				}
 			}
-			res, err := exec(ctx, conn, []Command{act})
+			res, err := exec(ctx, conn, []driver.Command{act})
 			if err == nil && res == nil {
 				aborted = true
 				return nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -43,23 +44,23 @@ func TestCASDetectionOnThisServer(t *testing.T) {
 // write the watched key after WATCH (and the read) and before EXEC — a
 // concurrent change.
 type meddler struct {
-	Driver
+	driver.Driver
 	other   *redis.Client
 	value   string
 	meddles int // how many transactions to meddle with
 }
 
-func (m *meddler) Dedicated(ctx context.Context, key string, fn func(Conn) error) error {
-	return m.Driver.Dedicated(ctx, key, func(c Conn) error { return fn(meddledConn{c, m, key}) })
+func (m *meddler) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	return m.Driver.Dedicated(ctx, key, func(c driver.Conn) error { return fn(meddledConn{c, m, key}) })
 }
 
 type meddledConn struct {
-	Conn
+	driver.Conn
 	m   *meddler
 	key string
 }
 
-func (c meddledConn) Pipeline(ctx context.Context, cmds []Command) []Reply {
+func (c meddledConn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	out := c.Conn.Pipeline(ctx, cmds)
 	if cmds[0].Args[0] == "WATCH" && c.m.meddles > 0 {
 		c.m.meddles--

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // The protocol between Go and the Lua scripts, named once. scripts/lib.lua
@@ -117,7 +119,7 @@ type reentrant interface {
 // op is one operation on Redis with an integer or array reply: a script
 // call, or, without scripts, a transaction (see plain.go).
 type op interface {
-	run(ctx context.Context, r Driver) Reply
+	run(ctx context.Context, r driver.Driver) driver.Reply
 }
 
 // retryAfter turns a holder's remaining lease (PTTL) into the longest

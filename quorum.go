@@ -10,12 +10,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // quorum is the RedLock side of a Client made by NewQuorum: N independent
 // masters, of which a majority must agree.
 type quorum struct {
-	nodes []Driver
+	nodes []driver.Driver
 	quorumConfig
 	mark  string // the key of each node's mark (see "Fences on a quorum")
 	drift drift
@@ -66,7 +68,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("NewQuorum of no nodes")
 	}
-	rs := make([]Driver, len(nodes))
+	rs := make([]driver.Driver, len(nodes))
 	for i, n := range nodes {
 		if any(n) == nil {
 			return nil, invalid("NewQuorum: node %d is nil", i)
@@ -104,8 +106,8 @@ func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
 
 // fanout runs the call made by mk for each node on all nodes at once, each
 // bounded by the node timeout, and returns every node's reply.
-func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) call) []Reply {
-	out := make([]Reply, len(q.nodes))
+func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) call) []driver.Reply {
+	out := make([]driver.Reply, len(q.nodes))
 	var wg sync.WaitGroup
 	for _, i := range nodes {
 		wg.Add(1)
@@ -179,7 +181,7 @@ type tally struct {
 	vals   map[int][]int64 // the replies of ok and no nodes
 }
 
-func (q *quorum) tally(cmds []Reply, nodes []int, isOK func([]int64) bool) tally {
+func (q *quorum) tally(cmds []driver.Reply, nodes []int, isOK func([]int64) bool) tally {
 	t := tally{vals: map[int][]int64{}}
 	for _, i := range nodes {
 		t.add(i, cmds[i], isOK)
@@ -188,7 +190,7 @@ func (q *quorum) tally(cmds []Reply, nodes []int, isOK func([]int64) bool) tally
 }
 
 // add counts node's reply.
-func (t *tally) add(node int, cmd Reply, isOK func([]int64) bool) {
+func (t *tally) add(node int, cmd driver.Reply, isOK func([]int64) bool) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		// Replies that are a plain integer (renew, unlock, ttl).
@@ -404,7 +406,7 @@ type quorumOp struct {
 	fold func(t tally, ok bool) any
 }
 
-func (o quorumOp) run(ctx context.Context, _ Driver) Reply {
+func (o quorumOp) run(ctx context.Context, _ driver.Driver) driver.Reply {
 	return o.p.q.runOps(ctx, []quorumOp{o})[0]
 }
 
@@ -419,10 +421,10 @@ var errNoReplyYet = errors.New("no reply before the majority decided")
 // its calls are abandoned (Close waits for them to end). Other operations
 // (release, re-entry, TTL) wait for every node, so that a release has
 // reached every node that answers when Unlock returns.
-func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []Reply {
+func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []driver.Reply {
 	type reply struct {
 		node int
-		cmds []Reply
+		cmds []driver.Reply
 	}
 	replies := make(chan reply, len(q.nodes)) // stragglers never block
 	ctx, cancel := context.WithCancel(ctx)    // ends the stragglers
@@ -457,7 +459,7 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []Reply {
 			break
 		}
 	}
-	out := make([]Reply, len(ops))
+	out := make([]driver.Reply, len(ops))
 	for j, o := range ops {
 		out[j] = q.reply(o, ts[j], answered)
 	}
@@ -466,10 +468,10 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []Reply {
 
 // reply folds an operation's tally into its reply; nodes that had not
 // answered count as failed with errNoReplyYet.
-func (q *quorum) reply(o quorumOp, t tally, answered []bool) Reply {
+func (q *quorum) reply(o quorumOp, t tally, answered []bool) driver.Reply {
 	ok, err := q.outcome(t, o.name, o.p.m.k.name)
 	if err == nil {
-		return Reply{Val: o.fold(t, ok)}
+		return driver.Reply{Val: o.fold(t, ok)}
 	}
 	if qe := (*QuorumError)(nil); errors.As(err, &qe) {
 		for i, done := range answered {
@@ -540,7 +542,7 @@ func (q *quorum) everywhere(ctx context.Context, c call) error {
 func (q *quorum) close() { q.stragglers.Wait() }
 
 // run runs a quorumOp: it fans out to the nodes itself.
-func (q *quorum) run(ctx context.Context, o op) Reply { return o.run(ctx, nil) }
+func (q *quorum) run(ctx context.Context, o op) driver.Reply { return o.run(ctx, nil) }
 
 func (q *quorum) attempt(a attemptSpec) (protocol, attemptFunc) {
 	p := mutexProto{a.k, *a.k.wake}
@@ -554,10 +556,10 @@ func (q *quorum) attempt(a attemptSpec) (protocol, attemptFunc) {
 }
 
 // grant runs a quorum operation (it goes to every node).
-func (q *quorum) grant(ctx context.Context, o op) Reply { return o.run(ctx, nil) }
+func (q *quorum) grant(ctx context.Context, o op) driver.Reply { return o.run(ctx, nil) }
 
 // batch runs quorum operations as one batch per node, all nodes at once.
-func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []Reply {
+func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
 	qops := make([]quorumOp, len(ops))
 	for i, o := range ops {
 		qops[i] = o.(quorumOp) // every op of a quorum is one

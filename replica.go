@@ -3,6 +3,8 @@ package dlock
 import (
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // replicaSync is the WAIT that follows a grant; replicas 0 means none.
@@ -26,7 +28,7 @@ func (s replicaSync) validate() error {
 
 // check checks a WAIT reply and marks the batch's successful commands
 // as failed when too few replicas acknowledged.
-func (s replicaSync) check(wait Reply, rs []Reply) {
+func (s replicaSync) check(wait driver.Reply, rs []driver.Reply) {
 	acked, err := wait.Int64()
 	if err == nil && acked >= int64(s.replicas) {
 		return

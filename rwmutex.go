@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // RWMutex is a read-write lock: many readers at once, or one writer. Each
@@ -156,9 +158,11 @@ const (
 // readers' expiries, waiting readers and admitted readers are read beside
 // the hash (extra 0, 1, 2).
 var rwKind = kindSpec{primitive: "RWMutex", keys: kindRW, queue: true,
-	reads: func(k *keys) []Command { return []Command{zrange(k.readers), zrange(k.rqueue), zrange(k.rphase)} },
-	fill:  rwHolders, waiters: rwWaiters,
-	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+	reads: func(k *keys) []driver.Command {
+		return []driver.Command{zrange(k.readers), zrange(k.rqueue), zrange(k.rphase)}
+	},
+	fill: rwHolders, waiters: rwWaiters,
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
 		w := c.wakeTo(k)
 		return rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.baseArg, w.publishArg)
 	}}
@@ -189,7 +193,7 @@ func rwHolders(in *inspection) bool {
 // then the writers' queue in arrival order, then the waiting readers,
 // each with its place's expiry.
 func rwWaiters(in *inspection) {
-	readers := func(r Reply) {
+	readers := func(r driver.Reply) {
 		for _, z := range zsetOf(r) {
 			in.info.Waiters = append(in.info.Waiters, Waiter{Token: tokenOf(z.member), Side: "read", Expires: in.expiry(z.score)})
 		}

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"regexp"
 	"strings"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 //go:embed scripts/*.lua
@@ -110,7 +112,7 @@ func semScript(name string) script {
 
 // run runs the script: one round trip when the server has it cached, two
 // when it answers NOSCRIPT.
-func (s script) run(ctx context.Context, d Driver, keys []string, args ...any) Reply {
+func (s script) run(ctx context.Context, d driver.Driver, keys []string, args ...any) driver.Reply {
 	return call{s: s, keys: keys, args: args}.run(ctx, d)
 }
 
@@ -125,7 +127,7 @@ type call struct {
 }
 
 // run runs the call on its own (see script.run).
-func (c call) run(ctx context.Context, d Driver) Reply {
+func (c call) run(ctx context.Context, d driver.Driver) driver.Reply {
 	r := d.Do(ctx, c.command(false))
 	if isNoScript(r.Err) {
 		r = d.Do(ctx, c.command(true))
@@ -134,7 +136,7 @@ func (c call) run(ctx context.Context, d Driver) Reply {
 }
 
 // command is the call's EVALSHA, or with whole its EVAL.
-func (c call) command(whole bool) Command {
+func (c call) command(whole bool) driver.Command {
 	if whole {
 		return scriptCommand("EVAL", c.s.srcArg, c.keys, c.boxed, c.args)
 	}
@@ -148,12 +150,12 @@ func (c call) command(whole bool) Command {
 // single.batch) go on a dedicated connection, and each pipeline ends with
 // a WAIT on it. The result has one reply per call; each carries its own
 // error.
-func runBatch(ctx context.Context, d Driver, calls []call, sync replicaSync) []Reply {
+func runBatch(ctx context.Context, d driver.Driver, calls []call, sync replicaSync) []driver.Reply {
 	if sync.replicas == 0 {
 		return sendBatch(ctx, d.Pipeline, calls, sync)
 	}
-	var out []Reply
-	err := d.Dedicated(ctx, calls[0].keys[0], func(conn Conn) error {
+	var out []driver.Reply
+	err := d.Dedicated(ctx, calls[0].keys[0], func(conn driver.Conn) error {
 		out = sendBatch(ctx, conn.Pipeline, calls, sync)
 		return nil
 	})
@@ -164,13 +166,13 @@ func runBatch(ctx context.Context, d Driver, calls []call, sync replicaSync) []R
 }
 
 // sendBatch is runBatch on the pipelines that send sends.
-func sendBatch(ctx context.Context, send func(context.Context, []Command) []Reply,
-	calls []call, sync replicaSync) []Reply {
-	cmds := make([]Command, 0, len(calls)+1)
+func sendBatch(ctx context.Context, send func(context.Context, []driver.Command) []driver.Reply,
+	calls []call, sync replicaSync) []driver.Reply {
+	cmds := make([]driver.Command, 0, len(calls)+1)
 	for _, c := range calls {
 		cmds = append(cmds, c.command(false))
 	}
-	var wait Command // with replica sync, ends each pipeline
+	var wait driver.Command // with replica sync, ends each pipeline
 	if sync.replicas > 0 {
 		wait = cmd("WAIT", sync.replicas, sync.timeout.Milliseconds())
 		cmds = append(cmds, wait)
@@ -205,7 +207,7 @@ func sendBatch(ctx context.Context, send func(context.Context, []Command) []Repl
 }
 
 // firstErr returns the first error of a batch's replies.
-func firstErr(rs []Reply) error {
+func firstErr(rs []driver.Reply) error {
 	for _, r := range rs {
 		if r.Err != nil {
 			return r.Err
@@ -215,8 +217,8 @@ func firstErr(rs []Reply) error {
 }
 
 // failedAll returns n replies that failed with err.
-func failedAll(n int, err error) []Reply {
-	out := make([]Reply, n)
+func failedAll(n int, err error) []driver.Reply {
+	out := make([]driver.Reply, n)
 	for i := range out {
 		out[i] = failedReply(err)
 	}

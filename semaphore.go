@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Semaphore hands out up to a capacity of permits. Each Acquire of n
@@ -175,10 +177,10 @@ func validPermits(name string, n int) error {
 // capacity and its holders' expiries are read beside the hash (extra 0,
 // 1); a waiter waits for some permits.
 var semKind = kindSpec{primitive: "Semaphore", keys: kindSemaphore, queue: true,
-	reads:   func(k *keys) []Command { return []Command{keyed("GET", k.permits), zrange(k.leases)} },
+	reads:   func(k *keys) []driver.Command { return []driver.Command{keyed("GET", k.permits), zrange(k.leases)} },
 	fill:    semHolders,
 	waiters: func(in *inspection) { in.queued("", true) },
-	force: func(ctx context.Context, c *Client, r Driver, k *keys) Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
 		w := c.wakeTo(k)
 		return semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive}, w.baseArg, w.publishArg)
 	}}

@@ -3,18 +3,20 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // single is one Redis deployment that runs scripts: a server, a primary
 // managed by Sentinel, or a cluster (sharded). With replica sync every
 // grant is followed by WAIT on the connection that carried it.
 type single struct {
-	rdb     Driver
+	rdb     driver.Driver
 	sharded bool
 	sync    replicaSync
 }
 
-func (s *single) run(ctx context.Context, o op) Reply { return o.run(ctx, s.rdb) }
+func (s *single) run(ctx context.Context, o op) driver.Reply { return o.run(ctx, s.rdb) }
 
 func (s *single) caps() caps {
 	// A hand-off skips the waiter's own grant, which WAIT (replica sync)
@@ -57,7 +59,7 @@ func (s *single) attempt(a attemptSpec) (protocol, attemptFunc) {
 // grant runs a call that grants or extends a hold: with replica sync, WAIT
 // follows it on the same connection, and too few acknowledgements turn a
 // successful reply into an error matching ErrReplicaSync.
-func (s *single) grant(ctx context.Context, o op) Reply {
+func (s *single) grant(ctx context.Context, o op) driver.Reply {
 	cl, ok := o.(call)
 	if s.sync.replicas == 0 || !ok {
 		return o.run(ctx, s.rdb)
@@ -69,13 +71,13 @@ func (s *single) grant(ctx context.Context, o op) Reply {
 // node), followed by WAIT for grants with replica sync. On a cluster with
 // replica sync each grant goes on its own, as WAIT must follow each write
 // on its node's connection.
-func (s *single) batch(ctx context.Context, ops []op, grant bool) []Reply {
+func (s *single) batch(ctx context.Context, ops []op, grant bool) []driver.Reply {
 	sync := replicaSync{}
 	if grant {
 		sync = s.sync
 	}
 	if s.rdb.Info().Cluster && sync.replicas > 0 {
-		out := make([]Reply, len(ops))
+		out := make([]driver.Reply, len(ops))
 		for i, o := range ops {
 			out[i] = s.grant(ctx, o)
 		}

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // The driver stack: what every call of a Client goes through on its way
@@ -18,23 +20,23 @@ import (
 //     among calls made at once (pipeline.go);
 //   - the Driver: go-redis's (goredis.go), rueidisdlock's, valkeydlock's,
 //     or one of the user's.
-func stack(d Driver, dep *deployment) Driver {
+func stack(d driver.Driver, dep *deployment) driver.Driver {
 	return &reporter{Driver: newPipelined(d), d: dep}
 }
 
 // reporter is the top of the stack (see stack).
 type reporter struct {
-	Driver
+	driver.Driver
 	d *deployment
 }
 
-func (r *reporter) Do(ctx context.Context, cmd Command) Reply {
+func (r *reporter) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 	reply := r.Driver.Do(ctx, cmd)
 	r.unwrap(&reply)
 	return reply
 }
 
-func (r *reporter) Pipeline(ctx context.Context, cmds []Command) []Reply {
+func (r *reporter) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	replies := r.Driver.Pipeline(ctx, cmds)
 	for i := range replies {
 		r.unwrap(&replies[i])
@@ -42,18 +44,18 @@ func (r *reporter) Pipeline(ctx context.Context, cmds []Command) []Reply {
 	return replies
 }
 
-func (r *reporter) Dedicated(ctx context.Context, key string, fn func(Conn) error) error {
-	return r.Driver.Dedicated(ctx, key, func(c Conn) error { return fn(reportingConn{c, r}) })
+func (r *reporter) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	return r.Driver.Dedicated(ctx, key, func(c driver.Conn) error { return fn(reportingConn{c, r}) })
 }
 
 // reportingConn is a dedicated connection whose replies the reporter
 // reads.
 type reportingConn struct {
-	Conn
+	driver.Conn
 	r *reporter
 }
 
-func (c reportingConn) Pipeline(ctx context.Context, cmds []Command) []Reply {
+func (c reportingConn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	replies := c.Conn.Pipeline(ctx, cmds)
 	for i := range replies {
 		c.r.unwrap(&replies[i])
@@ -63,7 +65,7 @@ func (c reportingConn) Pipeline(ctx context.Context, cmds []Command) []Reply {
 
 // unwrap gives reply the value its script meant when the script had a
 // publish refused, and tells the deployment.
-func (r *reporter) unwrap(reply *Reply) {
+func (r *reporter) unwrap(reply *driver.Reply) {
 	v, ok := reply.Val.([]any)
 	if !ok || len(v) < 2 || v[0] != refusedMark {
 		return

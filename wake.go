@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // hub wakes waiting acquires when their turn comes. A waiter registered in
@@ -28,7 +30,7 @@ import (
 // lease would have run out, so a message lost to a reconnect or a failover
 // costs at most that lease's remaining time.
 type hub struct {
-	d       Driver
+	d       driver.Driver
 	sharded bool
 	own     string // the Client's own channel, kept once subscribed ("" on a cluster)
 	id      string // the Client's id: its channels end with ":wake:<id>"
@@ -83,7 +85,7 @@ func (h *hub) message(w *waiter) string {
 	return m
 }
 
-func newHub(d Driver, sharded bool, own, id string) *hub {
+func newHub(d driver.Driver, sharded bool, own, id string) *hub {
 	return &hub{d: d, sharded: sharded, own: own, id: id,
 		waiting: make(map[string]*listeners), nodes: make(map[string]*nodeConn)}
 }
@@ -326,13 +328,13 @@ func poke(wake chan struct{}) {
 }
 
 // psConn is a pub/sub connection of the hub.
-type psConn struct{ PubSub }
+type psConn struct{ driver.PubSub }
 
 // open opens a pub/sub connection to node ("": the driver's choice),
 // whose events come to the hub. h.mu is held.
 func (h *hub) open(node string) *psConn {
 	c := &psConn{}
-	c.PubSub = h.d.PubSub(node, h.sharded, func(e Event) {
+	c.PubSub = h.d.PubSub(node, h.sharded, func(e driver.Event) {
 		if e.Subscribed {
 			h.confirmed(c, e.Channel)
 		} else {

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func runCluster(t *testing.T, newDriver func(t *testing.T, addrs []string) dlock.Driver) {
+func runCluster(t *testing.T, newDriver func(t *testing.T, addrs []string) driver.Driver) {
 	c := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	var addrs []string
 	for _, n := range c.Nodes() {
@@ -132,13 +132,13 @@ func keyPerMaster(t *testing.T, c *redistest.Cluster) []string {
 
 // testClusterKeys: keys of every slot range go to their node, alone and
 // in one pipeline, with replies in order.
-func testClusterKeys(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
+func testClusterKeys(t *testing.T, d driver.Driver, c *redistest.Cluster) {
 	ctx := context.Background()
 	var keys []string
 	for range 4 {
 		keys = append(keys, keyPerMaster(t, c)...)
 	}
-	var sets, gets []dlock.Command
+	var sets, gets []driver.Command
 	for i, k := range keys {
 		sets = append(sets, keyed("SET", k, i))
 		gets = append(gets, keyed("GET", k))
@@ -161,7 +161,7 @@ func testClusterKeys(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
 // testClusterScripts: a script call goes to the node of its keys. A new
 // script is loaded (EVAL) on one master only: EVALSHA with a key of that
 // master then finds it, with a key of another master it meets NOSCRIPT.
-func testClusterScripts(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
+func testClusterScripts(t *testing.T, d driver.Driver, c *redistest.Cluster) {
 	ctx := context.Background()
 	keys := keyPerMaster(t, c)
 	for i, k := range keys {
@@ -169,8 +169,8 @@ func testClusterScripts(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
 		if err := is([]any{k, "a"})(d.Do(ctx, script("EVAL", src, []string{k}, "a"))); err != nil {
 			t.Fatalf("EVAL with key %s: %v", k, err)
 		}
-		var cmds []dlock.Command
-		var checks []func(dlock.Reply) error
+		var cmds []driver.Command
+		var checks []func(driver.Reply) error
 		for j, other := range keys {
 			cmds = append(cmds, script("EVALSHA", sha, []string{other}, "a"))
 			if i == j {
@@ -192,7 +192,7 @@ func testClusterScripts(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
 
 // testClusterNodes: NodeOf names the master of a key's slot; Masters are
 // the masters only, each reachable.
-func testClusterNodes(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
+func testClusterNodes(t *testing.T, d driver.Driver, c *redistest.Cluster) {
 	ctx := context.Background()
 	for _, k := range keyPerMaster(t, c) {
 		m, err := c.MasterOf(k)
@@ -227,7 +227,7 @@ func testClusterNodes(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
 
 // testClusterPubSubSlots: one sharded connection to a node carries
 // channels of several of its slots.
-func testClusterPubSubSlots(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
+func testClusterPubSubSlots(t *testing.T, d driver.Driver, c *redistest.Cluster) {
 	ctx := context.Background()
 	first := keyPerMaster(t, c)[0]
 	node, err := d.NodeOf(ctx, first)
@@ -250,7 +250,7 @@ func testClusterPubSubSlots(t *testing.T, d dlock.Driver, c *redistest.Cluster) 
 			t.Fatal(err)
 		}
 	}
-	var want []dlock.Event
+	var want []driver.Event
 	for _, ch := range channels {
 		want = append(want, subscribed(ch))
 	}
@@ -269,7 +269,7 @@ func testClusterPubSubSlots(t *testing.T, d dlock.Driver, c *redistest.Cluster) 
 // node of its channel. (go-redis's receive loop, started at once, used to
 // connect to a random node first, where SSUBSCRIBE is answered MOVED and
 // the subscription is never confirmed.)
-func testClusterPubSubIdle(t *testing.T, d dlock.Driver, c *redistest.Cluster) {
+func testClusterPubSubIdle(t *testing.T, d driver.Driver, c *redistest.Cluster) {
 	ctx := context.Background()
 	for _, k := range keyPerMaster(t, c) {
 		rec := &recorder{}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -16,7 +16,7 @@ import (
 // WATCH that saw a change makes EXEC's reply nil), keeps one connection
 // for all of fn, and returns fn's error. wantPort, when set, is the port
 // of the node that key's connection must reach (a cluster's master).
-func testDedicated(t *testing.T, d dlock.Driver, k string, wantPort ...int) {
+func testDedicated(t *testing.T, d driver.Driver, k string, wantPort ...int) {
 	ctx := context.Background()
 	if k == "" {
 		k = key(t)
@@ -24,22 +24,22 @@ func testDedicated(t *testing.T, d dlock.Driver, k string, wantPort ...int) {
 	if r := d.Do(ctx, keyed("SET", k, "v")); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	var got [][]dlock.Reply
+	var got [][]driver.Reply
 	ids := map[any]bool{}
-	err := d.Dedicated(ctx, k, func(c dlock.Conn) error {
+	err := d.Dedicated(ctx, k, func(c driver.Conn) error {
 		// A command without a key first: the connection is key's anyway.
-		id := c.Pipeline(ctx, []dlock.Command{cmd("CLIENT", "ID"), cmd("CONFIG", "GET", "port")})
+		id := c.Pipeline(ctx, []driver.Command{cmd("CLIENT", "ID"), cmd("CONFIG", "GET", "port")})
 		ids[id[0].Val] = true
 		if len(wantPort) > 0 {
 			if port := configPort(t, id[1]); port != wantPort[0] {
 				t.Errorf("Dedicated(%q) is a connection to port %d; key's master is on %d", k, port, wantPort[0])
 			}
 		}
-		got = append(got, c.Pipeline(ctx, []dlock.Command{keyed("WATCH", k), keyed("GET", k)}))
-		got = append(got, c.Pipeline(ctx, []dlock.Command{
+		got = append(got, c.Pipeline(ctx, []driver.Command{keyed("WATCH", k), keyed("GET", k)}))
+		got = append(got, c.Pipeline(ctx, []driver.Command{
 			cmd("MULTI"), keyed("SET", k, "w"), keyed("INCR", k), keyed("GET", k), cmd("EXEC"),
 		}))
-		id = c.Pipeline(ctx, []dlock.Command{cmd("CLIENT", "ID")})
+		id = c.Pipeline(ctx, []driver.Command{cmd("CLIENT", "ID")})
 		ids[id[0].Val] = true
 		return nil
 	})
@@ -49,9 +49,9 @@ func testDedicated(t *testing.T, d dlock.Driver, k string, wantPort ...int) {
 	if len(ids) != 1 {
 		t.Errorf("fn's pipelines went on %d connections (CLIENT ID %v), want 1", len(ids), ids)
 	}
-	checks := [][]func(dlock.Reply) error{
+	checks := [][]func(driver.Reply) error{
 		{is("OK"), is("v")},
-		{is("OK"), is("QUEUED"), is("QUEUED"), is("QUEUED"), func(r dlock.Reply) error {
+		{is("OK"), is("QUEUED"), is("QUEUED"), is("QUEUED"), func(r driver.Reply) error {
 			vs, err := r.Slice()
 			if err != nil || len(vs) != 3 || vs[0] != "OK" || vs[2] != "w" {
 				return fmt.Errorf("EXEC = %#v, %v; want [OK, <error>, w]", r.Val, r.Err)
@@ -71,14 +71,14 @@ func testDedicated(t *testing.T, d dlock.Driver, k string, wantPort ...int) {
 	}
 
 	// A change after WATCH aborts the transaction: EXEC replies nil.
-	err = d.Dedicated(ctx, k, func(c dlock.Conn) error {
-		if err := firstErr(c.Pipeline(ctx, []dlock.Command{keyed("WATCH", k)})); err != nil {
+	err = d.Dedicated(ctx, k, func(c driver.Conn) error {
+		if err := firstErr(c.Pipeline(ctx, []driver.Command{keyed("WATCH", k)})); err != nil {
 			return err
 		}
 		if r := d.Do(ctx, keyed("SET", k, "changed")); r.Err != nil {
 			return r.Err
 		}
-		rs := c.Pipeline(ctx, []dlock.Command{cmd("MULTI"), keyed("SET", k, "lost"), cmd("EXEC")})
+		rs := c.Pipeline(ctx, []driver.Command{cmd("MULTI"), keyed("SET", k, "lost"), cmd("EXEC")})
 		if r := rs[2]; r.Err != nil || r.Val != nil {
 			return fmt.Errorf("EXEC after a watched change = %#v, %v; want a nil reply", r.Val, r.Err)
 		}
@@ -92,12 +92,12 @@ func testDedicated(t *testing.T, d dlock.Driver, k string, wantPort ...int) {
 	}
 
 	errFn := errors.New("fn's own error")
-	if err := d.Dedicated(ctx, k, func(dlock.Conn) error { return errFn }); !errors.Is(err, errFn) {
+	if err := d.Dedicated(ctx, k, func(driver.Conn) error { return errFn }); !errors.Is(err, errFn) {
 		t.Errorf("Dedicated returned %v, want fn's error", err)
 	}
 }
 
-func firstErr(rs []dlock.Reply) error {
+func firstErr(rs []driver.Reply) error {
 	for _, r := range rs {
 		if r.Err != nil {
 			return r.Err
@@ -109,7 +109,7 @@ func firstErr(rs []dlock.Reply) error {
 // testDedicatedExclusive: goroutines increment a counter with optimistic
 // transactions on dedicated connections; none is lost, which a connection
 // shared while a transaction is open would show.
-func testDedicatedExclusive(t *testing.T, d dlock.Driver) {
+func testDedicatedExclusive(t *testing.T, d driver.Driver) {
 	const workers, each = 8, 25
 	ctx := context.Background()
 	k := key(t)
@@ -118,13 +118,13 @@ func testDedicatedExclusive(t *testing.T, d dlock.Driver) {
 	for range workers {
 		wg.Go(func() {
 			for done := 0; done < each; {
-				err := d.Dedicated(ctx, k, func(c dlock.Conn) error {
-					rs := c.Pipeline(ctx, []dlock.Command{keyed("WATCH", k), keyed("GET", k)})
+				err := d.Dedicated(ctx, k, func(c driver.Conn) error {
+					rs := c.Pipeline(ctx, []driver.Command{keyed("WATCH", k), keyed("GET", k)})
 					if rs[0].Err != nil {
 						return rs[0].Err
 					}
 					n, _ := rs[1].Int64() // nil: 0
-					rs = c.Pipeline(ctx, []dlock.Command{cmd("MULTI"), keyed("SET", k, n+1), cmd("EXEC")})
+					rs = c.Pipeline(ctx, []driver.Command{cmd("MULTI"), keyed("SET", k, n+1), cmd("EXEC")})
 					if err := firstErr(rs); err != nil {
 						return err
 					}
@@ -154,12 +154,12 @@ func testDedicatedExclusive(t *testing.T, d dlock.Driver) {
 // the replicas that acknowledged that write: 1 with one replica, 0 while
 // that replica is stopped (a WAIT on another connection, whose writes the
 // replica had acknowledged, would count 1).
-func testWait(t *testing.T, d dlock.Driver, k string, replica *redistest.Server) {
+func testWait(t *testing.T, d driver.Driver, k string, replica *redistest.Server) {
 	ctx := context.Background()
-	wait := func(i int, timeout int) dlock.Reply {
-		var rs []dlock.Reply
-		err := d.Dedicated(ctx, k, func(c dlock.Conn) error {
-			rs = c.Pipeline(ctx, []dlock.Command{keyed("SET", k, i), cmd("WAIT", 1, timeout)})
+	wait := func(i int, timeout int) driver.Reply {
+		var rs []driver.Reply
+		err := d.Dedicated(ctx, k, func(c driver.Conn) error {
+			rs = c.Pipeline(ctx, []driver.Command{keyed("SET", k, i), cmd("WAIT", 1, timeout)})
 			return nil
 		})
 		if err != nil {

@@ -1,4 +1,4 @@
-// Package drivertest is the conformance suite of dlock.Driver: what every
+// Package drivertest is the conformance suite of driver.Driver: what every
 // driver (go-redis's, rueidisdlock's, valkeydlock's, and yours) must do,
 // checked on real redis-server processes that it starts: redis-server
 // (and redis-cli, for the cluster) must be on the PATH. It speaks to a
@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -32,20 +32,20 @@ import (
 type Option func(*config)
 
 type config struct {
-	cluster  func(t *testing.T, addrs []string) dlock.Driver
-	sentinel func(t *testing.T, master string, sentinels []string) dlock.Driver
+	cluster  func(t *testing.T, addrs []string) driver.Driver
+	sentinel func(t *testing.T, master string, sentinels []string) driver.Driver
 }
 
 // Cluster adds the checks on a Redis Cluster (3 masters, a replica each):
 // newDriver makes a driver of the cluster whose nodes are at addrs.
-func Cluster(newDriver func(t *testing.T, addrs []string) dlock.Driver) Option {
+func Cluster(newDriver func(t *testing.T, addrs []string) driver.Driver) Option {
 	return func(c *config) { c.cluster = newDriver }
 }
 
 // Sentinel adds the checks on a Sentinel-managed primary (one replica,
 // three sentinels): newDriver makes a driver of the primary named master
 // that the sentinels at addrs monitor.
-func Sentinel(newDriver func(t *testing.T, master string, sentinels []string) dlock.Driver) Option {
+func Sentinel(newDriver func(t *testing.T, master string, sentinels []string) driver.Driver) Option {
 	return func(c *config) { c.sentinel = newDriver }
 }
 
@@ -53,7 +53,7 @@ func Sentinel(newDriver func(t *testing.T, master string, sentinels []string) dl
 // replica, for WAIT) with drivers that newDriver makes of the server at
 // addr, and on the topologies that opts add. newDriver closes what it
 // makes when t ends (t.Cleanup). Every check is a subtest of t.
-func Run(t *testing.T, newDriver func(t *testing.T, addr string) dlock.Driver, opts ...Option) {
+func Run(t *testing.T, newDriver func(t *testing.T, addr string) driver.Driver, opts ...Option) {
 	var cfg config
 	for _, o := range opts {
 		o(&cfg)
@@ -88,7 +88,7 @@ func waitReplicas(t *testing.T, s *redistest.Server, n int) {
 	})
 }
 
-func runSingle(t *testing.T, newDriver func(t *testing.T, addr string) dlock.Driver) {
+func runSingle(t *testing.T, newDriver func(t *testing.T, addr string) driver.Driver) {
 	s, replica := primary(t)
 	d := newDriver(t, s.Addr())
 	t.Run("Info", func(t *testing.T) {
@@ -121,7 +121,7 @@ func runSingle(t *testing.T, newDriver func(t *testing.T, addr string) dlock.Dri
 	t.Run("Unreachable", func(t *testing.T) { testUnreachable(t, newDriver) })
 }
 
-func runSentinel(t *testing.T, newDriver func(t *testing.T, master string, sentinels []string) dlock.Driver) {
+func runSentinel(t *testing.T, newDriver func(t *testing.T, master string, sentinels []string) driver.Driver) {
 	st := redistest.StartSentinelT(t, redistest.SentinelOptions{})
 	m, err := st.Master()
 	if err != nil {
@@ -156,16 +156,16 @@ func runSentinel(t *testing.T, newDriver func(t *testing.T, master string, senti
 
 // cmd makes a command without keys; keyed one whose key is its second
 // word.
-func cmd(args ...any) dlock.Command   { return dlock.Command{Args: args} }
-func keyed(args ...any) dlock.Command { return dlock.Command{Args: args, FirstKey: 1, Keys: 1} }
+func cmd(args ...any) driver.Command   { return driver.Command{Args: args} }
+func keyed(args ...any) driver.Command { return driver.Command{Args: args, FirstKey: 1, Keys: 1} }
 
 // script makes EVAL or EVALSHA with keys and args.
-func script(name, shaOrSrc string, keys []string, args ...any) dlock.Command {
+func script(name, shaOrSrc string, keys []string, args ...any) driver.Command {
 	words := []any{name, shaOrSrc, len(keys)}
 	for _, k := range keys {
 		words = append(words, k)
 	}
-	return dlock.Command{Args: append(words, args...), FirstKey: 3, Keys: len(keys)}
+	return driver.Command{Args: append(words, args...), FirstKey: 3, Keys: len(keys)}
 }
 
 // key returns a key no other test uses (its test's name and random hex).
@@ -190,13 +190,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // configPort reads the port out of a CONFIG GET port reply.
-func configPort(t *testing.T, r dlock.Reply) int {
+func configPort(t *testing.T, r driver.Reply) int {
 	t.Helper()
 	vs, err := r.Slice()
 	if err != nil || len(vs) != 2 {
 		t.Fatalf("CONFIG GET port = %+v, %v", r, err)
 	}
-	n, err := dlock.Reply{Val: vs[1]}.Int64()
+	n, err := driver.Reply{Val: vs[1]}.Int64()
 	if err != nil {
 		t.Fatalf("CONFIG GET port = %+v: %v", r, err)
 	}
@@ -205,7 +205,7 @@ func configPort(t *testing.T, r dlock.Reply) int {
 
 // testUnreachable: a failed round trip is an error that is not an
 // ErrorReply, on every reply of a pipeline.
-func testUnreachable(t *testing.T, newDriver func(t *testing.T, addr string) dlock.Driver) {
+func testUnreachable(t *testing.T, newDriver func(t *testing.T, addr string) driver.Driver) {
 	s := redistest.StartT(t, redistest.Options{})
 	d := newDriver(t, s.Addr())
 	if r := d.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
@@ -219,7 +219,7 @@ func testUnreachable(t *testing.T, newDriver func(t *testing.T, addr string) dlo
 	if r := d.Do(ctx, cmd("PING")); r.Err == nil || isReply(r.Err) {
 		t.Errorf("PING to a killed server = %+v, want a failed round trip", r)
 	}
-	for i, r := range d.Pipeline(ctx, []dlock.Command{cmd("PING"), keyed("GET", "k")}) {
+	for i, r := range d.Pipeline(ctx, []driver.Command{cmd("PING"), keyed("GET", "k")}) {
 		if r.Err == nil || isReply(r.Err) {
 			t.Errorf("pipeline reply %d from a killed server = %+v, want a failed round trip", i, r)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -20,7 +20,7 @@ import (
 // must not do: hand over two at once, or any after Close returned.
 type recorder struct {
 	mu     sync.Mutex
-	events []dlock.Event
+	events []driver.Event
 
 	inside     atomic.Int32
 	concurrent atomic.Bool // two events were handed over at once
@@ -28,7 +28,7 @@ type recorder struct {
 	late       atomic.Bool // an event came after that
 }
 
-func (r *recorder) event(e dlock.Event) {
+func (r *recorder) event(e driver.Event) {
 	if r.inside.Add(1) != 1 {
 		r.concurrent.Store(true)
 	}
@@ -50,14 +50,14 @@ func (r *recorder) mark() int {
 }
 
 // since returns the events after mark.
-func (r *recorder) since(mark int) []dlock.Event {
+func (r *recorder) since(mark int) []driver.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events[mark:])
 }
 
 // await waits until every event of want has come after mark.
-func (r *recorder) await(t *testing.T, mark int, want ...dlock.Event) {
+func (r *recorder) await(t *testing.T, mark int, want ...driver.Event) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("events %+v", want), func() bool {
 		got := r.since(mark)
@@ -81,12 +81,12 @@ func (r *recorder) check(t *testing.T) {
 	}
 }
 
-func subscribed(ch string) dlock.Event       { return dlock.Event{Channel: ch, Subscribed: true} }
-func message(ch, payload string) dlock.Event { return dlock.Event{Channel: ch, Payload: payload} }
+func subscribed(ch string) driver.Event       { return driver.Event{Channel: ch, Subscribed: true} }
+func message(ch, payload string) driver.Event { return driver.Event{Channel: ch, Payload: payload} }
 
 // publish publishes on ch (SPUBLISH when sharded) through d and returns
 // how many subscribers received it.
-func publish(t *testing.T, d dlock.Driver, sharded bool, ch, msg string) int64 {
+func publish(t *testing.T, d driver.Driver, sharded bool, ch, msg string) int64 {
 	t.Helper()
 	word := "PUBLISH"
 	if sharded {
@@ -104,7 +104,7 @@ func publish(t *testing.T, d dlock.Driver, sharded bool, ch, msg string) int64 {
 // every channel again (and messages flow again); Unsubscribe stops a
 // channel's messages; nothing comes after Close. servers are the nodes on
 // which to kill pub/sub connections.
-func testPubSub(t *testing.T, d dlock.Driver, sharded bool, node string, servers []*redistest.Server, ch1 string) {
+func testPubSub(t *testing.T, d driver.Driver, sharded bool, node string, servers []*redistest.Server, ch1 string) {
 	ctx := context.Background()
 	ch2 := ch1 + ":{" + ch1 + "}:two" // the same slot as ch1 on a cluster
 	// PUBLISH on a cluster counts the subscribers of the node it ran on.
@@ -189,7 +189,7 @@ func testPubSub(t *testing.T, d dlock.Driver, sharded bool, node string, servers
 
 // testPubSubClose: Close returns, and ends the events, whatever state the
 // connection is in: just made, subscribing, receiving.
-func testPubSubClose(t *testing.T, d dlock.Driver) {
+func testPubSubClose(t *testing.T, d driver.Driver) {
 	ctx := context.Background()
 	for i := range 20 {
 		rec := &recorder{}

@@ -11,19 +11,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // replyCase is a command and what its reply must be.
 type replyCase struct {
 	name  string
-	cmd   dlock.Command
-	check func(r dlock.Reply) error
+	cmd   driver.Command
+	check func(r driver.Reply) error
 }
 
 // is checks for exactly v.
-func is(v any) func(dlock.Reply) error {
-	return func(r dlock.Reply) error {
+func is(v any) func(driver.Reply) error {
+	return func(r driver.Reply) error {
 		if r.Err != nil || !reflect.DeepEqual(r.Val, v) {
 			return fmt.Errorf("got %#v, %v; want %#v", r.Val, r.Err, v)
 		}
@@ -32,8 +32,8 @@ func is(v any) func(dlock.Reply) error {
 }
 
 // refused checks for an error reply whose text starts with prefix.
-func refused(prefix string) func(dlock.Reply) error {
-	return func(r dlock.Reply) error {
+func refused(prefix string) func(driver.Reply) error {
+	return func(r driver.Reply) error {
 		if !isReply(r.Err) || !strings.HasPrefix(r.Err.Error(), prefix) {
 			return fmt.Errorf("got %#v, %v; want an ErrorReply starting %q", r.Val, r.Err, prefix)
 		}
@@ -41,15 +41,15 @@ func refused(prefix string) func(dlock.Reply) error {
 	}
 }
 
-// isReply reports whether err is, or wraps, a *dlock.ErrorReply.
+// isReply reports whether err is, or wraps, a *driver.ErrorReply.
 func isReply(err error) bool {
-	_, ok := errors.AsType[*dlock.ErrorReply](err)
+	_, ok := errors.AsType[*driver.ErrorReply](err)
 	return ok
 }
 
 // pairs checks for a map's keys and values in turn, in any order of pairs.
-func pairs(kv ...string) func(dlock.Reply) error {
-	return func(r dlock.Reply) error {
+func pairs(kv ...string) func(driver.Reply) error {
+	return func(r driver.Reply) error {
 		vs, err := r.Slice()
 		if err != nil || len(vs) != len(kv) {
 			return fmt.Errorf("got %#v, %v; want the pairs %q", r.Val, r.Err, kv)
@@ -87,13 +87,13 @@ func replyCases(t *testing.T) []replyCase {
 		{"map as pairs", keyed("HGETALL", hash), pairs("f", "v")},
 		{"config map as pairs", cmd("CONFIG", "GET", "maxmemory-policy"), pairs("maxmemory-policy", "noeviction")},
 		{"double", keyed("ZADD", zset, "1.5", "m"), is(int64(1))},
-		{"double reply", keyed("ZSCORE", zset, "m"), func(r dlock.Reply) error {
+		{"double reply", keyed("ZSCORE", zset, "m"), func(r driver.Reply) error {
 			if r.Err != nil || (r.Val != 1.5 && r.Val != "1.5") {
 				return fmt.Errorf("got %#v, %v; want 1.5 (RESP3) or \"1.5\" (RESP2)", r.Val, r.Err)
 			}
 			return nil
 		}},
-		{"text (a verbatim string in RESP3)", cmd("INFO", "server"), func(r dlock.Reply) error {
+		{"text (a verbatim string in RESP3)", cmd("INFO", "server"), func(r driver.Reply) error {
 			s, err := r.Text()
 			if err != nil || !strings.HasPrefix(s, "# Server") || !strings.Contains(s, "redis_version:") {
 				return fmt.Errorf("got %.40q, %v; want INFO's text starting with \"# Server\"", s, err)
@@ -107,7 +107,7 @@ func replyCases(t *testing.T) []replyCase {
 }
 
 // testReplies: Do returns every reply shape in neutral values.
-func testReplies(t *testing.T, d dlock.Driver) {
+func testReplies(t *testing.T, d driver.Driver) {
 	for _, c := range replyCases(t) {
 		if err := c.check(d.Do(context.Background(), c.cmd)); err != nil {
 			t.Errorf("%s: %v: %v", c.name, c.cmd.Args, err)
@@ -117,9 +117,9 @@ func testReplies(t *testing.T, d dlock.Driver) {
 
 // testPipelineReplies: a Pipeline returns the same replies, in order, an
 // error reply failing only its own command.
-func testPipelineReplies(t *testing.T, d dlock.Driver) {
+func testPipelineReplies(t *testing.T, d driver.Driver) {
 	cases := replyCases(t)
-	cmds := make([]dlock.Command, len(cases))
+	cmds := make([]driver.Command, len(cases))
 	for i, c := range cases {
 		cmds[i] = c.cmd
 	}
@@ -144,7 +144,7 @@ func newScript(t *testing.T) (src, sha string) {
 // testScripts: EVALSHA fails with NOSCRIPT until the script is loaded,
 // EVAL loads it, and both come back with the script's reply, alone and
 // in a pipeline.
-func testScripts(t *testing.T, d dlock.Driver) {
+func testScripts(t *testing.T, d driver.Driver) {
 	ctx := context.Background()
 	src, sha := newScript(t)
 	k := key(t)
@@ -155,17 +155,17 @@ func testScripts(t *testing.T, d dlock.Driver) {
 	if err := is(want)(d.Do(ctx, script("EVAL", src, []string{k}, "arg"))); err != nil {
 		t.Fatalf("EVAL: %v", err)
 	}
-	rs := d.Pipeline(ctx, []dlock.Command{
+	rs := d.Pipeline(ctx, []driver.Command{
 		script("EVALSHA", sha, []string{k}, "arg"),
 		script("EVALSHA", strings.Repeat("f", 40), []string{k}, "arg"),
 		script("EVALSHA", sha, []string{k}, "arg"),
 	})
-	for i, check := range []func(dlock.Reply) error{is(want), refused("NOSCRIPT"), is(want)} {
+	for i, check := range []func(driver.Reply) error{is(want), refused("NOSCRIPT"), is(want)} {
 		if err := check(rs[i]); err != nil {
 			t.Errorf("pipelined EVALSHA %d: %v", i, err)
 		}
 	}
-	if slices.ContainsFunc(rs, func(r dlock.Reply) bool { return r.Err != nil && !isReply(r.Err) }) {
+	if slices.ContainsFunc(rs, func(r driver.Reply) bool { return r.Err != nil && !isReply(r.Err) }) {
 		t.Errorf("a NOSCRIPT reply failed the pipeline's other commands: %+v", rs)
 	}
 }

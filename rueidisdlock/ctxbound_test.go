@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/rueidisdlock"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
-// Why the driver is not DriverInfo.CtxBound. rueidis's Do does return
+// Why the driver is not driver.Info.CtxBound. rueidis's Do does return
 // when its ctx ends while the server stalls, but it does not keep a
 // node's commands in order on one connection: a command whose ctx ended
 // on an idle connection closes that connection (it may still run on the
@@ -92,18 +92,18 @@ func TestDoReturnsWhenSettled(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
 	d := rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}}))
 	ctx := context.Background()
-	if r := d.Do(ctx, dlock.Command{Args: []any{"PING"}}); r.Err != nil {
+	if r := d.Do(ctx, driver.Command{Args: []any{"PING"}}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	stall(t, s, time.Second)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	r := d.Do(short, dlock.Command{Args: []any{"SET", "settled", "yes"}, FirstKey: 1, Keys: 1})
+	r := d.Do(short, driver.Command{Args: []any{"SET", "settled", "yes"}, FirstKey: 1, Keys: 1})
 	if r.Err != nil || time.Since(start) < 500*time.Millisecond {
 		t.Errorf("Do under DEBUG SLEEP 1 with a 100 ms ctx: %+v after %v; want its reply, after the sleep", r, time.Since(start))
 	}
-	if r := d.Do(ctx, dlock.Command{Args: []any{"GET", "settled"}, FirstKey: 1, Keys: 1}); r.Val != "yes" {
+	if r := d.Do(ctx, driver.Command{Args: []any{"GET", "settled"}, FirstKey: 1, Keys: 1}); r.Val != "yes" {
 		t.Errorf("GET after = %+v", r)
 	}
 }

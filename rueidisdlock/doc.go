@@ -39,6 +39,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/redis/rueidis"
 )
@@ -54,10 +56,10 @@ func New(client rueidis.Client, opts ...dlock.Option) (*dlock.Client, error) {
 	return dlock.NewWithDriver(NewDriver(client), opts...)
 }
 
-// NewDriver returns the dlock.Driver of client, for dlock.NewWithDriver:
+// NewDriver returns the driver.Driver of client, for dlock.NewWithDriver:
 // New is NewWithDriver(NewDriver(client)). Wrapping it is a test's way to
 // inject faults between dlock and rueidis. It panics if client is nil.
-func NewDriver(client rueidis.Client) dlock.Driver {
+func NewDriver(client rueidis.Client) driver.Driver {
 	if client == nil {
 		panic("rueidisdlock: NewDriver with a nil client")
 	}

@@ -9,21 +9,21 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/redis/rueidis"
 )
 
-// driver is the dlock.Driver of a rueidis client. It is safe for
+// libDriver is the driver.Driver of a rueidis client. It is safe for
 // concurrent use, as the client is.
-type driver struct {
+type libDriver struct {
 	client  rueidis.Client
 	cluster bool     // client is a cluster's
 	slots   *slotMap // the cluster's slot map (nil elsewhere)
-	name    string   // DriverInfo.Name
+	name    string   // driver.Info.Name
 }
 
-func newDriver(client rueidis.Client, cluster bool) *driver {
-	d := &driver{client: client, cluster: cluster, name: "rueidis"}
+func newDriver(client rueidis.Client, cluster bool) *libDriver {
+	d := &libDriver{client: client, cluster: cluster, name: "rueidis"}
 	if cluster {
 		d.slots = &slotMap{}
 	}
@@ -32,19 +32,19 @@ func newDriver(client rueidis.Client, cluster bool) *driver {
 
 // Info: rueidis sends the commands of concurrent callers together by
 // itself (AutoPipeline). It is not CtxBound: see the package doc.
-func (d *driver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Name: d.name, Cluster: d.cluster, AutoPipeline: true}
+func (d *libDriver) Info() driver.Info {
+	return driver.Info{Name: d.name, Cluster: d.cluster, AutoPipeline: true}
 }
 
 // detach returns the ctx a command is sent with: ctx's values without
 // its end (see the package doc).
 func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
-func (d *driver) Do(ctx context.Context, c dlock.Command) dlock.Reply {
+func (d *libDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	for attempt := 0; ; attempt++ {
 		cmd, err := build(d.client.B(), c, "", false)
 		if err != nil {
-			return dlock.Reply{Err: err}
+			return driver.Reply{Err: err}
 		}
 		r := reply(d.client.Do(detach(ctx), cmd))
 		if attempt == retries || !broken(r.Err) || ctx.Err() != nil {
@@ -69,7 +69,7 @@ func broken(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
-func (d *driver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+func (d *libDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	out := pipeline(ctx, d.client, cmds, d.cluster, "")
 	for attempt := 0; attempt < retries && ctx.Err() == nil; attempt++ {
 		var again []int
@@ -81,7 +81,7 @@ func (d *driver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Rep
 		if len(again) == 0 {
 			break
 		}
-		redo := make([]dlock.Command, len(again))
+		redo := make([]driver.Command, len(again))
 		for j, i := range again {
 			redo[j] = cmds[i]
 		}
@@ -97,8 +97,8 @@ func (d *driver) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Rep
 // lock's keys); with pin, every command goes to the node of pin's slot (a
 // dedicated connection of a cluster: see conn). A command that cannot be
 // built fails on its own; the others are sent.
-func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []dlock.Command, cluster bool, pin string) []dlock.Reply {
-	out := make([]dlock.Reply, len(cmds))
+func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []driver.Command, cluster bool, pin string) []driver.Reply {
+	out := make([]driver.Reply, len(cmds))
 	all := pin != ""
 	if cluster && pin == "" {
 		pin = firstKey(cmds)
@@ -108,7 +108,7 @@ func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []dlock.Comma
 	for i, c := range cmds {
 		cmd, err := build(client.B(), c, pin, all)
 		if err != nil {
-			out[i] = dlock.Reply{Err: err}
+			out[i] = driver.Reply{Err: err}
 			continue
 		}
 		built = append(built, cmd)
@@ -124,7 +124,7 @@ func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []dlock.Comma
 }
 
 // firstKey returns the first key of the commands that have one.
-func firstKey(cmds []dlock.Command) string {
+func firstKey(cmds []driver.Command) string {
 	for _, c := range cmds {
 		if c.Keys > 0 && c.FirstKey < len(c.Args) {
 			return argString(c.Args[c.FirstKey])
@@ -139,7 +139,7 @@ func firstKey(cmds []dlock.Command) string {
 // SPUBLISH, which has no key, is routed by its channel. A command without
 // keys goes to the node of pin's slot when pin is set; with all, every
 // command does (a dedicated connection of a cluster: see conn).
-func build(b rueidis.Builder, c dlock.Command, pin string, all bool) (rueidis.Completed, error) {
+func build(b rueidis.Builder, c driver.Command, pin string, all bool) (rueidis.Completed, error) {
 	words := c.StringArgs()
 	if len(words) == 0 || words[0] == "" {
 		return rueidis.Completed{}, errors.New("rueidisdlock: empty command")
@@ -165,12 +165,12 @@ func build(b rueidis.Builder, c dlock.Command, pin string, all bool) (rueidis.Co
 	return cmd, nil
 }
 
-// argString formats a word of a command as dlock.Command.StringArgs does.
+// argString formats a word of a command as driver.Command.StringArgs does.
 func argString(a any) string {
 	if s, ok := a.(string); ok { // a key: always a string
 		return s
 	}
-	return dlock.Command{Args: []any{a}}.StringArgs()[0]
+	return driver.Command{Args: []any{a}}.StringArgs()[0]
 }
 
 // Dedicated lends a connection of rueidis's pool of key's node (rueidis's
@@ -178,7 +178,7 @@ func argString(a any) string {
 // the first one takes it to key's master). A connection on which a round
 // trip failed is closed, not given back: its state (a WATCH, a MULTI) is
 // unknown.
-func (d *driver) Dedicated(ctx context.Context, key string, fn func(dlock.Conn) error) error {
+func (d *libDriver) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
 	dc, release := d.client.Dedicate()
 	c := &conn{dc: dc, cluster: d.cluster, key: key}
 	defer func() {
@@ -191,7 +191,7 @@ func (d *driver) Dedicated(ctx context.Context, key string, fn func(dlock.Conn) 
 	return fn(c)
 }
 
-// conn is the dlock.Conn of a dedicated client. fn uses it from one
+// conn is the driver.Conn of a dedicated client. fn uses it from one
 // goroutine at a time.
 type conn struct {
 	dc      rueidis.DedicatedClient
@@ -200,7 +200,7 @@ type conn struct {
 	broken  bool // a round trip failed
 }
 
-func (c *conn) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply {
+func (c *conn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	pin := ""
 	if c.cluster {
 		pin = c.key
@@ -216,11 +216,11 @@ func (c *conn) Pipeline(ctx context.Context, cmds []dlock.Command) []dlock.Reply
 
 // isReply reports whether err is the server's error reply.
 func isReply(err error) bool {
-	_, ok := errors.AsType[*dlock.ErrorReply](err)
+	_, ok := errors.AsType[*driver.ErrorReply](err)
 	return ok
 }
 
-func (d *driver) NodeOf(ctx context.Context, key string) (string, error) {
+func (d *libDriver) NodeOf(ctx context.Context, key string) (string, error) {
 	if !d.cluster {
 		return "", errors.ErrUnsupported
 	}
@@ -229,57 +229,57 @@ func (d *driver) NodeOf(ctx context.Context, key string) (string, error) {
 
 // Masters returns a driver of each master that serves slots (rueidis's
 // Nodes has the replicas too).
-func (d *driver) Masters(ctx context.Context) ([]dlock.Driver, error) {
+func (d *libDriver) Masters(ctx context.Context) ([]driver.Driver, error) {
 	if !d.cluster {
-		return []dlock.Driver{d}, nil
+		return []driver.Driver{d}, nil
 	}
 	addrs, err := d.slots.masters(ctx, d.client)
 	if err != nil {
 		return nil, err
 	}
 	nodes := d.client.Nodes()
-	out := make([]dlock.Driver, 0, len(addrs))
+	out := make([]driver.Driver, 0, len(addrs))
 	for _, a := range addrs {
 		n := nodes[a]
 		if n == nil {
 			return nil, fmt.Errorf("rueidisdlock: master %s is not among the client's nodes", a)
 		}
-		out = append(out, &driver{client: n, name: d.name})
+		out = append(out, &libDriver{client: n, name: d.name})
 	}
 	return out, nil
 }
 
 // Refresh marks the slot map stale: the next NodeOf or Masters reads it
 // again. (rueidis refreshes its own map when a reply says it moved.)
-func (d *driver) Refresh() {
+func (d *libDriver) Refresh() {
 	if d.cluster {
 		d.slots.invalidate()
 	}
 }
 
 // reply is the neutral reply of a rueidis result.
-func reply(r rueidis.RedisResult) dlock.Reply {
+func reply(r rueidis.RedisResult) driver.Reply {
 	if err := r.NonRedisError(); err != nil {
-		return dlock.Reply{Err: err}
+		return driver.Reply{Err: err}
 	}
 	m, _ := r.ToMessage()
 	switch v := value(&m).(type) {
 	case error:
-		return dlock.Reply{Err: v}
+		return driver.Reply{Err: v}
 	default:
-		return dlock.Reply{Val: v}
+		return driver.Reply{Val: v}
 	}
 }
 
 // value turns a rueidis message into a neutral value: nil, int64, string,
 // float64 (a RESP3 double), bool (a RESP3 boolean), []any (an array or a
-// set; a map as its keys and values in turn) or an *dlock.ErrorReply.
+// set; a map as its keys and values in turn) or an *driver.ErrorReply.
 func value(m *rueidis.RedisMessage) any {
 	if err := m.Error(); err != nil {
 		if rueidis.IsRedisNil(err) {
 			return nil
 		}
-		return &dlock.ErrorReply{Err: err}
+		return &driver.ErrorReply{Err: err}
 	}
 	switch {
 	case m.IsString():

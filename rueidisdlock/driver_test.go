@@ -3,7 +3,7 @@ package rueidisdlock_test
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/drivertest"
 	"github.com/dlock-go/dlock/rueidisdlock"
 	"github.com/redis/rueidis"
@@ -24,14 +24,14 @@ func newClient(t *testing.T, opt rueidis.ClientOption) rueidis.Client {
 // Sentinel-managed primary and a cluster.
 func TestDriver(t *testing.T) {
 	drivertest.Run(t,
-		func(t *testing.T, addr string) dlock.Driver {
+		func(t *testing.T, addr string) driver.Driver {
 			return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
 		},
-		drivertest.Sentinel(func(t *testing.T, master string, sentinels []string) dlock.Driver {
+		drivertest.Sentinel(func(t *testing.T, master string, sentinels []string) driver.Driver {
 			return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{
 				InitAddress: sentinels, Sentinel: rueidis.SentinelOption{MasterSet: master}}))
 		}),
-		drivertest.Cluster(func(t *testing.T, addrs []string) dlock.Driver {
+		drivertest.Cluster(func(t *testing.T, addrs []string) driver.Driver {
 			return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: addrs}))
 		}),
 	)
@@ -41,7 +41,7 @@ func TestDriver(t *testing.T) {
 // speaks RESP2, in which rueidis keeps pub/sub on a connection of its
 // own.
 func TestDriverRESP2(t *testing.T) {
-	drivertest.Run(t, func(t *testing.T, addr string) dlock.Driver {
+	drivertest.Run(t, func(t *testing.T, addr string) driver.Driver {
 		return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: true, DisableCache: true}))
 	})
 }

@@ -41,6 +41,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/valkey-io/valkey-go"
 )
@@ -56,10 +58,10 @@ func New(client valkey.Client, opts ...dlock.Option) (*dlock.Client, error) {
 	return dlock.NewWithDriver(NewDriver(client), opts...)
 }
 
-// NewDriver returns the dlock.Driver of client, for dlock.NewWithDriver:
+// NewDriver returns the driver.Driver of client, for dlock.NewWithDriver:
 // New is NewWithDriver(NewDriver(client)). Wrapping it is a test's way to
 // inject faults between dlock and valkey. It panics if client is nil.
-func NewDriver(client valkey.Client) dlock.Driver {
+func NewDriver(client valkey.Client) driver.Driver {
 	if client == nil {
 		panic("valkeydlock: NewDriver with a nil client")
 	}

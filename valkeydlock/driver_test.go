@@ -5,7 +5,7 @@ package valkeydlock_test
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/drivertest"
 	"github.com/dlock-go/dlock/valkeydlock"
 	"github.com/valkey-io/valkey-go"
@@ -26,14 +26,14 @@ func newClient(t *testing.T, opt valkey.ClientOption) valkey.Client {
 // Sentinel-managed primary and a cluster.
 func TestDriver(t *testing.T) {
 	drivertest.Run(t,
-		func(t *testing.T, addr string) dlock.Driver {
+		func(t *testing.T, addr string) driver.Driver {
 			return valkeydlock.NewDriver(newClient(t, valkey.ClientOption{InitAddress: []string{addr}}))
 		},
-		drivertest.Sentinel(func(t *testing.T, master string, sentinels []string) dlock.Driver {
+		drivertest.Sentinel(func(t *testing.T, master string, sentinels []string) driver.Driver {
 			return valkeydlock.NewDriver(newClient(t, valkey.ClientOption{
 				InitAddress: sentinels, Sentinel: valkey.SentinelOption{MasterSet: master}}))
 		}),
-		drivertest.Cluster(func(t *testing.T, addrs []string) dlock.Driver {
+		drivertest.Cluster(func(t *testing.T, addrs []string) driver.Driver {
 			return valkeydlock.NewDriver(newClient(t, valkey.ClientOption{InitAddress: addrs}))
 		}),
 	)
@@ -43,7 +43,7 @@ func TestDriver(t *testing.T) {
 // speaks RESP2, in which valkey-go keeps pub/sub on a connection of its
 // own.
 func TestDriverRESP2(t *testing.T) {
-	drivertest.Run(t, func(t *testing.T, addr string) dlock.Driver {
+	drivertest.Run(t, func(t *testing.T, addr string) driver.Driver {
 		return valkeydlock.NewDriver(newClient(t, valkey.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: true, DisableCache: true}))
 	})
 }

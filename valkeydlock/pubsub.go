@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -19,7 +19,7 @@ import (
 // check their locks on each). On a cluster it goes to node (an address
 // NodeOf returned), or, when node is "", to the node of the first channel
 // subscribed (sharded) or any node (not sharded).
-func (d *driver) PubSub(node string, sharded bool, events func(dlock.Event)) dlock.PubSub {
+func (d *libDriver) PubSub(node string, sharded bool, events func(driver.Event)) driver.PubSub {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pubSub{d: d, node: node, sharded: sharded, events: events, ctx: ctx, cancel: cancel,
 		kick: make(chan struct{}, 1), exited: make(chan struct{})}
@@ -35,10 +35,10 @@ func (d *driver) PubSub(node string, sharded bool, events func(dlock.Event)) dlo
 // loop installs later is subscribed to the set as it is then (both happen
 // under mu), so no channel is left out.
 type pubSub struct {
-	d       *driver
+	d       *libDriver
 	node    string
 	sharded bool
-	events  func(dlock.Event)
+	events  func(driver.Event)
 	ctx     context.Context // ends at Close
 	cancel  context.CancelFunc
 	kick    chan struct{} // a channel waits for a connection (buffer of one)
@@ -172,12 +172,12 @@ func (p *pubSub) dial() *psConn {
 func (p *pubSub) hooks(c *psConn) valkey.PubSubHooks {
 	return valkey.PubSubHooks{
 		OnMessage: func(m valkey.PubSubMessage) {
-			p.hand(dlock.Event{Channel: m.Channel, Payload: m.Message})
+			p.hand(driver.Event{Channel: m.Channel, Payload: m.Message})
 		},
 		OnSubscription: func(s valkey.PubSubSubscription) {
 			switch s.Kind {
 			case "subscribe", "ssubscribe":
-				p.hand(dlock.Event{Channel: s.Channel, Subscribed: true})
+				p.hand(driver.Event{Channel: s.Channel, Subscribed: true})
 			case "sunsubscribe":
 				p.mu.Lock()
 				wanted := p.conn == c && slices.Contains(p.channels, s.Channel)
@@ -191,7 +191,7 @@ func (p *pubSub) hooks(c *psConn) valkey.PubSubHooks {
 }
 
 // hand gives e to the events func, one at a time, never after Close.
-func (p *pubSub) hand(e dlock.Event) {
+func (p *pubSub) hand(e driver.Event) {
 	p.deliver.Lock()
 	defer p.deliver.Unlock()
 	if !p.stopped {

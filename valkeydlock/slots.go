@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -119,10 +119,10 @@ func readSlots(ctx context.Context, client valkey.Client) ([]slotRange, error) {
 		if !ok || len(node) < 2 {
 			return nil, fmt.Errorf("valkeydlock: CLUSTER SLOTS: bad node %v", f[2])
 		}
-		first, err1 := dlock.Reply{Val: f[0]}.Int64()
-		last, err2 := dlock.Reply{Val: f[1]}.Int64()
-		host, err3 := dlock.Reply{Val: node[0]}.Text()
-		port, err4 := dlock.Reply{Val: node[1]}.Int64()
+		first, err1 := driver.Reply{Val: f[0]}.Int64()
+		last, err2 := driver.Reply{Val: f[1]}.Int64()
+		host, err3 := driver.Reply{Val: node[0]}.Text()
+		port, err4 := driver.Reply{Val: node[1]}.Int64()
 		if err := cmp.Or(err1, err2, err3, err4); err != nil {
 			return nil, fmt.Errorf("valkeydlock: CLUSTER SLOTS: %w", err)
 		}

@@ -15,6 +15,7 @@ package envdriver
 
 import (
 	"fmt"
+	"github.com/dlock-go/dlock/driver"
 	"os"
 	"sync"
 	"time"
@@ -45,7 +46,7 @@ func Name() string {
 
 // shadow is the client of the named library made for a go-redis client.
 type shadow struct {
-	d     dlock.Driver
+	d     driver.Driver
 	close func()
 }
 
@@ -86,7 +87,7 @@ func New(rdb dlock.Redis, opts ...dlock.Option) (*dlock.Client, error) {
 // Driver returns the driver that the environment names for rdb: nil for
 // go-redis (rdb itself, through dlock.New), or the driver of a client of
 // the named library, made on first use.
-func Driver(rdb dlock.Redis) (dlock.Driver, error) {
+func Driver(rdb dlock.Redis) (driver.Driver, error) {
 	name := Name()
 	if name == "go-redis" || rdb == nil {
 		return nil, nil
@@ -201,7 +202,7 @@ func open(name string, addrs []string, o options) (*shadow, error) {
 // fault injector at the driver seam) when the environment names a driver
 // other than go-redis; with go-redis it is dlock.New(rdb, opts...), and
 // the test's go-redis hooks see the traffic.
-func NewWrapped(rdb dlock.Redis, wrap func(dlock.Driver) dlock.Driver, opts ...dlock.Option) (*dlock.Client, error) {
+func NewWrapped(rdb dlock.Redis, wrap func(driver.Driver) driver.Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	d, err := Driver(rdb)
 	if err != nil {
 		return nil, err
