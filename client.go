@@ -76,14 +76,16 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	if !cfg.shardOK {
 		cfg.sharded = d.Info().Cluster
 	}
-	rdb := stack(d, cfg.dep)
+	tel := newTelemetry(cfg)
+	dep := newDeployment(cfg, tel)
+	rdb := stack(d, dep)
 	var be backend
 	if cfg.noScripts {
 		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
 	} else {
 		be = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
 	}
-	return start(be, []driver.Driver{rdb}, cfg), nil
+	return start(be, []driver.Driver{rdb}, cfg, tel, dep), nil
 }
 
 // publishCommand is how releases are published: SPUBLISH with sharded
@@ -115,17 +117,21 @@ func configure(opts []Option) (clientConfig, error) {
 	if cfg.noScripts && cfg.sync != (replicaSync{}) {
 		return clientConfig{}, invalid("WithoutScripts and WithReplicaSync cannot be combined")
 	}
-	cfg.dep = &deployment{prefix: cfg.prefix, evictionRisk: cfg.evictionRisk, warned: map[string]bool{}}
 	return cfg, nil
+}
+
+// newDeployment is what a Client will learn of its deployment, reported
+// through tel: built before the driver stack, which reports to it.
+func newDeployment(cfg clientConfig, tel *telemetry) *deployment {
+	return &deployment{prefix: cfg.prefix, publish: publishCommand(cfg.sharded), evictionRisk: cfg.evictionRisk,
+		tel: tel, warned: map[string]bool{}}
 }
 
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
-func start(be backend, nodes []driver.Driver, cfg clientConfig) *Client {
-	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: randomHex(8), caps: be.caps(), tel: newTelemetry(cfg), owner: newOwners(cfg),
-		dep: cfg.dep}
-	c.dep.tel, c.dep.publish = c.tel, c.publish
+func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry, dep *deployment) *Client {
+	c := &Client{be: be, prefix: cfg.prefix, publish: dep.publish, drift: cfg.drift,
+		id: randomHex(8), caps: be.caps(), tel: tel, owner: newOwners(cfg), dep: dep}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}

@@ -38,8 +38,7 @@ type clientConfig struct {
 	label     string
 	noOwner   bool
 
-	evictionRisk bool        // WithEvictionRisk (deploy.go)
-	dep          *deployment // what the Client learns of its deployment
+	evictionRisk bool // WithEvictionRisk (deploy.go)
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:

@@ -79,8 +79,10 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	tel := newTelemetry(cfg)
+	dep := newDeployment(cfg, tel)
 	for i, n := range rs {
-		rs[i] = stack(n, cfg.dep)
+		rs[i] = stack(n, dep)
 	}
 	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
@@ -98,7 +100,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if q.timeout < 0 || q.jitter < 0 {
 		return nil, invalid("NewQuorum: negative node timeout or jitter")
 	}
-	return start(q, rs, cfg), nil
+	return start(q, rs, cfg, tel, dep), nil
 }
 
 // majority is how many nodes make a quorum.
