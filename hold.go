@@ -156,18 +156,24 @@ func (h *hold) end(err error) {
 }
 
 // expireIfLate ends the hold as lost when its local deadline has passed,
-// whether or not the watchdog has woken up yet to notice.
-func (h *hold) expireIfLate(now time.Time) {
+// whether or not the watchdog has woken up yet to notice, and returns why
+// the hold ended (nil: held).
+func (h *hold) expireIfLate(now time.Time) error {
 	h.mu.Lock()
-	late := h.err == nil && !now.Before(h.deadline)
+	err := h.err
+	late := err == nil && !now.Before(h.deadline)
 	h.mu.Unlock()
-	if late {
-		reason, why := reasonDeadline, "no renewal confirmed before its deadline"
-		if !h.renew {
-			reason, why = reasonEnded, "its fixed lease ran out"
-		}
-		h.end(lost(reason, h.k.name, why))
+	if !late {
+		return err
 	}
+	reason, why := reasonDeadline, "no renewal confirmed before its deadline"
+	if !h.renew {
+		reason, why = reasonEnded, "its fixed lease ran out"
+	}
+	h.end(lost(reason, h.k.name, why))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
 }
 
 // A hold is what a single lease holds (see held).
@@ -178,12 +184,7 @@ func (h *hold) first() *hold { return h }
 // check ends the hold if its deadline has passed and returns why it ended:
 // a lease still on it learns that before end has told it (a lease already
 // ended, unlocked say, keeps its own error: finish is once).
-func (h *hold) check() error {
-	h.expireIfLate(time.Now())
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
-}
+func (h *hold) check() error { return h.expireIfLate(time.Now()) }
 
 func (h *hold) parts(l *Lease) []*Lease { return []*Lease{l} }
 
