@@ -183,7 +183,7 @@ func (w *watchdog) expire(now time.Time) {
 		}
 		w.mu.Unlock()
 		h.mu.Unlock()
-		h.expireIfLate(now)
+		_ = h.expireIfLate(now)
 	}
 }
 
