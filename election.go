@@ -66,7 +66,7 @@ func (p electionProto) release(token string, left int, seq int64) op {
 	return c
 }
 func (p electionProto) free(token string, fence int64, ttl time.Duration) op {
-	c := p.m.free(token, fence, ttl).(call)
+	c := p.m.freeCall(token, fence, ttl)
 	c.args[5] = p.m.k.channel // free made a copy
 	return c
 }

@@ -144,7 +144,15 @@ type mutexProto struct {
 	w wakeTo
 }
 
+// The protocol's methods return the script calls (a quorum fans them
+// out; an Election rewrites them); the op-typed ones are the protocol
+// interfaces' (protocol.go).
+
 func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
+	return p.reenterCall(token, count, ttl, seq)
+}
+
+func (p mutexProto) reenterCall(token string, count int, ttl time.Duration, seq int64) call {
 	c := p.lock(token, ttl, count, "", false, 0, false)
 	c.args = append(c.args, seq)
 	return c
@@ -162,6 +170,10 @@ func (p mutexProto) lock(token string, ttl time.Duration, count int, member stri
 func (p mutexProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
 
 func (p mutexProto) free(token string, fence int64, ttl time.Duration) op {
+	return p.freeCall(token, fence, ttl)
+}
+
+func (p mutexProto) freeCall(token string, fence int64, ttl time.Duration) call {
 	c := p.unlock(token, 0, 0)
 	c.args = append(slices.Clone(c.args), fence, ttl.Milliseconds())
 	return c
@@ -180,10 +192,16 @@ func (p mutexProto) leave(member string) call {
 }
 
 func (p mutexProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+	return p.renewCall(token, ttl, exact, seq)
+}
+
+func (p mutexProto) renewCall(token string, ttl time.Duration, exact bool, seq int64) call {
 	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds(), flag(exact), seq}, nil}
 }
 
-func (p mutexProto) ttl(token string) op {
+func (p mutexProto) ttl(token string) op { return p.ttlCall(token) }
+
+func (p mutexProto) ttlCall(token string) call {
 	return call{ttlScript, []string{p.k.lock}, []any{token}, nil}
 }
 

@@ -489,7 +489,7 @@ func (p quorumProto) mutex() mutexProto { return p.m }
 
 func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
 	// A node that answers STALE ran a later command of the hold: it holds.
-	return quorumOp{p, "lock", func(int) call { return p.mutex().reenter(token, count, ttl, seq).(call) },
+	return quorumOp{p, "lock", func(int) call { return p.mutex().reenterCall(token, count, ttl, seq) },
 		func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld || len(v) == 1 && v[0] == replyStale },
 		func(t tally, ok bool) any {
 			if !ok {
@@ -506,7 +506,7 @@ func (p quorumProto) release(token string, left int, seq int64) op {
 }
 
 func (p quorumProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return quorumOp{p, "renew", func(int) call { return p.mutex().renew(token, ttl, exact, seq).(call) },
+	return quorumOp{p, "renew", func(int) call { return p.mutex().renewCall(token, ttl, exact, seq) },
 		func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
 		func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }
@@ -514,7 +514,7 @@ func (p quorumProto) renew(token string, ttl time.Duration, exact bool, seq int6
 // ttl is how long a majority still holds the lock: the majority-th
 // longest of the nodes' PTTLs.
 func (p quorumProto) ttl(token string) op {
-	return quorumOp{p, "ttl", func(int) call { return p.mutex().ttl(token).(call) },
+	return quorumOp{p, "ttl", func(int) call { return p.mutex().ttlCall(token) },
 		func(v []int64) bool { return v[0] >= 0 },
 		func(t tally, ok bool) any {
 			if !ok {

@@ -231,7 +231,10 @@ func (p rwProto) write(token string, ttl time.Duration, count int, member string
 		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.baseArg, p.w.publishArg}, nil}
 }
 
-func (p rwProto) release(token string, left int, seq int64) op {
+func (p rwProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
+
+// unlock is the script call behind release.
+func (p rwProto) unlock(token string, left int, seq int64) call {
 	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
 		[]any{token, string(p.side), left, p.w.baseArg, p.w.publishArg, seq}, nil}
 }
@@ -254,5 +257,5 @@ func (rwProto) ordered() bool { return true }
 
 // free is the final release with its receipt (rw_unlock.lua, ARGV[7]).
 func (p rwProto) free(token string, _ int64, ttl time.Duration) op {
-	return withReceipt(p.release(token, 0, 0).(call), p.k, ttl)
+	return withReceipt(p.unlock(token, 0, 0), p.k, ttl)
 }

@@ -213,7 +213,10 @@ type semProto struct {
 	w wakeTo
 }
 
-func (p semProto) release(token string, left int, _ int64) op {
+func (p semProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
+
+// unlock is the script call behind release.
+func (p semProto) unlock(token string, left int, _ int64) call {
 	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
 		[]any{token, left, p.w.baseArg, p.w.publishArg}, nil}
 }
@@ -236,5 +239,5 @@ func (semProto) ordered() bool { return true }
 
 // free is the final release with its receipt (sem_release.lua, ARGV[5]).
 func (p semProto) free(token string, _ int64, ttl time.Duration) op {
-	return withReceipt(p.release(token, 0, 0).(call), p.k, ttl)
+	return withReceipt(p.unlock(token, 0, 0), p.k, ttl)
 }
