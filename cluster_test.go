@@ -297,3 +297,58 @@ func TestClusterLocksScansEveryMaster(t *testing.T) {
 		t.Fatalf("Locks found %d held mutexes; want %d", held, n)
 	}
 }
+
+// When a locked Mutex's slot moves to another master while Clients wait
+// on it, the server ends their wake-up subscriptions there; each Client's
+// hub subscribes again where the slot lives now, so the releases, which
+// are published there, wake them. Without that they sleep to their bound
+// (a third of a 30 s QueueTTL here) and the subscriptions never come back.
+func TestClusterWaitersFollowAMovedSlot(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	name := lockName(t)
+	key := keysOf(name).Lock
+	opts := []dlock.LockOption{dlock.WithTTL(30 * time.Second), dlock.WithQueueTTL(30 * time.Second)}
+	holder := mustLock(t, newClient(t, clusterClient(t, cl)).Mutex(name, opts...), ctx)
+	const waiters = 4
+	got := make(chan error, waiters)
+	for range waiters {
+		m := newClient(t, clusterClient(t, cl)).Mutex(name, opts...)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 8*time.Second) // below the waiters' 10 s bound
+			defer cancel()
+			l, err := m.Lock(wctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+	}
+	from, err := cl.MasterOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	channels := func(s *redistest.Server) int {
+		n, _ := newRedis(t, s).Do(ctx, "PUBSUB", "SHARDCHANNELS", key+":wake:*").Slice()
+		return len(n)
+	}
+	waitFor(t, "every waiter subscribed on the slot's master", func() bool { return channels(from) == waiters })
+	masters, err := cl.Masters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	if _, err := cl.MigrateSlot(key, to); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every waiter subscribed again on the slot's new master", func() bool { return channels(to) == waiters })
+	unlock(t, holder)
+	for range waiters {
+		if err := <-got; err != nil {
+			t.Fatalf("waiter after the move and the release: %v", err)
+		}
+	}
+}

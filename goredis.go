@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/redis/go-redis/v9"
@@ -201,7 +202,8 @@ func (g *goredis) PubSub(node string, sharded bool, events func(driver.Event)) d
 	default:
 		ps = g.rdb.Subscribe(ctx)
 	}
-	return &goPubSub{ps: ps, sharded: sharded, events: events, done: make(chan struct{})}
+	return &goPubSub{ps: ps, sharded: sharded, events: events, done: make(chan struct{}),
+		channels: map[string]bool{}, asked: map[string]int{}, forgetting: map[string]bool{}}
 }
 
 // goPubSub is a go-redis pub/sub connection and its receive loop.
@@ -211,6 +213,44 @@ type goPubSub struct {
 	events  func(driver.Event)
 	start   sync.Once     // the receive loop, with the first Subscribe
 	done    chan struct{} // closed when the receive loop ends
+
+	mu         sync.Mutex
+	channels   map[string]bool // subscribed and not unsubscribed by the caller
+	asked      map[string]int  // unsubscribes sent and not answered yet, by channel
+	forgetting map[string]bool // unsubscribed by the driver itself (ended)
+}
+
+// ended handles the end of a subscription to channel and reports whether
+// to tell it (driver.Event.Unsubscribed): not the answer to an
+// Unsubscribe. One the server ended by itself (a sharded channel's slot
+// moved) is still on go-redis's list, which would subscribe it again on a
+// reconnect, where it no longer lives, so the driver unsubscribes it (on
+// the receive loop, before the caller hears of it and may subscribe it
+// again) and does not tell the answer to that either.
+func (p *goPubSub) ended(channel string) bool {
+	p.mu.Lock()
+	switch {
+	case p.asked[channel] > 0: // the answer to an Unsubscribe
+		if p.asked[channel]--; p.asked[channel] == 0 {
+			delete(p.asked, channel)
+		}
+		p.mu.Unlock()
+		return false
+	case p.forgetting[channel]:
+		delete(p.forgetting, channel)
+		p.mu.Unlock()
+		return false
+	case p.channels[channel] && p.sharded:
+		delete(p.channels, channel)
+		p.forgetting[channel] = true
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = p.ps.SUnsubscribe(ctx, channel)
+		cancel()
+		return true
+	}
+	p.mu.Unlock()
+	return false // not a channel it carries
 }
 
 func (p *goPubSub) receive() {
@@ -220,8 +260,13 @@ func (p *goPubSub) receive() {
 		for m := range msgs {
 			switch m := m.(type) {
 			case *redis.Subscription:
-				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				switch m.Kind {
+				case "subscribe", "ssubscribe":
 					p.events(driver.Event{Channel: m.Channel, Subscribed: true})
+				case "sunsubscribe", "unsubscribe":
+					if p.ended(m.Channel) {
+						p.events(driver.Event{Channel: m.Channel, Unsubscribed: true})
+					}
 				}
 			case *redis.Message:
 				p.events(driver.Event{Channel: m.Channel, Payload: m.Payload})
@@ -231,6 +276,11 @@ func (p *goPubSub) receive() {
 }
 
 func (p *goPubSub) Subscribe(ctx context.Context, channels ...string) error {
+	p.mu.Lock()
+	for _, ch := range channels {
+		p.channels[ch] = true // a reply to an unsubscribe still due is still not told (forgetting)
+	}
+	p.mu.Unlock()
 	var err error
 	if p.sharded {
 		err = p.ps.SSubscribe(ctx, channels...)
@@ -244,6 +294,12 @@ func (p *goPubSub) Subscribe(ctx context.Context, channels ...string) error {
 }
 
 func (p *goPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
+	p.mu.Lock()
+	for _, ch := range channels {
+		delete(p.channels, ch)
+		p.asked[ch]++
+	}
+	p.mu.Unlock()
 	if p.sharded {
 		return p.ps.SUnsubscribe(ctx, channels...)
 	}

@@ -47,10 +47,14 @@ func TestMain(m *testing.M) {
 		// its pool is closed.
 		// rueidis and valkey-go (DLOCK_TEST_DRIVER) close the connections
 		// of nodes that left a cluster's slot map 5 s later, on a
-		// goroutine that outlives the client.
+		// goroutine that outlives the client; after a MOVED (a slot that
+		// moved) they refresh the slot map once more about a second
+		// later, on a goroutine that sleeps until then (DelayDo).
 		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
 			goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
-			goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2")); err != nil {
+			goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
+			goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
+			goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*call).DelayDo.func1")); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
 			code = 1
 		}

@@ -54,6 +54,7 @@ type listeners struct {
 	conn     *psConn
 	node     *nodeConn   // sharded: the node's connection, shared
 	alone    bool        // conn is this channel's only (a sharded channel whose node is unknown)
+	moving   bool        // the server ended its subscription: it is being moved (see moved)
 	kept     []unclaimed // messages for waiters that have not joined (see keep)
 }
 
@@ -180,20 +181,40 @@ func (h *hub) leave(w *waiter) {
 		return
 	}
 	conn, name := ch.conn, w.name
+	if !h.detach(ch) {
+		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
+	}
+}
+
+// detach takes ch off its sharded connection: it closes a connection of
+// its own, or its node's when no other channel is on it, and reports
+// whether it closed one (its receive loop ends then). h.mu is held.
+func (h *hub) detach(ch *listeners) bool {
+	conn := ch.conn
 	switch {
 	case ch.alone:
-		// Its receive loop ends when the connection is closed.
 		h.send(func() { _ = conn.Close() })
-	case h.sharded:
+		return true
+	case ch.node != nil:
 		if ch.node.channels--; ch.node.channels == 0 {
 			delete(h.nodes, ch.node.addr)
 			h.send(func() { _ = conn.Close() })
-			return
+			return true
 		}
-		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
-	default:
-		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
 	}
+	return false
+}
+
+// attach gives a sharded channel the connection to node addr, opening
+// it on first use. h.mu is held.
+func (h *hub) attach(ch *listeners, addr string) {
+	n := h.nodes[addr]
+	if n == nil {
+		n = &nodeConn{addr: addr, conn: h.open(addr)}
+		h.nodes[addr] = n
+	}
+	n.channels++
+	ch.conn, ch.node, ch.alone = n.conn, n, false
 }
 
 // send queues a change of subscriptions (SUBSCRIBE, UNSUBSCRIBE, closing
@@ -235,16 +256,10 @@ func (h *hub) send(op func()) {
 func (h *hub) openNode(ctx context.Context, ch *listeners, name string) {
 	addr, err := h.d.NodeOf(ctx, name)
 	if err != nil {
-		ch.conn, ch.alone = h.open(""), true // no channel yet: nothing sent
+		ch.conn, ch.node, ch.alone = h.open(""), nil, true // no channel yet: nothing sent
 		return
 	}
-	n := h.nodes[addr]
-	if n == nil {
-		n = &nodeConn{addr: addr, conn: h.open(addr)}
-		h.nodes[addr] = n
-	}
-	n.channels++
-	ch.conn, ch.node = n.conn, n
+	h.attach(ch, addr)
 }
 
 // wakeOne wakes the first waiter. If it already has a wake-up pending it
@@ -335,9 +350,12 @@ type psConn struct{ driver.PubSub }
 func (h *hub) open(node string) *psConn {
 	c := &psConn{}
 	c.PubSub = h.d.PubSub(node, h.sharded, func(e driver.Event) {
-		if e.Subscribed {
+		switch {
+		case e.Subscribed:
 			h.confirmed(c, e.Channel)
-		} else {
+		case e.Unsubscribed:
+			h.moved(c, e.Channel)
+		default:
 			h.notify(c, e.Channel, e.Payload)
 		}
 	})
@@ -368,6 +386,89 @@ func (h *hub) confirmed(c *psConn, name string) {
 	default:
 		close(ch.ready)
 	}
+}
+
+// Topology. On a cluster a channel lives on the node of its slot; when the
+// slot moves (a resharding, a failover) the server ends its sharded
+// subscriptions there (driver.Event.Unsubscribed), and a release is then
+// published where the slot lives now, which this hub does not hear. moved
+// follows the channel: it asks the driver for the slot's node, again
+// (after a Refresh of its slot map) until the answer is not the node that
+// ended the subscription, for movedFor at most (then it takes the answer
+// as it is), and subscribes the channel there; the confirmation makes the
+// channel's waiters check their locks once (confirmed), so a release
+// published during the move is not waited out. Until then the waiters
+// sleep no longer than their bound, as when a message is lost.
+const (
+	movedFor   = 2 * time.Second
+	movedFirst = 5 * time.Millisecond  // the first pause between lookups, doubling
+	movedMax   = 200 * time.Millisecond // the longest pause
+)
+
+// moved handles the end of a sharded channel's subscription that the
+// server made (see "Topology").
+func (h *hub) moved(c *psConn, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.waiting[name]
+	if h.closed || !h.sharded || ch == nil || ch.conn != c || ch.moving {
+		return
+	}
+	ch.moving = true
+	old := ""
+	if ch.node != nil {
+		old = ch.node.addr
+	}
+	h.receives.Add(1)
+	go func() {
+		defer h.receives.Done()
+		h.follow(ch, name, h.nodeAfter(name, old))
+	}()
+}
+
+// nodeAfter returns the node that serves name's slot once the driver
+// knows it is not old ("" if it cannot tell), or its answer after
+// movedFor; sooner if the hub closes.
+func (h *hub) nodeAfter(name, old string) string {
+	deadline := time.Now().Add(movedFor)
+	pause := movedFirst
+	for {
+		h.d.Refresh()
+		ctx, cancel := context.WithTimeout(context.Background(), movedMax)
+		addr, err := h.d.NodeOf(ctx, name)
+		cancel()
+		if err == nil && addr != old || !time.Now().Before(deadline) {
+			return addr
+		}
+		h.mu.Lock()
+		closed := h.closed
+		h.mu.Unlock()
+		if closed {
+			return addr
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, movedMax)
+	}
+}
+
+// follow moves ch to the connection of node addr ("": one of its own, to
+// the node of its first channel) and subscribes it there, if it still has
+// waiters here.
+func (h *hub) follow(ch *listeners, name, addr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch.moving = false
+	if h.closed || h.waiting[name] != ch {
+		return // the last waiter left: leave closed what was its
+	}
+	h.detach(ch) // the driver forgot the channel: nothing to unsubscribe
+	if addr == "" {
+		ch.conn, ch.node, ch.alone = h.open(""), nil, true
+	} else {
+		h.attach(ch, addr)
+	}
+	conn := ch.conn
+	h.send(func() { _ = conn.Subscribe(context.Background(), name) })
 }
 
 // notify handles a message: "all" wakes every waiter of the channel (a

@@ -45,8 +45,8 @@ type Driver interface {
 	// SSUBSCRIBE and SUNSUBSCRIBE. events is called, from one goroutine at
 	// a time and in order, for every confirmation of a subscription
 	// (including those that follow a reconnect, which must resubscribe
-	// every channel the connection had) and every message; never after
-	// Close returns.
+	// every channel the connection had), every end of one (Event), and
+	// every message; never after Close returns.
 	PubSub(node string, sharded bool, events func(Event)) PubSub
 	// NodeOf returns the address of the master that serves key's slot on
 	// a cluster; elsewhere it returns an error.
@@ -99,11 +99,19 @@ type PubSub interface {
 }
 
 // Event is what a pub/sub connection hears: the confirmation of a
-// subscription to Channel (Subscribed), or a message on it.
+// subscription to Channel (Subscribed), its end (Unsubscribed), or a
+// message on it (Payload).
 type Event struct {
 	Channel    string
 	Payload    string
 	Subscribed bool
+	// Unsubscribed: the server ended the subscription to Channel by
+	// itself — a sharded channel whose slot moved to another node (a
+	// resharding, a failover). The answer to the caller's own Unsubscribe
+	// is not told. The driver forgets the channel (a reconnect does not
+	// subscribe it again where it no longer lives); the caller subscribes
+	// it where it lives now.
+	Unsubscribed bool
 }
 
 // Command is one Redis command: its words, the command's name first.

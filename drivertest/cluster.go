@@ -53,6 +53,57 @@ func runCluster(t *testing.T, newDriver func(t *testing.T, addrs []string) drive
 	t.Run("ShardedPubSubOfSeveralSlots", func(t *testing.T) { testClusterPubSubSlots(t, d, c) })
 	t.Run("ShardedPubSubIdleBeforeSubscribe", func(t *testing.T) { testClusterPubSubIdle(t, d, c) })
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, d, false, "", c.Nodes(), channel(t)) })
+	// Last: it moves a slot.
+	t.Run("ShardedPubSubSlotMoved", func(t *testing.T) { testClusterSlotMoved(t, d, c) })
+}
+
+// testClusterSlotMoved: when a sharded channel's slot moves to another
+// master, the server ends its subscription there; the driver tells it
+// (an Unsubscribed event), forgets the channel, and, after a Refresh,
+// NodeOf names the new master, where the channel can be subscribed again.
+func testClusterSlotMoved(t *testing.T, d driver.Driver, c *redistest.Cluster) {
+	ctx := context.Background()
+	ch := channel(t)
+	node, err := d.NodeOf(ctx, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	ps := d.PubSub(node, true, rec.event)
+	defer func() { _ = ps.Close() }()
+	if err := ps.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, 0, subscribed(ch))
+	var to *redistest.Server
+	for _, m := range mustMasters(t, c) {
+		if m.Addr() != node {
+			to = m
+			break
+		}
+	}
+	mark := rec.mark()
+	if _, err := c.MigrateSlot(ch, to); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, mark, driver.Event{Channel: ch, Unsubscribed: true})
+	eventually(t, "NodeOf to name the slot's new master", func() bool {
+		d.Refresh()
+		addr, err := d.NodeOf(ctx, ch)
+		return err == nil && addr == to.Addr()
+	})
+	moved := d.PubSub(to.Addr(), true, rec.event)
+	defer func() { _ = moved.Close() }()
+	mark = rec.mark()
+	if err := moved.Subscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, mark, subscribed(ch))
+	if n := publish(t, d, true, ch, "after"); n != 1 {
+		t.Errorf("SPUBLISH after the move reached %d subscribers, want 1 (the old connection must not carry the channel)", n)
+	}
+	rec.await(t, mark, message(ch, "after"))
+	rec.check(t)
 }
 
 // noRedirects runs f and fails t if a node answered one of its commands

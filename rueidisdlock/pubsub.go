@@ -20,7 +20,7 @@ import (
 func (d *libDriver) PubSub(node string, sharded bool, events func(driver.Event)) driver.PubSub {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pubSub{d: d, node: node, sharded: sharded, events: events, ctx: ctx, cancel: cancel,
-		kick: make(chan struct{}, 1), exited: make(chan struct{})}
+		kick: make(chan struct{}, 1), exited: make(chan struct{}), asked: map[string]int{}}
 	go p.run()
 	return p
 }
@@ -43,7 +43,8 @@ type pubSub struct {
 	exited  chan struct{} // closed when run returns
 
 	mu       sync.Mutex
-	channels []string // subscribed, in order
+	channels []string       // subscribed, in order
+	asked    map[string]int // unsubscribes sent and not answered yet, by channel
 	first    string   // the first channel ever subscribed (routes a cluster's sharded connection)
 	conn     *psConn  // the current connection (nil: none yet, or reconnecting)
 	closed   bool
@@ -54,13 +55,9 @@ type pubSub struct {
 
 // psConn is one rueidis connection of a pubSub.
 type psConn struct {
-	dc   rueidis.DedicatedClient
-	pin  string        // a cluster's commands carry this channel's slot ("": none)
-	drop chan struct{} // closed to make the loop open another connection
-	once sync.Once
+	dc  rueidis.DedicatedClient
+	pin string // a cluster's commands carry this channel's slot ("": none)
 }
-
-func (c *psConn) dropIt() { c.once.Do(func() { close(c.drop) }) }
 
 // Backoff between connection attempts.
 const (
@@ -95,13 +92,13 @@ func (p *pubSub) run() {
 			return
 		}
 		p.conn = c
+		p.asked = map[string]int{} // the last connection's answers will not come
 		channels := slices.Clone(p.channels)
 		p.mu.Unlock()
 		opened := time.Now()
 		_ = p.send(p.ctx, c, true, channels...)
 		select {
 		case <-errs:
-		case <-c.drop:
 		case <-p.ctx.Done():
 		}
 		p.mu.Lock()
@@ -148,7 +145,7 @@ func (p *pubSub) open() *psConn {
 
 // dial makes the connection, unsubscribed, to the pubSub's node.
 func (p *pubSub) dial() *psConn {
-	c := &psConn{drop: make(chan struct{})}
+	c := &psConn{}
 	client := p.d.client
 	if p.d.cluster {
 		if n := p.d.client.Nodes()[p.node]; p.node != "" && n != nil {
@@ -165,8 +162,8 @@ func (p *pubSub) dial() *psConn {
 
 // hooks hands c's pub/sub traffic over as events. A sharded channel that
 // the server unsubscribes by itself (its slot moved away from the node)
-// while it is still wanted makes the loop open another connection, which
-// subscribes it where it lives now.
+// is forgotten (a reconnect does not subscribe it where it no longer
+// lives) and its end told: the caller subscribes it where it lives now.
 func (p *pubSub) hooks(c *psConn) rueidis.PubSubHooks {
 	return rueidis.PubSubHooks{
 		OnMessage: func(m rueidis.PubSubMessage) {
@@ -176,12 +173,19 @@ func (p *pubSub) hooks(c *psConn) rueidis.PubSubHooks {
 			switch s.Kind {
 			case "subscribe", "ssubscribe":
 				p.hand(driver.Event{Channel: s.Channel, Subscribed: true})
-			case "sunsubscribe":
+			case "sunsubscribe", "unsubscribe":
 				p.mu.Lock()
-				wanted := p.conn == c && slices.Contains(p.channels, s.Channel)
+				asked := p.asked[s.Channel] > 0 // the answer to an Unsubscribe: not told
+				if asked {
+					if p.asked[s.Channel]--; p.asked[s.Channel] == 0 {
+						delete(p.asked, s.Channel)
+					}
+				} else {
+					p.channels = slices.DeleteFunc(p.channels, func(ch string) bool { return ch == s.Channel })
+				}
 				p.mu.Unlock()
-				if wanted {
-					c.dropIt()
+				if !asked {
+					p.hand(driver.Event{Channel: s.Channel, Unsubscribed: true})
 				}
 			}
 		},
@@ -270,6 +274,11 @@ func (p *pubSub) Unsubscribe(ctx context.Context, channels ...string) error {
 	}
 	p.channels = slices.DeleteFunc(p.channels, func(ch string) bool { return slices.Contains(channels, ch) })
 	c := p.conn
+	if c != nil {
+		for _, ch := range channels {
+			p.asked[ch]++
+		}
+	}
 	p.mu.Unlock()
 	if c == nil {
 		return nil

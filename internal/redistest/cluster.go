@@ -565,3 +565,77 @@ func KeySlot(key string) int {
 	}
 	return int(crc) % clusterSlots
 }
+
+// MigrateSlot moves the hash slot of key from the master that serves it to
+// the master to, as redis-cli --cluster reshard does: SETSLOT IMPORTING on
+// to, MIGRATING on the source, MIGRATE of its keys, then SETSLOT NODE on
+// both and the other masters. The source then sends its sharded
+// subscribers of the slot's channels an sunsubscribe. It returns the
+// source.
+func (c *Cluster) MigrateSlot(key string, to *Server) (*Server, error) {
+	from, err := c.MasterOf(key)
+	if err != nil {
+		return nil, err
+	}
+	if from == to {
+		return nil, fmt.Errorf("redistest: MigrateSlot: %s serves slot %d already", to.Addr(), KeySlot(key))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterFailoverTimeout)
+	defer cancel()
+	src, dst := c.admin.get(from.Addr()), c.admin.get(to.Addr())
+	srcID, err := src.ClusterMyID(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redistest: CLUSTER MYID on %s: %w", from.Addr(), err)
+	}
+	dstID, err := dst.ClusterMyID(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redistest: CLUSTER MYID on %s: %w", to.Addr(), err)
+	}
+	slot := KeySlot(key)
+	steps := []struct {
+		cl   *redis.Client
+		args []any
+	}{
+		{dst, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", srcID}},
+		{src, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", dstID}},
+	}
+	for _, s := range steps {
+		if err := s.cl.Do(ctx, s.args...).Err(); err != nil {
+			return nil, fmt.Errorf("redistest: %v: %w", s.args, err)
+		}
+	}
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redistest: CLUSTER GETKEYSINSLOT: %w", err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil {
+			return nil, fmt.Errorf("redistest: MIGRATE of slot %d: %w", slot, err)
+		}
+	}
+	masters, err := c.Masters()
+	if err != nil {
+		return nil, err
+	}
+	// The destination first, then the source (which then stops serving it
+	// and unsubscribes its sharded subscribers), then the others.
+	order := []*Server{to, from}
+	for _, m := range masters {
+		if m != to && m != from {
+			order = append(order, m)
+		}
+	}
+	for _, m := range order {
+		if err := c.admin.get(m.Addr()).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err(); err != nil {
+			return nil, fmt.Errorf("redistest: CLUSTER SETSLOT %d NODE on %s: %w", slot, m.Addr(), err)
+		}
+	}
+	return from, nil
+}
