@@ -401,7 +401,7 @@ func (h *hub) confirmed(c *psConn, name string) {
 // sleep no longer than their bound, as when a message is lost.
 const (
 	movedFor   = 2 * time.Second
-	movedFirst = 5 * time.Millisecond  // the first pause between lookups, doubling
+	movedFirst = 5 * time.Millisecond   // the first pause between lookups, doubling
 	movedMax   = 200 * time.Millisecond // the longest pause
 )
 

@@ -45,8 +45,8 @@ type pubSub struct {
 	mu       sync.Mutex
 	channels []string       // subscribed, in order
 	asked    map[string]int // unsubscribes sent and not answered yet, by channel
-	first    string   // the first channel ever subscribed (routes a cluster's sharded connection)
-	conn     *psConn  // the current connection (nil: none yet, or reconnecting)
+	first    string         // the first channel ever subscribed (routes a cluster's sharded connection)
+	conn     *psConn        // the current connection (nil: none yet, or reconnecting)
 	closed   bool
 
 	deliver sync.Mutex // held while an event is handed over
