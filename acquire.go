@@ -82,14 +82,17 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 	if handOff {
 		member = handoffMember(member, cfg.ttl)
 	}
-	p, attempt := c.be.attempt(attemptSpec{k: r.k, what: r.what, p: r.p, need: r.need, queue: r.queue, call: r.call,
-		token: token, member: member, cfg: cfg})
-	a := acquisition{c: c, what: r.what, name: r.k.name, channel: r.k.channel, token: token, attempt: attempt,
-		parts: []part{{k: r.k, what: r.what, side: r.side, p: p, cfg: cfg}}, handOff: handOff}
+	a := &acquisition{c: c, what: r.what, name: r.k.name, channel: r.k.channel, token: token, handOff: handOff,
+		spec: attemptSpec{k: r.k, what: r.what, p: r.p, need: r.need, queue: r.queue, call: r.call,
+			token: token, member: member, cfg: cfg}}
+	p, attempt := c.be.attempt(&a.spec)
+	a.attempt = attempt
+	a.one[0] = part{k: r.k, what: r.what, side: r.side, p: p, cfg: cfg}
+	a.parts = a.one[:]
 	if r.queue && c.caps.directed {
 		a.channel = c.wakeTo(r.k).base + c.id
 		a.keepAlive = cfg.queueTTL / 3
-		a.leave = []call{r.leave(member)}
+		a.leave = func() []call { return []call{r.leave(member)} }
 	}
 	return a.run(ctx, wait)
 }

@@ -20,7 +20,7 @@ type backend interface {
 	// attempt returns a lock's protocol on this deployment and its
 	// acquire attempts, which report outcomes (data: the acquire path
 	// makes the holds).
-	attempt(a attemptSpec) (protocol, attemptFunc)
+	attempt(a *attemptSpec) (protocol, attemptFunc)
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
 	grant(ctx context.Context, o op) driver.Reply

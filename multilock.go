@@ -120,6 +120,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	member := c.member(token, 0)
 	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).base + c.id, token: token}
 	var keys []string
+	var leave []call
 	var place time.Duration
 	for _, m := range ms {
 		if m.k.name == "" {
@@ -134,11 +135,12 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 		}
 		p := mutexProto{m.k, c.wakeTo(m.k)}
 		a.parts = append(a.parts, part{k: m.k, what: "Mutex", p: p, cfg: cfg})
-		a.leave = append(a.leave, p.leave(member))
+		leave = append(leave, p.leave(member))
 		keys = append(keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive, m.k.dead)
 		place = max(place, cfg.queueTTL)
 	}
 	a.keepAlive = place / 3
+	a.leave = func() []call { return leave }
 	w := c.wakeTo(ms[0].k)
 	args := []any{token, member, place.Milliseconds(), w.baseArg, w.publishArg}
 	for _, p := range a.parts {

@@ -94,7 +94,7 @@ func (b *plain) everywhere(context.Context, call) error {
 	return fmt.Errorf("%w: a script call on a Client made WithoutScripts", errors.ErrUnsupported)
 }
 
-func (b *plain) attempt(a attemptSpec) (protocol, attemptFunc) {
+func (b *plain) attempt(a *attemptSpec) (protocol, attemptFunc) {
 	p := plainProto{a.k, b}
 	return p, func(ctx context.Context, _, _ bool) (outcome, error) {
 		return b.lock(ctx, a.k, a.token, a.cfg)

@@ -28,7 +28,7 @@ func (s *single) close() {}
 func (s *single) everywhere(ctx context.Context, c call) error { return c.run(ctx, s.rdb).Err }
 
 // attempt runs the lock's acquire script.
-func (s *single) attempt(a attemptSpec) (protocol, attemptFunc) {
+func (s *single) attempt(a *attemptSpec) (protocol, attemptFunc) {
 	return a.p, func(ctx context.Context, queued, placed bool) (outcome, error) {
 		m := ""
 		if queued && a.queue {

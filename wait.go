@@ -56,15 +56,17 @@ type acquisition struct {
 	name    string // the lock's name; a set's names, joined
 	channel string
 	token   string
-	parts   []part // what it takes: one lock, or a set's
+	parts   []part      // what it takes: one lock (one[:]), or a set's
+	one     [1]part     // the one lock of a Lock or TryLock (no allocation of its own)
+	spec    attemptSpec // what the backend was told (its attempts keep a pointer to it)
 	attempt attemptFunc
 	// keepAlive, when positive, is how often a waiter must try again at
 	// the least, to keep its place in a queue alive.
 	keepAlive time.Duration
 	// leave, if set, gives up the waiter's places (one call per lock)
 	// when a Lock gives up without the lock (ctx ended, client closed,
-	// Redis error).
-	leave []call
+	// Redis error). Built only then.
+	leave func() []call
 	// handOff: a release may hand the lock to this waiter (handoff.go);
 	// last is its latest place, which a hand-off names.
 	handOff bool
@@ -155,7 +157,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 				}
 			}
 			if leave {
-				for _, lc := range a.leave {
+				for _, lc := range a.leave() {
 					err2 = errors.Join(err2, c.be.everywhere(ctx, lc))
 				}
 			}
@@ -320,30 +322,36 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 // Client was closed meanwhile it returns ErrClosed, and run undoes what
 // was taken.
 func (a *acquisition) lease(ctx context.Context, o outcome) (*Lease, time.Duration, error) {
-	fences := o.fences
-	if fences == nil {
-		fences = []int64{o.fence}
+	if o.fences == nil { // one lock
+		l, err := a.leaseOf(ctx, a.parts[0], o.fence, o)
+		return l, 0, err
 	}
 	leases := make([]*Lease, len(a.parts))
 	for i, p := range a.parts {
-		h := newHold(a.c, p.k, p.what, p.p, a.token, fences[i], p.cfg, o.start)
-		h.side = p.side
-		if o.ttl > 0 {
-			h.deadline = time.Time{}
-			h.confirmed(o.start, o.ttl, 0)
-		}
-		l, err := a.c.newLease(ctx, h)
+		l, err := a.leaseOf(ctx, p, o.fences[i], o)
 		if err != nil {
 			releaseAll(ctx, leases[:i])
-			a.failed(err) // the rest, taken in Redis, is undone by run
 			return nil, 0, err
 		}
 		leases[i] = l
 	}
-	if len(leases) == 1 {
-		return leases[0], 0, nil
-	}
 	return newSet(leases), 0, nil
+}
+
+// leaseOf makes the hold of one lock taken with fence, and its lease. If
+// the Client was closed meanwhile, what was taken is undone by run.
+func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o outcome) (*Lease, error) {
+	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.start)
+	h.side = p.side
+	if o.ttl > 0 {
+		h.deadline = time.Time{}
+		h.confirmed(o.start, o.ttl, 0)
+	}
+	l, err := a.c.newLease(ctx, h)
+	if err != nil {
+		a.failed(err) // the rest, taken in Redis, is undone by run
+	}
+	return l, err
 }
 
 // epochs returns each hub's epoch of a channel (see hub.epoch).
