@@ -217,12 +217,15 @@ func (c *Client) keys(kd kind, name string) *keys {
 	return k
 }
 
+// cluster reports whether the Client runs on a Redis Cluster.
+func (c *Client) cluster() bool { return c.rdb != nil && c.rdb.Info().Cluster }
+
 // clusterHint refreshes a cluster client's slot map after a failed call:
 // go-redis follows MOVED by itself, but after a master dies it keeps
 // dialling the dead node until its periodic reload (a minute). At most
 // one refresh a second; go-redis runs it in the background itself.
 func (c *Client) clusterHint(err error) {
-	if c.rdb == nil || !c.rdb.Info().Cluster || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
+	if !c.cluster() || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
 		return
 	}
 	now := time.Now().UnixNano()

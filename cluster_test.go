@@ -352,3 +352,69 @@ func TestClusterWaitersFollowAMovedSlot(t *testing.T) {
 		}
 	}
 }
+
+// A Lock whose ctx is live rides out a failover of its lock's master: the
+// cluster answers with a gone node, CLUSTERDOWN or MOVED for a while, and
+// the waiters keep waiting (and refresh their slot maps) instead of
+// returning those errors; each gets the lock once the new master serves
+// the slot and the old holder's lease is gone.
+func TestClusterWaitersRideOutAFailover(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	name := lockName(t)
+	key := keysOf(name).Lock
+	opts := []dlock.LockOption{dlock.WithTTL(2 * time.Second)}
+	holder := mustLock(t, newClient(t, clusterClient(t, cl)).Mutex(name, opts...), ctx)
+	master, err := cl.MasterOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReplicated(t, cl, master, key)
+	const waiters = 4
+	got := make(chan error, waiters)
+	rdb := clusterClient(t, cl)
+	for range waiters {
+		m := newClient(t, clusterClient(t, cl)).Mutex(name, opts...)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			l, err := m.Lock(wctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+	}
+	waitFor(t, "every waiter queued", func() bool { return rdb.ZCard(ctx, key+":queue").Val() == waiters })
+	if err := master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitFailoverAfterKill(master, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Unlock(ctx) // it may have been lost meanwhile
+	for range waiters {
+		if err := <-got; err != nil {
+			t.Errorf("a waiting Lock with a live ctx returned during a failover: %v", err)
+		}
+	}
+}
+
+// waitReplicated waits until master's replica has key.
+func waitReplicated(t *testing.T, cl *redistest.Cluster, master *redistest.Server, key string) {
+	t.Helper()
+	replica, err := cl.ReplicaOf(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRedis(t, replica)
+	waitFor(t, "the lock replicated", func() bool {
+		var exists *redis.IntCmd
+		_, _ = r.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+			p.Do(context.Background(), "READONLY") // a cluster replica answers reads then
+			exists = p.Exists(context.Background(), key)
+			return nil
+		})
+		return exists.Val() == 1
+	})
+}

@@ -3,6 +3,12 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Sentinel errors. Check them with errors.Is: the errors that dlock returns
@@ -71,6 +77,24 @@ func waitEnded(name string, ctxErr error) error {
 // redisErr wraps an error from Redis with what dlock was doing.
 func redisErr(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
+
+// transient reports whether err is one a cluster answers while a slot
+// moves or a master fails over (see "Topology changes" in wait.go): a
+// redirection, a cluster that is down or loading, a write sent to a
+// replica, or a round trip to a node that has gone.
+func transient(err error) bool {
+	if e, ok := errors.AsType[*driver.ErrorReply](err); ok {
+		msg := e.Error()
+		for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }
 
 // lossError is the error of a lost hold: it matches ErrLeaseLost and says

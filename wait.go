@@ -71,6 +71,10 @@ type acquisition struct {
 	// last is its latest place, which a hand-off names.
 	handOff bool
 	last    place
+	// moving is the last cluster error a Lock's attempt met and waited
+	// through (see "Topology changes"), and pause how long it waited.
+	moving error
+	pause  time.Duration
 	unsettled
 }
 
@@ -185,8 +189,27 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			l, next, err = a.try(ctx, true, msg)
 			return l != nil || err != nil, a.bound(next), err
 		})
+	if err != nil && a.moving != nil && errors.Is(err, ErrNotObtained) {
+		err = fmt.Errorf("%w (the cluster was failing meanwhile: %w)", err, a.moving)
+	}
 	return l, err
 }
+
+// Topology changes. On a cluster a slot moves (a resharding) or its
+// master fails over, and for a while a command for it meets MOVED, ASK,
+// TRYAGAIN, CLUSTERDOWN, LOADING or READONLY, or a node that is gone. A
+// Lock's attempt that meets one of those (transient) while its ctx lasts
+// is not the end of the Lock: the Client refreshes its slot map
+// (clusterHint) and the Lock waits and tries again, from movingFirst
+// doubling to movingMax, or sooner when woken; when its ctx ends, the
+// error says what the cluster was answering. The attempt's outcome is
+// unknown meanwhile (it may have taken the lock), so a Lock that ends
+// without the lock undoes it as for any failed attempt. A TryLock, and
+// a Lock on one server or a quorum, returns the error at once.
+const (
+	movingFirst = 25 * time.Millisecond
+	movingMax   = 500 * time.Millisecond
+)
 
 // newLease registers a hold that an attempt has just taken with the
 // watchdog and returns its first lease. If the client was closed
@@ -306,8 +329,14 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 		if ctx.Err() != nil {
 			return nil, 0, waitEnded(a.name, ctx.Err())
 		}
+		if queued && a.c.cluster() && transient(err) {
+			a.moving = err
+			a.pause = min(max(2*a.pause, movingFirst), movingMax)
+			return nil, a.pause, nil
+		}
 		return nil, 0, err
 	}
+	a.pause = 0
 	if !o.placed.sent.IsZero() {
 		a.last = o.placed
 	}
