@@ -3,7 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -28,6 +30,10 @@ type goredis struct {
 
 	mu    sync.Mutex
 	nodes map[string]*redis.Client // a cluster's masters that NodeOf named, by address
+	// stale: Refresh was called since NodeOf last asked the cluster
+	// itself (go-redis reloads its slot map at most every 200 ms, so a
+	// reload it made during a move can leave the map stale that long).
+	stale atomic.Bool
 }
 
 // GoRedisDriver returns the Driver that New uses for rdb: to wrap it (a
@@ -148,6 +154,12 @@ func (g *goredis) NodeOf(ctx context.Context, key string) (string, error) {
 	if g.cluster == nil {
 		return "", errors.ErrUnsupported
 	}
+	if g.stale.Load() {
+		if addr, err := g.askedNodeOf(ctx, key); err == nil {
+			g.stale.Store(false)
+			return addr, nil
+		}
+	}
 	n, err := g.cluster.MasterForKey(ctx, key)
 	if err != nil {
 		return "", err
@@ -176,8 +188,47 @@ func (g *goredis) Masters(ctx context.Context) ([]driver.Driver, error) {
 
 func (g *goredis) Refresh() {
 	if g.cluster != nil {
+		g.stale.Store(true)
 		g.cluster.ReloadState(context.Background())
 	}
+}
+
+// askedNodeOf asks the cluster (CLUSTER KEYSLOT, CLUSTER SLOTS) which
+// master serves key's slot now, and finds go-redis's client of it.
+func (g *goredis) askedNodeOf(ctx context.Context, key string) (string, error) {
+	slot, err := g.cluster.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return "", err
+	}
+	ranges, err := g.cluster.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	addr := ""
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+			addr = r.Nodes[0].Addr
+		}
+	}
+	var found *redis.Client
+	err = g.cluster.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
+			g.mu.Lock()
+			found = n
+			g.mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if found == nil {
+		return "", fmt.Errorf("dlock: the master %q of slot %d is not among go-redis's nodes yet", addr, slot)
+	}
+	g.mu.Lock()
+	g.nodes[addr] = found
+	g.mu.Unlock()
+	return addr, nil
 }
 
 // PubSub opens a go-redis pub/sub connection: go-redis connects it on its

@@ -280,6 +280,11 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		case <-wake:
 			woken = true
 		case <-timer.C:
+			if !confirmed {
+				for _, h := range c.hubs {
+					h.recheck(channel)
+				}
+			}
 		case <-ctx.Done():
 			return waitEnded(name, ctx.Err())
 		case <-c.life.Done():

@@ -48,14 +48,15 @@ type hub struct {
 // listeners is this hub's state of one lock's pub/sub channel: who waits
 // on it here, and its subscription.
 type listeners struct {
-	waiters  []*waiter // in arrival order
-	ready    chan struct{}
-	confirms uint64 // confirmations of the subscription so far
-	conn     *psConn
-	node     *nodeConn   // sharded: the node's connection, shared
-	alone    bool        // conn is this channel's only (a sharded channel whose node is unknown)
-	moving   bool        // the server ended its subscription: it is being moved (see moved)
-	kept     []unclaimed // messages for waiters that have not joined (see keep)
+	waiters   []*waiter // in arrival order
+	ready     chan struct{}
+	confirms  uint64 // confirmations of the subscription so far
+	conn      *psConn
+	node      *nodeConn   // sharded: the node's connection, shared
+	alone     bool        // conn is this channel's only (a sharded channel whose node is unknown)
+	moving    bool        // the server ended its subscription: it is being moved (see moved)
+	rechecked time.Time   // when recheck last looked its node up
+	kept      []unclaimed // messages for waiters that have not joined (see keep)
 }
 
 // nodeConn is a pub/sub connection to one node of a cluster, and how many
@@ -181,23 +182,23 @@ func (h *hub) leave(w *waiter) {
 		return
 	}
 	conn, name := ch.conn, w.name
-	if !h.detach(ch) {
+	if !h.detach(ch.conn, ch.node, ch.alone) {
 		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
 	}
 }
 
-// detach takes ch off its sharded connection: it closes a connection of
-// its own, or its node's when no other channel is on it, and reports
-// whether it closed one (its receive loop ends then). h.mu is held.
-func (h *hub) detach(ch *listeners) bool {
-	conn := ch.conn
+// detach takes a channel off its sharded connection conn (its node's, or
+// its own if alone): it closes a connection of its own, or its node's
+// when no other channel is on it, and reports whether it closed one (its
+// receive loop ends then). h.mu is held.
+func (h *hub) detach(conn *psConn, node *nodeConn, alone bool) bool {
 	switch {
-	case ch.alone:
+	case alone:
 		h.send(func() { _ = conn.Close() })
 		return true
-	case ch.node != nil:
-		if ch.node.channels--; ch.node.channels == 0 {
-			delete(h.nodes, ch.node.addr)
+	case node != nil:
+		if node.channels--; node.channels == 0 {
+			delete(h.nodes, node.addr)
 			h.send(func() { _ = conn.Close() })
 			return true
 		}
@@ -461,15 +462,66 @@ func (h *hub) follow(ch *listeners, name, addr string) {
 	if h.closed || h.waiting[name] != ch {
 		return // the last waiter left: leave closed what was its
 	}
-	h.detach(ch) // the driver forgot the channel: nothing to unsubscribe
+	conn, node, alone := ch.conn, ch.node, ch.alone
 	if addr == "" {
 		ch.conn, ch.node, ch.alone = h.open(""), nil, true
 	} else {
 		h.attach(ch, addr)
 	}
-	conn := ch.conn
-	h.send(func() { _ = conn.Subscribe(context.Background(), name) })
+	moved := ch.conn
+	h.send(func() { _ = moved.Subscribe(context.Background(), name) })
+	// Then, not before (a Close waits for its receive loop, which may be
+	// backing off after errors), the old connection. The driver forgot
+	// the channel there if the server ended it; one that was never
+	// confirmed it may still have (and subscribe it again, in vain, on a
+	// reconnect), so it is unsubscribed (the answer is not told).
+	if !h.detach(conn, node, alone) {
+		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
+	}
 }
+
+// recheck is for a wait whose subscription has not been confirmed for a
+// while (see waitLoop): on a cluster, a SUBSCRIBE that reached a node
+// after the channel's slot had moved away is refused there (MOVED) and
+// never confirmed, and nothing else tells. If the slot's node, looked up
+// again, is not the channel's connection's, the channel moves there (see
+// "Topology"). At most once per recheckEvery per channel.
+func (h *hub) recheck(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.waiting[name]
+	if h.closed || !h.sharded || ch == nil || ch.moving || time.Since(ch.rechecked) < recheckEvery {
+		return
+	}
+	select {
+	case <-ch.ready:
+		return // confirmed once: an end of it is told (moved)
+	default:
+	}
+	ch.moving, ch.rechecked = true, time.Now()
+	old := ""
+	if ch.node != nil {
+		old = ch.node.addr
+	}
+	h.receives.Add(1)
+	go func() {
+		defer h.receives.Done()
+		h.d.Refresh()
+		ctx, cancel := context.WithTimeout(context.Background(), movedMax)
+		addr, err := h.d.NodeOf(ctx, name)
+		cancel()
+		if err != nil || addr == old {
+			h.mu.Lock()
+			ch.moving = false
+			h.mu.Unlock()
+			return
+		}
+		h.follow(ch, name, addr)
+	}()
+}
+
+// recheckEvery spaces rechecks of one channel.
+const recheckEvery = time.Second
 
 // notify handles a message: "all" wakes every waiter of the channel (a
 // latch opened, a writer left), "one" wakes one (a script-free mutex was
