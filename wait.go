@@ -280,7 +280,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		case <-wake:
 			woken = true
 		case <-timer.C:
-			if !confirmed {
+			if !confirmed && c.dep.refused.Load() == nil { // refused: no subscription to look for
 				for _, h := range c.hubs {
 					h.recheck(channel)
 				}
