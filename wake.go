@@ -415,6 +415,14 @@ func (h *hub) moved(c *psConn, name string) {
 	if h.closed || !h.sharded || ch == nil || ch.conn != c || ch.moving {
 		return
 	}
+	h.move(ch, name, movedFor, true)
+}
+
+// move moves ch, in the background, to the node that serves its slot
+// once the driver knows it is not the node of ch's connection (nodeAfter,
+// for within at most). Past within it follows the answer as it is if
+// always, else it stays. h.mu is held.
+func (h *hub) move(ch *listeners, name string, within time.Duration, always bool) {
 	ch.moving = true
 	old := ""
 	if ch.node != nil {
@@ -423,15 +431,22 @@ func (h *hub) moved(c *psConn, name string) {
 	h.receives.Add(1)
 	go func() {
 		defer h.receives.Done()
-		h.follow(ch, name, h.nodeAfter(name, old))
+		addr := h.nodeAfter(name, old, within)
+		if !always && (addr == "" || addr == old) {
+			h.mu.Lock()
+			ch.moving = false
+			h.mu.Unlock()
+			return
+		}
+		h.follow(ch, name, addr)
 	}()
 }
 
 // nodeAfter returns the node that serves name's slot once the driver
-// knows it is not old ("" if it cannot tell), or its answer after
-// movedFor; sooner if the hub closes.
-func (h *hub) nodeAfter(name, old string) string {
-	deadline := time.Now().Add(movedFor)
+// knows it is not old ("" if it cannot tell), or its answer after within
+// (one lookup for 0); sooner if the hub closes.
+func (h *hub) nodeAfter(name, old string, within time.Duration) string {
+	deadline := time.Now().Add(within)
 	pause := movedFirst
 	for {
 		h.d.Refresh()
@@ -498,26 +513,8 @@ func (h *hub) recheck(name string) {
 		return // confirmed once: an end of it is told (moved)
 	default:
 	}
-	ch.moving, ch.rechecked = true, time.Now()
-	old := ""
-	if ch.node != nil {
-		old = ch.node.addr
-	}
-	h.receives.Add(1)
-	go func() {
-		defer h.receives.Done()
-		h.d.Refresh()
-		ctx, cancel := context.WithTimeout(context.Background(), movedMax)
-		addr, err := h.d.NodeOf(ctx, name)
-		cancel()
-		if err != nil || addr == old {
-			h.mu.Lock()
-			ch.moving = false
-			h.mu.Unlock()
-			return
-		}
-		h.follow(ch, name, addr)
-	}()
+	ch.rechecked = time.Now()
+	h.move(ch, name, 0, false)
 }
 
 // recheckEvery spaces rechecks of one channel.
