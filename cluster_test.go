@@ -364,7 +364,9 @@ func TestClusterWaitersRideOutAFailover(t *testing.T) {
 	name := lockName(t)
 	key := keysOf(name).Lock
 	opts := []dlock.LockOption{dlock.WithTTL(2 * time.Second)}
-	holder := mustLock(t, newClient(t, clusterClient(t, cl)).Mutex(name, opts...), ctx)
+	// The holder's lease outlives the failover (about 2 s), so it still
+	// holds on the new master when it lets go.
+	holder := mustLock(t, newClient(t, clusterClient(t, cl)).Mutex(name, dlock.WithTTL(20*time.Second)), ctx)
 	master, err := cl.MasterOf(key)
 	if err != nil {
 		t.Fatal(err)
@@ -392,7 +394,9 @@ func TestClusterWaitersRideOutAFailover(t *testing.T) {
 	if err := cl.WaitFailoverAfterKill(master, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	_ = holder.Unlock(ctx) // it may have been lost meanwhile
+	if err := holder.Unlock(ctx); err != nil {
+		t.Errorf("the holder's Unlock after the failover: %v", err)
+	}
 	for range waiters {
 		if err := <-got; err != nil {
 			t.Errorf("a waiting Lock with a live ctx returned during a failover: %v", err)

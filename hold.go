@@ -214,7 +214,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	var res int64
 	var err error
 	if left == 0 {
-		res, err = h.c.be.run(ctx, h.free()).Int64()
+		res, err = h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.free()) }).Int64()
 	} else {
 		r, _, _ := h.inOrder(ctx, false, func(seq int64) op { return h.p.release(h.token, left, seq) })
 		res, err = r.Int64()
@@ -345,11 +345,13 @@ func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) 
 		seq = h.next()
 		h.mu.Unlock()
 		start = time.Now()
-		if grant {
-			r = h.c.be.grant(ctx, cmd(seq))
-		} else {
-			r = h.c.be.run(ctx, cmd(seq))
-		}
+		o := cmd(seq)
+		r = h.c.moving(ctx, func() driver.Reply {
+			if grant {
+				return h.c.be.grant(ctx, o)
+			}
+			return h.c.be.run(ctx, o)
+		})
 		if !isStale(r) {
 			return r, seq, start
 		}
@@ -383,7 +385,7 @@ func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
 	if err := l.Err(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	ms, err := h.c.be.run(ctx, h.p.ttl(h.token)).Int64()
+	ms, err := h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.p.ttl(h.token)) }).Int64()
 	if err != nil {
 		return 0, redisErr("ttl", h.k.name, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Releases that must happen even though the caller could not wait for
@@ -41,7 +43,7 @@ func (h *hold) free() op {
 
 // release frees every hold of h's token in Redis: one call.
 func (h *hold) release(ctx context.Context) error {
-	return h.c.be.run(ctx, h.free()).Err
+	return h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.free()) }).Err
 }
 
 // releasers tracks the Client's background releases, so that Close can

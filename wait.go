@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // attemptFunc makes one acquire attempt on the backend and says what it
@@ -210,6 +212,34 @@ const (
 	movingFirst = 25 * time.Millisecond
 	movingMax   = 500 * time.Millisecond
 )
+
+// moving runs a command of a hold (call) again while a cluster answers
+// it with a transient error (see "Topology changes") and ctx lasts: an
+// Unlock, Extend, TTL or re-entry made during a failover follows the
+// slot instead of failing with the dead master's dial error. Running
+// one again is safe: a command that may have run (a connection reset
+// after it was sent) answers its copy as done (its receipt, or its
+// place in the hold's sequence: hold.go, "Late commands"); without
+// scripts a release that ran answers its copy "not held", which only
+// misreports it.
+func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Reply {
+	var pause time.Duration
+	for {
+		r := call()
+		if r.Err == nil || ctx.Err() != nil || !c.cluster() || !transient(r.Err) {
+			return r
+		}
+		c.clusterHint(r.Err)
+		pause = min(max(2*pause, movingFirst), movingMax)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r
+		case <-t.C:
+		}
+	}
+}
 
 // newLease registers a hold that an attempt has just taken with the
 // watchdog and returns its first lease. If the client was closed
