@@ -2,10 +2,13 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/rueidisdlock"
+	"github.com/redis/rueidis"
 )
 
 // clusterGoroutines is the parallelism of BenchmarkCluster.
@@ -45,7 +48,7 @@ func BenchmarkCluster(b *testing.B) { runCases(b, clusterCases()) }
 
 func clusterCases() []benchCase {
 	var cs []benchCase
-	for _, name := range backendNames {
+	for _, name := range append(slices.Clone(backendNames), "dlock-rueidis") {
 		cs = append(cs, benchCase{"Cluster", fmt.Sprintf("g%d", clusterGoroutines), name,
 			uncontended(onCluster(name), clusterGoroutines, nil)})
 	}
@@ -68,6 +71,12 @@ func onCluster(name string) opener {
 			be = redsyncOn(name, cl.Client())
 		case "redislock":
 			be = redislockOn(name, cl.Client())
+		case "dlock-rueidis": // dlock through rueidisdlock, as rueidislock's users would
+			var addrs []string
+			for _, n := range cl.Nodes() {
+				addrs = append(addrs, n.Addr())
+			}
+			be, err = dlockRueidisOn(name, addrs)
 		case "rueidislock":
 			var addrs []string
 			for _, n := range cl.Nodes() {
@@ -79,4 +88,20 @@ func onCluster(name string) opener {
 		}
 		return keep(b, be, err)
 	}
+}
+
+// dlockRueidisOn is dlock on one rueidis client of the cluster (rueidisdlock).
+func dlockRueidisOn(name string, addrs []string) (*backend, error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		return nil, err
+	}
+	c, err := rueidisdlock.New(rc)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	be := &backend{name: name, close: func() { _ = c.Close(); rc.Close() }}
+	dlockMutexes(c, be)
+	return be, nil
 }

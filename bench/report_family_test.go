@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -188,7 +189,7 @@ func (r *report) cluster() {
 			"All 6 cluster nodes, the one node and the benchmark share the same CPUs.\n\n", v)
 		r.printf("| implementation | cluster ns/op | cluster ops/s | one node ops/s | cluster ÷ one node | stalls |\n")
 		r.printf("|---|--:|--:|--:|--:|--:|\n")
-		for _, impl := range backendNames {
+		for _, impl := range append(slices.Clone(backendNames), "dlock-rueidis") {
 			if !r.has("Cluster", v, impl) {
 				r.printf("| %s | %s | | | | |\n", impl, r.missing("Cluster", v, impl))
 				continue
