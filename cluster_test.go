@@ -357,8 +357,16 @@ func TestClusterWaitersFollowAMovedSlot(t *testing.T) {
 // cluster answers with a gone node, CLUSTERDOWN or MOVED for a while, and
 // the waiters keep waiting (and refresh their slot maps) instead of
 // returning those errors; each gets the lock once the new master serves
-// the slot and the old holder's lease is gone.
+// the slot and the holder has let go (its Unlock rides it out too). Two
+// failovers: the master killed; and a graceful CLUSTER FAILOVER with
+// WithReplicaSync, whose grants go on a connection of the key's node and
+// met a raw MOVED.
 func TestClusterWaitersRideOutAFailover(t *testing.T) {
+	t.Run("Killed", func(t *testing.T) { rideOutFailover(t, true) })
+	t.Run("GracefulWithReplicaSync", func(t *testing.T) { rideOutFailover(t, false, dlock.WithReplicaSync(1, time.Second)) })
+}
+
+func rideOutFailover(t *testing.T, kill bool, copts ...dlock.Option) {
 	ctx := context.Background()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	name := lockName(t)
@@ -366,7 +374,7 @@ func TestClusterWaitersRideOutAFailover(t *testing.T) {
 	opts := []dlock.LockOption{dlock.WithTTL(2 * time.Second)}
 	// The holder's lease outlives the failover (about 2 s), so it still
 	// holds on the new master when it lets go.
-	holder := mustLock(t, newClient(t, clusterClient(t, cl)).Mutex(name, dlock.WithTTL(20*time.Second)), ctx)
+	holder := mustLock(t, newClient(t, clusterClient(t, cl), copts...).Mutex(name, dlock.WithTTL(20*time.Second)), ctx)
 	master, err := cl.MasterOf(key)
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +384,7 @@ func TestClusterWaitersRideOutAFailover(t *testing.T) {
 	got := make(chan error, waiters)
 	rdb := clusterClient(t, cl)
 	for range waiters {
-		m := newClient(t, clusterClient(t, cl)).Mutex(name, opts...)
+		m := newClient(t, clusterClient(t, cl), copts...).Mutex(name, opts...)
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
@@ -388,11 +396,21 @@ func TestClusterWaitersRideOutAFailover(t *testing.T) {
 		}()
 	}
 	waitFor(t, "every waiter queued", func() bool { return rdb.ZCard(ctx, key+":queue").Val() == waiters })
-	if err := master.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.WaitFailoverAfterKill(master, 20*time.Second); err != nil {
-		t.Fatal(err)
+	if kill {
+		if err := master.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.WaitFailoverAfterKill(master, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		replica, err := cl.ReplicaOf(master)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Failover(replica); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := holder.Unlock(ctx); err != nil {
 		t.Errorf("the holder's Unlock after the failover: %v", err)
