@@ -299,6 +299,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	// dropped by go-redis without a word, and its confirmation never comes.
 	poll := poller{d: c.dep}
 	confirmed := listening
+	began, told := time.Now(), false
 	timer := time.NewTimer(poll.cap(bound, !confirmed))
 	defer timer.Stop()
 	for {
@@ -313,6 +314,11 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 			if !confirmed && c.dep.refused.Load() == nil { // refused: no subscription to look for
 				for _, h := range c.hubs {
 					h.recheck(channel)
+				}
+				if !told && time.Since(began) > unconfirmedFor {
+					told = true // never silently: a wait that only polls says so, once
+					c.tel.log.Warn("dlock: a wait's wake-up subscription is not confirmed; it polls the lock",
+						"lock", name, "channel", channel, "for", time.Since(began).Round(time.Millisecond))
 				}
 			}
 		case <-ctx.Done():
@@ -434,6 +440,10 @@ func (a *acquisition) bound(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// unconfirmedFor is how long a wait polls, its subscription unconfirmed,
+// before it says so in the log.
+const unconfirmedFor = 5 * time.Second
 
 // Polling, when pub/sub is refused: a wait's first sleep is pollFirst,
 // doubled after each sleep up to pollMax, and never longer than the wait
