@@ -114,7 +114,13 @@ func TestClusterShake(t *testing.T) {
 			}
 			t.Logf("fault %d: CLUSTER FAILOVER of %s (serving %s)", faults, from.Addr(), key)
 			if err := cl.Failover(replica); err != nil {
-				t.Fatal(err)
+				// Redis may not complete a manual failover (the replica
+				// did not catch up in time, say): the harness's, not a
+				// lock's, failure. Go on once the cluster is whole.
+				t.Logf("fault %d: the failover did not complete: %v", faults, err)
+				if err := cl.WaitHealthy(30 * time.Second); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if masters, err = cl.Masters(); err != nil {
 				t.Fatal(err)

@@ -82,11 +82,15 @@ func redisErr(op, name string, err error) error {
 // transient reports whether err is one a cluster answers while a slot
 // moves or a master fails over (see "Topology changes" in wait.go): a
 // redirection, a cluster that is down or loading, a write sent to a
-// replica, or a round trip to a node that has gone.
+// replica, a WAIT cut short because its master became a replica, a script
+// that met a key already migrated away (it stops at that key: the
+// attempt's outcome is unknown, as for any failed attempt), or a round
+// trip to a node that has gone.
 func transient(err error) bool {
 	if e, ok := errors.AsType[*driver.ErrorReply](err); ok {
-		msg := e.Error()
-		for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN"} {
+		msg := strings.TrimPrefix(e.Error(), "ERR ") // rueidis leaves it out
+		for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN",
+			"UNBLOCKED", "Script attempted to access a non local key"} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}

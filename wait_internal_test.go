@@ -2,10 +2,17 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -253,5 +260,36 @@ func TestMessageBeforeJoinIsKept(t *testing.T) {
 	}
 	if got != c.id+":T" {
 		t.Fatalf("woken with message %q; want %q", got, c.id+":T")
+	}
+}
+
+// transient tells a cluster's answers during a move or a failover from
+// every other error: those a Lock waits through (see "Topology changes").
+func TestTransient(t *testing.T) {
+	reply := func(msg string) error { return &driver.ErrorReply{Err: errors.New(msg)} }
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{reply("MOVED 3999 127.0.0.1:6381"), true},
+		{reply("ASK 3999 127.0.0.1:6381"), true},
+		{reply("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{reply("CLUSTERDOWN The cluster is down"), true},
+		{reply("LOADING Redis is loading the dataset in memory"), true},
+		{reply("READONLY You can't write against a read only replica."), true},
+		{fmt.Errorf("%w: WAIT: %w", ErrReplicaSync, reply("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)")), true},
+		{reply("ERR Script attempted to access a non local key in a cluster node script: abc, on @user_script:407."), true},
+		{reply("Script attempted to access a non local key in a cluster node script: abc"), true}, // rueidis
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
+		{io.EOF, true},
+		{reply("NOPERM this user has no permissions"), false},
+		{reply("ERR unknown command"), false},
+		{fmt.Errorf("%w: 0 of 1 replicas acknowledged within 1s", ErrReplicaSync), false},
+		{context.DeadlineExceeded, false},
+		{ErrInvalidArgument, false},
+	} {
+		if got := transient(tt.err); got != tt.want {
+			t.Errorf("transient(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }
