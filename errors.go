@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 
@@ -97,8 +98,12 @@ func transient(err error) bool {
 		}
 		return false
 	}
+	// A read that timed out (a node paused by a failover, whose WAIT or
+	// writes wait for its replica) may have run: the outcome is unknown,
+	// as for any failed attempt.
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // lossError is the error of a lost hold: it matches ErrLeaseLost and says

@@ -282,6 +282,7 @@ func TestTransient(t *testing.T) {
 		{reply("Script attempted to access a non local key in a cluster node script: abc"), true}, // rueidis
 		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
 		{io.EOF, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, true},
 		{reply("NOPERM this user has no permissions"), false},
 		{reply("ERR unknown command"), false},
 		{fmt.Errorf("%w: 0 of 1 replicas acknowledged within 1s", ErrReplicaSync), false},
