@@ -235,3 +235,47 @@ func (c *Client) clusterHint(err error) {
 	}
 	c.rdb.Refresh()
 }
+
+// Topology changes. On a cluster a slot moves (a resharding) or its
+// master fails over, and for a while a command for it meets MOVED, ASK,
+// TRYAGAIN, CLUSTERDOWN, LOADING or READONLY, or a node that is gone. A
+// Lock's attempt that meets one of those (transient) while its ctx lasts
+// is not the end of the Lock: the Client refreshes its slot map
+// (clusterHint) and the Lock waits and tries again, from movingFirst
+// doubling to movingMax, or sooner when woken; when its ctx ends, the
+// error says what the cluster was answering. The attempt's outcome is
+// unknown meanwhile (it may have taken the lock), so a Lock that ends
+// without the lock undoes it as for any failed attempt. A TryLock, and
+// a Lock on one server or a quorum, returns the error at once.
+const (
+	movingFirst = 25 * time.Millisecond
+	movingMax   = 500 * time.Millisecond
+)
+
+// moving runs a command of a hold (call) again while a cluster answers
+// it with a transient error (see "Topology changes") and ctx lasts: an
+// Unlock, Extend, TTL or re-entry made during a failover follows the
+// slot instead of failing with the dead master's dial error. Running
+// one again is safe: a command that may have run (a connection reset
+// after it was sent) answers its copy as done (its receipt, or its
+// place in the hold's sequence: hold.go, "Late commands"); without
+// scripts a release that ran answers its copy "not held", which only
+// misreports it.
+func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Reply {
+	var pause time.Duration
+	for {
+		r := call()
+		if r.Err == nil || ctx.Err() != nil || !c.cluster() || !transient(r.Err) {
+			return r
+		}
+		c.clusterHint(r.Err)
+		pause = min(max(2*pause, movingFirst), movingMax)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r
+		case <-t.C:
+		}
+	}
+}

@@ -81,7 +81,7 @@ func redisErr(op, name string, err error) error {
 }
 
 // transient reports whether err is one a cluster answers while a slot
-// moves or a master fails over (see "Topology changes" in wait.go): a
+// moves or a master fails over (see "Topology changes" in client.go): a
 // redirection, a cluster that is down or loading, a write sent to a
 // replica, a WAIT cut short because its master became a replica, a script
 // that met a key already migrated away (it stops at that key: the

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/dlock-go/dlock/driver"
 )
 
 // attemptFunc makes one acquire attempt on the backend and says what it
@@ -74,7 +72,7 @@ type acquisition struct {
 	handOff bool
 	last    place
 	// moving is the last cluster error a Lock's attempt met and waited
-	// through (see "Topology changes"), and pause how long it waited.
+	// through (see "Topology changes" in client.go), and pause how long it waited.
 	moving error
 	pause  time.Duration
 	unsettled
@@ -195,50 +193,6 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		err = fmt.Errorf("%w (the cluster was failing meanwhile: %w)", err, a.moving)
 	}
 	return l, err
-}
-
-// Topology changes. On a cluster a slot moves (a resharding) or its
-// master fails over, and for a while a command for it meets MOVED, ASK,
-// TRYAGAIN, CLUSTERDOWN, LOADING or READONLY, or a node that is gone. A
-// Lock's attempt that meets one of those (transient) while its ctx lasts
-// is not the end of the Lock: the Client refreshes its slot map
-// (clusterHint) and the Lock waits and tries again, from movingFirst
-// doubling to movingMax, or sooner when woken; when its ctx ends, the
-// error says what the cluster was answering. The attempt's outcome is
-// unknown meanwhile (it may have taken the lock), so a Lock that ends
-// without the lock undoes it as for any failed attempt. A TryLock, and
-// a Lock on one server or a quorum, returns the error at once.
-const (
-	movingFirst = 25 * time.Millisecond
-	movingMax   = 500 * time.Millisecond
-)
-
-// moving runs a command of a hold (call) again while a cluster answers
-// it with a transient error (see "Topology changes") and ctx lasts: an
-// Unlock, Extend, TTL or re-entry made during a failover follows the
-// slot instead of failing with the dead master's dial error. Running
-// one again is safe: a command that may have run (a connection reset
-// after it was sent) answers its copy as done (its receipt, or its
-// place in the hold's sequence: hold.go, "Late commands"); without
-// scripts a release that ran answers its copy "not held", which only
-// misreports it.
-func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Reply {
-	var pause time.Duration
-	for {
-		r := call()
-		if r.Err == nil || ctx.Err() != nil || !c.cluster() || !transient(r.Err) {
-			return r
-		}
-		c.clusterHint(r.Err)
-		pause = min(max(2*pause, movingFirst), movingMax)
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return r
-		case <-t.C:
-		}
-	}
 }
 
 // newLease registers a hold that an attempt has just taken with the

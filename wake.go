@@ -420,9 +420,11 @@ func (h *hub) moved(c *psConn, name string) {
 
 // move moves ch, in the background, to the node that serves its slot
 // once the driver knows it is not the node of ch's connection (nodeAfter,
-// for within at most). Past within it follows the answer as it is if
-// always, else it stays. h.mu is held.
-func (h *hub) move(ch *listeners, name string, within time.Duration, always bool) {
+// for within at most). ended: the server ended the subscription (the
+// driver forgot the channel), so past within it follows the answer as it
+// is; else (a subscription never confirmed) it stays unless the node
+// changed. h.mu is held.
+func (h *hub) move(ch *listeners, name string, within time.Duration, ended bool) {
 	ch.moving = true
 	old := ""
 	if ch.node != nil {
@@ -432,13 +434,13 @@ func (h *hub) move(ch *listeners, name string, within time.Duration, always bool
 	go func() {
 		defer h.receives.Done()
 		addr := h.nodeAfter(name, old, within)
-		if !always && (addr == "" || addr == old) {
+		if !ended && (addr == "" || addr == old) {
 			h.mu.Lock()
 			ch.moving = false
 			h.mu.Unlock()
 			return
 		}
-		h.follow(ch, name, addr)
+		h.follow(ch, name, addr, ended)
 	}()
 }
 
@@ -469,8 +471,8 @@ func (h *hub) nodeAfter(name, old string, within time.Duration) string {
 
 // follow moves ch to the connection of node addr ("": one of its own, to
 // the node of its first channel) and subscribes it there, if it still has
-// waiters here.
-func (h *hub) follow(ch *listeners, name, addr string) {
+// waiters here; ended as for move.
+func (h *hub) follow(ch *listeners, name, addr string, ended bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch.moving = false
@@ -490,7 +492,7 @@ func (h *hub) follow(ch *listeners, name, addr string) {
 	// the channel there if the server ended it; one that was never
 	// confirmed it may still have (and subscribe it again, in vain, on a
 	// reconnect), so it is unsubscribed (the answer is not told).
-	if !h.detach(conn, node, alone) {
+	if !h.detach(conn, node, alone) && !ended {
 		h.send(func() { _ = conn.Unsubscribe(context.Background(), name) })
 	}
 }
