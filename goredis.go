@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,9 +31,10 @@ type goredis struct {
 
 	mu    sync.Mutex
 	nodes map[string]*redis.Client // a cluster's masters that NodeOf named, by address
-	// stale: Refresh was called since NodeOf last asked the cluster
-	// itself (go-redis reloads its slot map at most every 200 ms, so a
-	// reload it made during a move can leave the map stale that long).
+	// stale: Refresh was called since NodeOf last reloaded go-redis's
+	// slot map itself (go-redis's own reloads, after a MOVED, come at
+	// most every 200 ms, so one it made during a move can leave the map
+	// stale that long).
 	stale atomic.Bool
 }
 
@@ -154,21 +156,71 @@ func (g *goredis) NodeOf(ctx context.Context, key string) (string, error) {
 	if g.cluster == nil {
 		return "", errors.ErrUnsupported
 	}
-	if g.stale.Load() {
-		if addr, err := g.askedNodeOf(ctx, key); err == nil {
-			g.stale.Store(false)
-			return addr, nil
-		}
-	}
 	n, err := g.cluster.MasterForKey(ctx, key)
 	if err != nil {
 		return "", err
+	}
+	if g.stale.Load() {
+		if m, err := g.askedOwner(ctx, n, key); err == nil {
+			n = m
+			g.stale.Store(false)
+		}
 	}
 	addr := n.Options().Addr
 	g.mu.Lock()
 	g.nodes[addr] = n
 	g.mu.Unlock()
 	return addr, nil
+}
+
+// askedOwner asks prev, the master of key's slot in go-redis's map,
+// which master serves the slot now (CLUSTER SLOTS), and returns go-redis's
+// client of it. The slot's old master knows where it went: a migration's
+// source is told before it ends the subscriptions of the slot's
+// channels, and a demoted master follows its successor, while go-redis
+// reloads its map from a node at random, which (a replica most) may learn
+// it a gossip round later. When prev does not answer (gone with a
+// failover), go-redis's map is reloaded from any node.
+func (g *goredis) askedOwner(ctx context.Context, prev *redis.Client, key string) (*redis.Client, error) {
+	ranges, err := prev.ClusterSlots(ctx).Result()
+	if err != nil {
+		if err := g.reload(ctx); err != nil {
+			return nil, err
+		}
+		return g.cluster.MasterForKey(ctx, key)
+	}
+	slot, addr := keyslot.Of(key), ""
+	for _, r := range ranges {
+		if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
+			addr = r.Nodes[0].Addr
+		}
+	}
+	switch addr {
+	case "":
+		return nil, fmt.Errorf("dlock: no master serves slot %d", slot)
+	case prev.Options().Addr:
+		return prev, nil
+	}
+	g.mu.Lock()
+	n := g.nodes[addr]
+	g.mu.Unlock()
+	if n != nil {
+		return n, nil
+	}
+	// a master NodeOf has not named yet: go-redis's client of it
+	// (ForEachMaster reloads the map first)
+	err = g.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			g.mu.Lock()
+			n = c
+			g.mu.Unlock()
+		}
+		return nil
+	})
+	if err == nil && n == nil {
+		err = fmt.Errorf("dlock: the master %s of slot %d is not among go-redis's nodes yet", addr, slot)
+	}
+	return n, err
 }
 
 func (g *goredis) Masters(ctx context.Context) ([]driver.Driver, error) {
@@ -188,47 +240,16 @@ func (g *goredis) Masters(ctx context.Context) ([]driver.Driver, error) {
 
 func (g *goredis) Refresh() {
 	if g.cluster != nil {
-		g.stale.Store(true)
+		g.stale.Store(true) // and the next NodeOf reloads the map first
 		g.cluster.ReloadState(context.Background())
 	}
 }
 
-// askedNodeOf asks the cluster (CLUSTER KEYSLOT, CLUSTER SLOTS) which
-// master serves key's slot now, and finds go-redis's client of it.
-func (g *goredis) askedNodeOf(ctx context.Context, key string) (string, error) {
-	slot, err := g.cluster.ClusterKeySlot(ctx, key).Result()
-	if err != nil {
-		return "", err
-	}
-	ranges, err := g.cluster.ClusterSlots(ctx).Result()
-	if err != nil {
-		return "", err
-	}
-	addr := ""
-	for _, r := range ranges {
-		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-			addr = r.Nodes[0].Addr
-		}
-	}
-	var found *redis.Client
-	err = g.cluster.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
-		if n.Options().Addr == addr {
-			g.mu.Lock()
-			found = n
-			g.mu.Unlock()
-		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	if found == nil {
-		return "", fmt.Errorf("dlock: the master %q of slot %d is not among go-redis's nodes yet", addr, slot)
-	}
-	g.mu.Lock()
-	g.nodes[addr] = found
-	g.mu.Unlock()
-	return addr, nil
+// reload makes go-redis reload its slot map now (one CLUSTER SLOTS, of a
+// node at random): ForEachShard reloads it before it calls anything, and
+// here calls nothing. (go-redis's own reloads come at most every 200 ms.)
+func (g *goredis) reload(ctx context.Context) error {
+	return g.cluster.ForEachShard(ctx, func(context.Context, *redis.Client) error { return nil })
 }
 
 // PubSub opens a go-redis pub/sub connection: go-redis connects it on its

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/redis/rueidis"
 )
 
@@ -224,7 +225,7 @@ func (d *libDriver) NodeOf(ctx context.Context, key string) (string, error) {
 	if !d.cluster {
 		return "", errors.ErrUnsupported
 	}
-	return d.slots.masterOf(ctx, d.client, slotOf(key))
+	return d.slots.masterOf(ctx, d.client, keyslot.Of(key))
 }
 
 // Masters returns a driver of each master that serves slots (rueidis's

@@ -7,7 +7,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -43,15 +42,33 @@ func (s *slotMap) invalidate() {
 
 // current returns the slot map, reading it when it is stale. The lock is
 // not held while it is read: concurrent readers may each read it.
-func (s *slotMap) current(ctx context.Context, client rueidis.Client, fresh bool) ([]slotRange, error) {
+//
+// A map read for a slot (-1: none) is asked of the node that served the
+// slot in the map before. A slot's old master knows where it went: a
+// migration's source is told before it ends the subscriptions of the
+// slot's channels, and a demoted master follows its successor, while the
+// other nodes, replicas most, may learn it a gossip round later (asked
+// at random, they sent every other waiter of a moved slot through a
+// lookup again). A node that does not answer (gone with a failover)
+// leaves it to any node.
+func (s *slotMap) current(ctx context.Context, client rueidis.Client, fresh bool, slot int) ([]slotRange, error) {
 	s.mu.Lock()
 	ranges, read := s.ranges, s.read
 	s.mu.Unlock()
 	if !fresh && !read.IsZero() && time.Since(read) < slotMapAge {
 		return ranges, nil
 	}
+	ask := client
+	if prev, ok := owner(ranges, slot); ok {
+		if n := client.Nodes()[prev]; n != nil {
+			ask = n
+		}
+	}
 	at := time.Now()
-	ranges, err := readSlots(ctx, client)
+	ranges, err := readSlots(ctx, ask)
+	if err != nil && ask != client {
+		ranges, err = readSlots(ctx, client)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -63,12 +80,8 @@ func (s *slotMap) current(ctx context.Context, client rueidis.Client, fresh bool
 	return ranges, nil
 }
 
-// masterOf returns the address of the master that serves slot.
-func (s *slotMap) masterOf(ctx context.Context, client rueidis.Client, slot int) (string, error) {
-	ranges, err := s.current(ctx, client, false)
-	if err != nil {
-		return "", err
-	}
+// owner returns the address of slot's master in ranges.
+func owner(ranges []slotRange, slot int) (string, bool) {
 	i, found := slices.BinarySearchFunc(ranges, slot, func(r slotRange, slot int) int {
 		switch {
 		case r.last < slot:
@@ -79,15 +92,28 @@ func (s *slotMap) masterOf(ctx context.Context, client rueidis.Client, slot int)
 		return 0
 	})
 	if !found {
+		return "", false
+	}
+	return ranges[i].addr, true
+}
+
+// masterOf returns the address of the master that serves slot.
+func (s *slotMap) masterOf(ctx context.Context, client rueidis.Client, slot int) (string, error) {
+	ranges, err := s.current(ctx, client, false, slot)
+	if err != nil {
+		return "", err
+	}
+	addr, ok := owner(ranges, slot)
+	if !ok {
 		return "", fmt.Errorf("rueidisdlock: no master serves slot %d", slot)
 	}
-	return ranges[i].addr, nil
+	return addr, nil
 }
 
 // masters returns the addresses of the masters that serve slots, read
 // afresh.
 func (s *slotMap) masters(ctx context.Context, client rueidis.Client) ([]string, error) {
-	ranges, err := s.current(ctx, client, true)
+	ranges, err := s.current(ctx, client, true, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -128,32 +154,4 @@ func readSlots(ctx context.Context, client rueidis.Client) ([]slotRange, error) 
 	}
 	slices.SortFunc(out, func(a, b slotRange) int { return a.first - b.first })
 	return out, nil
-}
-
-// slotOf is key's cluster slot: CRC16 of its hash tag (the part between
-// the first '{' and the next '}', when not empty) or of the whole key,
-// modulo 16384.
-func slotOf(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021), Redis Cluster's key hash.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }

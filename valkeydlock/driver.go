@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -226,7 +227,7 @@ func (d *libDriver) NodeOf(ctx context.Context, key string) (string, error) {
 	if !d.cluster {
 		return "", errors.ErrUnsupported
 	}
-	return d.slots.masterOf(ctx, d.client, slotOf(key))
+	return d.slots.masterOf(ctx, d.client, keyslot.Of(key))
 }
 
 // Masters returns a driver of each master that serves slots (valkey-go's

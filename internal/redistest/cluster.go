@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/keyslot"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -543,28 +545,8 @@ func viewSignature(view []clusterNodeEntry) string {
 	return strings.Join(parts, " ")
 }
 
-// KeySlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
-// key, or of its hash tag (the part between the first "{" and the next "}"
-// if that is not empty), modulo 16384.
-func KeySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % clusterSlots
-}
+// KeySlot returns the Redis Cluster hash slot of key (see keyslot.Of).
+func KeySlot(key string) int { return keyslot.Of(key) }
 
 // MigrateSlot moves the hash slot of key from the master that serves it to
 // the master to, as redis-cli --cluster reshard does: SETSLOT IMPORTING on
