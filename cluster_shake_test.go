@@ -2,11 +2,14 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,13 +20,25 @@ import (
 
 // TestClusterShake is a seeded random run on a Redis Cluster while its
 // topology changes: workers (each its own Client, half of them with
-// WithReplicaSync) take a few Mutexes in turn, while a fault loop
-// migrates a lock's slot to another master or fails a master over
-// (CLUSTER FAILOVER). It checks that no two workers were in a lock's
-// critical section at once, that fences increased, and that no Lock
-// whose ctx was live returned an error. DLOCK_CLUSTER_SHAKE sets its
+// WithReplicaSync, on Mutexes of their own) take a few Mutexes in turn,
+// while a fault loop migrates a lock's slot to another master or fails a
+// master over (CLUSTER FAILOVER). It checks that no two workers were in a
+// lock's critical section at once, that fences increased, and that no
+// Lock whose ctx was live returned an error. DLOCK_CLUSTER_SHAKE sets its
 // length (default 6 s; e.g. 2m for a soak), DLOCK_CLUSTER_SHAKE_SEED its
 // seed.
+//
+// DLOCK_CLUSTER_SHAKE_KILLS=1 adds kill -9 of a lock's master (its
+// replica takes over after the node timeout; the killed node is then
+// started again and rejoins as a replica), half of the time after its
+// replica was stopped for 100-500 ms, so that the writes acknowledged
+// meanwhile are lost with the master. A write the killed master had
+// not replicated is lost: the replica-sync workers' locks must still
+// never have two owners (their grants and renewals were acknowledged by
+// the replica), while the others' may, as documented — their violations
+// are logged, not failed, once a kill has happened. Between a kill and
+// the old node's return a replica-sync grant on that shard fails with
+// ErrReplicaSync (no replica acknowledges it): counted, not failed.
 func TestClusterShake(t *testing.T) {
 	d := 6 * time.Second
 	if s := os.Getenv("DLOCK_CLUSTER_SHAKE"); s != "" {
@@ -40,8 +55,10 @@ func TestClusterShake(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	ctx := context.Background()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	kills := os.Getenv("DLOCK_CLUSTER_SHAKE_KILLS") != ""
 	base := lockName(t)
-	names := []string{base + "/a", base + "/b", base + "/c"}
+	// names[:3] for the replica-sync workers, names[3:] for the others
+	names := []string{base + "/s-a", base + "/s-b", base + "/s-c", base + "/a", base + "/b", base + "/c"}
 	recs := make([]*history.Recorder, len(names))
 	for i := range recs {
 		recs[i] = &history.Recorder{}
@@ -51,11 +68,16 @@ func TestClusterShake(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
+	var killed atomic.Bool // a master was killed: unreplicated writes may be lost
+	var unsynced atomic.Int64
 	acquired := make([]int, workers)
 	for w := range workers {
 		var opts []dlock.Option
-		if w%2 == 1 {
+		mine := names[3:]
+		synced := w%2 == 1
+		if synced {
 			opts = append(opts, dlock.WithReplicaSync(1, time.Second))
+			mine = names[:3]
 		}
 		c := newClient(t, clusterClient(t, cl), opts...)
 		wrng := rand.New(rand.NewPCG(seed, uint64(w)+1))
@@ -68,11 +90,15 @@ func TestClusterShake(t *testing.T) {
 					return
 				default:
 				}
-				i := wrng.IntN(len(names))
+				i := slices.Index(names, mine[wrng.IntN(len(mine))])
 				m := c.Mutex(names[i], dlock.WithTTL(time.Duration(300+wrng.IntN(700))*time.Millisecond))
 				lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 				l, err := m.Lock(lctx)
 				cancel()
+				if err != nil && synced && killed.Load() && errors.Is(err, dlock.ErrReplicaSync) {
+					unsynced.Add(1) // a shard without its replica, after a kill
+					continue
+				}
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("worker %d Lock %s: %w", w, names[i], err))
@@ -86,7 +112,7 @@ func TestClusterShake(t *testing.T) {
 				}
 				acquired[w]++
 				uctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				if err := l.Unlock(uctx); err != nil && l.Err() == nil {
+				if err := l.Unlock(uctx); err != nil && l.Err() == nil && !(synced && killed.Load() && errors.Is(err, dlock.ErrReplicaSync)) {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("worker %d Unlock %s: %w", w, names[i], err))
 					mu.Unlock()
@@ -106,6 +132,47 @@ func TestClusterShake(t *testing.T) {
 		from, err := cl.MasterOf(key)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if kills && rng.IntN(4) == 0 {
+			killed.Store(true)
+			// With a lost write: its replica is stopped for a while
+			// first, so that the writes the master acknowledges meanwhile
+			// (grants, renewals, releases) never reach it.
+			var lagging *redistest.Server
+			if rng.IntN(2) == 0 {
+				if lagging, err = cl.ReplicaOf(from); err != nil {
+					t.Fatal(err)
+				}
+				if err := lagging.Pause(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+			}
+			t.Logf("fault %d: kill -9 of %s (serving %s; writes lost: %v)", faults, from.Addr(), key, lagging != nil)
+			if err := from.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if lagging != nil {
+				if err := lagging.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := cl.WaitFailoverAfterKill(from, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			// back as a replica of its successor (its nodes.conf says who
+			// it was; the cluster says it was failed over)
+			if err := from.Restart(false); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.WaitHealthy(30 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("fault %d: %s is back", faults, from.Addr())
+			if masters, err = cl.Masters(); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		}
 		if rng.IntN(3) == 0 {
 			replica, err := cl.ReplicaOf(from)
@@ -150,10 +217,14 @@ func TestClusterShake(t *testing.T) {
 	}
 	for i, r := range recs {
 		if err := history.Check(r.Events()); err != nil {
+			if i >= 3 && killed.Load() {
+				t.Logf("%s (no replica sync, after a kill, as documented): %v", names[i], err)
+				continue
+			}
 			t.Errorf("%s: %v", names[i], err)
 		}
 	}
-	t.Logf("%d faults, %d acquisitions", faults, total)
+	t.Logf("%d faults, %d acquisitions; %d replica-sync grants refused after a kill", faults, total, unsynced.Load())
 }
 
 func slicesIndex(ss []*redistest.Server, s *redistest.Server) int {
