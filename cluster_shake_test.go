@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,27 +58,30 @@ func TestClusterShake(t *testing.T) {
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	kills := os.Getenv("DLOCK_CLUSTER_SHAKE_KILLS") != ""
 	base := lockName(t)
-	// names[:3] for the replica-sync workers, names[3:] for the others
-	names := []string{base + "/s-a", base + "/s-b", base + "/s-c", base + "/a", base + "/b", base + "/c"}
+	// names[:2] for the replica-sync workers, names[2:] for the others:
+	// four workers on two locks, so that waits span the faults
+	names := []string{base + "/s-a", base + "/s-b", base + "/a", base + "/b"}
 	recs := make([]*history.Recorder, len(names))
 	for i := range recs {
 		recs[i] = &history.Recorder{}
 	}
-	const workers = 6
+	const workers = 8
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
 	var killed atomic.Bool // a master was killed: unreplicated writes may be lost
 	var unsynced atomic.Int64
+	var stays []shakeStay     // under mu
+	var windows []shakeWindow // failovers and kills, by the fault loop
 	acquired := make([]int, workers)
 	for w := range workers {
 		var opts []dlock.Option
-		mine := names[3:]
+		mine := names[2:]
 		synced := w%2 == 1
 		if synced {
 			opts = append(opts, dlock.WithReplicaSync(1, time.Second))
-			mine = names[:3]
+			mine = names[:2]
 		}
 		c := newClient(t, clusterClient(t, cl), opts...)
 		wrng := rand.New(rand.NewPCG(seed, uint64(w)+1))
@@ -93,6 +97,7 @@ func TestClusterShake(t *testing.T) {
 				i := slices.Index(names, mine[wrng.IntN(len(mine))])
 				m := c.Mutex(names[i], dlock.WithTTL(time.Duration(300+wrng.IntN(700))*time.Millisecond))
 				lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				call := time.Now()
 				l, err := m.Lock(lctx)
 				cancel()
 				if err != nil && synced && killed.Load() && errors.Is(err, dlock.ErrReplicaSync) {
@@ -106,9 +111,17 @@ func TestClusterShake(t *testing.T) {
 					continue
 				}
 				exit := recs[i].Enter(strconv.Itoa(w), l.Fence())
-				time.Sleep(time.Duration(wrng.IntN(2000)) * time.Microsecond)
+				enter := time.Now()
+				hold := time.Duration(wrng.IntN(8000)) * time.Microsecond
+				if wrng.IntN(10) == 0 {
+					hold = time.Duration(50+wrng.IntN(150)) * time.Millisecond // a queue forms behind it
+				}
+				time.Sleep(hold)
 				if l.Err() == nil { // only a stay it still believed in counts
 					exit()
+					mu.Lock()
+					stays = append(stays, shakeStay{i, call, enter, time.Now()})
+					mu.Unlock()
 				}
 				acquired[w]++
 				uctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -135,6 +148,7 @@ func TestClusterShake(t *testing.T) {
 		}
 		if kills && rng.IntN(4) == 0 {
 			killed.Store(true)
+			began := time.Now()
 			// With a lost write: its replica is stopped for a while
 			// first, so that the writes the master acknowledges meanwhile
 			// (grants, renewals, releases) never reach it.
@@ -169,6 +183,9 @@ func TestClusterShake(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("fault %d: %s is back", faults, from.Addr())
+			// a lost holder's lock lingers for its TTL (1 s at most),
+			// and a waiter looks its node up again for up to movedFor
+			windows = append(windows, shakeWindow{began, time.Now(), 3 * time.Second})
 			if masters, err = cl.Masters(); err != nil {
 				t.Fatal(err)
 			}
@@ -180,6 +197,7 @@ func TestClusterShake(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("fault %d: CLUSTER FAILOVER of %s (serving %s)", faults, from.Addr(), key)
+			began := time.Now()
 			if err := cl.Failover(replica); err != nil {
 				// Redis may not complete a manual failover (the replica
 				// did not catch up in time, say): the harness's, not a
@@ -189,6 +207,7 @@ func TestClusterShake(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			windows = append(windows, shakeWindow{began, time.Now(), 0})
 			if masters, err = cl.Masters(); err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +236,7 @@ func TestClusterShake(t *testing.T) {
 	}
 	for i, r := range recs {
 		if err := history.Check(r.Events()); err != nil {
-			if i >= 3 && killed.Load() {
+			if i >= 2 && killed.Load() {
 				t.Logf("%s (no replica sync, after a kill, as documented): %v", names[i], err)
 				continue
 			}
@@ -225,6 +244,7 @@ func TestClusterShake(t *testing.T) {
 		}
 	}
 	t.Logf("%d faults, %d acquisitions; %d replica-sync grants refused after a kill", faults, total, unsynced.Load())
+	handOffs(t, stays, windows)
 }
 
 func slicesIndex(ss []*redistest.Server, s *redistest.Server) int {
@@ -235,3 +255,79 @@ func slicesIndex(ss []*redistest.Server, s *redistest.Server) int {
 	}
 	return -1
 }
+
+// shakeStay is a worker's stay in lock's critical section, and when its
+// Lock was called.
+type shakeStay struct {
+	lock              int
+	call, enter, exit time.Time
+}
+
+// shakeWindow is when a failover or a kill made a node unreachable, and
+// how long after it hand-offs are not counted.
+type shakeWindow struct {
+	from, to time.Time
+	quiet    time.Duration
+}
+
+// handOffs checks how long a lock lay free while a worker waited for it:
+// from a stay's exit (its Unlock began right after) to the next stay's
+// entry, when that stay's Lock was called before the exit. Slot
+// migrations come every 0.3-1 s and are not excluded: a hand-off right
+// after one must be as quick as any, its waiters' wake-up channels
+// having followed the slot; after a failover likewise. Hand-offs during
+// a failover are not counted (the node is paused for its replica to
+// catch up), nor during a kill and for 3 s after it (the slot's node is
+// unreachable for seconds, and a lost holder's lock lingers for its TTL).
+func handOffs(t *testing.T, stays []shakeStay, windows []shakeWindow) {
+	t.Helper()
+	byLock := map[int][]shakeStay{}
+	for _, s := range stays {
+		byLock[s.lock] = append(byLock[s.lock], s)
+	}
+	var gaps []time.Duration
+	excluded := 0
+	for _, ss := range byLock {
+		slices.SortFunc(ss, func(a, b shakeStay) int { return a.enter.Compare(b.enter) })
+		for k := 1; k < len(ss); k++ {
+			a, b := ss[k-1], ss[k]
+			if !b.call.Before(a.exit) {
+				continue // nobody waited
+			}
+			near := false
+			for _, w := range windows {
+				if a.exit.Before(w.to.Add(w.quiet)) && !w.from.After(b.enter) {
+					near = true
+				}
+			}
+			if near {
+				excluded++
+				continue
+			}
+			gaps = append(gaps, b.enter.Sub(a.exit))
+		}
+	}
+	slices.Sort(gaps)
+	if len(gaps) == 0 {
+		t.Logf("hand-offs: none away from failovers and kills (%d during them)", excluded)
+		return
+	}
+	at := func(q float64) time.Duration { return gaps[int(q*float64(len(gaps)-1))].Round(time.Microsecond) }
+	slow := len(gaps) - sort.Search(len(gaps), func(i int) bool { return gaps[i] > slowHandOff })
+	t.Logf("hand-offs away from failovers and kills: %d (%d during them); median %v, p99 %v, p99.9 %v, max %v; %d over %v",
+		len(gaps), excluded, at(0.5), at(0.99), at(0.999), gaps[len(gaps)-1].Round(time.Microsecond), slow, slowHandOff)
+	// A count, not a time: a hand-off that waited for a poll (a wake-up
+	// lost with a moved slot, the bug this test was written for, made
+	// every hand-off after a migration wait ~1 s) is slow; one in 200 is
+	// allowed (a subscription that reached the old node as the slot left
+	// is rechecked at its first poll, 256 ms). With the wake-ups' move
+	// turned off (hub.moved), a 20 s run had 11 of 1039 hand-offs slow;
+	// as it is, 2 of 1930.
+	if slow > len(gaps)/200+1 {
+		t.Errorf("%d of %d hand-offs took over %v: wake-ups are lost while the cluster changes", slow, len(gaps), slowHandOff)
+	}
+}
+
+// slowHandOff is a hand-off that no wake-up served: longer than a first
+// poll (256 ms).
+const slowHandOff = 300 * time.Millisecond
