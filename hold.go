@@ -131,7 +131,7 @@ func (h *hold) newLease() (*Lease, error) {
 	if h.err != nil {
 		return nil, h.err
 	}
-	l := &Lease{of: h, done: make(chan struct{})}
+	l := &Lease{of: h}
 	h.leases = append(h.leases, l)
 	return l, nil
 }

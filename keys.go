@@ -31,43 +31,74 @@ type keys struct {
 	channel string // <lock>:ch       release notifications; an Election's observers
 	queue   string // <lock>:queue    waiters: token -> arrival
 	alive   string // <lock>:alive    waiters: token -> place expiry
+	dead    string // <lock>:dead     tokens of acquires given up on: token -> until (server ms); see bury.lua
+	// Those of one kind only ("" for the others):
 	readers string // <lock>:readers  RWMutex: reader -> hold expiry
 	rqueue  string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
 	rphase  string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
 	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
 	permits string // <lock>:permits  Semaphore: capacity, never expires
 	ids     string // <lock>:ids      Latch: ids that counted down
-	dead    string // <lock>:dead     tokens of acquires given up on: token -> until (server ms); see bury.lua
 
 	// Set by Client.keys: where releases wake the lock's waiters, and the
-	// keys of a mutex's scripts, boxed once for their calls.
+	// keys of a mutex's scripts (a Mutex's, a FairMutex's, an Election's),
+	// boxed once for their calls.
 	wake       *wakeTo
 	mutexKeys  []string
 	mutexWords []any
 }
 
+// keySuffixes are the names newKeys makes of a lock's: those every kind
+// has, then each kind's own.
+var (
+	commonSuffixes = []string{"", ":fence", ":ch", ":queue", ":alive", ":dead"}
+	kindSuffixes   = map[kind][]string{
+		kindRW:        {":readers", ":rqueue", ":rphase"},
+		kindSemaphore: {":leases", ":permits"},
+		kindLatch:     {":ids"},
+	}
+)
+
+// newKeys names the keys of kind kd's lock name. A handle holds its keys
+// for as long as it lives (a lease's, with it): so only its kind's are
+// made, all in one string that the names are slices of (100 000 held
+// Mutexes of distinct names kept 805 B of keys each, 12 names of every
+// kind made one by one).
 func newKeys(prefix string, kd kind, name string) *keys {
 	base := prefix + ":{" + escapeTag(name) + "}"
 	if kd != kindMutex {
 		base += ":" + string(kd)
 	}
-	k := &keys{
-		name:    name,
-		lock:    base,
-		fence:   base + ":fence",
-		channel: base + ":ch",
-		queue:   base + ":queue",
-		alive:   base + ":alive",
-		readers: base + ":readers",
-		rqueue:  base + ":rqueue",
-		rphase:  base + ":rphase",
-		leases:  base + ":leases",
-		permits: base + ":permits",
-		ids:     base + ":ids",
-		dead:    base + ":dead",
+	suffixes := append(commonSuffixes[:len(commonSuffixes):len(commonSuffixes)], kindSuffixes[kd]...)
+	var b strings.Builder
+	b.Grow(len(suffixes)*len(base) + 64)
+	ends := make([]int, len(suffixes))
+	for i, sfx := range suffixes {
+		b.WriteString(base)
+		b.WriteString(sfx)
+		ends[i] = b.Len()
 	}
-	k.mutexKeys = []string{k.lock, k.fence, k.queue, k.alive, k.dead}
-	k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive, k.dead}
+	all := b.String()
+	names := make([]string, len(suffixes))
+	for i, end := range ends {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		names[i] = all[start:end]
+	}
+	k := &keys{name: name, lock: names[0], fence: names[1], channel: names[2], queue: names[3], alive: names[4], dead: names[5]}
+	switch kd {
+	case kindRW:
+		k.readers, k.rqueue, k.rphase = names[6], names[7], names[8]
+	case kindSemaphore:
+		k.leases, k.permits = names[6], names[7]
+	case kindLatch:
+		k.ids = names[6]
+	case kindMutex, kindElection:
+		k.mutexKeys = []string{k.lock, k.fence, k.queue, k.alive, k.dead}
+		k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive, k.dead}
+	}
 	return k
 }
 

@@ -86,14 +86,26 @@ func TestKeysOf(t *testing.T) {
 }
 
 // Each kind of lock has its own keys: locks of different kinds called
-// alike never touch each other's keys.
+// alike never touch each other's keys. A kind has the common names and
+// its own, and no other kind's.
 func TestKindsHaveDisjointKeys(t *testing.T) {
 	kinds := []kind{kindMutex, kindRW, kindSemaphore, kindLatch}
 	all := func(k *keys) []string {
-		return []string{k.lock, k.fence, k.channel, k.queue, k.alive, k.readers, k.leases, k.permits, k.ids}
+		var out []string
+		for _, key := range []string{k.lock, k.fence, k.channel, k.queue, k.alive, k.dead,
+			k.readers, k.rqueue, k.rphase, k.leases, k.permits, k.ids} {
+			if key != "" { // another kind's (see newKeys)
+				out = append(out, key)
+			}
+		}
+		return out
 	}
+	own := map[kind]int{kindMutex: 6, kindRW: 9, kindSemaphore: 8, kindLatch: 7}
 	owner := map[string]kind{}
 	for _, kd := range kinds {
+		if n := len(all(newKeys("p", kd, "x"))); n != own[kd] {
+			t.Errorf("kind %q has %d keys, want %d", kd, n, own[kd])
+		}
 		for _, name := range []string{"x", "x:rw", "x}:rw"} {
 			for _, key := range all(newKeys("p", kd, name)) {
 				if o, ok := owner[key]; ok && o != kd {

@@ -16,7 +16,10 @@ import (
 // A Lease is safe for concurrent use: any goroutine may watch Done, read
 // Err, or call Unlock (only the first Unlock releases).
 type Lease struct {
-	of   held // what it holds: one hold, or a set's parts
+	of held // what it holds: one hold, or a set's parts
+
+	// done is made by the first Done (under mu): a lease nobody asks for
+	// it costs no channel (96 B of the ~1.5 KB a held lease kept).
 	done chan struct{}
 
 	mu    sync.Mutex
@@ -47,7 +50,17 @@ func (l *Lease) Fence() int64 { return l.of.first().fence }
 // Done returns a channel that is closed when the lease ends: after Unlock,
 // or as soon as the lease may have been lost. When it is closed, Err says
 // why.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		if l.err != nil {
+			return closedChan
+		}
+		l.done = make(chan struct{})
+	}
+	return l.done
+}
 
 // Err returns nil while the lease is held. After it ends it returns an
 // error matching ErrUnlocked (Unlock), ErrLeaseLost (lost or expired) or
@@ -76,7 +89,9 @@ func (l *Lease) finish(err error) {
 	l.err = err
 	onEnd := l.onEnd
 	l.onEnd = nil
-	close(l.done)
+	if l.done != nil {
+		close(l.done)
+	}
 	l.mu.Unlock()
 	for _, f := range onEnd {
 		f(err)

@@ -17,7 +17,7 @@ type set struct {
 
 // newSet returns the lease of a set of parts.
 func newSet(parts []*Lease) *Lease {
-	l := &Lease{of: &set{leases: parts}, done: make(chan struct{})}
+	l := &Lease{of: &set{leases: parts}}
 	for _, p := range parts {
 		p.whenDone(l.finish)
 	}
