@@ -23,7 +23,6 @@ type hold struct {
 	side     side      // the side of an RWMutex hold; "" for other locks
 	token    string
 	fence    int64
-	renew    bool // the watchdog renews it
 
 	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
@@ -34,10 +33,11 @@ type hold struct {
 	ttl       time.Duration // lease length used by renewals
 	deadline  time.Time     // local: the lease may be gone after this
 	nextRenew time.Time     // when the watchdog renews it next
+	renew     bool          // the watchdog renews it (set when made; beside the flags below, to pack them)
 	renewing  bool          // a renewal of it is in flight
+	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
 	deadlineAt, renewAt slot
-	releasing           bool     // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	epoch               int      // bumped by Extend: older renewals confirm nothing
 	leases              []*Lease // unlocked ones are removed (few: one per re-entry)
 	err                 error    // why the hold ended; nil while held
