@@ -25,8 +25,13 @@ import (
 // to whatever the leader writes to. The leader's value (an address, say)
 // lives in the lock's own hash, so it goes when the leadership goes.
 //
-// A winner counts as leader once its value is recorded, a round trip
-// after it took the lock; Leader and Observe report nobody in between.
+// A winner counts as leader once its value is recorded: by the attempt
+// that took the lock, in the same script, or, when a resigning leader's
+// release handed it the lock, a round trip later (the release does not
+// know its value); Leader and Observe report nobody in between. A
+// candidate whose Campaign fails after its attempt won (its ctx ended
+// before the reply, or the reply came after the lease's local deadline)
+// is reported as leader until the Campaign has given the lock back.
 // Elections need scripts: a Client made WithoutScripts or NewQuorum
 // refuses them.
 //
@@ -75,11 +80,19 @@ func (p electionProto) renew(token string, ttl time.Duration, exact bool, seq in
 }
 func (p electionProto) ttl(token string) op { return p.m.ttl(token) }
 
-// request is what a Campaign tells the acquire path: a FairMutex's
-// request, under the election's keys and protocol.
-func (e *Election) request() *request {
+// request is what a Campaign for value tells the acquire path: a
+// FairMutex's request, under the election's keys and protocol, whose
+// attempts record value when they win (lock.lua's ARGV[11]): a Campaign
+// that nobody stands in the way of is one round trip.
+func (e *Election) request(value string) *request {
 	r := e.c.mutexRequest("Election", e.k, e.opts, true)
-	r.p = electionProto{r.p.(mutexProto)}
+	m := r.p.(mutexProto)
+	r.p = electionProto{m}
+	r.call = func(token, member string, queued bool, cfg lockConfig) call {
+		c := m.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), true)
+		c.args = append(c.args, "", value, e.k.channel)
+		return c
+	}
 	return r
 }
 
@@ -122,15 +135,21 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		}
 		// it ended meanwhile: campaign as a new candidate
 	}
-	l, err := e.c.acquire(ctx, e.request(), true, nil)
+	l, err := e.c.acquire(ctx, e.request(value), true, nil)
 	if err != nil {
 		return nil, err
 	}
 	ld := &Leadership{e: e, l: l, v: &leaderValue{value: value}}
+	reentered := false
 	if outer := leadershipFrom(ctx, e); outer != nil && outer.l.of.first() == l.of.first() {
 		ld.v = outer.v // a re-entry: one leader, one value
+		reentered = true
 	}
-	err = ld.record(ctx, value)
+	// The attempt that won recorded value (lock.lua) unless the lock was
+	// handed over by a release, which does not know it, or re-entered.
+	if reentered || l.of.first().handed {
+		err = ld.record(ctx, value)
+	}
 	if err == nil && l.Err() != nil {
 		// recorded, but the reply came after the lease's local deadline
 		err = fmt.Errorf("%w: %w", ErrNotHeld, l.Err())

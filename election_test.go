@@ -112,6 +112,10 @@ func TestElectionTermsAndArrivalOrder(t *testing.T) {
 		}()
 		waitFor(t, "the candidate to queue", func() bool { return qlen() == int64(i+1) })
 	}
+	reader := client(t).Election(name)
+	if info, err := reader.Leader(ctx); err != nil || info.Value != "first" {
+		t.Fatalf("Leader after an uncontended Campaign: %+v, %v; want the value its attempt recorded", info, err)
+	}
 	term := first.Term()
 	if err := first.Resign(ctx); err != nil {
 		t.Fatal(err)
@@ -123,6 +127,10 @@ func TestElectionTermsAndArrivalOrder(t *testing.T) {
 		}
 		if want := string(rune('a' + i)); ld.Value() != want {
 			t.Fatalf("leader %d is %q; want %q (arrival order)", i, ld.Value(), want)
+		}
+		// handed the lock by a release, it recorded its value itself
+		if info, err := reader.Leader(ctx); err != nil || info.Value != ld.Value() || info.Term != ld.Term() {
+			t.Fatalf("Leader after a hand-over: %+v, %v; want %q in term %d", info, err, ld.Value(), ld.Term())
 		}
 		if ld.Term() <= term {
 			t.Fatalf("term %d after %d", ld.Term(), term)
@@ -194,8 +202,8 @@ func TestElectionObserve(t *testing.T) {
 	}
 }
 
-// What an election costs in round trips: Campaign two when nobody leads
-// (the lock, then the value), Resign one; an observer reads once per
+// What an election costs in round trips: Campaign one when nobody leads
+// (the lock and the value in one script; two before issue 26), Resign one; an observer reads once per
 // change it is told of (plus the leader's owner record when the term is
 // new), and, while a leader renews its lease, once per expiry it was
 // told of — never on a fixed interval.
@@ -209,8 +217,8 @@ func TestElectionRoundTrips(t *testing.T) {
 	}
 	rec.take()
 	ld = campaign(t, e, "v")
-	if calls := rec.take(); len(calls) != 2 {
-		t.Fatalf("uncontended Campaign sent %v; want two round trips", calls)
+	if calls := rec.take(); len(calls) != 1 {
+		t.Fatalf("uncontended Campaign sent %v; want one round trip", calls)
 	}
 	if err := ld.Resign(ctx); err != nil {
 		t.Fatal(err)

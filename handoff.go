@@ -102,5 +102,5 @@ func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
 	if time.Until(p.sent.Add(granted-d.of(granted))) < granted/4 {
 		return o, false
 	}
-	return outcome{granted: true, fence: m.fence, start: p.sent, ttl: granted}, true
+	return outcome{granted: true, fence: m.fence, start: p.sent, ttl: granted, handed: true}, true
 }

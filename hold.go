@@ -36,6 +36,7 @@ type hold struct {
 	renew     bool          // the watchdog renews it (set when made; beside the flags below, to pack them)
 	renewing  bool          // a renewal of it is in flight
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
+	handed    bool          // set when made: a release handed it over (handedOver), no attempt of its own took it
 	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
 	deadlineAt, renewAt slot
 	epoch               int      // bumped by Extend: older renewals confirm nothing

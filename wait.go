@@ -25,6 +25,7 @@ type outcome struct {
 	fences []int64
 	start  time.Time
 	ttl    time.Duration // the lease from start, when not the asked TTL (a hand-off's)
+	handed bool          // granted by a release's hand-off (handedOver), not by an attempt
 	// not granted: try again within wait at the latest; placed, if its
 	// sent time is set, is the place in the queue that the attempt made
 	// or kept (handoff.go).
@@ -366,7 +367,7 @@ func (a *acquisition) lease(ctx context.Context, o outcome) (*Lease, time.Durati
 // the Client was closed meanwhile, what was taken is undone by run.
 func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o outcome) (*Lease, error) {
 	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.start)
-	h.side = p.side
+	h.side, h.handed = p.side, o.handed
 	if o.ttl > 0 {
 		h.deadline = time.Time{}
 		h.confirmed(o.start, o.ttl, 0)

@@ -18,7 +18,15 @@
 -- ARGV[9]  '1' if an earlier attempt of this acquire carried its member
 --          (it may have a place to give up when it takes the lock)
 -- ARGV[10] re-entry only: its place in the hold's sequence (in_order in
---          lib_queue.lua; hold.go, "Late commands")
+--          lib_queue.lua; hold.go, "Late commands"); '' otherwise
+-- ARGV[11] an Election's Campaign only: the candidate's value, recorded
+--          when this call grants it the lock ('v:<token>', as elect.lua
+--          records it), and ARGV[12] the observers' channel, told then.
+--          A Campaign that is handed the lock by a release records its
+--          value itself (elect.lua): the release does not know it. As in
+--          elect.lua, the value is a field of the caller's own token,
+--          written only where this call has just found or made that
+--          token the lock's holder: never another leader's.
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          {0, wait}   held by another owner (or kept for another waiter):
@@ -35,7 +43,9 @@
 --
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
 -- had already been applied answers the same when it runs again (the token
--- is already in the hash; the count is set, not added to).
+-- is already in the hash; the count is set, not added to). A Campaign's
+-- value is set only where the token has none (HSETNX): a copy that
+-- arrives after a Proclaim does not undo it.
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, member = ARGV[1], ARGV[2], ARGV[4]
 if redis.call('ZSCORE', KEYS[5], token) then
@@ -72,10 +82,23 @@ if free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0) then
   if f >= 9007199254740992 then
     f = redis.call('GET', fence)
   end
+  -- an Election's new leader (elected below, written out here as take is)
+  if ARGV[11] and redis.call('HSETNX', lock, 'v:' .. token, ARGV[11]) == 1 then
+    publish(ARGV[8], ARGV[12], WAKE_ALL)
+  end
   return {HELD, f}
 end
 -- @helpers
 local count, place_ttl = tonumber(ARGV[3]), tonumber(ARGV[5])
+
+-- elected records an Election's candidate's value when this call made
+-- it the leader (or a copy of such a call runs again), and tells the
+-- observers; nothing for a mutex.
+local function elected()
+  if ARGV[11] and redis.call('HSETNX', lock, 'v:' .. token, ARGV[11]) == 1 then
+    publish(ARGV[8], ARGV[12], WAKE_ALL)
+  end
+end
 
 -- take acquires the free lock; queued: the caller may have a place to
 -- give up.
@@ -85,7 +108,9 @@ local function take(queued)
   if queued then
     dequeue(queue, alive, member)
   end
-  return {HELD, next_fence(fence)}
+  local f = next_fence(fence)
+  elected()
+  return {HELD, f}
 end
 
 if count > 0 then
@@ -118,6 +143,7 @@ else
     -- lengthens: a late copy must not shorten what an Extend set.
     stretch(lock, ttl)
     dequeue(queue, alive, member)
+    elected()
     return {HELD, fence_at(fence)}
   elseif member ~= '' and mine[2] == member then
     -- kept for us
