@@ -18,8 +18,12 @@ func keyed(args ...any) driver.Command { return driver.Command{Args: args, First
 // boxed, when set, is keys made interfaces already (as is shaOrSrc): a
 // string made one costs an allocation.
 func scriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args []any) driver.Command {
-	words := make([]any, 0, 3+len(keys)+len(args))
-	words = append(words, name, shaOrSrc, len(keys))
+	n := len(keys)
+	if boxed != nil {
+		n = len(boxed)
+	}
+	words := make([]any, 0, 3+n+len(args))
+	words = append(words, name, shaOrSrc, n)
 	if boxed != nil {
 		words = append(words, boxed...)
 	} else {
@@ -28,5 +32,5 @@ func scriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args [
 		}
 	}
 	words = append(words, args...)
-	return driver.Command{Args: words, FirstKey: 3, Keys: len(keys)}
+	return driver.Command{Args: words, FirstKey: 3, Keys: n}
 }

@@ -44,8 +44,7 @@ type keys struct {
 	// keys of a mutex's scripts (a Mutex's, a FairMutex's, an Election's),
 	// boxed once for their calls.
 	wake       *wakeTo
-	mutexKeys  []string
-	mutexWords []any
+	mutexWords []any // lock, fence, queue, alive, dead
 }
 
 // keySuffixes are the names newKeys makes of a lock's: those every kind
@@ -96,7 +95,6 @@ func newKeys(prefix string, kd kind, name string) *keys {
 	case kindLatch:
 		k.ids = names[6]
 	case kindMutex, kindElection:
-		k.mutexKeys = []string{k.lock, k.fence, k.queue, k.alive, k.dead}
 		k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive, k.dead}
 	}
 	return k

@@ -162,7 +162,7 @@ func (p mutexProto) reenterCall(token string, count int, ttl time.Duration, seq 
 // placeTTL ms if it is held; queued: an earlier attempt carried member),
 // count >= 2 re-enters.
 func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) call {
-	return call{lockScript, p.k.mutexKeys,
+	return call{lockScript, nil,
 		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.baseArg, p.w.publishArg, flag(queued)},
 		p.k.mutexWords}
 }
@@ -181,7 +181,7 @@ func (p mutexProto) freeCall(token string, fence int64, ttl time.Duration) call 
 
 // unlock is the script call behind release.
 func (p mutexProto) unlock(token string, left int, seq int64) call {
-	return call{unlockScript, p.k.mutexKeys,
+	return call{unlockScript, nil,
 		[]any{token, left, p.w.baseArg, p.w.publishArg, flag(p.w.reserve), "", seq}, p.k.mutexWords}
 }
 

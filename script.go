@@ -121,9 +121,18 @@ type call struct {
 	s    script
 	keys []string
 	args []any
-	// boxed is keys made interfaces, when the caller has them (they are
-	// a lock's, made once: see keys.mutexWords); else nil.
+	// boxed, when set, are the keys already made interfaces (a lock's,
+	// made once: see keys.mutexWords), and keys is nil.
 	boxed []any
+}
+
+// firstKey is the call's first key: its node's, on a cluster.
+func (c call) firstKey() string {
+	if c.boxed != nil {
+		k, _ := c.boxed[0].(string)
+		return k
+	}
+	return c.keys[0]
 }
 
 // run runs the call on its own (see script.run).
@@ -155,7 +164,7 @@ func runBatch(ctx context.Context, d driver.Driver, calls []call, sync replicaSy
 		return sendBatch(ctx, d.Pipeline, calls, sync)
 	}
 	var out []driver.Reply
-	err := d.Dedicated(ctx, calls[0].keys[0], func(conn driver.Conn) error {
+	err := d.Dedicated(ctx, calls[0].firstKey(), func(conn driver.Conn) error {
 		out = sendBatch(ctx, conn.Pipeline, calls, sync)
 		return nil
 	})
