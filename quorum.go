@@ -547,7 +547,7 @@ func (q *quorum) close() { q.stragglers.Wait() }
 func (q *quorum) run(ctx context.Context, o op) driver.Reply { return o.run(ctx, nil) }
 
 func (q *quorum) attempt(a *attemptSpec) (protocol, attemptFunc) {
-	p := mutexProto{a.k, *a.k.wake}
+	p := mutexProto{a.k, a.k.wake}
 	return quorumProto{q, p}, func(ctx context.Context, queued, _ bool) (outcome, error) {
 		m := ""
 		if queued {
