@@ -32,13 +32,7 @@ type keys struct {
 	queue   string // <lock>:queue    waiters: token -> arrival
 	alive   string // <lock>:alive    waiters: token -> place expiry
 	dead    string // <lock>:dead     tokens of acquires given up on: token -> until (server ms); see bury.lua
-	// Those of one kind only ("" for the others):
-	readers string // <lock>:readers  RWMutex: reader -> hold expiry
-	rqueue  string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
-	rphase  string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
-	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
-	permits string // <lock>:permits  Semaphore: capacity, never expires
-	ids     string // <lock>:ids      Latch: ids that counted down
+	*kindKeys
 
 	// Set by Client.keys: where releases wake the lock's waiters, and the
 	// keys of a mutex's scripts (a Mutex's, a FairMutex's, an Election's),
@@ -46,6 +40,19 @@ type keys struct {
 	wake       *wakeTo
 	mutexWords []any // lock, fence, queue, alive, dead
 }
+
+// kindKeys are the keys of one kind only ("" for the others, which share
+// noKindKeys: a Mutex's keys carry none of them).
+type kindKeys struct {
+	readers string // <lock>:readers  RWMutex: reader -> hold expiry
+	rqueue  string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
+	rphase  string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
+	leases  string // <lock>:leases   Semaphore: holder -> hold expiry
+	permits string // <lock>:permits  Semaphore: capacity, never expires
+	ids     string // <lock>:ids      Latch: ids that counted down
+}
+
+var noKindKeys = &kindKeys{}
 
 // keySuffixes are the names newKeys makes of a lock's: those every kind
 // has, then each kind's own.
@@ -60,9 +67,9 @@ var (
 
 // newKeys names the keys of kind kd's lock name. A handle holds its keys
 // for as long as it lives (a lease's, with it): so only its kind's are
-// made, all in one string that the names are slices of (100 000 held
-// Mutexes of distinct names kept 805 B of keys each, 12 names of every
-// kind made one by one).
+// made, all in one string that the names are slices of, and a kind's own
+// apart (100 000 held Mutexes of distinct names kept 805 B of keys each,
+// 12 names of every kind made one by one).
 func newKeys(prefix string, kd kind, name string) *keys {
 	base := prefix + ":{" + escapeTag(name) + "}"
 	if kd != kindMutex {
@@ -86,14 +93,15 @@ func newKeys(prefix string, kd kind, name string) *keys {
 		}
 		names[i] = all[start:end]
 	}
-	k := &keys{name: name, lock: names[0], fence: names[1], channel: names[2], queue: names[3], alive: names[4], dead: names[5]}
+	k := &keys{name: name, lock: names[0], fence: names[1], channel: names[2], queue: names[3], alive: names[4], dead: names[5],
+		kindKeys: noKindKeys}
 	switch kd {
 	case kindRW:
-		k.readers, k.rqueue, k.rphase = names[6], names[7], names[8]
+		k.kindKeys = &kindKeys{readers: names[6], rqueue: names[7], rphase: names[8]}
 	case kindSemaphore:
-		k.leases, k.permits = names[6], names[7]
+		k.kindKeys = &kindKeys{leases: names[6], permits: names[7]}
 	case kindLatch:
-		k.ids = names[6]
+		k.kindKeys = &kindKeys{ids: names[6]}
 	case kindMutex, kindElection:
 		k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive, k.dead}
 	}
