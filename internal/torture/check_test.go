@@ -476,6 +476,19 @@ func TestCheckElection(t *testing.T) {
 		}
 	}
 
+	// The same read while a Resign of that leadership is in flight
+	// (through a lease of the same hold: its Campaign through the
+	// leadership's Context) is no violation: the hold may be gone before
+	// Err says so.
+	var rs hist
+	a = rs.grant("w1", "e0", "", "ld:A", 5, 0, 10, time.Second, true)
+	in := rs.grant("w1", "e0", "", "ld:A", 5, 12, 14, time.Second, true)
+	rs.add("w1", kUCall, in, 25, "")
+	rs.add("w1", kUnlock, in, 40, "")
+	rs.add("w1", kUnlock, a, 50, "")
+	rs.leaderRead("w1", "e0", 30, 31, 0, "", a)
+	wantKinds(t, rs.check(100))
+
 	// A candidate left waiting on a free election.
 	var wait hist
 	a = wait.grant("w1", "e1", "", "ld:A", 1, 0, 10, 800*time.Millisecond, true)
