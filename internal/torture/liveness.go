@@ -334,6 +334,30 @@ func (h *history) anyWorkerStopped(from, to int64) bool {
 	return false
 }
 
+// stallSilence is how long a worker process with goroutines at work
+// (dozens of events every 50 ms) must record nothing to count as stalled
+// by its machine (the scheduler or the collector under -race on 2 cores),
+// as if it had been frozen.
+const stallSilence = 200 * time.Millisecond
+
+// anyWorkerStalled reports whether some worker, alive before from and
+// after to, recorded nothing for stallSilence within [from, to]: its
+// process stalled, and its places and holds aged as a frozen worker's
+// do (seen: a reader's worker silent for 300 ms while it held rws, and a
+// writer called before another was granted after it).
+func (h *history) anyWorkerStalled(from, to int64) bool {
+	h.silence("", from, to) // builds workerTimes
+	for w, ts := range h.workerTimes {
+		if w == "" || w == "parent" || len(ts) == 0 || ts[0] > from || ts[len(ts)-1] < to {
+			continue
+		}
+		if h.silence(w, from, to) >= stallSilence {
+			return true
+		}
+	}
+	return false
+}
+
 // checkOverruns: an acquire (Lock, TryLock, Acquire, LockAll; any Client,
 // with or without ContextTimeoutEnabled) must return within overrunMax of
 // its ctx's deadline, even while the server stalls. The clock starts at
@@ -524,7 +548,7 @@ func (h *history) checkPhases(name string) []Violation {
 		// writer place expires like a stalled server's, letting the
 		// readers behind it go (seen: a writer passed by 3 read phases
 		// while a handoff fault had another worker stopped).
-		if h.anyWorkerStopped(e.T-int64(2*queueTTL), end) {
+		if h.anyWorkerStopped(e.T-int64(2*queueTTL), end) || h.anyWorkerStalled(e.T-int64(2*queueTTL), end) {
 			continue
 		}
 		from := e.T
