@@ -282,10 +282,10 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 // is retried in the background until the lease would have expired. It
 // returns that Redis error, wrapped, or an error matching ErrNotHeld when
 // the leadership had already been lost. Resign is idempotent: later
-// calls do nothing and return what the first returned. A leadership
-// that another re-entered (a Campaign through its Context) and that one
-// stay one term: the lock goes on, and observers are told, only once
-// both have resigned.
+// calls do nothing and return what the first returned. A Campaign on
+// the Client that leads, through the leadership's Context or not,
+// returns this same Leadership (see Campaign): Resign of either ends
+// both.
 func (ld *Leadership) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
