@@ -194,15 +194,6 @@ func (c *Client) wakeTo(k *keys) wakeTo {
 	return wakeTo{base: base, publish: c.publish, reserve: c.caps.reserve, baseArg: base, publishArg: c.publish}
 }
 
-// wakePtr is wakeTo, shared: the keys' own when Client.keys set it.
-func (c *Client) wakePtr(k *keys) *wakeTo {
-	if k.wake != nil {
-		return k.wake
-	}
-	w := c.wakeTo(k)
-	return &w
-}
-
 // member is how a waiter is registered in Redis: its Client's id, its
 // owner token, and for a semaphore the permits it waits for.
 func (c *Client) member(token string, need int) string {

@@ -77,11 +77,11 @@ func TestClusterShake(t *testing.T) {
 	acquired := make([]int, workers)
 	for w := range workers {
 		var opts []dlock.Option
-		mine := names[2:]
+		first := 2 // its Mutexes: names[first:first+2]
 		synced := w%2 == 1
 		if synced {
 			opts = append(opts, dlock.WithReplicaSync(1, time.Second))
-			mine = names[:2]
+			first = 0
 		}
 		c := newClient(t, clusterClient(t, cl), opts...)
 		wrng := rand.New(rand.NewPCG(seed, uint64(w)+1))
@@ -94,7 +94,7 @@ func TestClusterShake(t *testing.T) {
 					return
 				default:
 				}
-				i := slices.Index(names, mine[wrng.IntN(len(mine))])
+				i := first + wrng.IntN(2)
 				m := c.Mutex(names[i], dlock.WithTTL(time.Duration(300+wrng.IntN(700))*time.Millisecond))
 				lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 				call := time.Now()

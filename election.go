@@ -139,15 +139,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if err != nil {
 		return nil, err
 	}
-	ld := &Leadership{e: e, l: l, v: &leaderValue{value: value}}
-	reentered := false
-	if outer := leadershipFrom(ctx, e); outer != nil && outer.l.of.first() == l.of.first() {
-		ld.v = outer.v // a re-entry: one leader, one value
-		reentered = true
-	}
-	// The attempt that won recorded value (lock.lua) unless the lock was
-	// handed over by a release, which does not know it, or re-entered.
-	if reentered || l.of.first().handed {
+	ld := &Leadership{e: e, l: l, value: value}
+	// The attempt that won recorded value (lock.lua) unless a release
+	// handed the lock over, which does not know it.
+	if l.of.first().handed {
 		err = ld.record(ctx, value)
 	}
 	if err == nil && l.Err() != nil {
@@ -177,30 +172,12 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 type Leadership struct {
 	e *Election
 	l *Lease
-	v *leaderValue // shared with the leaderships that re-entered it
+
+	mu    sync.Mutex
+	value string // as last recorded
 
 	resignOnce  sync.Once
 	resignedErr error
-}
-
-// leaderValue is the value last recorded for a leadership's hold: one
-// for the hold, whatever Leadership (outer or re-entered) recorded it.
-type leaderValue struct {
-	mu    sync.Mutex
-	value string
-}
-
-// leadershipKey is how a Leadership's Context carries it, so that a
-// Campaign through that context re-enters it (see Campaign).
-type leadershipKey struct {
-	c    *Client
-	lock string
-}
-
-// leadershipFrom returns the Leadership of e that ctx carries, if any.
-func leadershipFrom(ctx context.Context, e *Election) *Leadership {
-	ld, _ := ctx.Value(leadershipKey{e.c, e.k.lock}).(*Leadership)
-	return ld
 }
 
 // Term is the leadership's fencing token: it increases strictly with each
@@ -212,9 +189,9 @@ func (ld *Leadership) Term() int64 { return ld.l.Fence() }
 
 // Value is the leader's value as last recorded by Campaign or Proclaim.
 func (ld *Leadership) Value() string {
-	ld.v.mu.Lock()
-	defer ld.v.mu.Unlock()
-	return ld.v.value
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return ld.value
 }
 
 // Done returns a channel that is closed when the leadership ends:
@@ -227,10 +204,10 @@ func (ld *Leadership) Err() error { return ld.l.Err() }
 
 // Context returns a context derived from parent that is cancelled when
 // the leadership ends: run the leader's work under it. A Campaign of the
-// same election from the same Client through it re-enters the leadership
-// instead of waiting (see Campaign).
+// same election from the same Client, through it or not, proclaims on
+// this leadership instead of waiting (see Campaign).
 func (ld *Leadership) Context(parent context.Context) context.Context {
-	return context.WithValue(ld.l.Context(parent), leadershipKey{ld.e.c, ld.e.k.lock}, ld)
+	return ld.l.Context(parent)
 }
 
 // Proclaim changes the leader's value, as one round trip, and tells the
@@ -269,9 +246,9 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	ld.v.mu.Lock()
-	ld.v.value = value
-	ld.v.mu.Unlock()
+	ld.mu.Lock()
+	ld.value = value
+	ld.mu.Unlock()
 	return nil
 }
 

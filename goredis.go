@@ -31,10 +31,9 @@ type goredis struct {
 
 	mu    sync.Mutex
 	nodes map[string]*redis.Client // a cluster's masters that NodeOf named, by address
-	// stale: Refresh was called since NodeOf last reloaded go-redis's
-	// slot map itself (go-redis's own reloads, after a MOVED, come at
-	// most every 200 ms, so one it made during a move can leave the map
-	// stale that long).
+	// stale: Refresh was called since NodeOf last asked a master where a
+	// slot is (askedOwner): go-redis's own map, reloaded at most every
+	// 200 ms and from any node, can be stale that long after a move.
 	stale atomic.Bool
 }
 
@@ -240,7 +239,7 @@ func (g *goredis) Masters(ctx context.Context) ([]driver.Driver, error) {
 
 func (g *goredis) Refresh() {
 	if g.cluster != nil {
-		g.stale.Store(true) // and the next NodeOf reloads the map first
+		g.stale.Store(true) // and the next NodeOf asks a master (askedOwner)
 		g.cluster.ReloadState(context.Background())
 	}
 }

@@ -78,20 +78,15 @@ func newKeys(prefix string, kd kind, name string) *keys {
 	suffixes := append(commonSuffixes[:len(commonSuffixes):len(commonSuffixes)], kindSuffixes[kd]...)
 	var b strings.Builder
 	b.Grow(len(suffixes)*len(base) + 64)
-	ends := make([]int, len(suffixes))
-	for i, sfx := range suffixes {
+	for _, sfx := range suffixes {
 		b.WriteString(base)
 		b.WriteString(sfx)
-		ends[i] = b.Len()
 	}
 	all := b.String()
 	names := make([]string, len(suffixes))
-	for i, end := range ends {
-		start := 0
-		if i > 0 {
-			start = ends[i-1]
-		}
-		names[i] = all[start:end]
+	for i, sfx := range suffixes {
+		n := len(base) + len(sfx)
+		names[i], all = all[:n], all[n:]
 	}
 	k := &keys{name: name, lock: names[0], fence: names[1], channel: names[2], queue: names[3], alive: names[4], dead: names[5],
 		kindKeys: noKindKeys}

@@ -133,7 +133,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 		if err := cfg.refuse("Mutex", optQueueTTL); err != nil {
 			return nil, err
 		}
-		p := mutexProto{m.k, c.wakePtr(m.k)}
+		p := mutexProto{m.k, m.k.wake}
 		a.parts = append(a.parts, part{k: m.k, what: "Mutex", p: p, cfg: cfg})
 		leave = append(leave, p.leave(member))
 		keys = append(keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive, m.k.dead)

@@ -99,7 +99,7 @@ func (m *Mutex) request() *request {
 
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.
 func (c *Client) mutexRequest(what string, k *keys, opts []LockOption, fair bool) *request {
-	p := mutexProto{k, c.wakePtr(k)}
+	p := mutexProto{k, k.wake}
 	return &request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: optQueueTTL, leave: p.leave,
 		call: func(token, member string, queued bool, cfg lockConfig) call {
 			return p.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), fair)
@@ -141,7 +141,7 @@ func mutexHolders(in *inspection) bool {
 // mutexProto is the Redis side of a Mutex or FairMutex hold.
 type mutexProto struct {
 	k *keys
-	w *wakeTo // the keys' own (a pointer: a hold keeps its protocol, boxed)
+	w *wakeTo // the keys' own, set by Client.keys (a pointer: a hold keeps its protocol, boxed)
 }
 
 // The protocol's methods return the script calls (a quorum fans them

@@ -195,7 +195,7 @@ func TestHandedLockGivenUpGoesOn(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := serverClient(t)
 	k := c.keys(kindMutex, "x")
-	p := mutexProto{k, c.wakePtr(k)}
+	p := mutexProto{k, k.wake}
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 -- elect.lua: record the value of an Election's leader (when a release
--- handed its Campaign the lock, or the Campaign re-entered a leadership:
--- a Campaign whose own attempt won had lock.lua record it; and at each
--- Proclaim), and tell the election's observers.
+-- handed its Campaign the lock: a Campaign whose own attempt won had
+-- lock.lua record it; and at each Proclaim), and tell the election's
+-- observers.
 --
 -- KEYS[1]  the election's lock hash: owner token -> hold count,
 --          't:<token>' -> when taken (server ms), 'v:<token>' -> value

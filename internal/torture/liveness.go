@@ -334,6 +334,20 @@ func (h *history) anyWorkerStopped(from, to int64) bool {
 	return false
 }
 
+// timesOf returns each worker's event times, sorted (made once).
+func (h *history) timesOf() map[string][]int64 {
+	if h.workerTimes == nil {
+		h.workerTimes = map[string][]int64{}
+		for _, e := range h.events {
+			h.workerTimes[e.W] = append(h.workerTimes[e.W], e.T)
+		}
+		for _, ts := range h.workerTimes {
+			slices.Sort(ts)
+		}
+	}
+	return h.workerTimes
+}
+
 // stallSilence is how long a worker process with goroutines at work
 // (dozens of events every 50 ms) must record nothing to count as stalled
 // by its machine (the scheduler or the collector under -race on 2 cores),
@@ -346,8 +360,7 @@ const stallSilence = 200 * time.Millisecond
 // do (seen: a reader's worker silent for 300 ms while it held rws, and a
 // writer called before another was granted after it).
 func (h *history) anyWorkerStalled(from, to int64) bool {
-	h.silence("", from, to) // builds workerTimes
-	for w, ts := range h.workerTimes {
+	for w, ts := range h.timesOf() {
 		if w == "" || w == "parent" || len(ts) == 0 || ts[0] > from || ts[len(ts)-1] < to {
 			continue
 		}
@@ -426,16 +439,7 @@ func (h *history) checkOverruns() []Violation {
 // silence returns the longest span within [from, to] in which worker w
 // recorded no event.
 func (h *history) silence(w string, from, to int64) time.Duration {
-	if h.workerTimes == nil {
-		h.workerTimes = map[string][]int64{}
-		for _, e := range h.events {
-			h.workerTimes[e.W] = append(h.workerTimes[e.W], e.T)
-		}
-		for _, ts := range h.workerTimes {
-			slices.Sort(ts)
-		}
-	}
-	ts := h.workerTimes[w]
+	ts := h.timesOf()[w]
 	i := sort.Search(len(ts), func(i int) bool { return ts[i] > from })
 	longest, last := int64(0), from
 	for ; i < len(ts) && ts[i] < to; i++ {
