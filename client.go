@@ -23,6 +23,12 @@ type Client struct {
 	be      backend       // the deployment
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
+	// fence is the fence counter every lock shares, or "" for one per
+	// cluster slot (keys.go, "Fence counters").
+	fence string
+	// folded: the fence counters of other layouts are folded into this
+	// Client's (fold.go).
+	folded atomic.Bool
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
 	caps caps // what be can do (be.caps(), asked once)
@@ -75,6 +81,9 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	if !cfg.shardOK {
 		cfg.sharded = d.Info().Cluster
+	}
+	if !cfg.slotFencesSet {
+		cfg.slotFences = d.Info().Cluster
 	}
 	tel := newTelemetry(cfg)
 	dep := newDeployment(cfg, tel)
@@ -134,6 +143,9 @@ func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry, 
 		id: randomHex(8), caps: be.caps(), tel: tel, owner: newOwners(cfg), dep: dep}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
+	}
+	if !cfg.slotFences {
+		c.fence = fenceKey(cfg.prefix, "", false)
 	}
 	w := c.wakeTo(&keys{})
 	c.wake = &w
@@ -207,7 +219,7 @@ func (c *Client) member(token string, need int) string {
 // keys returns the Redis names of the lock of kind kd called name.
 // Where its releases wake its waiters is worked out once, here.
 func (c *Client) keys(kd kind, name string) *keys {
-	k := newKeys(c.prefix, kd, name)
+	k := newKeysOf(c.prefix, kd, name, c.fence)
 	if c.publish != "SPUBLISH" {
 		k.wake = c.wake // one channel per Client: shared by its locks
 		return k

@@ -75,12 +75,24 @@ type deployment struct {
 // the next call, so a server fixed meanwhile is accepted without a new
 // Client. A quorum checks the nodes it can reach (a node that is down is
 // the quorum's business, and is checked at a later call); a single
-// deployment returns the error of a check it could not make.
+// deployment returns the error of a check it could not make. Then, once,
+// it folds the fence counters of other layouts into the Client's
+// (fold.go), with the same rule for errors.
 func (c *Client) checkDeployment(ctx context.Context) error {
-	d := c.dep
-	if d.checked.Load() {
-		return nil
+	if !c.dep.checked.Load() {
+		if err := c.checkEvictions(ctx); err != nil {
+			return err
+		}
 	}
+	if err := c.foldFences(ctx); err != nil && len(c.hubs) == 1 {
+		return err
+	}
+	return nil
+}
+
+// checkEvictions is checkDeployment's check of the eviction policies.
+func (c *Client) checkEvictions(ctx context.Context) error {
+	d := c.dep
 	// Calls made while the first check is under way check too, each
 	// within its own ctx (a lock held across the check would make a short
 	// ctx wait for a long one).

@@ -66,9 +66,12 @@
 //   - Owners are 128-bit random tokens: nobody releases or extends a lock
 //     it does not hold.
 //   - Fencing tokens (Lease.Fence) increase strictly from one owner of a
-//     lock name to the next; the counter never expires. They are exact up
-//     to 2^63−1 (past 2^53 the scripts return them as strings, not as
-//     Lua's rounded numbers).
+//     lock name to the next, forever. They come from a counter that never
+//     expires and that the locks share (one per prefix; on a cluster one
+//     per hash slot), so the keys left behind are bounded whatever the
+//     number of names: a fence is above every earlier one of its lock,
+//     not necessarily by one. They are exact up to 2^63−1 (past 2^53 the
+//     scripts return them as strings, not as Lua's rounded numbers).
 //   - Each kind of lock has its own keys: Mutex (and FairMutex, one lock
 //     with it), RWMutex, Semaphore and Latch called by the same name are
 //     different locks and never read each other's state.

@@ -36,8 +36,8 @@ import (
 // refuses them.
 //
 // In Redis the election is the hash "<prefix>:{<name>}:election" (owner
-// token -> hold count, when taken, value), with ":fence", ":queue" and
-// ":alive" beside it as for a Mutex, and observers listen on ":ch".
+// token -> hold count, when taken, fence (the term), value), with ":queue"
+// and ":alive" beside it as for a Mutex, and observers listen on ":ch".
 type Election struct {
 	handle
 }
@@ -236,7 +236,7 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 	// In the hold's sequence (hold.go, "Late commands"): a Proclaim given
 	// up on that reaches the server after a later one is refused there.
 	r, _, _ := h.inOrder(ctx, true, func(seq int64) op {
-		return call{electScript, []string{k.lock, k.fence}, []any{h.token, value, k.channel, ld.e.c.publish, seq}, nil}
+		return call{electScript, []string{k.lock}, []any{h.token, value, k.channel, ld.e.c.publish, seq}, nil}
 	})
 	if r.Err != nil {
 		return redisErr("proclaim", k.name, r.Err)
@@ -315,7 +315,7 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 		return LeaderInfo{}, 0, err
 	}
 	k := e.k
-	v, err := electReadScript.run(ctx, r, []string{k.lock, k.fence}).Slice()
+	v, err := electReadScript.run(ctx, r, []string{k.lock}).Slice()
 	if err != nil {
 		return LeaderInfo{}, 0, redisErr("read the leader of", k.name, err)
 	}

@@ -14,7 +14,7 @@ import (
 // election's keys, its observers' channel, and the Clients' wake-up
 // channels (docs/deployment.md).
 func electionGrant(name string) []string {
-	return []string{"~dlock:{" + name + "}:election*", "&dlock:{" + name + "}:election:*", "&dlock:wake:*", "+@all"}
+	return []string{"~dlock:{" + name + "}:election*", "~dlock:fence*", "&dlock:{" + name + "}:election:*", "&dlock:wake:*", "+@all"}
 }
 
 // A user whose ACL grants exactly an election's keys and channels can

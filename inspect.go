@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"path"
 	"slices"
 	"strconv"
@@ -41,7 +40,7 @@ type kindSpec struct {
 	queue     bool   // waiters queue in lib_queue.lua's queue and places
 	plain     bool   // a script-free Client keeps it as a string: the owner's token
 	// reads are what it reads beside what every kind does (the lock's
-	// TYPE and PTTL, the fence, the queue); their replies are
+	// TYPE and PTTL, the queue); their replies are
 	// inspection.extra, in order.
 	reads func(k *keys) []driver.Command
 	// fill reads the holders and the state of the kind from in; the
@@ -127,7 +126,11 @@ type LockInfo struct {
 	Key  string        // the lock's own key
 	Held bool          // some holder has it (for a Latch: the latch is closed)
 	TTL  time.Duration // the key's time to live: 0 if it does not exist, -1 if it has no expiry
-	// Fence is the last fencing token issued for the lock (0: none yet).
+	// Fence is the highest fencing token of its holders (0: free, or
+	// held by a script-free Client, whose hold keeps no fence in Redis).
+	// A lock's fences come from a counter that it shares with the locks
+	// of its cluster slot (of its deployment, off a cluster: keys.go), so
+	// the next one is above it but not necessarily by one.
 	Fence int64
 	// Mode is an RWMutex's: "read", "write", or "" when free.
 	Mode    string
@@ -155,7 +158,7 @@ type Holder struct {
 	// Holds is the hold count (1 + re-entries), or a Semaphore holder's
 	// permits.
 	Holds int64
-	Fence int64         // the holder's fencing token (a Mutex's is LockInfo.Fence)
+	Fence int64         // the holder's fencing token (0 if unknown: a script-free hold)
 	Since time.Time     // when it took the lock, by the server's clock (zero if unknown)
 	TTL   time.Duration // how long its hold has left, as the server sees it
 	Owner *Owner        // who it is, if its Client said (nil otherwise)
@@ -208,7 +211,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	k := c.keys(sp.keys, name)
 	info := &LockInfo{Kind: kd, Name: name, Key: k.lock}
-	cmds := []driver.Command{cmd("TIME"), keyed("TYPE", k.lock), keyed("PTTL", k.lock), keyed("GET", k.fence)}
+	cmds := []driver.Command{cmd("TIME"), keyed("TYPE", k.lock), keyed("PTTL", k.lock)}
 	if sp.queue {
 		cmds = append(cmds, zrange(k.queue), zrange(k.alive))
 	}
@@ -226,16 +229,15 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	in := &inspection{info: info, srv: serverTime(rs[0]), fields: map[string]string{}, extra: rs[base:]}
 	pttl, _ := rs[2].Int64()
 	info.TTL = ttlOf(time.Duration(pttl) * time.Millisecond)
-	info.Fence, _ = strconv.ParseInt(text(3), 10, 64)
 	if sp.queue {
-		in.queue, in.alive = zsetOf(rs[4]), zsetOf(rs[5])
+		in.queue, in.alive = zsetOf(rs[3]), zsetOf(rs[4])
 	}
 	switch typ := text(1); {
 	case typ == "string" && sp.plain:
 		tok, err := r.Do(ctx, keyed("GET", k.lock)).Text()
 		if err == nil {
 			info.Held = true
-			info.Holders = []Holder{{Token: tok, Holds: 1, Fence: info.Fence, TTL: info.TTL}}
+			info.Holders = []Holder{{Token: tok, Holds: 1, TTL: info.TTL}}
 		}
 		return info, c.fillOwners(ctx, r, info)
 	case typ == "hash":
@@ -249,6 +251,9 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		return info, nil
 	}
 	info.Held = len(info.Holders) > 0
+	for _, h := range info.Holders {
+		info.Fence = max(info.Fence, h.Fence)
+	}
 	slices.SortFunc(info.Holders, func(a, b Holder) int {
 		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Token, b.Token))
 	})
@@ -399,8 +404,8 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 // Locks lists the locks under the Client's prefix whose name matches
 // pattern (path.Match syntax; "" for all), of every kind, each inspected.
 // It walks the keyspace with SCAN — on a cluster, on every master — never
-// KEYS. Locks that only ever existed (a fence counter, a semaphore's
-// capacity) are listed too, free.
+// KEYS. A free lock leaves nothing to list (but a Semaphore's capacity
+// that SetPermits set: it is listed, free).
 func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error) {
 	if err := checkCall(ctx, c, "*"); err != nil {
 		return nil, err
@@ -421,19 +426,8 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 	var mu sync.Mutex
 	found := map[id]bool{}
 	scan := func(ctx context.Context, r driver.Driver) error {
-		cursor := "0"
-		for {
-			v, err := r.Do(ctx, cmd("SCAN", cursor, "MATCH", c.prefix+":{*", "COUNT", 1000)).Slice()
-			if err != nil {
-				return err
-			}
-			if len(v) != 2 {
-				return fmt.Errorf("dlock: SCAN: unexpected reply")
-			}
-			cursor, _ = v[0].(string)
-			keys, _ := v[1].([]any)
-			for _, key := range keys {
-				s, _ := key.(string)
+		return scanKeys(ctx, r, escapeGlob(c.prefix)+":{*", func(keys []string) error {
+			for _, s := range keys {
 				kd, name, ok := parseKey(c.prefix, s)
 				if ok && (pattern == "" || matches(pattern, name)) {
 					mu.Lock()
@@ -441,10 +435,8 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 					mu.Unlock()
 				}
 			}
-			if cursor == "0" || cursor == "" {
-				return nil
-			}
-		}
+			return nil
+		})
 	}
 	nodes, err := r.Masters(ctx)
 	if err == nil {
@@ -496,7 +488,7 @@ func parseKey(prefix, key string) (Kind, string, bool) {
 	name, suffix := tagUnescaper.Replace(rest[:i]), rest[i+1:]
 	first, _, _ := strings.Cut(strings.TrimPrefix(suffix, ":"), ":")
 	switch first {
-	case "", "fence", "queue", "alive":
+	case "", "queue", "alive":
 		return KindMutex, name, true
 	case string(kindRW):
 		return KindRWMutex, name, true

@@ -72,7 +72,7 @@ func TestInspectMutex(t *testing.T) {
 	unlock(t, inner)
 	unlock(t, outer)
 	info, err := a.Inspect(ctx, dlock.KindMutex, name)
-	if err != nil || info.Held || len(info.Waiters) != 0 || info.Fence != outer.Fence() {
+	if err != nil || info.Held || len(info.Waiters) != 0 || info.Fence != 0 {
 		t.Fatalf("after unlock: %+v, %v", info, err)
 	}
 }

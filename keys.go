@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"strings"
+
+	"github.com/dlock-go/dlock/internal/keyslot"
 )
 
 // kind is a family of locks that share a layout in Redis. Each kind has
@@ -27,7 +29,7 @@ const (
 type keys struct {
 	name    string // the user's lock name, for messages
 	lock    string // <lock>          the lock itself
-	fence   string // <lock>:fence    fencing counter, never expires
+	fence   string // the fence counter the lock shares (fenceKey), never expires
 	channel string // <lock>:ch       release notifications; an Election's observers
 	queue   string // <lock>:queue    waiters: token -> arrival
 	alive   string // <lock>:alive    waiters: token -> place expiry
@@ -57,7 +59,7 @@ var noKindKeys = &kindKeys{}
 // keySuffixes are the names newKeys makes of a lock's: those every kind
 // has, then each kind's own.
 var (
-	commonSuffixes = []string{"", ":fence", ":ch", ":queue", ":alive", ":dead"}
+	commonSuffixes = []string{"", ":ch", ":queue", ":alive", ":dead"}
 	kindSuffixes   = map[kind][]string{
 		kindRW:        {":readers", ":rqueue", ":rphase"},
 		kindSemaphore: {":leases", ":permits"},
@@ -65,13 +67,24 @@ var (
 	}
 )
 
-// newKeys names the keys of kind kd's lock name. A handle holds its keys
+// newKeys names the keys of kind kd's lock name; its fence counter is the
+// one a deployment that is not a cluster shares (fenceKey), which
+// Client.keys changes on a cluster. A handle holds its keys
 // for as long as it lives (a lease's, with it): so only its kind's are
 // made, all in one string that the names are slices of, and a kind's own
 // apart (100 000 held Mutexes of distinct names kept 805 B of keys each,
 // 12 names of every kind made one by one).
 func newKeys(prefix string, kd kind, name string) *keys {
+	return newKeysOf(prefix, kd, name, fenceKey(prefix, "", false))
+}
+
+// newKeysOf is newKeys with the fence counter given: fence, or with ""
+// the counter of the lock's cluster slot.
+func newKeysOf(prefix string, kd kind, name, fence string) *keys {
 	base := prefix + ":{" + escapeTag(name) + "}"
+	if fence == "" {
+		fence = fenceKey(prefix, base, true)
+	}
 	if kd != kindMutex {
 		base += ":" + string(kd)
 	}
@@ -88,19 +101,41 @@ func newKeys(prefix string, kd kind, name string) *keys {
 		n := len(base) + len(sfx)
 		names[i], all = all[:n], all[n:]
 	}
-	k := &keys{name: name, lock: names[0], fence: names[1], channel: names[2], queue: names[3], alive: names[4], dead: names[5],
+	k := &keys{name: name, lock: names[0], fence: fence, channel: names[1], queue: names[2], alive: names[3], dead: names[4],
 		kindKeys: noKindKeys}
 	switch kd {
 	case kindRW:
-		k.kindKeys = &kindKeys{readers: names[6], rqueue: names[7], rphase: names[8]}
+		k.kindKeys = &kindKeys{readers: names[5], rqueue: names[6], rphase: names[7]}
 	case kindSemaphore:
-		k.kindKeys = &kindKeys{leases: names[6], permits: names[7]}
+		k.kindKeys = &kindKeys{leases: names[5], permits: names[6]}
 	case kindLatch:
-		k.kindKeys = &kindKeys{ids: names[6]}
+		k.kindKeys = &kindKeys{ids: names[5]}
 	case kindMutex, kindElection:
 		k.mutexWords = []any{k.lock, k.fence, k.queue, k.alive, k.dead}
 	}
 	return k
+}
+
+// Fence counters. A lock's fences must grow, forever, across restarts of
+// its Clients, so the counter they come from can never expire; one per
+// lock name would leave a key behind for every name ever used (orders/42,
+// orders/43, ...). So the locks share counters: off a cluster, one per key
+// prefix, <prefix>:fence; on a cluster, where a script may only touch the
+// keys of one slot, one per hash slot, <prefix>:fence:{<tag>}, where tag
+// is a short string of the lock's slot (keyslot.Tag). The server keeps at
+// most 16 384 of them, whatever the number of names. A fence is the
+// shared counter's next value (next_fence in lib_queue.lua), so a lock's
+// fences still only grow, though not one by one; a hold keeps its own in
+// its lock's hash. Fences of an older dlock, which counted in a key per
+// name (<lock>:fence), are folded into the shared counters before the
+// first fence is taken (fold.go).
+//
+// fenceKey names the counter of the lock whose key is lock.
+func fenceKey(prefix, lock string, cluster bool) string {
+	if !cluster {
+		return prefix + ":fence"
+	}
+	return prefix + ":fence:{" + keyslot.Tag(keyslot.Of(lock)) + "}"
 }
 
 // tagEscaper makes any name safe inside a hash tag: Redis takes the tag to
@@ -121,9 +156,15 @@ func validPrefix(p string) bool {
 // share the hash tag {<escaped name>}: '%', '{' and '}' in the name are
 // escaped as %25, %7B and %7D.
 type Keys struct {
-	Lock    string // the lock: a hash of owner token -> hold count (a string WithoutScripts)
-	Fence   string // the fencing counter; never expires
-	Channel string // the pub/sub channel releases are published on
+	Lock string // the lock: a hash of owner token -> hold count (a string WithoutScripts)
+	// Fence is the fencing counter the lock's fences come from, off a
+	// Redis Cluster: every lock of the prefix shares it. It never
+	// expires.
+	Fence string
+	// SlotFence is the counter on a Redis Cluster: every lock of the
+	// lock's hash slot shares it. It never expires.
+	SlotFence string
+	Channel   string // the pub/sub channel releases are published on
 }
 
 // KeysOf returns the Keys of the Mutex called name, as a Client made
@@ -137,5 +178,5 @@ func KeysOf(prefix, name string) (Keys, error) {
 		return Keys{}, invalid("empty lock name")
 	}
 	k := newKeys(prefix, kindMutex, name)
-	return Keys{Lock: k.lock, Fence: k.fence, Channel: k.channel}, nil
+	return Keys{Lock: k.lock, Fence: k.fence, SlotFence: fenceKey(prefix, k.lock, true), Channel: k.channel}, nil
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 func TestKeysShareOneSlot(t *testing.T) {
 	names := []string{"orders/42", "{", "}", "a}b", "{x}", "%7D", "with space", "new\nline", "日本"} // "" is refused by Lock
 	for _, n := range names {
-		k := newKeys("p", kindRW, n)
+		k := newKeysOf("p", kindRW, n, "") // the fence counter of its slot, as on a cluster
 		s := redistest.KeySlot(k.lock)
 		if redistest.KeySlot(k.fence) != s || redistest.KeySlot(k.channel) != s {
 			t.Errorf("name %q: keys %q %q %q in different slots", n, k.lock, k.fence, k.channel)
@@ -75,7 +76,8 @@ func TestKeysOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Lock != "app:{a%7Bb%7D%25}" || k.Fence != k.Lock+":fence" || k.Channel != k.Lock+":ch" {
+	if k.Lock != "app:{a%7Bb%7D%25}" || k.Fence != "app:fence" || k.Channel != k.Lock+":ch" ||
+		redistest.KeySlot(k.SlotFence) != redistest.KeySlot(k.Lock) || !strings.HasPrefix(k.SlotFence, "app:fence:{") {
 		t.Fatalf("KeysOf = %+v", k)
 	}
 	for _, bad := range [][2]string{{"", "x"}, {"a{", "x"}, {"app", ""}} {
@@ -92,7 +94,7 @@ func TestKindsHaveDisjointKeys(t *testing.T) {
 	kinds := []kind{kindMutex, kindRW, kindSemaphore, kindLatch}
 	all := func(k *keys) []string {
 		var out []string
-		for _, key := range []string{k.lock, k.fence, k.channel, k.queue, k.alive, k.dead,
+		for _, key := range []string{k.lock, k.channel, k.queue, k.alive, k.dead, // the fence counter is shared
 			k.readers, k.rqueue, k.rphase, k.leases, k.permits, k.ids} {
 			if key != "" { // another kind's (see newKeys)
 				out = append(out, key)
@@ -100,7 +102,7 @@ func TestKindsHaveDisjointKeys(t *testing.T) {
 		}
 		return out
 	}
-	own := map[kind]int{kindMutex: 6, kindRW: 9, kindSemaphore: 8, kindLatch: 7}
+	own := map[kind]int{kindMutex: 5, kindRW: 8, kindSemaphore: 7, kindLatch: 6}
 	owner := map[string]kind{}
 	for _, kd := range kinds {
 		if n := len(all(newKeys("p", kd, "x"))); n != own[kd] {

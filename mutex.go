@@ -29,9 +29,9 @@ import (
 // anyone waits, and a lock left free with waiters goes to the first.
 //
 // In Redis the lock is a hash "<prefix>:{<name>}" mapping the owner's token
-// to its hold count, with a PEXPIRE; "<prefix>:{<name>}:fence" counts the
-// owners for fencing tokens; the waiters are "<prefix>:{<name>}:queue" and
-// ":alive".
+// to its hold count (and its fence, 'f:<token>'), with a PEXPIRE; fences
+// come from a counter the locks share (keys.go, "Fence counters"); the
+// waiters are "<prefix>:{<name>}:queue" and ":alive".
 type Mutex struct {
 	handle
 }
@@ -128,10 +128,11 @@ func mutexHolders(in *inspection) bool {
 			info.KeptFor = v
 		case strings.HasPrefix(f, fieldValue):
 			info.Value = v
-		case strings.HasPrefix(f, fieldTaken), strings.HasPrefix(f, fieldSeq):
+		case strings.HasPrefix(f, fieldTaken), strings.HasPrefix(f, fieldSeq), strings.HasPrefix(f, fieldFence):
 		default:
 			n, _ := strconv.ParseInt(v, 10, 64)
-			info.Holders = append(info.Holders, Holder{Token: f, Holds: n, Fence: info.Fence,
+			fence, _ := strconv.ParseInt(in.fields[fieldFence+f], 10, 64)
+			info.Holders = append(info.Holders, Holder{Token: f, Holds: n, Fence: fence,
 				Since: in.msAt(in.fields[fieldTaken+f]), TTL: info.TTL})
 		}
 	}

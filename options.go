@@ -27,16 +27,18 @@ type clientConfig struct {
 	quorumSet bool // a quorum-only option was given
 	sharded   bool
 	shardOK   bool // sharded was set explicitly
-	sync      replicaSync
-	noScripts bool
-	drift     drift
-	quorum    quorumConfig
-	logger    *slog.Logger
-	meters    metric.MeterProvider
-	tracers   trace.TracerProvider
-	names     bool
-	label     string
-	noOwner   bool
+
+	slotFences, slotFencesSet bool // WithSlotFences
+	sync                      replicaSync
+	noScripts                 bool
+	drift                     drift
+	quorum                    quorumConfig
+	logger                    *slog.Logger
+	meters                    metric.MeterProvider
+	tracers                   trace.TracerProvider
+	names                     bool
+	label                     string
+	noOwner                   bool
 
 	evictionRisk bool // WithEvictionRisk (deploy.go)
 }
@@ -53,6 +55,19 @@ func WithPrefix(prefix string) Option {
 // it when a wrapper hides a cluster client.
 func WithShardedPubSub(on bool) Option {
 	return func(c *clientConfig) { c.sharded, c.shardOK = on, true }
+}
+
+// WithSlotFences chooses fence counters per cluster hash slot, as on a
+// Redis Cluster, rather than one for every lock (keys.go, "Fence
+// counters"). Default: on for a cluster client, off otherwise; set it on
+// for a proxy that shards by slot without being a cluster to its clients
+// (a script there must touch the keys of one slot: without it every
+// acquire fails with CROSSSLOT). Either way no key is left per lock name.
+// Switching it for a deployment that has issued fences is safe: a Client
+// folds the other layout's counters into its own before its first fence
+// (fold.go).
+func WithSlotFences(on bool) Option {
+	return func(c *clientConfig) { c.slotFences, c.slotFencesSet = on, true }
 }
 
 // LockOption configures one lock: pass it to Client.Mutex to set the

@@ -84,7 +84,7 @@ func (p *phaseLog) arrived(w phaseWait) int64 {
 }
 
 func newPhaseLog(t *testing.T, name string) *phaseLog {
-	return &phaseLog{rdb: newRedis(t, srv), fenceKey: "dlock:{" + name + "}:rw:fence",
+	return &phaseLog{rdb: newRedis(t, srv), fenceKey: keysOf(name).Fence, // shared by every lock of the server
 		write: map[int64]bool{}, holds: map[string]int{}}
 }
 

@@ -94,11 +94,10 @@ var (
 	latchDownScript = loadScript("latch_down.lua")
 	latchOpenScript = loadScript("latch_open.lua")
 
-	lockAllScript  = mutexScript("lock_all.lua")
-	fenceMaxScript = loadScript("fence_max.lua")
-	buryScript     = loadScript("bury.lua")
-	qfenceScript   = loadScript("quorum_fence.lua")
-	ownerScript    = loadScript("owner.lua")
+	lockAllScript = mutexScript("lock_all.lua")
+	buryScript    = loadScript("bury.lua")
+	qfenceScript  = loadScript("quorum_fence.lua")
+	ownerScript   = loadScript("owner.lua")
 )
 
 // The scripts of each family, with the helpers they share in front.

@@ -17,9 +17,11 @@ import (
 // or on their own when its holder stops renewing them (a crashed holder
 // does not leak permits).
 //
-// The capacity lives in Redis ("<prefix>:{<name>}:sem:permits", never
-// expires). The permits given to Client.Semaphore set it only if the
-// semaphore has none yet; SetPermits changes it.
+// The capacity lives in Redis ("<prefix>:{<name>}:sem:permits"). The
+// permits given to Client.Semaphore set it only if the semaphore has none
+// yet, for as long as anyone holds or waits (an idle semaphore leaves no
+// key: its next acquire sets it again); SetPermits sets it for good (it
+// never expires) and changes it.
 //
 // Waiters are served in arrival order, as golang.org/x/sync/semaphore
 // serves them: the permits the first waiter asks for are kept for it, and
@@ -228,7 +230,7 @@ func (p semProto) leave(member string) call {
 }
 
 func (p semProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return call{semRenewScript, []string{p.k.lock, p.k.leases}, []any{token, ttl.Milliseconds(), flag(exact), seq}, nil}
+	return call{semRenewScript, []string{p.k.lock, p.k.leases, p.k.permits}, []any{token, ttl.Milliseconds(), flag(exact), seq}, nil}
 }
 
 func (p semProto) ttl(token string) op {

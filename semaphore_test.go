@@ -230,3 +230,42 @@ func TestSemaphoreUnderItsLeaseContextTakesMore(t *testing.T) {
 	unlock(t, b)
 	unlock(t, a)
 }
+
+// The capacity an acquire set lives as long as the semaphore's holds (the
+// watchdog's renewals keep it) and goes with them; one SetPermits set
+// stays.
+func TestSemaphoreCapacityLivesWithItsHolds(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	admin := newRedis(t, srv)
+	name := lockName(t)
+	const ttl = 150 * time.Millisecond
+	p, err := c.Semaphore(name, 2, dlock.WithTTL(ttl)).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capKey := keysOf(name).Lock + ":sem:permits"
+	// Three TTLs of renewals: the capacity is still the holder's, not the
+	// one a later handle brings.
+	time.Sleep(3 * ttl) // the passing of time is what is tested
+	if capacity, _, err := c.Semaphore(name, 5).Permits(ctx); err != nil || capacity != 2 {
+		t.Fatalf("capacity %d (%v) after the holder renewed past its first TTL; want 2", capacity, err)
+	}
+	if ms := admin.PTTL(ctx, capKey).Val(); ms <= 0 || ms > ttl {
+		t.Errorf("the capacity's TTL is %v; want it to follow the hold's (%v)", ms, ttl)
+	}
+	unlock(t, p)
+	waitFor(t, "the capacity to go with the holds", func() bool { return admin.Exists(ctx, capKey).Val() == 0 })
+
+	if err := c.Semaphore(name, 2).SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	p, err = c.Semaphore(name, 2, dlock.WithTTL(ttl)).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, p)
+	if ms := admin.PTTL(ctx, capKey).Val(); ms != -1 {
+		t.Errorf("a capacity SetPermits set has TTL %v; want none", ms)
+	}
+}

@@ -4,8 +4,8 @@
 -- observers.
 --
 -- KEYS[1]  the election's lock hash: owner token -> hold count,
---          't:<token>' -> when taken (server ms), 'v:<token>' -> value
--- KEYS[2]  fence counter: the leader's term
+--          't:<token>' -> when taken (server ms), 'f:<token>' -> its
+--          fence (the leader's term), 'v:<token>' -> value
 -- ARGV[1]  owner token
 -- ARGV[2]  value
 -- ARGV[3]  the observers' channel, ARGV[4] publish command (PUBLISH or
@@ -44,5 +44,4 @@ elseif order == 'run' then
   redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], ARGV[2])
   publish(ARGV[4], ARGV[3], WAKE_ALL)
 end
-local term = redis.call('GET', KEYS[2]) or '0'
-return {HELD, term}
+return {HELD, redis.call('HGET', KEYS[1], 'f:' .. ARGV[1])}

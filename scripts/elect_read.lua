@@ -1,7 +1,7 @@
 -- elect_read.lua: who leads an Election, read in one step.
 --
--- KEYS[1]  the election's lock hash (see elect.lua)
--- KEYS[2]  fence counter: the leader's term
+-- KEYS[1]  the election's lock hash (see elect.lua): the leader's term is
+--          its hold's fence
 --
 -- Returns  {1, token, value, term, since, pttl}  a leader: its owner
 --                   token, value, term, when it took the lock (server
@@ -20,7 +20,7 @@ for i = 1, #h, 2 do
     local v = redis.call('HGET', KEYS[1], 'v:' .. f)
     if v then
       local since = redis.call('HGET', KEYS[1], 't:' .. f) or '0'
-      local term = redis.call('GET', KEYS[2]) or '0'
+      local term = redis.call('HGET', KEYS[1], 'f:' .. f) or '0'
       return {HELD, f, v, term, since, pttl}
     end
   end

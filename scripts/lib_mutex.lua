@@ -65,10 +65,10 @@ local function hand_on(lock, fence, queue, alive, base, pub, reserve, released)
   if ttl then
     local granted = math.min(tonumber(ttl), left)
     local tok = token_of(h)
-    redis.call('HSET', lock, tok, 1, 't:' .. tok, now)
+    local f = next_fence(fence)
+    redis.call('HSET', lock, tok, 1, 't:' .. tok, now, 'f:' .. tok, f)
     redis.call('PEXPIRE', lock, granted)
     unqueue(queue, alive, h)
-    local f = next_fence(fence)
     publish(pub, base .. string.match(h, '^[^:]*'),
       h .. ' ' .. decimal(f) .. ' ' .. granted .. ' ' .. decimal(exp))
     return

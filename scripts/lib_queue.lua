@@ -86,18 +86,22 @@ end
 -- 2^53, so a counter at or past that is read back as the string Redis
 -- stores (Go parses either). Never do arithmetic on a fence here.
 
--- next_fence INCRs the fence counter at key and returns the new value.
+-- next_fence INCRs the fence counter at key and returns the new value,
+-- the fence of a hold that is taken. The counter is not the lock's own:
+-- every lock of a cluster slot shares one (every lock of the deployment,
+-- off a cluster; keys.go, "Fence counters"), so that the keys that stay
+-- forever are one per slot, not one per name ever used. A lock's fences
+-- still only grow, forever: each is the shared counter's next value, and
+-- the counter never goes down (it never expires; a restart keeps it as
+-- far as persistence does, as it kept a lock's own). A hold keeps its
+-- fence in its lock's hash ('f:<token>'), where a re-entry and an
+-- inspector read it.
 local function next_fence(key)
   local f = redis.call('INCR', key)
   if f >= 9007199254740992 then
     return redis.call('GET', key)
   end
   return f
-end
-
--- fence_at is the fence counter at key as stored ('0' if unset).
-local function fence_at(key)
-  return redis.call('GET', key) or '0'
 end
 
 -- dequeue removes member from a lock's queue if it is there (one call if

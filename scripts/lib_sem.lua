@@ -10,7 +10,12 @@
 -- and a sorted set 'leases': token -> when its hold expires (server ms), so
 -- that each holder's permits come back on their own when it stops renewing
 -- (crashed, cut off). Both keys live as long as their longest hold. The
--- capacity is a plain key that never expires, like the fence counter.
+-- capacity is a plain key. Set by SetPermits it never expires; set by an
+-- acquire (the capacity its handle was made with, when the semaphore has
+-- none) it lives as long as the semaphore's holders and waiters (keep):
+-- an idle semaphore leaves no key behind, and the next acquire sets its
+-- capacity again. While anyone holds or waits it is there, so every
+-- acquire meanwhile counts against the same capacity.
 
 -- drop removes a holder.
 local function drop(holders, leases, tok)
@@ -37,15 +42,24 @@ local function used(holders)
   return n
 end
 
--- capacity returns the semaphore's capacity, setting it to default if it
--- has none yet.
-local function capacity(cap_key, default)
+-- capacity returns the semaphore's capacity, setting it to default for
+-- ttl ms if it has none yet.
+local function capacity(cap_key, default, ttl)
   local cap = tonumber(redis.call('GET', cap_key))
   if not cap then
-    redis.call('SET', cap_key, default)
+    redis.call('SET', cap_key, default, 'PX', ttl)
     cap = tonumber(default)
   end
   return cap
+end
+
+-- keep makes a capacity set by an acquire live at least ttl ms more (one
+-- set by SetPermits has no expiry, and keeps none).
+local function keep(cap_key, ttl)
+  local left = redis.call('PTTL', cap_key)
+  if left >= 0 and left < tonumber(ttl) then
+    redis.call('PEXPIRE', cap_key, ttl)
+  end
 end
 
 -- Waiters (lib_queue.lua) are served in arrival order: the first waiter's

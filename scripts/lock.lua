@@ -2,8 +2,10 @@
 -- hold of it, or keep a waiter's place in its queue.
 --
 -- KEYS[1]  lock hash: owner token -> hold count, 't:<token>' -> when it was
---          taken (server ms); or RESERVED -> a waiter
--- KEYS[2]  fence counter (INCR'd on first entry only; never expires)
+--          taken (server ms), 'f:<token>' -> the hold's fence; or
+--          RESERVED -> a waiter
+-- KEYS[2]  the fence counter of the lock's slot (INCR'd on first entry
+--          only; see next_fence in lib_queue.lua)
 -- KEYS[3]  queue: member -> arrival (server µs)
 -- KEYS[4]  alive: member -> place expiry (server ms)
 -- KEYS[5]  dead: tokens whose acquire was given up on (bury.lua)
@@ -67,20 +69,20 @@ end
 -- FairMutex also requires an empty queue, as the path below would.
 local free = ARGV[3] == '0' and redis.call('EXISTS', lock) == 0
 if free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0) then
+  -- the hold's fence (next_fence in lib_queue.lua)
+  local f = redis.call('INCR', fence)
+  if f >= 9007199254740992 then
+    f = redis.call('GET', fence)
+  end
   -- when it was taken, in server ms (stamp_ms in lib_mutex.lua)
   local t = redis.call('TIME')
-  redis.call('HSET', lock, token, '1', 't:' .. token, t[1] .. string.sub('00000' .. t[2], -6, -4))
+  redis.call('HSET', lock, token, '1', 't:' .. token, t[1] .. string.sub('00000' .. t[2], -6, -4), 'f:' .. token, f)
   redis.call('PEXPIRE', lock, ttl)
   -- A first attempt has no place to give up (a call that go-redis sent
   -- again after losing its reply may have left one: the release skips
   -- it); a later one gives up its place (dequeue in lib_queue.lua).
   if ARGV[9] == '1' and member ~= '' and redis.call('ZREM', queue, member) == 1 then
     redis.call('ZREM', alive, member)
-  end
-  -- the hold's fence (next_fence in lib_queue.lua)
-  local f = redis.call('INCR', fence)
-  if f >= 9007199254740992 then
-    f = redis.call('GET', fence)
   end
   -- an Election's new leader (elected below, written out here as take is)
   if ARGV[11] and redis.call('HSETNX', lock, 'v:' .. token, ARGV[11]) == 1 then
@@ -103,12 +105,12 @@ end
 -- take acquires the free lock; queued: the caller may have a place to
 -- give up.
 local function take(queued)
-  redis.call('HSET', lock, token, 1, 't:' .. token, stamp_ms())
+  local f = next_fence(fence)
+  redis.call('HSET', lock, token, 1, 't:' .. token, stamp_ms(), 'f:' .. token, f)
   redis.call('PEXPIRE', lock, ttl)
   if queued then
     dequeue(queue, alive, member)
   end
-  local f = next_fence(fence)
   elected()
   return {HELD, f}
 end
@@ -123,7 +125,7 @@ if count > 0 then
   elseif r == 'run' then
     stretch(lock, ttl)
   end
-  return {HELD, fence_at(fence)}
+  return {HELD, redis.call('HGET', lock, 'f:' .. token)}
 end
 
 if free then
@@ -136,7 +138,7 @@ if free then
   -- died): hand it the lock (or keep it for it) and tell it
   hand_on(lock, fence, queue, alive, ARGV[7], ARGV[8], true)
 else
-  local mine = redis.call('HMGET', lock, token, RESERVED)
+  local mine = redis.call('HMGET', lock, token, RESERVED, 'f:' .. token)
   if mine[1] then
     -- our own earlier call, retried after its reply was lost; or the lock
     -- was handed to us and the message has not come (yet). It only
@@ -144,7 +146,7 @@ else
     stretch(lock, ttl)
     dequeue(queue, alive, member)
     elected()
-    return {HELD, fence_at(fence)}
+    return {HELD, mine[3]}
   elseif member ~= '' and mine[2] == member then
     -- kept for us
     redis.call('DEL', lock)

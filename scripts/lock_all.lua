@@ -1,7 +1,8 @@
 -- lock_all.lua: take several mutexes at once, all or none.
 --
 -- KEYS[5i-4]  lock hash of the i-th mutex: owner token -> hold count
--- KEYS[5i-3]  its fence counter (never expires)
+-- KEYS[5i-3]  the fence counter of its slot (see next_fence in
+--             lib_queue.lua)
 -- KEYS[5i-2]  its queue, KEYS[5i-1] its alive set (see lib_queue.lua)
 -- KEYS[5i]    its dead set: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]     owner token (the same for every mutex of the set)
@@ -66,12 +67,13 @@ for i = 1, n do
   local lock, fence, ttl = k(i, 1), k(i, 2), ARGV[i + 5]
   if redis.call('HEXISTS', lock, tok) == 1 then
     stretch(lock, ttl) -- sent again: only lengthens
-    out[i + 1] = fence_at(fence)
+    out[i + 1] = redis.call('HGET', lock, 'f:' .. tok)
   else
     redis.call('DEL', lock) -- free, or kept for us
-    redis.call('HSET', lock, tok, 1, 't:' .. tok, now)
+    local f = next_fence(fence)
+    redis.call('HSET', lock, tok, 1, 't:' .. tok, now, 'f:' .. tok, f)
     redis.call('PEXPIRE', lock, ttl)
-    out[i + 1] = next_fence(fence)
+    out[i + 1] = f
   end
   dequeue(k(i, 3), k(i, 4), member)
 end

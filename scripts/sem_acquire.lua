@@ -2,9 +2,10 @@
 -- place in its queue.
 --
 -- KEYS[1]  holders hash (see lib_sem.lua)
--- KEYS[2]  fence counter (never expires)
+-- KEYS[2]  the fence counter of the semaphore's slot (next_fence in
+--          lib_queue.lua)
 -- KEYS[3]  leases: token -> hold expiry (server ms)
--- KEYS[4]  capacity (never expires)
+-- KEYS[4]  capacity (see lib_sem.lua)
 -- KEYS[5]  queue, KEYS[6] alive (see lib_queue.lua)
 -- KEYS[7]  dead: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]  owner token
@@ -39,16 +40,18 @@ if redis.call('HEXISTS', holders, 'p:' .. tok) == 1 then
   end
   stretch(holders, ttl)
   stretch(leases, ttl)
+  keep(cap_key, ttl)
   unqueue(queue, alive, member)
   return {HELD, redis.call('HGET', holders, 'f:' .. tok)}
 end
-local cap = capacity(cap_key, ARGV[4])
+local cap = capacity(cap_key, ARGV[4], ttl)
 if n > cap then
   return {TOO_MANY, cap}
 end
 if used(holders) + n + kept(queue, alive, member) > cap then
   if place_ttl > 0 then
     place(queue, alive, member, now, place_ttl)
+    keep(cap_key, place_ttl)
   end
   local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
   local wait = ttl
@@ -62,6 +65,7 @@ redis.call('HSET', holders, 'p:' .. tok, n, 'f:' .. tok, f, 't:' .. tok, now)
 redis.call('ZADD', leases, now + ttl, tok)
 stretch(holders, ttl)
 stretch(leases, ttl)
+keep(cap_key, ttl)
 if member ~= '' and redis.call('ZREM', queue, member) == 1 then
   redis.call('ZREM', alive, member)
 end

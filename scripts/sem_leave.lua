@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  holders hash (see lib_sem.lua)
 -- KEYS[2]  leases: token -> hold expiry (server ms)
--- KEYS[3]  capacity (never expires)
+-- KEYS[3]  capacity (see lib_sem.lua)
 -- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
 -- ARGV[1]  the waiter's member
 -- ARGV[2]  channel base, ARGV[3] publish command (PUBLISH or SPUBLISH)

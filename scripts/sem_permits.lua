@@ -2,10 +2,12 @@
 --
 -- KEYS[1]  holders hash (see lib_sem.lua)
 -- KEYS[2]  leases: token -> hold expiry (server ms)
--- KEYS[3]  capacity (never expires)
+-- KEYS[3]  capacity (see lib_sem.lua)
 -- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
--- ARGV[1]  capacity to set if the semaphore has none yet
--- ARGV[2]  new capacity, or 0 to leave it as it is
+-- ARGV[1]  the capacity it has if it has none yet (not written: a
+--          semaphore nobody uses keeps no key)
+-- ARGV[2]  new capacity (kept until changed: it never expires), or 0 to
+--          leave it as it is
 -- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {capacity, permits held}
@@ -16,7 +18,7 @@
 -- acquires wait until enough is given back. Raising it tells the waiters
 -- that now fit.
 expire_holders(KEYS[1], KEYS[2], now_ms())
-local cap = capacity(KEYS[3], ARGV[1])
+local cap = tonumber(redis.call('GET', KEYS[3]) or ARGV[1])
 local held = used(KEYS[1])
 if tonumber(ARGV[2]) > 0 then
   redis.call('SET', KEYS[3], ARGV[2])

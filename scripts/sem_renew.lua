@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  holders hash (see lib_sem.lua)
 -- KEYS[2]  leases: token -> hold expiry (server ms)
+-- KEYS[3]  capacity (see lib_sem.lua: it lives as long as the holds)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  '1' to set the hold's expiry to exactly now + ARGV[2] (Extend);
@@ -31,4 +32,5 @@ if ARGV[3] == '1' or want > until_ms then
 end
 stretch(KEYS[1], ARGV[2])
 stretch(KEYS[2], ARGV[2])
+keep(KEYS[3], ARGV[2])
 return 1

@@ -2,7 +2,8 @@
 -- when it becomes free, hand it to the first waiter (lib_mutex.lua).
 --
 -- KEYS[1]  lock hash: owner token -> hold count
--- KEYS[2]  fence counter (for a waiter handed the lock)
+-- KEYS[2]  the fence counter of the lock's slot (for a waiter handed the
+--          lock)
 -- KEYS[3]  queue, KEYS[4] alive (see lib_queue.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  holds to leave: n >= 1 keeps the lock with count n; 0 frees it
@@ -32,11 +33,16 @@
 -- Sent again: go-redis sends a call again when it lost the reply, and the
 -- server may run both copies; the second finds the hold gone. It answers
 -- done (1), not -1, when nobody can have held the lock since this hold:
--- the fence counter is still the hold's fence (every grant INCRs it), or
+-- the fence counter is still the hold's fence (every grant of every lock
+-- that shares the counter INCRs it, so none was made since), or
 -- the token is in the dead set, where a release that handed the lock on
 -- (which INCRs the fence for the next owner) left it. Else -1: the hold
 -- was lost before the release (expired, forced, lost with a failover),
--- and another owner may have taken the lock.
+-- and another owner may have taken the lock. Since the counter is shared
+-- (keys.go, "Fence counters"), a grant of another lock between the two
+-- copies also makes it -1: a copy sent again on a busy server may report
+-- a release that ran as lost (never the reverse; a receipt on every
+-- release would tell them apart at the cost of a sorted-set write each).
 --
 -- The common case, before the helpers: the last hold is released and
 -- nobody waits. It deletes the hold's two fields with one HDEL, not
@@ -51,7 +57,7 @@
 -- nothing, the caller held nothing and nothing changed. (Go sends the
 -- count as a decimal integer, so '0' is the only way it says 0.)
 if ARGV[2] == '0' then
-  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1]) == 0 then
+  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'f:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1]) == 0 then
     if ARGV[8] and (redis.call('GET', KEYS[2]) == ARGV[8] or redis.call('ZSCORE', KEYS[5], ARGV[1])) then
       return 1 -- this release, sent again: it ran
     end

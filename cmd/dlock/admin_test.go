@@ -189,7 +189,7 @@ func TestInspectMutex(t *testing.T) {
 	pid := strconv.Itoa(os.Getpid())
 	r := admin(prefix, "inspect", name)
 	must(t, r, exitOK, fmt.Sprintf("mutex %q (key %s:{a%%7Bb%%7D%%25c/d})", name, prefix),
-		"held:      yes, by 1 holder\n", fmt.Sprintf("fence:     %d, the last one issued", lease.Fence()),
+		"held:      yes, by 1 holder\n", fmt.Sprintf("fence:     %d, the highest its holders have", lease.Fence()),
 		"waiters:   1, in the order they will be served")
 	holderRow := fieldsOf(r.stdout, lease.Token())
 	if len(holderRow) != 9 || holderRow[1] != "2" || holderRow[2] != strconv.FormatInt(lease.Fence(), 10) ||
@@ -228,7 +228,7 @@ func TestInspectMutex(t *testing.T) {
 
 	r = admin(prefix, "unlock", "--force", name)
 	must(t, r, exitOK, "freed mutex", lease.Token(), "cli-test", "1 waiter: the next gets it",
-		fmt.Sprintf("the fence counter stays at %d", lease.Fence()))
+		fmt.Sprintf("the next fence is above %d", lease.Fence()))
 	next := granted(t, waiter, "the waiter after unlock --force")
 	if next.Fence() <= lease.Fence() {
 		t.Errorf("the waiter's fence %d, want above %d", next.Fence(), lease.Fence())
@@ -435,7 +435,7 @@ func TestAdminRefusesOtherKeys(t *testing.T) {
 func TestInspectNothing(t *testing.T) {
 	prefix := testPrefix(t)
 	must(t, admin(prefix, "inspect", "never-used"), exitOK, `no lock called "never-used"`)
-	must(t, admin(prefix, "inspect", "--kind", "semaphore", "never-used"), exitOK, "held:      no", "fence:     none issued yet")
+	must(t, admin(prefix, "inspect", "--kind", "semaphore", "never-used"), exitOK, "held:      no", "fence:     none held")
 	if r := admin(prefix, "inspect", "--json", "never-used"); r.code != exitOK || strings.TrimSpace(r.stdout) != "[]" {
 		t.Errorf("inspect --json of nothing: %q, want []", r.stdout)
 	}

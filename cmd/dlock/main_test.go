@@ -197,7 +197,7 @@ func TestKeysFor(t *testing.T) {
 		{"p", "%7B", "p:{%257B}"}, // not the same key as "{"
 	} {
 		k := keysFor(tc.prefix, tc.name)
-		if k.Lock != tc.lock || k.Fence != tc.lock+":fence" || k.Channel != tc.lock+":ch" {
+		if k.Lock != tc.lock || k.Fence != tc.prefix+":fence" || k.Channel != tc.lock+":ch" {
 			t.Errorf("keysFor(%q, %q) = %+v, want lock %q", tc.prefix, tc.name, k, tc.lock)
 		}
 	}

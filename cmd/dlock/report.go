@@ -50,9 +50,9 @@ func writeLock(w io.Writer, l *dlock.LockInfo, now time.Time) {
 	}
 	fmt.Fprintf(w, "  ttl:       %s\n", lockTTL(l.TTL))
 	if l.Fence == 0 {
-		fmt.Fprintln(w, "  fence:     none issued yet")
+		fmt.Fprintln(w, "  fence:     none held")
 	} else {
-		fmt.Fprintf(w, "  fence:     %d, the last one issued\n", l.Fence)
+		fmt.Fprintf(w, "  fence:     %d, the highest its holders have\n", l.Fence)
 	}
 	if l.KeptFor != "" {
 		fmt.Fprintf(w, "  kept for:  %s (the waiter whose turn it is)\n", l.KeptFor)
@@ -146,7 +146,7 @@ func writeFreed(w io.Writer, before *dlock.LockInfo, now time.Time) {
 	if n := len(before.Waiters); n > 0 {
 		fmt.Fprintf(w, "  %d waiter%s: the next get%s it as from a release\n", n, plural(n), when(n == 1, "s"))
 	}
-	fmt.Fprintf(w, "the fence counter stays at %d (fences never go back)\n", before.Fence)
+	fmt.Fprintf(w, "the next fence is above %d (fences never go back)\n", before.Fence)
 }
 
 // row writes one table row; a cell "" is left out (a column that does

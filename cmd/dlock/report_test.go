@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ func fixedLocks(mutexFence, rwFence int64) []*dlock.LockInfo {
 				Since: t0.Add(-1500 * time.Millisecond), TTL: 20 * time.Second, Owner: alice}}},
 		{Kind: dlock.KindRWMutex, Name: "config", Held: true, Mode: "read", Fence: rwFence, TTL: 10 * time.Second,
 			Holders: []dlock.Holder{
-				{Token: "fedcba9876543210fedcba9876543210", Side: "read", Holds: 1, Since: t0.Add(-time.Minute)},
-				{Token: "0123456789abcdef00000000000000bb", Side: "read", Holds: 1, Since: t0.Add(-2 * time.Second), Owner: alice}},
+				{Token: "fedcba9876543210fedcba9876543210", Side: "read", Holds: 1, Fence: rwFence - 1, Since: t0.Add(-time.Minute)},
+				{Token: "0123456789abcdef00000000000000bb", Side: "read", Holds: 1, Fence: rwFence, Since: t0.Add(-2 * time.Second), Owner: alice}},
 			Waiters: []dlock.Waiter{{Token: "w1", Side: "write"}, {Token: "w2", Side: "read"}}},
 		{Kind: dlock.KindMutex, Name: "idle", Fence: 7},
 		{Kind: dlock.KindSemaphore, Name: "pool", Capacity: 5, Free: 5, Fence: 3,
@@ -33,24 +34,24 @@ func fixedLocks(mutexFence, rwFence int64) []*dlock.LockInfo {
 	}
 }
 
-// TestRenderTop renders two refreshes two seconds apart: orders/42 took
-// 20 fences (10/s), config 4 (2/s); the rest none. Rows are busiest
+// TestRenderTop renders two refreshes two seconds apart: orders/42 has a
+// new holder (0.5/s), config two (1/s); the rest none. Rows are busiest
 // first; the latch has no rate; the first frame has none at all.
 func TestRenderTop(t *testing.T) {
 	v := topView{prefix: "dlock", pattern: "*", interval: time.Second}
 	prev := &snapshot{at: t0.Add(-2 * time.Second), locks: fixedLocks(100, 40)}
 	cur := &snapshot{at: t0, locks: fixedLocks(120, 44)}
 	want := `dlock top  03:04:05  prefix "dlock", locks matching "*", every 1s  (Ctrl-C quits)
-5 locks, 3 held, 3 waiters, 12.0 acquisitions/s
+5 locks, 3 held, 3 waiters, 1.5 acquisitions/s
 
 KIND       NAME       HOLDER                HELD FOR  WAITERS  ACQ/S  LOST/S
-mutex      orders/42  web-1/4242 (billing)  1.5s      0        10.0   –
-rwmutex    config     fedcba987654… +1      1m0s      2        2.0    –
+rwmutex    config     fedcba987654… +1      1m0s      2        1.0    –
+mutex      orders/42  web-1/4242 (billing)  1.5s      0        0.5    –
 semaphore  pool       -                     -         1        0.0    –
 latch      boot       count 3               -         0        –      –
 mutex      idle       -                     -         0        0.0    –
 
-ACQ/S: fences issued per second since the last refresh (a re-entry takes none; an election's: new terms).
+ACQ/S: holds seen to begin per second since the last refresh (one that began and ended between two refreshes is not seen).
 ` + lostNote + "\n"
 	if got := renderTop(v, prev, cur); got != want {
 		t.Errorf("frame:\n%s\nwant:\n%s", got, want)
@@ -76,17 +77,30 @@ ACQ/S: fences issued per second since the last refresh (a re-entry takes none; a
 	}
 }
 
-// TestTopRates: a lock that is new since the last refresh counts from
-// fence 0; a counter that went back (deleted) gives no rate.
+// TestTopRates: a hold counts as begun when its fence is new to its lock
+// since the last refresh; a lock new since then counts all its holds.
 func TestTopRates(t *testing.T) {
-	prev := &snapshot{at: t0.Add(-time.Second), locks: []*dlock.LockInfo{{Kind: dlock.KindMutex, Name: "reset", Fence: 50}}}
+	held := func(kd dlock.Kind, name string, fences ...int64) *dlock.LockInfo {
+		l := &dlock.LockInfo{Kind: kd, Name: name}
+		for _, f := range fences {
+			l.Holders = append(l.Holders, dlock.Holder{Token: fmt.Sprint("t", f), Fence: f})
+		}
+		return l
+	}
+	prev := &snapshot{at: t0.Add(-time.Second), locks: []*dlock.LockInfo{
+		held(dlock.KindMutex, "same", 50), held(dlock.KindRWMutex, "more", 7, 8)}}
 	cur := &snapshot{at: t0, locks: []*dlock.LockInfo{
-		{Kind: dlock.KindMutex, Name: "reset", Fence: 2},
-		{Kind: dlock.KindSemaphore, Name: "new", Fence: 3},
-	}}
-	rows := topRows(prev, cur)
-	if rows[0].l.Name != "new" || rows[0].rate != 3 || !rows[0].hasRate || rows[1].hasRate {
-		t.Errorf("rows %+v %+v", rows[0], rows[1])
+		held(dlock.KindMutex, "same", 50), held(dlock.KindRWMutex, "more", 8, 9, 12),
+		held(dlock.KindSemaphore, "new", 3, 4, 5)}}
+	rates := map[string]float64{}
+	for _, r := range topRows(prev, cur) {
+		if !r.hasRate {
+			t.Errorf("%s: no rate", r.l.Name)
+		}
+		rates[r.l.Name] = r.rate
+	}
+	if rates["same"] != 0 || rates["more"] != 2 || rates["new"] != 3 {
+		t.Errorf("rates %v; want same 0, more 2, new 3", rates)
 	}
 }
 
@@ -123,11 +137,11 @@ func TestWriteLock(t *testing.T) {
   held:      yes, by 2 holders
   mode:      read
   ttl:       10s
-  fence:     4, the last one issued
+  fence:     4, the highest its holders have
   holders:
     TOKEN                             SIDE  HOLDS  FENCE  HELD FOR  TTL  HOST   PID   PROGRAM  LABEL
-    fedcba9876543210fedcba9876543210  read  1      0      1m0s      0s   -      -     -        -
-    0123456789abcdef00000000000000bb  read  1      0      2s        0s   web-1  4242  api      billing
+    fedcba9876543210fedcba9876543210  read  1      3      1m0s      0s   -      -     -        -
+    0123456789abcdef00000000000000bb  read  1      4      2s        0s   web-1  4242  api      billing
   waiters:   2, in the order they will be served:
     #  TOKEN  SIDE   WAITING  EXPIRES  HOST  PID  PROGRAM  LABEL
     1  w1     write  -        0s       -     -    -        -

@@ -258,10 +258,15 @@ func TestRunRedisURLFromEnvironment(t *testing.T) {
 	if r.code != exitOK || m == nil {
 		t.Fatalf("run with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
 	}
-	if r := runCLI("inspect", "--prefix", testPrefix(t), name); r.code != exitOK || !strings.Contains(r.stdout, "fence:     "+m[1]+",") {
+	// the fence came from the server the URL names (a released lock
+	// leaves only the shared counter)
+	if f, err := testClient(t).Get(testCtx(t), keysFor(testPrefix(t), name).Fence).Result(); err != nil || f != m[1] {
+		t.Errorf("the fence counter of the URL's server is %q (%v), want the run's fence %s", f, err, m[1])
+	}
+	if r := runCLI("inspect", "--prefix", testPrefix(t), name); r.code != exitOK || !strings.Contains(r.stdout, "no lock called") {
 		t.Errorf("inspect with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
 	}
-	if r := runCLI("ls", "--prefix", testPrefix(t)); r.code != exitOK || !strings.Contains(r.stdout, name) {
+	if r := runCLI("ls", "--prefix", testPrefix(t)); r.code != exitOK || !strings.Contains(r.stdout, "no locks under prefix") {
 		t.Errorf("ls with $%s: code %d, stdout %q, stderr %q", redisURLEnv, r.code, r.stdout, r.stderr)
 	}
 

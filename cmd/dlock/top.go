@@ -142,10 +142,15 @@ type lockID struct {
 // then by name and kind. prev is the previous snapshot (nil for the
 // first); a lock it does not have had no fence then.
 func topRows(prev, cur *snapshot) []topRow {
-	fences := map[lockID]int64{}
+	// the holds (by fence) each lock had then
+	seen := map[lockID]map[int64]bool{}
 	if prev != nil {
 		for _, l := range prev.locks {
-			fences[lockID{l.Kind, l.Name}] = l.Fence
+			fences := map[int64]bool{}
+			for _, h := range l.Holders {
+				fences[h.Fence] = true
+			}
+			seen[lockID{l.Kind, l.Name}] = fences
 		}
 	}
 	rows := make([]topRow, 0, len(cur.locks))
@@ -157,9 +162,13 @@ func topRows(prev, cur *snapshot) []topRow {
 			}
 		}
 		if dt := cur.at.Sub(timeOf(prev)).Seconds(); prev != nil && dt > 0 && l.Kind != dlock.KindLatch {
-			if d := l.Fence - fences[lockID{l.Kind, l.Name}]; d >= 0 { // below 0: the counter was reset
-				r.rate, r.hasRate = float64(d)/dt, true
+			began := 0 // holds that have a fence the lock's holders did not have then
+			for _, h := range l.Holders {
+				if h.Fence != 0 && !seen[lockID{l.Kind, l.Name}][h.Fence] {
+					began++
+				}
 			}
+			r.rate, r.hasRate = float64(began)/dt, true
 		}
 		rows = append(rows, r)
 	}
@@ -236,7 +245,7 @@ func renderTop(v topView, prev, cur *snapshot) string {
 		fmt.Fprintf(&b, "… and %d more (--limit)\n", len(rows)-len(shown))
 	}
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "ACQ/S: fences issued per second since the last refresh (a re-entry takes none; an election's: new terms).")
+	fmt.Fprintln(&b, "ACQ/S: holds seen to begin per second since the last refresh (one that began and ended between two refreshes is not seen).")
 	fmt.Fprintln(&b, lostNote)
 	return b.String()
 }

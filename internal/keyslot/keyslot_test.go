@@ -18,3 +18,15 @@ func TestOf(t *testing.T) {
 		}
 	}
 }
+
+func TestTag(t *testing.T) {
+	for s := range Slots {
+		tag := Tag(s)
+		if Of("dlock:fence:{"+tag+"}") != s || tag == "" {
+			t.Fatalf("Tag(%d) = %q, in slot %d", s, tag, Of(tag))
+		}
+	}
+	if l := len(Tag(Of("zz"))); l > 2 {
+		t.Errorf("Tag of a two-letter string's slot has %d letters", l)
+	}
+}

@@ -1,0 +1,247 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keyslot"
+)
+
+// Folding fence counters. A Client takes fences from the counters of its
+// layout (keys.go, "Fence counters"): one shared by every lock, or one per
+// cluster slot (WithSlotFences). Other counters may hold fences already
+// given for the same locks: an older dlock's, one per lock name
+// (<lock>:fence), and those of the other layout, when a deployment
+// switched (moved to a cluster, or WithSlotFences changed). Before its
+// first fence a Client adds every such counter's value to its own
+// counters that count for the same locks and deletes it, on every master
+// (foldKeys), then leaves a mark,
+// <prefix>:fence:folded = its layout, so that later Clients of the same
+// layout read one key and go on.
+//
+// Why no fence repeats: a fence of the other counter is at most its
+// value, which is added to the counter of the lock's slot (or the shared
+// one) before the other is deleted; counters never go down, so every
+// later fence is above it. A Client that does not see the mark folds
+// before its first fence, so none is taken from an unfolded counter. What this cannot cover: Clients of an older dlock, or
+// of the other layout, that keep taking fences of the same locks after
+// the fold (a rolling upgrade that mixes them): their counters are not
+// read again. Stop them before starting Clients of this layout.
+
+// foldMark is the key of the mark, and the layouts' names it holds.
+func foldMark(prefix string) string { return prefix + ":fence:folded" }
+
+const (
+	layoutShared = "shared"
+	layoutSlots  = "slots"
+)
+
+// foldFences folds the other layouts' counters into this Client's, once
+// per Client (on every node of a quorum). An error leaves it to the next
+// acquire. A quorum goes on with a node it could not fold (down, say) and
+// folds it at a later acquire: its old counters are then not read until
+// then, which can matter only if the old layout's fences were issued on
+// a majority that the nodes folded so far do not meet.
+func (c *Client) foldFences(ctx context.Context) error {
+	if c.folded.Load() {
+		return nil
+	}
+	layout := layoutShared
+	if c.fence == "" {
+		layout = layoutSlots
+	}
+	errs := make([]error, len(c.hubs))
+	var wg sync.WaitGroup
+	for i, h := range c.hubs {
+		wg.Go(func() { errs[i] = c.foldNode(ctx, h.d, layout) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return redisErr("fold fence counters", "", err)
+	}
+	c.folded.Store(true)
+	return nil
+}
+
+// foldNode folds the counters of one deployment (one node of a quorum),
+// unless its mark says it was done for layout.
+func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) error {
+	mark := foldMark(c.prefix)
+	got := r.Do(ctx, keyed("GET", mark))
+	if got.Err != nil {
+		return got.Err
+	} else if got.Val == layout {
+		return nil
+	}
+	nodes, err := r.Masters(ctx)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(nodes))
+	var denied atomic.Bool
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			errs[i] = scanKeys(ctx, n, escapeGlob(c.prefix)+":*fence*", func(keys []string) error {
+				some, err := c.foldKeys(ctx, r, keys)
+				if some {
+					denied.Store(true)
+				}
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if denied.Load() {
+		// Counters of locks this Client's ACL user may not touch, so may
+		// not take either: a Client of a user who may folds them (the
+		// mark is not left until then).
+		c.dep.warnOnce("fold", "dlock: the ACL user may not read some older fence counters (of locks it cannot take); a Client of a user who may read them folds them", "prefix", c.prefix)
+		return nil
+	}
+	return r.Do(ctx, keyed("SET", mark, layout)).Err
+}
+
+// foldKeys folds those of keys that are counters of another layout (and
+// says whether the ACL user was denied some of them): it
+// reads each, adds its value to the counter (or counters) of this layout
+// that count for the same locks, then deletes it. Adding (INCRBY) rather
+// than raising to the value needs no script (WithoutScripts folds too),
+// and leaves the counter above the value whatever it was, as a raise
+// would; fences only have to grow.
+func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (denied bool, err error) {
+	slots := c.fence == ""
+	var olds []string
+	var into [][]string // the counters each old one counts for
+	for _, key := range keys {
+		switch {
+		case legacyFence(c.prefix, key):
+			// an older dlock's counter of one lock
+			olds, into = append(olds, key), append(into, []string{fenceKey(c.prefix, key, slots)})
+		case key == fenceKey(c.prefix, "", false) && slots:
+			// the shared counter, on a deployment now counting per slot
+			all := make([]string, keyslot.Slots)
+			for s := range all {
+				all[s] = fenceKey(c.prefix, keyslot.Tag(s), true) // a tag's slot is the slot it names
+			}
+			olds, into = append(olds, key), append(into, all)
+		case strings.HasPrefix(key, c.prefix+":fence:{") && !slots:
+			// a slot's counter, on a deployment now sharing one
+			olds, into = append(olds, key), append(into, []string{c.fence})
+		}
+	}
+	if len(olds) == 0 {
+		return false, nil
+	}
+	gets := make([]driver.Command, len(olds))
+	for i, k := range olds {
+		gets[i] = keyed("GET", k)
+	}
+	vals := r.Pipeline(ctx, gets)
+	for _, v := range vals {
+		if noPerm(v.Err) {
+			denied = true
+		} else if v.Err != nil {
+			return false, v.Err
+		}
+	}
+	// each counter gets the highest of the old ones it counts for
+	var adds, dels []driver.Command
+	high := map[string]int64{}
+	for i, k := range olds {
+		v, err := vals[i].Int64()
+		if err != nil {
+			continue // gone meanwhile (folded by another Client), or not a counter
+		}
+		for _, counter := range into[i] {
+			if v > high[counter] {
+				if _, ok := high[counter]; !ok {
+					adds = append(adds, keyed("INCRBY", counter))
+				}
+				high[counter] = v
+			}
+		}
+		dels = append(dels, keyed("DEL", k))
+	}
+	for i, a := range adds {
+		adds[i].Args = append(a.Args, high[a.Args[1].(string)])
+	}
+	if len(adds) == 0 {
+		return denied, nil
+	}
+	// every counter is raised before any old one goes
+	if err := pipelineErr(r.Pipeline(ctx, adds)); err != nil {
+		return false, err
+	}
+	return denied, pipelineErr(r.Pipeline(ctx, dels))
+}
+
+// legacyFence reports whether key is an older dlock's fence counter of
+// one lock: <prefix>:{<name>}[:<kind>]:fence.
+func legacyFence(prefix, key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix+":{")
+	if !ok {
+		return false
+	}
+	i := strings.IndexByte(rest, '}') // a name's '}' is escaped: this ends the tag
+	if i < 0 {
+		return false
+	}
+	switch rest[i+1:] {
+	case ":fence", ":rw:fence", ":sem:fence", ":latch:fence", ":election:fence":
+		return true
+	}
+	return false
+}
+
+// pipelineErr is the first error among replies.
+func pipelineErr(rs []driver.Reply) error {
+	for _, x := range rs {
+		if x.Err != nil {
+			return x.Err
+		}
+	}
+	return nil
+}
+
+// scanKeys SCANs one node for the keys that match pattern, giving them to
+// fn a page at a time.
+func scanKeys(ctx context.Context, r driver.Driver, pattern string, fn func([]string) error) error {
+	cursor := "0"
+	for {
+		v, err := r.Do(ctx, cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)).Slice()
+		if err != nil {
+			return err
+		}
+		if len(v) != 2 {
+			return fmt.Errorf("dlock: SCAN: unexpected reply")
+		}
+		cursor, _ = v[0].(string)
+		page, _ := v[1].([]any)
+		keys := make([]string, 0, len(page))
+		for _, k := range page {
+			if s, ok := k.(string); ok {
+				keys = append(keys, s)
+			}
+		}
+		if err := fn(keys); err != nil {
+			return err
+		}
+		if cursor == "0" || cursor == "" {
+			return nil
+		}
+	}
+}
+
+// globEscaper escapes what SCAN's MATCH would read as a pattern.
+var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+
+func escapeGlob(s string) string { return globEscaper.Replace(s) }

@@ -1,0 +1,238 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// useEveryKind locks and releases n names of each kind that takes fences
+// (Mutex, FairMutex with a waiter handed the lock, RWMutex's two sides,
+// Semaphore, Election) on a and b, and returns the names' lock keys.
+func useEveryKind(t *testing.T, a, b *dlock.Client, n int) {
+	t.Helper()
+	ctx := context.Background()
+	base := lockName(t)
+	for i := range n {
+		name := fmt.Sprintf("%s/orders/%d", base, i)
+		unlock(t, mustLock(t, a.Mutex(name), ctx))
+
+		// a FairMutex whose release hands the lock to a waiter
+		held := mustLock(t, a.FairMutex(name+"/fair"), ctx)
+		var wg sync.WaitGroup
+		var got *dlock.Lease
+		var err error
+		wg.Go(func() { got, err = b.FairMutex(name + "/fair").Lock(ctx) })
+		waitFor(t, "the waiter's place", func() bool {
+			ws, ierr := a.Inspect(ctx, dlock.KindMutex, name+"/fair")
+			return ierr == nil && len(ws.Waiters) == 1
+		})
+		unlock(t, held)
+		wg.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		unlock(t, got)
+
+		rw := a.RWMutex(name)
+		unlock(t, mustLock(t, rw.RLocker(), ctx))
+		unlock(t, mustLock(t, rw, ctx))
+		p, err := a.Semaphore(name, 2).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unlock(t, p)
+		ld, err := a.Election(name).Campaign(ctx, "me")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// persistentKeys returns the keys on rdb that never expire, and the longest
+// TTL of the others but the Clients' own records (one a Client, for a day:
+// owner.go).
+func persistentKeys(t *testing.T, rdb *redis.Client) (keys []string, longest time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		ttl, err := rdb.PTTL(ctx, iter.Val()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl == -1 {
+			keys = append(keys, iter.Val())
+		}
+		if !strings.HasPrefix(iter.Val(), dlock.DefaultPrefix+":client:") {
+			longest = max(longest, ttl)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return keys, longest
+}
+
+// A name that was locked and released leaves no key that outlives its
+// lock: what stays forever is one fence counter (per cluster slot on a
+// cluster), not one per name ever used.
+func TestNoKeyOutlivesItsLock(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	a := newClient(t, newRedis(t, s))
+	b := newClient(t, newRedis(t, s))
+	useEveryKind(t, a, b, 60)
+	keys, longest := persistentKeys(t, newRedis(t, s))
+	if len(keys) > 2 {
+		t.Errorf("%d keys never expire after 60 names of 5 kinds were used, e.g. %q", len(keys), keys[:min(len(keys), 5)])
+	}
+	if limit := dlock.DefaultTTL + dlock.DefaultQueueTTL; longest > limit {
+		t.Errorf("a key outlives its lock by %v (more than a lease and a place: %v)", longest, limit)
+	}
+}
+
+// On a cluster the fence counters are one per hash slot: the keys that
+// stay are at most one per slot the names fell in (and the fold's mark).
+func TestClusterNoKeyOutlivesItsLock(t *testing.T) {
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	a := newClient(t, clusterClient(t, cl))
+	b := newClient(t, clusterClient(t, cl))
+	useEveryKind(t, a, b, 20)
+	masters, err := cl.Masters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[int]bool{}
+	var all []string
+	for _, m := range masters {
+		keys, longest := persistentKeys(t, newRedis(t, m))
+		if limit := dlock.DefaultTTL + dlock.DefaultQueueTTL; longest > limit {
+			t.Errorf("a key outlives its lock by %v (more than a lease and a place: %v)", longest, limit)
+		}
+		for _, k := range keys {
+			slots[redistest.KeySlot(k)] = true
+		}
+		all = append(all, keys...)
+	}
+	if len(all) > len(slots) {
+		t.Errorf("%d keys never expire in %d slots after 20 names of 5 kinds were used: %q", len(all), len(slots), all)
+	}
+	if len(all) > 1+5*20 {
+		t.Errorf("%d keys never expire after 20 names of 5 kinds were used", len(all))
+	}
+}
+
+// legacyFences leaves what an older dlock left for name's locks: a fence
+// counter per lock, at high values; it returns the highest.
+func legacyFences(t *testing.T, rdb redis.Cmdable, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	high := int64(0)
+	for i, sfx := range []string{"", ":rw", ":sem", ":election"} {
+		v := int64(1000 * (i + 1))
+		key := keysOf(name).Lock + sfx + ":fence"
+		if err := rdb.Set(ctx, key, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		high = max(high, v)
+	}
+	return high
+}
+
+// fencesOf takes one fence of each kind of name's locks.
+func fencesOf(t *testing.T, c *dlock.Client, name string) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	got := map[string]int64{}
+	l := mustLock(t, c.Mutex(name), ctx)
+	got["mutex"] = l.Fence()
+	unlock(t, l)
+	l = mustLock(t, c.RWMutex(name), ctx)
+	got["rwmutex"] = l.Fence()
+	unlock(t, l)
+	l, err := c.Semaphore(name, 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got["semaphore"] = l.Fence()
+	unlock(t, l)
+	ld, err := c.Election(name).Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got["election"] = ld.Term()
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// An upgrade from the layout of a counter per lock never gives a fence at
+// or below one already given: the old counters are folded into the
+// shared ones before the first fence, and then deleted.
+func TestFencesAboveAnOlderLayouts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster bool
+	}{{"single", false}, {"cluster", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var admin redis.UniversalClient
+			var mk func() *dlock.Client
+			if tc.cluster {
+				cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+				admin = clusterClient(t, cl)
+				mk = func() *dlock.Client { return newClient(t, clusterClient(t, cl)) }
+			} else {
+				s := redistest.StartT(t, redistest.Options{})
+				admin = newRedis(t, s)
+				mk = func() *dlock.Client { return newClient(t, newRedis(t, s)) }
+			}
+			names := []string{lockName(t), lockName(t) + "/b"}
+			high := int64(0)
+			for _, n := range names {
+				high = max(high, legacyFences(t, admin, n))
+			}
+			c := mk()
+			for _, n := range names {
+				for kd, f := range fencesOf(t, c, n) {
+					if f <= high {
+						t.Errorf("%s %q: fence %d, not above the older layout's %d", kd, n, f, high)
+					}
+				}
+				if left, err := admin.Exists(context.Background(), keysOf(n).Lock+":fence").Result(); err != nil || left != 0 {
+					t.Errorf("%q: the older layout's counter is still there (%d, %v)", n, left, err)
+				}
+			}
+		})
+	}
+}
+
+// Switching WithSlotFences on a deployment that gave fences (a proxy
+// found to shard, say) never gives a fence at or below one already
+// given, either way.
+func TestFencesAcrossASwitchOfLayout(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	name := lockName(t)
+	last := int64(0)
+	for i, slots := range []bool{false, true, false, true} {
+		c := newClient(t, newRedis(t, s), dlock.WithSlotFences(slots))
+		for kd, f := range fencesOf(t, c, name) {
+			if f <= last {
+				t.Errorf("step %d (slot fences %v): %s fence %d, not above %d", i, slots, kd, f, last)
+			}
+		}
+		for _, f := range fencesOf(t, c, name) {
+			last = max(last, f)
+		}
+	}
+}
