@@ -187,6 +187,10 @@ type Leadership struct {
 // then cannot act as leader.
 func (ld *Leadership) Term() int64 { return ld.l.Fence() }
 
+// Fence is Term: a leadership's fencing token, for the guards of package
+// fence (a leader's writes carry its term).
+func (ld *Leadership) Fence() int64 { return ld.l.Fence() }
+
 // Value is the leader's value as last recorded by Campaign or Proclaim.
 func (ld *Leadership) Value() string {
 	ld.mu.Lock()

@@ -1,0 +1,449 @@
+package redisfence_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/fence/redisfence"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// srv is the package's redis-server.
+var srv *redistest.Server
+
+const helperEnv = "REDISFENCE_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if kind := os.Getenv(helperEnv); kind != "" {
+		os.Exit(holder(kind))
+	}
+	var err error
+	srv, err = redistest.Start(redistest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redisfence tests need redis-server:", err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", srv.Addr()) // where the examples connect
+	code := m.Run()
+	srv.Close()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// token is a fence.Token of a given fence.
+type token int64
+
+func (t token) Fence() int64 { return int64(t) }
+
+func newRedis(t testing.TB, s *redistest.Server) *redis.Client {
+	rdb := s.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func name(t testing.TB) string { return strings.ReplaceAll(t.Name(), "/", ".") }
+
+func TestSetRefusesALowerFence(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t, srv)
+	g := redisfence.New(rdb)
+	res, key := name(t), name(t)+":data"
+	if err := g.Set(ctx, token(5), res, key, "five", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(ctx, token(5), res, key, "five again", 0); err != nil {
+		t.Fatalf("an equal fence: %v", err)
+	}
+	err := g.Set(ctx, token(4), res, key, "four", 0)
+	if !errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "accepted fence 5") {
+		t.Fatalf("a lower fence: %v; want ErrStale naming fence 5", err)
+	}
+	if err := g.Delete(ctx, token(3), res, key); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a lower fence's Delete: %v", err)
+	}
+	if err := g.HSet(ctx, token(2), res, key+":h", "f", "v"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a lower fence's HSet: %v", err)
+	}
+	if v := rdb.Get(ctx, key).Val(); v != "five again" {
+		t.Fatalf("the data is %q after refused writes", v)
+	}
+	if n := rdb.Exists(ctx, key+":h").Val(); n != 0 {
+		t.Fatal("a refused HSet wrote")
+	}
+	if f, err := g.Fence(ctx, res); err != nil || f != 5 {
+		t.Fatalf("Fence = %d, %v; want 5", f, err)
+	}
+	if err := g.Set(ctx, token(1<<62), res, key, "big", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("Set with a TTL: the key's TTL is %v", ttl)
+	}
+	if err := g.HSet(ctx, token(1<<62), res, key+":h", "a", "1", "b", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Delete(ctx, token(1<<62+1), res, key, key+":h"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, key, key+":h").Val(); n != 0 {
+		t.Fatal("Delete left keys")
+	}
+	if f, _ := g.Fence(ctx, res); f != 1<<62+1 {
+		t.Fatalf("Fence = %d past 2^53; want %d exactly", f, int64(1<<62+1))
+	}
+	if f, err := g.Fence(ctx, res+"/never"); err != nil || f != 0 {
+		t.Fatalf("Fence of a resource never written = %d, %v", f, err)
+	}
+}
+
+func TestTxRunsUnderTheCheck(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t, srv)
+	g := redisfence.New(rdb)
+	res, key := name(t), name(t)+":total"
+	add := func(f int64, n int64) error {
+		return g.Tx(ctx, token(f), res, []string{key}, func(tx *redis.Tx, pipe redis.Pipeliner) error {
+			cur, err := tx.Get(ctx, key).Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			pipe.Set(ctx, key, cur+n, 0)
+			return nil
+		})
+	}
+	if err := add(10, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := add(9, 100); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a lower fence's Tx: %v", err)
+	}
+	mine := errors.New("mine")
+	if err := g.Tx(ctx, token(11), res, []string{key}, func(*redis.Tx, redis.Pipeliner) error { return mine }); err != mine {
+		t.Fatalf("fn's error: %v", err)
+	}
+	if f, _ := g.Fence(ctx, res); f != 10 {
+		t.Fatalf("a Tx whose fn failed recorded its fence: %d", f)
+	}
+	if v := rdb.Get(ctx, key).Val(); v != "5" {
+		t.Fatalf("total %q", v)
+	}
+}
+
+// Concurrent writers with different fences: the guard serialises them per
+// resource, so the accepted fences, in the order they were applied, never
+// go down, and the data is the highest writer's.
+func TestConcurrentWritersNeverGoBack(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t, srv)
+	g := redisfence.New(rdb)
+	res, key, log := name(t), name(t)+":v", name(t)+":log"
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				f := int64((i*7+w*13)%50 + 1)
+				err := g.Tx(ctx, token(f), res, []string{key, log}, func(_ *redis.Tx, pipe redis.Pipeliner) error {
+					pipe.Set(ctx, key, f, 0)
+					pipe.RPush(ctx, log, f)
+					return nil
+				})
+				if err != nil && !errors.Is(err, fence.ErrStale) {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	// and another resource at once, not blocked by this one
+	wg.Go(func() {
+		for i := range 40 {
+			if err := g.Set(ctx, token(int64(i+1)), res+"/other", key+"/other", "x", 0); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	applied := rdb.LRange(ctx, log, 0, -1).Val()
+	prev := int64(0)
+	for _, s := range applied {
+		f, _ := strconv.ParseInt(s, 10, 64)
+		if f < prev {
+			t.Fatalf("fence %d applied after %d: %v", f, prev, applied)
+		}
+		prev = f
+	}
+	if v := rdb.Get(ctx, key).Val(); v != strconv.FormatInt(prev, 10) || prev != 50 {
+		t.Fatalf("data %q, last applied %d; want the highest fence, 50", v, prev)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t, srv)
+	g := redisfence.New(rdb)
+	var nilLease *dlock.Lease
+	res, key := name(t), name(t)+":k"
+	for what, err := range map[string]error{
+		"nil token":       g.Set(ctx, nil, res, key, "v", 0),
+		"nil lease":       g.Set(ctx, nilLease, res, key, "v", 0),
+		"fence 0":         g.Set(ctx, token(0), res, key, "v", 0),
+		"negative fence":  g.Set(ctx, token(-3), res, key, "v", 0),
+		"empty resource":  g.Set(ctx, token(1), "", key, "v", 0),
+		"empty key":       g.Set(ctx, token(1), res, "", "v", 0),
+		"negative ttl":    g.Set(ctx, token(1), res, key, "v", -time.Second),
+		"no key":          g.Delete(ctx, token(1), res),
+		"odd fields":      g.HSet(ctx, token(1), res, key, "f"),
+		"nil fn":          g.Tx(ctx, token(1), res, []string{key}, nil),
+		"nil client":      redisfence.New(nil).Set(ctx, token(1), res, key, "v", 0),
+		"brace in prefix": redisfence.New(rdb, redisfence.WithPrefix("a{")).Set(ctx, token(1), res, key, "v", 0),
+	} {
+		if !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: %v; want ErrInvalid", what, err)
+		}
+	}
+	if n := rdb.Exists(ctx, key, g.Record(res)).Val(); n != 0 {
+		t.Fatal("bad input wrote")
+	}
+	closed := srv.Client()
+	_ = closed.Close()
+	if err := redisfence.New(closed).Set(ctx, token(1), res, key, "v", 0); err == nil || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a closed client: %v", err)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	g := redisfence.New(rdb)
+	for i := range 20 {
+		res := fmt.Sprintf("orders/%d", i)
+		key := "{" + res + "}:total"
+		if err := g.Set(ctx, token(2), res, key, "two", 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Set(ctx, token(1), res, key, "one", 0); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("%s: a lower fence on a cluster: %v", res, err)
+		}
+		if err := g.Tx(ctx, token(3), res, []string{key}, func(_ *redis.Tx, p redis.Pipeliner) error {
+			p.Set(ctx, key, "three", 0)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if v := rdb.Get(ctx, key).Val(); v != "three" {
+			t.Fatalf("%s: %q", res, v)
+		}
+	}
+	if err := g.Set(ctx, token(5), "orders/1", "total-without-tag", "v", 0); !errors.Is(err, fence.ErrInvalid) ||
+		!strings.Contains(err.Error(), "{orders/1}") {
+		t.Fatalf("a key of another slot: %v", err)
+	}
+}
+
+// The scene of Kleppmann's fencing argument, with real processes: a
+// holder is stopped (SIGSTOP) past its lease; another takes the lock and
+// writes through the guard; the first resumes and writes: refused, and the
+// data stays the newer writer's. For each kind that hands out fences.
+func TestPausedHolderIsRefused(t *testing.T) {
+	for _, kind := range []string{"mutex", "fair", "rwmutex", "semaphore", "election"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			lock := name(t)
+			res, key := lock+"/res", lock+"/data"
+			h := startHolder(t, kind, lock, res, key)
+			f1 := h.expect(t, "held")
+
+			h.signal(t, syscall.SIGSTOP)
+			c, err := dlock.New(newRedis(t, srv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			l, err := acquire(ctx, c, kind, lock, time.Minute) // waits out the stopped holder's lease
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := redisfence.New(newRedis(t, srv))
+			if err := g.Set(ctx, l, res, key, "new", 0); err != nil {
+				t.Fatalf("the new owner's write (fence %d, the stopped one's %s): %v", l.Fence(), f1, err)
+			}
+
+			h.signal(t, syscall.SIGCONT)
+			h.send(t, "write")
+			if got := h.expect(t, "wrote"); got != "stale" {
+				t.Fatalf("the resumed holder's write: %q; want stale", got)
+			}
+			if v := newRedis(t, srv).Get(ctx, key).Val(); v != "new" {
+				t.Fatalf("the data is %q; want the new owner's", v)
+			}
+			if f, _ := g.Fence(ctx, res); f != l.Fence() {
+				t.Fatalf("record %d; want the new owner's fence %d", f, l.Fence())
+			}
+			_ = l.Unlock(ctx)
+			h.send(t, "quit")
+			h.wait(t)
+		})
+	}
+}
+
+// fenced is a hold with a fence: a Lease, or a Leadership.
+type fenced interface {
+	fence.Token
+	Unlock(context.Context) error
+}
+
+type leadership struct{ *dlock.Leadership }
+
+func (l leadership) Unlock(ctx context.Context) error { return l.Resign(ctx) }
+
+// acquire takes kind's lock called name with a lease of ttl.
+func acquire(ctx context.Context, c *dlock.Client, kind, name string, ttl time.Duration) (fenced, error) {
+	opt := dlock.WithTTL(ttl)
+	switch kind {
+	case "mutex":
+		return c.Mutex(name, opt).Lock(ctx)
+	case "fair":
+		return c.FairMutex(name, opt).Lock(ctx)
+	case "rwmutex":
+		return c.RWMutex(name, opt).Lock(ctx)
+	case "semaphore":
+		return c.Semaphore(name, 1, opt).Acquire(ctx, 1)
+	case "election":
+		ld, err := c.Election(name, opt).Campaign(ctx, "me")
+		if err != nil {
+			return nil, err
+		}
+		return leadership{ld}, nil
+	}
+	return nil, fmt.Errorf("kind %q", kind)
+}
+
+// holder is the helper process: it takes the lock with a short lease,
+// says "held <fence>", then at "write" writes through the guard whatever
+// its lease says and answers "wrote ok|stale|<error>".
+func holder(kind string) int {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	c, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	l, err := acquire(ctx, c, kind, os.Getenv("LOCK"), 300*time.Millisecond)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("held", l.Fence())
+	g := redisfence.New(rdb)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "write":
+			err := g.Set(ctx, l, os.Getenv("RESOURCE"), os.Getenv("KEY"), "old", 0)
+			switch {
+			case err == nil:
+				fmt.Println("wrote ok")
+			case errors.Is(err, fence.ErrStale):
+				fmt.Println("wrote stale")
+			default:
+				fmt.Println("wrote", strings.ReplaceAll(err.Error(), "\n", " "))
+			}
+		case "quit":
+			return 0
+		}
+	}
+	return 0
+}
+
+type helper struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startHolder(t *testing.T, kind, lock, res, key string) *helper {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+kind, "REDIS_ADDR="+srv.Addr(), "LOCK="+lock, "RESOURCE="+res, "KEY="+key)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return h
+}
+
+func (h *helper) signal(t *testing.T, s syscall.Signal) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *helper) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(h.in, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect reads the helper's next line, which must start with word, and
+// returns the rest.
+func (h *helper) expect(t *testing.T, word string) string {
+	t.Helper()
+	if !h.out.Scan() {
+		t.Fatalf("the helper ended before %q", word)
+	}
+	rest, ok := strings.CutPrefix(h.out.Text(), word+" ")
+	if !ok {
+		t.Fatalf("the helper said %q; want %q", h.out.Text(), word)
+	}
+	return rest
+}
+
+func (h *helper) wait(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Wait(); err != nil {
+		t.Errorf("the helper: %v", err)
+	}
+}
