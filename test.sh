@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# The test command: installs redis-server when it is missing (the tests
-# start real servers), then vets and runs every test with the race detector,
-# in the library module and in the benchmark module.
+# The test command: installs redis-server and PostgreSQL when they are
+# missing (the tests start real servers), then vets and runs every test with
+# the race detector, in the library module and in the benchmark module.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "test.sh: redis-server not found; installing it with apt-get" >&2
+# What is missing: redis-server; PostgreSQL's initdb (on PATH, or where
+# Debian puts it: internal/pgtest looks in both).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: ${missing[*]} not found; installing with apt-get" >&2
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+  # the postgresql package starts a cluster of its own; the tests start theirs
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 go vet ./...
