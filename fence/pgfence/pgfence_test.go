@@ -28,7 +28,7 @@ import (
 )
 
 var (
-	pg  *pgtest.Server     // the package's PostgreSQL
+	pg  *pgtest.Server    // the package's PostgreSQL
 	srv *redistest.Server // and its redis-server, for the locks
 )
 
