@@ -6,7 +6,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dlock-go/dlock/fence/pgfence"
 	"github.com/dlock-go/dlock/fence/redisfence"
+	"github.com/dlock-go/dlock/internal/pgtest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,6 +60,64 @@ func BenchmarkFencedWrite(b *testing.B) {
 				for pb.Next() {
 					f++ // a new owner each write: the record moves too
 					if err := c.write(res, key, f); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkFencedTxPG is the cost of a transaction through pgfence's
+// Guard against the same transaction without it, on one PostgreSQL
+// (internal/pgtest: fsync off), 16 goroutines of one pool, each on a row
+// and resource of its own: BEGIN, an upsert of the row, COMMIT, against
+// Guard.Do of the same (which first raises the resource's fence row).
+// Issue 27's target: <= 1.3x.
+func BenchmarkFencedTxPG(b *testing.B) {
+	pg, err := pgtest.Start()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pg.Close()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pg.URL()+"&pool_max_conns=32")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "CREATE TABLE rows (k text PRIMARY KEY, v bigint)"); err != nil {
+		b.Fatal(err)
+	}
+	g, err := pgfence.New(ctx, pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	upsert := func(tx pgx.Tx, k string, v int64) error {
+		_, err := tx.Exec(ctx, "INSERT INTO rows VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v", k, v)
+		return err
+	}
+	cases := []struct {
+		name  string
+		write func(k string, f int64) error
+	}{
+		{"tx", func(k string, f int64) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return upsert(tx, k, f) })
+		}},
+		{"guard-do", func(k string, f int64) error {
+			return g.Do(ctx, token(f), k, func(tx pgx.Tx) error { return upsert(tx, k, f) })
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				k := c.name + "/" + strconv.FormatInt(fenceWriters.Add(1), 10)
+				f := int64(1)
+				for pb.Next() {
+					f++
+					if err := c.write(k, f); err != nil {
 						b.Error(err)
 						return
 					}
