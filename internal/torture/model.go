@@ -46,6 +46,8 @@ type history struct {
 	fatal   []Event
 	ordered []*leaseRec // by grant time
 	reads   []Event     // what Leader and Observe said of elections (kLeader, kObserve)
+	fwrites []Event     // fenced writes' outcomes (kFWrite)
+	flogs   []Event     // the fenced store's logs after the run (kFLog)
 
 	workerTimes map[string][]int64     // each worker's event times, sorted (see silence)
 	leasesBy    map[string][]*leaseRec // by name, in grant order (see leasesOf)
@@ -155,6 +157,10 @@ func index(events []Event, start, end int64) *history {
 			h.fatal = append(h.fatal, e)
 		case kLeader, kObserve:
 			h.reads = append(h.reads, e)
+		case kFWrite:
+			h.fwrites = append(h.fwrites, e)
+		case kFLog:
+			h.flogs = append(h.flogs, e)
 		}
 	}
 	slices.SortFunc(h.ordered, func(a, b *leaseRec) int { return cmpInt(a.grant.T, b.grant.T) })

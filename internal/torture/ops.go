@@ -161,9 +161,14 @@ func (g *gor) flush(h *held) {
 // for about d. It returns false when the lease was found ended.
 func (g *gor) work(ctx context.Context, h *held, d time.Duration) bool {
 	end := time.Now().Add(d)
+	write := g.rng.IntN(3) == 0 // a fenced write, once (fenced.go)
 	for {
 		if !g.believe(h) {
 			return false
+		}
+		if write {
+			write = false
+			g.fencedWrite(ctx, h)
 		}
 		if !time.Now().Before(end) || ctx.Err() != nil {
 			return true

@@ -155,6 +155,7 @@ func Run(opts Options) (*Result, error) {
 	r.logf("workers quiet %s after the stop", time.Duration(now()-stop).Round(time.Millisecond))
 
 	vs = append(vs, r.probe(index(r.rec.snapshot(), r.start, stop))...)
+	r.readFencedLogs()
 	if r.ho.close != nil {
 		r.ho.close()
 	}
@@ -392,6 +393,7 @@ func (h *history) check() []Violation {
 	vs = append(vs, h.checkOverruns()...)
 	vs = append(vs, h.checkObservers()...)
 	vs = append(vs, h.checkShapes()...)
+	vs = append(vs, h.checkFencedStore()...)
 	return vs
 }
 

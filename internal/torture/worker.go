@@ -47,6 +47,7 @@ type worker struct {
 	// leadership (dlock proclaims), which is the same owner, not a new one.
 	leaders sync.Map     // *dlock.Leadership -> owner
 	gids    atomic.Int64 // goroutine ids of helpers
+	fwrites atomic.Int64 // fenced writes made (fenced.go)
 	// privates numbers the Clients made for one scenario.
 	privates atomic.Int64
 	// nextReopen is when a Client may be closed next (unix ns).
