@@ -123,11 +123,11 @@ func (h *history) checkFencedStore() []Violation {
 		switch n := in[w.Msg]; {
 		case w.EK == "" && n != 1:
 			vs = append(vs, Violation{Kind: "fence", Cat: "fenced store: a committed write not in the store once", T: w.T,
-				Msg: fmt.Sprintf("%q: write %s (fence %d) was reported committed and is in the log %d times", w.Names[0], w.Msg, w.Fences[0], n),
+				Msg:     fmt.Sprintf("%q: write %s (fence %d) was reported committed and is in the log %d times", w.Names[0], w.Msg, w.Fences[0], n),
 				Related: []Event{w}})
 		case w.EK == "stale" && n != 0:
 			vs = append(vs, Violation{Kind: "fence", Cat: "fenced store: a write refused as stale was applied", T: w.T,
-				Msg: fmt.Sprintf("%q: write %s (fence %d) was refused as stale and is in the log", w.Names[0], w.Msg, w.Fences[0]),
+				Msg:     fmt.Sprintf("%q: write %s (fence %d) was refused as stale and is in the log", w.Names[0], w.Msg, w.Fences[0]),
 				Related: []Event{w}})
 		}
 	}
