@@ -33,7 +33,7 @@ const (
 	cleanupWait = 5 * time.Second       // for the key clean-up at start
 	demoPrefix  = "dlock-demo"          // default key prefix
 	counterName = "counter"             // <prefix>:counter, the lost-update detector
-	resourceKey = "resource"            // <prefix>:resource, the fenced resource
+	resourceKey = "resource"            // the fenced resource: <prefix>:{resource}, its Guard's record <prefix>:fenced:{resource}
 	historyGlob = "worker-*.jsonl"      // the workers' history files
 	historyFile = "worker-%d.jsonl"     // one worker's history file
 )
@@ -174,8 +174,9 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (bool, er
 func resetKeys(ctx context.Context, rdb redis.Cmdable, prefix string) error {
 	ctx, cancel := context.WithTimeout(ctx, cleanupWait)
 	defer cancel()
-	// One key at a time: on a cluster the two are in different slots.
-	for _, k := range []string{counterKey(prefix), prefix + ":" + resourceKey} {
+	// One key at a time: on a cluster they are in different slots. The
+	// resource goes with its Guard's record.
+	for _, k := range []string{counterKey(prefix), dataKey(prefix), fencedGuard(nil, prefix).Record(resourceKey)} {
 		if err := rdb.Del(ctx, k).Err(); err != nil {
 			return fmt.Errorf("resetting the demo keys: %w", err)
 		}

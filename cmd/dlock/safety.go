@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/fence/redisfence"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,25 +23,17 @@ const (
 	sceneJob   = 600 * time.Millisecond // how long A's job takes
 )
 
-// fencedWrite is the protected resource: a hash that remembers the highest
-// fence it has accepted and refuses writes that carry a lower one.
-//
-// KEYS[1]  resource hash: fence, value
-// ARGV[1]  the writer's fencing token
-// ARGV[2]  the value to write
-//
-// Returns  {1, fence}  written
-//
-//	{0, seen}   refused: the resource has seen the higher fence seen
-var fencedWrite = redis.NewScript(`
-local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-local fence = tonumber(ARGV[1])
-if fence < seen then
-  return {0, seen}
-end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return {1, fence}
-`)
+// The protected resource is a key written through fence/redisfence's
+// Guard: Redis keeps the highest fence it has accepted for the resource
+// and refuses writes that carry a lower one (a record of its own, in the
+// key's slot: the key carries the resource's hash tag).
+
+// fencedGuard is the demo's Guard, and dataKey the resource's key.
+func fencedGuard(rdb redis.UniversalClient, prefix string) *redisfence.Guard {
+	return redisfence.New(rdb, redisfence.WithPrefix(prefix+":fenced"))
+}
+
+func dataKey(prefix string) string { return prefix + ":{" + resourceKey + "}" }
 
 // safetyResult is what the scene observed.
 type safetyResult struct {
@@ -89,7 +83,7 @@ func safetyScene(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 		return r, err
 	}
 	defer cb.Close()
-	resource := prefix + ":" + resourceKey
+	guard := fencedGuard(rdb, prefix)
 
 	la, err := ca.Mutex(demoLock).Lock(ctx, dlock.WithLease(sceneLease))
 	if err != nil {
@@ -103,7 +97,7 @@ func safetyScene(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 		fmt.Sprintf("fixed lease %s (WithLease), its job takes %s", formatMillis(sceneLease), formatMillis(sceneJob))))
 
 	bDone := make(chan error, 1)
-	go func() { bDone <- holderB(ctx, cb, rdb, resource, sh, la, &r) }()
+	go func() { bDone <- holderB(ctx, cb, guard, prefix, sh, la, &r) }()
 
 	// A's job. It watches Done, and so learns when its lease ends.
 	jobDone := false
@@ -125,7 +119,7 @@ func safetyScene(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 			return r, err
 		}
 	}
-	ok, seen, err := writeFenced(ctx, rdb, resource, r.fenceA, "A")
+	ok, seen, err := writeFenced(ctx, guard, prefix, la, "A")
 	if err != nil {
 		return r, err
 	}
@@ -141,7 +135,7 @@ func safetyScene(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 // holderB waits for the lock, writes to the resource with its fence and
 // releases the lock. It fills in its part of r, including what A's lease
 // la said at the moment B got the lock.
-func holderB(ctx context.Context, c *dlock.Client, rdb redis.Scripter, resource string, sh *show,
+func holderB(ctx context.Context, c *dlock.Client, guard *redisfence.Guard, prefix string, sh *show,
 	la *dlock.Lease, r *safetyResult) error {
 	asked := time.Now()
 	lb, err := c.Mutex(demoLock).Lock(ctx, dlock.WithTTL(demoTTL))
@@ -153,7 +147,7 @@ func holderB(ctx context.Context, c *dlock.Client, rdb redis.Scripter, resource 
 	r.errAtTakeover = la.Err()
 	r.takenAt, r.fenceB = time.Now(), lb.Fence()
 	sh.event(r.takenAt, "holder B", lockEvent("acquired", r.fenceB, "waited "+formatMillis(r.takenAt.Sub(asked))))
-	ok, seen, err := writeFenced(ctx, rdb, resource, r.fenceB, "B")
+	ok, seen, err := writeFenced(ctx, guard, prefix, lb, "B")
 	if err != nil {
 		_ = unlock(lb)
 		return err
@@ -172,18 +166,19 @@ func holderB(ctx context.Context, c *dlock.Client, rdb redis.Scripter, resource 
 	return nil
 }
 
-// writeFenced writes value to the fenced resource with fence. It returns
-// whether the write was accepted and, if not, the fence the resource had
-// seen.
-func writeFenced(ctx context.Context, rdb redis.Scripter, resource string, fence int64, value string) (bool, int64, error) {
-	res, err := fencedWrite.Run(ctx, rdb, []string{resource}, fence, value).Int64Slice()
+// writeFenced writes value to the fenced resource with t's fence. It
+// returns whether the write was accepted and, if not, the fence the
+// resource had accepted.
+func writeFenced(ctx context.Context, guard *redisfence.Guard, prefix string, t fence.Token, value string) (bool, int64, error) {
+	err := guard.Set(ctx, t, resourceKey, dataKey(prefix), value, 0)
+	if errors.Is(err, fence.ErrStale) {
+		seen, ferr := guard.Fence(ctx, resourceKey)
+		return false, seen, ferr
+	}
 	if err != nil {
 		return false, 0, fmt.Errorf("fenced write: %w", err)
 	}
-	if len(res) != 2 {
-		return false, 0, fmt.Errorf("fenced write: unexpected reply %v", res)
-	}
-	return res[0] == 1, res[1], nil
+	return true, 0, nil
 }
 
 // sleepUntil waits for t to fire or for ctx to end.
