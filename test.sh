@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
 # The test command: installs redis-server and PostgreSQL when they are
 # missing (the tests start real servers), then vets and runs every test with
-# the race detector, in the library module and in the benchmark module.
+# the race detector (about 3 minutes on 2 cores).
+#
+#   ./test.sh          every package, the Clients on go-redis
+#   ./test.sh --full   that, then the behaviour suite and the torture test
+#                      again on rueidis and on valkey-go, and the benchmark
+#                      module's build and vet (about 9 minutes; what CI runs)
 set -euo pipefail
 cd "$(dirname "$0")"
+
+full=false
+for arg in "$@"; do
+  case "$arg" in
+    --full) full=true ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown argument $arg (want --full)" >&2; exit 2 ;;
+  esac
+done
 
 # What is missing: redis-server; PostgreSQL's initdb (on PATH, or where
 # Debian puts it: internal/pgtest looks in both).
@@ -23,6 +37,7 @@ fi
 
 go vet ./...
 go test -race -count=1 -timeout 15m ./...
+$full || exit 0
 
 # The behaviour suite and the torture test again on each other client's
 # driver: their Clients reach Redis through rueidis, then valkey-go

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -152,11 +153,13 @@ func newFlags(name string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs. It returns ok when the command should go
-// on; otherwise code is the exit status: 0 after -h (the command's usage
-// went to stdout), 2 after a bad flag (error and usage to stderr).
+// parseFlags parses args into fs: flags may come before or after the
+// positional arguments (dlock inspect NAME --json), until a "--". It
+// returns ok when the command should go on; otherwise code is the exit
+// status: 0 after -h (the command's usage went to stdout), 2 after a bad
+// flag (one line saying what, and the synopsis, to stderr).
 func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	err := fs.Parse(args)
+	err := parseInterspersed(fs, args)
 	switch {
 	case err == nil:
 		return exitOK, true
@@ -164,10 +167,63 @@ func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr
 		printFlags(fs, synopsis, stdout)
 		return exitOK, false
 	default:
-		complain(stderr, "%v", err)
-		printFlags(fs, synopsis, stderr)
+		complain(stderr, "%s\nusage: %s\n(%s -h lists the flags)", flagError(err), synopsis, fs.Name())
 		return exitUsage, false
 	}
+}
+
+// parseInterspersed parses args into fs, taking flags wherever they are
+// among the positional arguments, up to a "--"; what follows a "--" stays
+// as it is. fs.Args() is then the positional arguments in order, with the
+// "--" kept where one followed a positional argument (run's NAME -- CMD),
+// or first when run's command line starts with one (NAME forgotten).
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			// the flags ended at "--": the rest is the command's own
+			if len(pos) > 0 || fs.Name() == "dlock run" {
+				pos = append(pos, "--")
+			}
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+// flagError says what is wrong with a flag in dlock's words: its name
+// with two dashes, and for a duration the unit it needs.
+func flagError(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Sprintf("unknown flag --%s", strings.TrimPrefix(name, "-"))
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return fmt.Sprintf("--%s needs a value", strings.TrimPrefix(name, "-"))
+	}
+	// invalid value "5" for flag -ttl: parse error
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		value, rest, _ := strings.Cut(rest, " for flag -")
+		if v, err := strconv.Unquote(value); err == nil {
+			value = v
+		}
+		name, why, _ := strings.Cut(rest, ": ")
+		if strings.Contains(why, "time: ") || strings.Contains(why, "duration") || name == "ttl" || name == "grace" ||
+			name == "interval" || name == "max-hold" {
+			return fmt.Sprintf("--%s %s: not a duration (give a unit: 5s, 300ms, 1m)", name, value)
+		}
+		return fmt.Sprintf("--%s %s: %s", name, value, why)
+	}
+	return msg
 }
 
 // printFlags writes a command's synopsis and flags to w. Flags without a

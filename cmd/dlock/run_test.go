@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // helperArgv is the command line of a helperFamily command logging to
@@ -167,18 +169,18 @@ func TestRunPassesSignalsToTheGroup(t *testing.T) {
 	}
 }
 
-// TestRunRefusesWordsAfterName: flags (or anything) between NAME and "--"
-// are refused with status 2 before any lock is taken — even when the
-// server is unreachable, which shows it is not contacted.
+// TestRunRefusesWordsAfterName: words between NAME and "--", and a
+// command line without NAME, are refused with status 2 before any lock is
+// taken — even when the server is unreachable, which shows it is not
+// contacted. (Flags may come after NAME: TestParseRun.)
 func TestRunRefusesWordsAfterName(t *testing.T) {
 	const name = "job/refused"
 	for _, tc := range []struct {
 		after []string
 		want  string
 	}{
-		{[]string{"--ttl", "5s", "--", "echo", "hi"}, `"--ttl" after the lock NAME "job/refused": flags go before NAME`},
-		{[]string{"-n", "--", "echo", "hi"}, `"-n" after the lock NAME`},
 		{[]string{"echo", "hi"}, `want "--" between NAME and the command`},
+		{[]string{"--bogus", "--", "echo"}, "unknown flag --bogus"},
 		{nil, `missing "-- CMD"`},
 		{[]string{"--"}, "missing the command"},
 	} {
@@ -327,5 +329,43 @@ func TestGuardRefusesStrayCalls(t *testing.T) {
 		if _, err := os.Stat(marker); err == nil {
 			t.Fatalf("%s: the guard ran the command", tc.what)
 		}
+	}
+}
+
+// On a server that may evict keys, run refuses with the flag that accepts
+// the risk named, and runs with it.
+func TestRunEvictionRisk(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
+	url := "redis://" + s.Addr()
+	r := runCLI("run", "--redis", url, "job/evict", "--", "true")
+	if r.code != exitFail || !strings.Contains(r.stderr, "--eviction-risk") || !strings.Contains(r.stderr, "allkeys-lru") {
+		t.Fatalf("on allkeys-lru: code %d, stderr %q; want %d and the --eviction-risk hint", r.code, r.stderr, exitFail)
+	}
+	if r := runCLI("run", "--redis", url, "job/evict", "--eviction-risk", "--", "true"); r.code != exitOK {
+		t.Fatalf("--eviction-risk: code %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// Flags after the positional arguments, as users type them.
+func TestFlagsAfterNames(t *testing.T) {
+	prefix := testPrefix(t)
+	if r := runCLI("run", "job/late-flags", "--prefix", prefix, "--redis", serverURL(), "-n", "--", "true"); r.code != exitOK {
+		t.Fatalf("run NAME --prefix P -n -- true: code %d, stderr %q", r.code, r.stderr)
+	}
+	t.Setenv(redisURLEnv, serverURL())
+	if r := runCLI("inspect", "job/late-flags", "--prefix", prefix, "--json"); r.code != exitOK || strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("inspect NAME --json: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI("ls", "job*", "--json", "--prefix", prefix); r.code != exitOK || strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("ls PATTERN --json: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// one short error, the synopsis, and where the flags are listed
+	r := runCLI("ls", "--bogus")
+	if r.code != exitUsage || strings.Count(r.stderr, "\n") > 3 || !strings.Contains(r.stderr, "unknown flag --bogus") ||
+		!strings.Contains(r.stderr, "dlock ls -h") {
+		t.Fatalf("an unknown flag: code %d, stderr %q", r.code, r.stderr)
+	}
+	if r := runCLI("top", "--interval", "2"); r.code != exitUsage || !strings.Contains(r.stderr, "give a unit") {
+		t.Fatalf("a duration without a unit: code %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +20,7 @@ import (
 
 // runSynopsis is run's usage line.
 const runSynopsis = "dlock run [--redis URL] [--tls-*] [--prefix P] [--ttl 30s] [--grace 5s] " +
-	"[-n | --wait D] [--value V] [--conflict-exit-code 75] [--quiet] NAME -- CMD [ARGS...]"
+	"[-n | --wait D] [--value V] [--conflict-exit-code 75] [--quiet] [--eviction-risk] NAME -- CMD [ARGS...]"
 
 // runNotes follow run's flags in "dlock run -h".
 const runNotes = `
@@ -70,6 +71,7 @@ type runConfig struct {
 	quiet        bool
 	value        string // --value: the leader's value, when elect
 	elect        bool   // --value given: lead the election NAME, not lock the Mutex
+	evictionRisk bool   // --eviction-risk: dlock.WithEvictionRisk
 	argv         []string
 }
 
@@ -79,9 +81,10 @@ type runConfig struct {
 //
 //	dlock run [flags] NAME -- CMD [ARGS...]
 //
-// Flags go before NAME, and "--" between NAME and CMD is required: any word
-// between them is refused with status 2 before Redis is contacted, so that
-// "dlock run job --ttl 5s -- x" cannot take the lock and run "--ttl".
+// Flags go before or after NAME, and "--" between NAME and CMD is
+// required: any other word between them is refused with status 2 before
+// Redis is contacted, so that "dlock run job x" cannot take the lock and
+// run something else than meant.
 //
 // Waiting: by default run waits for the lock as long as it takes; --wait D
 // gives up after D, -n (--no-wait) after one try; both then exit with
@@ -143,6 +146,7 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitBusy, "exit `status` when the lock stays busy (-n, --wait)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors (not the waiting and holding notes)")
 	fs.StringVar(&c.value, "value", "", "lead the election NAME with `VALUE` (shown by dlock leader) instead of locking the lock NAME")
+	fs.BoolVar(&c.evictionRisk, "eviction-risk", false, "run on a server whose maxmemory-policy may evict keys (an evicted lock lets a second owner in)")
 	if code, ok := parseFlags(fs, runSynopsis, args, stdout, stderr); !ok {
 		if code == exitOK {
 			fmt.Fprint(stdout, runNotes)
@@ -157,14 +161,20 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	if len(rest) == 0 {
 		return bad("missing the lock NAME")
 	}
+	if rest[0] == "--" {
+		// "run -- -NAME -- CMD" (a name that starts with '-'), or "run --
+		// CMD" (NAME forgotten)
+		if !slices.Contains(rest[2:], "--") {
+			return bad("missing the lock NAME before \"--\"")
+		}
+		rest = rest[1:]
+	}
 	c.name = rest[0]
 	switch {
 	case c.name == "":
 		return bad("empty lock NAME")
 	case len(rest) == 1:
 		return bad("missing \"-- CMD\" after the lock NAME %q", c.name)
-	case rest[1] != "--" && strings.HasPrefix(rest[1], "-"):
-		return bad("%q after the lock NAME %q: flags go before NAME", rest[1], c.name)
 	case rest[1] != "--":
 		return bad("%q after the lock NAME %q: want \"--\" between NAME and the command", rest[1], c.name)
 	}
@@ -271,7 +281,11 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer rdb.Close()
-	client, err := dlock.New(rdb, dlock.WithPrefix(c.prefix))
+	opts := []dlock.Option{dlock.WithPrefix(c.prefix)}
+	if c.evictionRisk {
+		opts = append(opts, dlock.WithEvictionRisk())
+	}
+	client, err := dlock.New(rdb, opts...)
 	if err != nil {
 		interrupted()
 		complain(stderr, "%v", err)
@@ -294,6 +308,9 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	case errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded):
 		complain(stderr, "gave up waiting for %s after %v (--wait)", c.what(), c.wait.d)
 		return c.conflictCode
+	case errors.Is(err, dlock.ErrEvictionPolicy):
+		complain(stderr, "%v\n(dlock run --eviction-risk accepts the risk; better: CONFIG SET maxmemory-policy noeviction)", err)
+		return exitFail
 	case err != nil:
 		complain(stderr, "%v", err)
 		return exitFail

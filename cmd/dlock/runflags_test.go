@@ -37,6 +37,10 @@ func TestParseRun(t *testing.T) {
 		{[]string{"job", "--", "x"}, "redis://10.1.2.3:7000/3", func(c runConfig) bool { return c.target.server.Addr == "10.1.2.3:7000" && c.target.server.DB == 3 }},
 		{[]string{"--redis", "redis://10.9.9.9:1", "job", "--", "x"}, "redis://10.1.2.3:7000", func(c runConfig) bool { return c.target.server.Addr == "10.9.9.9:1" }},
 		{[]string{"--", "-job", "--", "x"}, "", func(c runConfig) bool { return c.name == "-job" }},
+		// flags after NAME, as after a command's other arguments
+		{[]string{"job", "--ttl", "5s", "-n", "--", "x", "--ttl", "1s"}, "", func(c runConfig) bool {
+			return c.name == "job" && c.ttl == 5*time.Second && c.noWait && slices.Equal(c.argv, []string{"x", "--ttl", "1s"})
+		}},
 	}
 	for _, tc := range good {
 		c, code, ok := parseRun(tc.args, env(tc.env), io.Discard, io.Discard)
@@ -48,7 +52,9 @@ func TestParseRun(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"job", "--ttl", "5s", "--", "x"}, "flags go before NAME"},
+		{[]string{"--", "true"}, `missing the lock NAME before "--"`},
+		{[]string{"--ttl", "5", "job", "--", "x"}, "--ttl 5: not a duration (give a unit"},
+		{[]string{"job", "--bogus", "--", "x"}, "unknown flag --bogus"},
 		{[]string{"job", "x"}, `want "--"`},
 		{[]string{"job"}, `missing "-- CMD"`},
 		{[]string{"job", "--"}, "missing the command"},
