@@ -33,7 +33,9 @@ type hold struct {
 	ttl       time.Duration // lease length used by renewals
 	deadline  time.Time     // local: the lease may be gone after this
 	nextRenew time.Time     // when the watchdog renews it next
+	maxHold   time.Duration // WithMaxHold: no renewal or Extend past acquired+maxHold; 0: none
 	renew     bool          // the watchdog renews it (set when made; beside the flags below, to pack them)
+	limited   bool          // its lease reaches its max hold: when it runs out, the max hold did
 	renewing  bool          // a renewal of it is in flight
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	handed    bool          // set when made: a release handed it over (handedOver), no attempt of its own took it
@@ -106,7 +108,8 @@ func (h *hold) next() int64 {
 
 func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
 	h := &hold{c: c, k: k, what: what, acquired: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
-		ttl: cfg.ttl, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+		ttl: cfg.ttl, maxHold: cfg.maxHold, limited: cfg.maxHold > 0 && cfg.ttl == cfg.maxHold,
+		deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.confirmed(start, cfg.ttl, 0)
 	return h
 }
@@ -168,7 +171,10 @@ func (h *hold) expireIfLate(now time.Time) error {
 		return err
 	}
 	reason, why := reasonDeadline, "no renewal confirmed before its deadline"
-	if !h.renew {
+	switch {
+	case h.limited:
+		reason, why = reasonEnded, fmt.Sprintf("its max hold (WithMaxHold %v) ran out", h.maxHold)
+	case !h.renew:
 		reason, why = reasonEnded, "its fixed lease ran out"
 	}
 	h.end(lost(reason, h.k.name, why))
@@ -252,6 +258,19 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	defer h.calls.Unlock()
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	if h.maxHold > 0 {
+		// not past the max hold (WithMaxHold): cut to it
+		left := time.Until(h.acquired.Add(h.maxHold))
+		if left < minTTL {
+			return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.name, h.maxHold)
+		}
+		if d >= left {
+			d = left
+			h.mu.Lock()
+			h.limited = true
+			h.mu.Unlock()
+		}
 	}
 	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.renew(h.token, d, true, seq) })
 	ok, err := r.Int64()

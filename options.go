@@ -76,6 +76,7 @@ type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	ttl      time.Duration
+	maxHold  time.Duration // WithMaxHold; 0: none
 	renew    bool
 	queueTTL time.Duration
 	readers  bool     // RWMutex: readers first
@@ -139,6 +140,20 @@ func WithLease(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.ttl, c.renew = d, false }
 }
 
+// WithMaxHold limits how long a hold can last: the watchdog renews the
+// lease only up to d after the lock was taken, and Extend is cut to that
+// moment too, so a holder that is stuck but alive (its process renews, its
+// work never ends) cannot keep the lock for ever. At d the lease ends —
+// Done closes, Err matches ErrLeaseLost and says that its max hold ran
+// out — and the lock frees itself in Redis then (the holder's local
+// deadline keeps its usual drift margin before that). A lease shorter
+// than d is not lengthened; a TTL above d is cut to d. A re-entry through
+// the lease's context shares the hold, and its limit. d must be at least
+// 1 ms. Default: none.
+func WithMaxHold(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.maxHold = d }
+}
+
 // WithReaderPreference lets an RWMutex's readers in while writers wait.
 // Default: off — the lock is phase-fair: once a writer waits, new readers
 // queue behind it, and a writer's release lets the readers then waiting
@@ -156,12 +171,18 @@ func (c lockConfig) with(opts []LockOption) lockConfig {
 			o(&c)
 		}
 	}
+	if c.maxHold > 0 && c.ttl > c.maxHold {
+		c.ttl = c.maxHold // a lease does not outlive its max hold
+	}
 	return c
 }
 
 func (c lockConfig) validate() error {
 	if c.ttl < minTTL {
 		return invalid("lease TTL %v is below 1ms", c.ttl)
+	}
+	if c.maxHold != 0 && c.maxHold < minTTL {
+		return invalid("max hold %v is below 1ms", c.maxHold)
 	}
 	if c.queueTTL < 3*minTTL {
 		return invalid("queue TTL %v is below 3ms", c.queueTTL)

@@ -210,10 +210,18 @@ func (w *watchdog) due(now time.Time) []renewal {
 			w.renewals.remove(h)
 		case h.nextRenew.After(now.Add(h.ttl / 6)):
 			w.renewals.set(h, h.nextRenew) // not due after all
+		case h.limited:
+			w.renewals.remove(h) // its lease reaches its max hold: nothing more to renew
 		default:
 			w.renewals.remove(h) // back in when the outcome is known
 			h.renewing = true
-			rs = append(rs, renewal{h: h, ttl: h.ttl, epoch: h.epoch, seq: h.next()})
+			ttl := h.ttl
+			if h.maxHold > 0 {
+				// WithMaxHold: renew up to the limit, then no more (the
+				// renewal only lengthens, so the lease ends at the limit)
+				ttl = min(ttl, max(h.acquired.Add(h.maxHold).Sub(now), minTTL))
+			}
+			rs = append(rs, renewal{h: h, ttl: ttl, epoch: h.epoch, seq: h.next()})
 		}
 		w.mu.Unlock()
 		h.mu.Unlock()
@@ -277,6 +285,7 @@ func (w *watchdog) apply(rs []renewal) {
 			h.nextRenew = now.Add(h.ttl / 10)
 		case r.ok && r.epoch == h.epoch:
 			h.confirmed(r.start, r.ttl, r.seq)
+			h.limited = h.limited || r.ttl < h.ttl // renewed up to its max hold
 		case r.ok:
 			// Extend ran meanwhile and set the schedule itself.
 		}

@@ -100,8 +100,8 @@ func TestRunStopsTheChildWhenTheLeaseIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := await(t, code, 10*time.Second)
-	if got != 128+int(syscall.SIGTERM) {
-		t.Errorf("code %d, want %d (the child ended by SIGTERM)", got, 128+int(syscall.SIGTERM))
+	if got != exitLost || !strings.Contains(stderr.String(), fmt.Sprintf("exited with status %d", 128+int(syscall.SIGTERM))) {
+		t.Errorf("code %d, want %d (the lease was lost), and the child's SIGTERM status said; stderr:\n%s", got, exitLost, stderr)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("run took %v after the lock vanished; the renewal is due within 200ms", d)
@@ -121,8 +121,8 @@ func TestRunKillsAChildThatIgnoresSIGTERM(t *testing.T) {
 	if err := testClient(t).Del(testCtx(t), keysFor(testPrefix(t), name).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := await(t, code, 10*time.Second); got != 128+int(syscall.SIGKILL) {
-		t.Errorf("code %d, want %d (the child killed after the grace period)", got, 128+int(syscall.SIGKILL))
+	if got := await(t, code, 10*time.Second); got != exitLost {
+		t.Errorf("code %d, want %d (the lease was lost; the child killed after the grace period)", got, exitLost)
 	}
 }
 

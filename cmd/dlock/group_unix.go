@@ -48,6 +48,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,6 +57,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 // groupSignals are the signals that run catches for its whole life and
@@ -230,13 +233,13 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 	if code < 0 {
 		code = exitStatus(g.cmd, werr)
 	}
-	if lerr := h.Err(); lerr != nil {
+	if lerr := h.Err(); lerr != nil && !errors.Is(lerr, dlock.ErrUnlocked) {
 		if !lost {
 			complain(stderr, "the lease ended while %s ran: %v", c.argv[0], lerr)
 		}
-		if code == exitOK {
-			code = exitFail
-		}
+		// whatever CMD's status: the lock was not held throughout
+		complain(stderr, "%s exited with status %d; the lease was lost: exit status %d (--lost-exit-code)", c.argv[0], code, c.lostCode)
+		code = c.lostCode
 	}
 	return code
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,7 +95,7 @@ func awaitSignal(t *testing.T, logPath string, pids []int, sig string) {
 
 // TestRunSignalsTheWholeGroupOnLeaseLoss deletes the lock while a command
 // with a child runs: both get SIGTERM (not only the command), and run
-// exits with the command's status.
+// exits with the lost lease's status, saying the command's.
 func TestRunSignalsTheWholeGroupOnLeaseLoss(t *testing.T) {
 	const name = "job/lost-group"
 	logPath := filepath.Join(t.TempDir(), "signals")
@@ -105,8 +106,8 @@ func TestRunSignalsTheWholeGroupOnLeaseLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitSignal(t, logPath, pids, "TERM")
-	if got := await(t, code, 10*time.Second); got != helperStatus {
-		t.Errorf("code %d, want %d (the command's own, after SIGTERM); stderr:\n%s", got, helperStatus, stderr)
+	if got := await(t, code, 10*time.Second); got != exitLost || !strings.Contains(stderr.String(), fmt.Sprintf("exited with status %d", helperStatus)) {
+		t.Errorf("code %d, want %d (the lease was lost) and the command's own status %d said; stderr:\n%s", got, exitLost, helperStatus, stderr)
 	}
 	if !strings.Contains(stderr.String(), "SIGTERM to its process group") {
 		t.Errorf("stderr does not say the group was stopped:\n%s", stderr)
@@ -131,8 +132,8 @@ func TestRunWakesAStoppedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitSignal(t, logPath, pids, "TERM")
-	if got := await(t, code, 10*time.Second); got != helperStatus {
-		t.Errorf("code %d, want %d (the command's own, after SIGTERM); stderr:\n%s", got, helperStatus, stderr)
+	if got := await(t, code, 10*time.Second); got != exitLost || !strings.Contains(stderr.String(), fmt.Sprintf("exited with status %d", helperStatus)) {
+		t.Errorf("code %d, want %d (the lease was lost) and the command's own status %d said; stderr:\n%s", got, exitLost, helperStatus, stderr)
 	}
 }
 
@@ -367,5 +368,23 @@ func TestFlagsAfterNames(t *testing.T) {
 	}
 	if r := runCLI("top", "--interval", "2"); r.code != exitUsage || !strings.Contains(r.stderr, "give a unit") {
 		t.Fatalf("a duration without a unit: code %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// run --max-hold: a command that runs on is stopped when the max hold runs
+// out, and run exits with the lost lease's status, saying why.
+func TestRunMaxHold(t *testing.T) {
+	const name = "job/max-hold"
+	stdout, stderr, code := startRun(runArgs(t, "--ttl", "100ms", "--max-hold", "500ms", "--grace", "2s", name,
+		"--", "sh", "-c", "echo started; exec sleep 30"))
+	waitFor(t, 5*time.Second, "the child to start", func() bool { return strings.Contains(stdout.String(), "started") })
+	if got := await(t, code, 10*time.Second); got != exitLost {
+		t.Errorf("code %d, want %d; stderr:\n%s", got, exitLost, stderr)
+	}
+	if !strings.Contains(stderr.String(), "max hold") {
+		t.Errorf("stderr does not say the max hold ran out:\n%s", stderr)
+	}
+	if r := runCLI(runArgs(t, "--lost-exit-code", "300", name, "--", "true")...); r.code != exitUsage {
+		t.Errorf("--lost-exit-code 300: code %d", r.code)
 	}
 }

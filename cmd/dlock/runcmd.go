@@ -20,16 +20,18 @@ import (
 
 // runSynopsis is run's usage line.
 const runSynopsis = "dlock run [--redis URL] [--tls-*] [--prefix P] [--ttl 30s] [--grace 5s] " +
-	"[-n | --wait D] [--value V] [--conflict-exit-code 75] [--quiet] [--eviction-risk] NAME -- CMD [ARGS...]"
+	"[-n | --wait D] [--max-hold D] [--value V] [--conflict-exit-code 75] [--lost-exit-code 76] [--quiet] [--eviction-risk] NAME -- CMD [ARGS...]"
 
 // runNotes follow run's flags in "dlock run -h".
 const runNotes = `
-Flags go before NAME; "--" between NAME and CMD is required.
+Flags go before or after NAME; "--" between NAME and CMD is required.
 --redis defaults to $DLOCK_REDIS_URL, else ` + defaultRedisURL + `. URL is one of
 ` + urlForms + `
 exit status:
   CMD's       CMD's own, 128+n if signal n ended it
-  1           a Redis error, or the lease was lost and CMD exited 0
+  1           a Redis error
+  76          the lease was lost, or --max-hold ran out, while CMD ran
+              (CMD was stopped); --lost-exit-code changes it
   2           bad command line (nothing locked, Redis not contacted)
   75          the lock stayed busy (-n, --wait), or another led all --wait
               long (--value); --conflict-exit-code changes it
@@ -52,6 +54,7 @@ and resigns when CMD has exited.
 // Exit statuses of run besides the child's own.
 const (
 	exitBusy      = 75  // EX_TEMPFAIL: the lock was busy (-n) or --wait ran out; --conflict-exit-code changes it
+	exitLost      = 76  // the lease was lost (or --max-hold ran out) while CMD ran; --lost-exit-code changes it
 	exitCannotRun = 126 // the command could not be started
 	exitNotFound  = 127 // the command was not found
 	// childWaitDelay bounds how long run waits, after the command's
@@ -69,9 +72,11 @@ type runConfig struct {
 	noWait       bool     // -n, --no-wait: one try
 	conflictCode int      // exit status when the lock stays busy
 	quiet        bool
-	value        string // --value: the leader's value, when elect
-	elect        bool   // --value given: lead the election NAME, not lock the Mutex
-	evictionRisk bool   // --eviction-risk: dlock.WithEvictionRisk
+	value        string        // --value: the leader's value, when elect
+	elect        bool          // --value given: lead the election NAME, not lock the Mutex
+	evictionRisk bool          // --eviction-risk: dlock.WithEvictionRisk
+	maxHold      time.Duration // --max-hold: dlock.WithMaxHold; 0: none
+	lostCode     int           // exit status when the lease was lost while CMD ran
 	argv         []string
 }
 
@@ -146,6 +151,8 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitBusy, "exit `status` when the lock stays busy (-n, --wait)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors (not the waiting and holding notes)")
 	fs.StringVar(&c.value, "value", "", "lead the election NAME with `VALUE` (shown by dlock leader) instead of locking the lock NAME")
+	fs.DurationVar(&c.maxHold, "max-hold", 0, "hold the lock at most `DURATION`: then the lease ends as a lost one (CMD is stopped)")
+	fs.IntVar(&c.lostCode, "lost-exit-code", exitLost, "exit `status` when the lease was lost (or --max-hold ran out) while CMD ran")
 	fs.BoolVar(&c.evictionRisk, "eviction-risk", false, "run on a server whose maxmemory-policy may evict keys (an evicted lock lets a second owner in)")
 	if code, ok := parseFlags(fs, runSynopsis, args, stdout, stderr); !ok {
 		if code == exitOK {
@@ -192,6 +199,10 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 		return bad("--value campaigns in an election, where a candidate has no single try: -n and --wait 0 do not apply")
 	case c.conflictCode < 0 || c.conflictCode > 255:
 		return bad("--conflict-exit-code %d: want 0 to 255", c.conflictCode)
+	case c.lostCode < 0 || c.lostCode > 255:
+		return bad("--lost-exit-code %d: want 0 to 255", c.lostCode)
+	case c.maxHold < 0 || c.maxHold > 0 && c.maxHold < time.Millisecond:
+		return bad("--max-hold %v: want at least 1ms", c.maxHold)
 	}
 	if c.wait.set && c.wait.d == 0 {
 		c.noWait = true // --wait 0 is one try, as in flock

@@ -76,17 +76,26 @@ func (c runConfig) heldNote(h holding) string {
 // TTL of --ttl. Its errors are those of acquire and campaign.
 func (c runConfig) take(ctx context.Context, client *dlock.Client, note func(string, ...any)) (holding, error) {
 	if c.elect {
-		ld, err := c.campaign(ctx, client.Election(c.name, dlock.WithTTL(c.ttl)), note)
+		ld, err := c.campaign(ctx, client.Election(c.name, c.lockOptions()...), note)
 		if err != nil {
 			return nil, err
 		}
 		return leaderHold{ld}, nil
 	}
-	lease, err := c.acquire(ctx, client.Mutex(c.name, dlock.WithTTL(c.ttl)), note)
+	lease, err := c.acquire(ctx, client.Mutex(c.name, c.lockOptions()...), note)
 	if err != nil {
 		return nil, err
 	}
 	return leaseHold{lease}, nil
+}
+
+// lockOptions are the lock's: --ttl, --max-hold.
+func (c runConfig) lockOptions() []dlock.LockOption {
+	opts := []dlock.LockOption{dlock.WithTTL(c.ttl)}
+	if c.maxHold > 0 {
+		opts = append(opts, dlock.WithMaxHold(c.maxHold))
+	}
+	return opts
 }
 
 // acquire takes the lock with one try and then, unless -n was given,
