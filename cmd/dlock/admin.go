@@ -333,7 +333,7 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 			switch len(locks) {
 			case 0:
 				fmt.Fprintf(stdout, "no lock called %q is held under prefix %q: nothing freed\n", name, a.prefix)
-				return exitOK
+				return exitNothing
 			case 1:
 			default:
 				var ks []string

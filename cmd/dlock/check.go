@@ -199,7 +199,13 @@ func (c *checker) keys(ctx context.Context) {
 // both must be allowed, and the message must arrive.
 func (c *checker) pubsub(ctx context.Context) {
 	ch := c.prefix + ":check:" + randomHex()
-	grant := fmt.Sprintf("(grant the channels: ACL SETUSER <user> &%s:*; without them every release wakes nobody and waits poll)", c.prefix)
+	grantOf := func(err error) string {
+		if strings.Contains(err.Error(), "command") {
+			// the command itself is denied, not the channel
+			return "(grant the commands: ACL SETUSER <user> +@pubsub; without them every release wakes nobody and waits poll)"
+		}
+		return fmt.Sprintf("(grant the channels: ACL SETUSER <user> &%s:*; without them every release wakes nobody and waits poll)", c.prefix)
+	}
 	ps := c.rdb.Subscribe(ctx, ch)
 	defer ps.Close()
 	m, err := ps.ReceiveTimeout(ctx, 2*time.Second)
@@ -209,11 +215,11 @@ func (c *checker) pubsub(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		c.say(checkMissing, "pub/sub", "SUBSCRIBE %s: %v %s", ch, err, grant)
+		c.say(checkMissing, "pub/sub", "SUBSCRIBE %s: %v %s", ch, err, grantOf(err))
 		return
 	}
 	if err := c.rdb.Publish(ctx, ch, "check").Err(); err != nil {
-		c.say(checkMissing, "pub/sub", "PUBLISH %s: %v %s", ch, err, grant)
+		c.say(checkMissing, "pub/sub", "PUBLISH %s: %v %s", ch, err, grantOf(err))
 		return
 	}
 	if _, err := ps.ReceiveTimeout(ctx, 2*time.Second); err != nil {

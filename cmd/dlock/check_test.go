@@ -18,6 +18,8 @@ func TestCheck(t *testing.T) {
 	for user, rules := range map[string][]string{
 		"nochan":   {"~dlock:*", "+@all"},
 		"noscript": {"~dlock:*", "&dlock:*", "+@all", "-eval", "-evalsha"},
+		// the channels, not the pub/sub commands
+		"nopubsub": {"~dlock:*", "&dlock:*", "+@all", "-@pubsub"},
 		// every lock's keys, not the Clients' owner records
 		"noowners": {"~dlock:{*", "&dlock:*", "+@all"},
 	} {
@@ -50,6 +52,8 @@ func TestCheck(t *testing.T) {
 		{"aof", "redis://" + aof.Addr(), exitOK, []string{"ok       persistence"}, []string{"MISSING", "warning"}},
 		{"acl without channels", as("nochan"), exitFail,
 			[]string{"ok       keys", "MISSING  pub/sub", "&dlock:*", "1 required check(s) failed"}, nil},
+		{"acl without the pub/sub commands", as("nopubsub"), exitFail,
+			[]string{"MISSING  pub/sub", "+@pubsub"}, []string{"&dlock:*;"}},
 		{"acl without scripts", as("noscript"), exitFail,
 			[]string{"MISSING  scripts", "EVAL refused", "ok       pub/sub"}, nil},
 		{"allkeys-lru", "redis://" + lru.Addr(), exitFail,

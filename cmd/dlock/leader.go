@@ -26,6 +26,10 @@ const leaderSynopsis = "dlock leader [--redis URL] [--tls-*] [--prefix P] [--wat
 // (0) nor a failure to find out (1), so that a script can tell them apart.
 const exitNoLeader = 3
 
+// exitNothing is unlock --force's status when nothing under the name was
+// held: nothing was freed (as a leader that is not there: 3).
+const exitNothing = 3
+
 // leaderNotes follow leader's flags in "dlock leader -h".
 const leaderNotes = `
 exit status:

@@ -114,7 +114,7 @@ var synopses = []string{
 	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] [-n | --wait D] [--value V] NAME -- CMD [ARGS...]",
 	"dlock inspect [--redis URL] [--prefix P] [--kind K] [--json] NAME",
 	"dlock ls      [--redis URL] [--prefix P] [--json] [PATTERN]",
-	"dlock top     [--redis URL] [--prefix P] [--interval 1s] [PATTERN]",
+	"dlock top     [--redis URL] [--prefix P] [--interval 1s] [--iterations N] [PATTERN]",
 	"dlock unlock  --force [--redis URL] [--prefix P] [--kind K] NAME",
 	"dlock leader  [--redis URL] [--prefix P] [--watch] [--json] NAME",
 	checkSynopsis,

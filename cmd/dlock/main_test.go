@@ -176,7 +176,8 @@ func TestUsage(t *testing.T) {
 		{"ls", "a", "b"},
 		{"ls", "["},
 		{"top", "--interval", "1ms"},
-		{"top", "-n", "-1"},
+		{"top", "--iterations", "-1"},
+		{"top", "-n", "1"}, // run's -n (no wait) is not top's
 		{"ls", "--prefix", "a{b"},
 	}
 	for _, args := range bad {

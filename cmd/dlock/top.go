@@ -17,7 +17,18 @@ import (
 )
 
 // topSynopsis is top's usage line.
-const topSynopsis = "dlock top [--redis URL] [--tls-*] [--prefix P] [--interval 1s] [--limit 40] [-n N] [PATTERN]"
+const topSynopsis = "dlock top [--redis URL] [--tls-*] [--prefix P] [--interval 1s] [--limit 40] [--iterations N] [PATTERN]"
+
+// terminal reports whether w is a terminal (a character device): only
+// there does top clear the screen between frames.
+func terminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
 
 // clearScreen moves the cursor home and clears the terminal (ANSI).
 const clearScreen = "\x1b[H\x1b[2J"
@@ -53,7 +64,7 @@ type topRow struct {
 
 // topCmd is "dlock top": a live view of the locks under the prefix whose
 // names match PATTERN, refreshed every --interval, busiest first. It runs
-// until SIGINT or SIGTERM (or -n refreshes) and exits 0.
+// until SIGINT or SIGTERM (or --iterations refreshes) and exits 0.
 func topCmd(args []string, stdout, stderr io.Writer) int {
 	var (
 		a adminFlags
@@ -64,8 +75,7 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 	a.register(fs)
 	fs.DurationVar(&v.interval, "interval", time.Second, "refresh every `DURATION` (each refresh SCANs the keyspace)")
 	fs.IntVar(&v.limit, "limit", 40, "show the `N` busiest locks at most (0: all)")
-	fs.IntVar(&n, "iterations", 0, "stop after `N` refreshes (also -n; default: until interrupted)")
-	fs.IntVar(&n, "n", 0, "") // top's short form
+	fs.IntVar(&n, "iterations", 0, "stop after `N` refreshes (default: until interrupted)")
 	if code, ok := parseFlags(fs, topSynopsis, args, stdout, stderr); !ok {
 		return code
 	}
@@ -108,7 +118,12 @@ func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, w io.Writer
 		if ctx.Err() != nil {
 			return
 		}
-		fmt.Fprint(w, clearScreen+renderTop(v, prev, cur))
+		if terminal(w) {
+			fmt.Fprint(w, clearScreen)
+		} else if i > 1 {
+			fmt.Fprintln(w) // frames one after another, in a pipe or a file
+		}
+		fmt.Fprint(w, renderTop(v, prev, cur))
 		if cur.err == nil {
 			prev = cur
 		}

@@ -140,7 +140,7 @@ func TestClusterURL(t *testing.T) {
 	must(t, runCLI("inspect", "--redis", urls["node"], "--prefix", prefix, job), exitOK, "no lock called")
 	must(t, runCLI("unlock", "--force", "--redis", url, "--prefix", prefix, names[0]), exitOK)
 	must(t, runCLI("inspect", "--redis", url, "--prefix", prefix, names[0]), exitOK, "no lock called")
-	must(t, runCLI("top", "--redis", url, "--prefix", prefix, "-n", "1"), exitOK, names[1], names[2])
+	must(t, runCLI("top", "--redis", url, "--prefix", prefix, "--iterations", "1"), exitOK, names[1], names[2])
 
 	// check reads every master's settings.
 	r = runCLI("check", "--redis", urls["node"])
