@@ -108,18 +108,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-// synopses are the one-line forms of the public commands, for the usage.
-var synopses = []string{
-	"dlock demo    [--workers 4] [--rounds 5] [--redis URL] [--prefix dlock-demo]",
-	"dlock run     [--redis URL] [--prefix P] [--ttl 30s] [--grace 5s] [-n | --wait D] [--value V] NAME -- CMD [ARGS...]",
-	"dlock inspect [--redis URL] [--prefix P] [--kind K] [--json] NAME",
-	"dlock ls      [--redis URL] [--prefix P] [--json] [PATTERN]",
-	"dlock top     [--redis URL] [--prefix P] [--interval 1s] [--iterations N] [PATTERN]",
-	"dlock unlock  --force [--redis URL] [--prefix P] [--kind K] NAME",
-	"dlock leader  [--redis URL] [--prefix P] [--watch] [--json] NAME",
-	checkSynopsis,
-	"dlock version",
-}
+// synopses are the one-line forms of the public commands, for the usage:
+// each command's own, so that the overview lists every flag it does.
+var synopses = []string{demoSynopsis, runSynopsis, inspectSynopsis, lsSynopsis, topSynopsis, unlockSynopsis,
+	leaderSynopsis, checkSynopsis, "dlock version"}
 
 // usage writes the overview of all public commands to w.
 func usage(w io.Writer) {

@@ -388,3 +388,49 @@ func TestRunMaxHold(t *testing.T) {
 		t.Errorf("--lost-exit-code 300: code %d", r.code)
 	}
 }
+
+// run --shared holds the read side of an RWMutex (many at once, as flock
+// -s), --exclusive its write side, --permits N one of N permits: two
+// holders at once, and a third -n finds it busy.
+func TestRunSharedAndPermits(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		together []string // two runs that hold at once
+		excluded []string // a third that -n finds busy meanwhile
+	}{
+		{"shared", []string{"--shared"}, []string{"--exclusive"}},
+		{"permits", []string{"--permits", "2"}, []string{"--permits", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "job/" + tc.name
+			release := filepath.Join(t.TempDir(), "release")
+			hold := []string{"--", "sh", "-c", "echo started; while [ ! -e " + release + " ]; do sleep 0.02; done"}
+			var outs []*syncBuffer
+			var codes []<-chan int
+			for range 2 {
+				stdout, _, code := startRun(runArgs(t, append(append(tc.together, name), hold...)...))
+				outs, codes = append(outs, stdout), append(codes, code)
+			}
+			for _, o := range outs {
+				waitFor(t, 5*time.Second, "both holders to start", func() bool { return strings.Contains(o.String(), "started") })
+			}
+			r := runCLI(runArgs(t, append(append(append([]string{"-n"}, tc.excluded...), name), "--", "true")...)...)
+			if r.code != exitBusy {
+				t.Errorf("a third (%q) while two hold: code %d, want %d; stderr %q", tc.excluded, r.code, exitBusy, r.stderr)
+			}
+			if err := os.WriteFile(release, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range codes {
+				if got := await(t, c, 10*time.Second); got != exitOK {
+					t.Errorf("a holder: code %d", got)
+				}
+			}
+		})
+	}
+	for _, bad := range [][]string{{"--shared", "--exclusive"}, {"--shared", "--permits", "2"}, {"--permits", "3", "--value", "v"}, {"--permits", "-1"}} {
+		if r := runCLI(runArgs(t, append(bad, "job/x", "--", "true")...)...); r.code != exitUsage {
+			t.Errorf("%q: code %d, want %d", bad, r.code, exitUsage)
+		}
+	}
+}

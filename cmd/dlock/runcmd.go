@@ -20,7 +20,7 @@ import (
 
 // runSynopsis is run's usage line.
 const runSynopsis = "dlock run [--redis URL] [--tls-*] [--prefix P] [--ttl 30s] [--grace 5s] " +
-	"[-n | --wait D] [--max-hold D] [--value V] [--conflict-exit-code 75] [--lost-exit-code 76] [--quiet] [--eviction-risk] NAME -- CMD [ARGS...]"
+	"[-n | --wait D] [--max-hold D] [--shared | --exclusive | --permits N | --value V] [--conflict-exit-code 75] [--lost-exit-code 76] [--quiet] [--eviction-risk] NAME -- CMD [ARGS...]"
 
 // runNotes follow run's flags in "dlock run -h".
 const runNotes = `
@@ -75,6 +75,9 @@ type runConfig struct {
 	value        string        // --value: the leader's value, when elect
 	elect        bool          // --value given: lead the election NAME, not lock the Mutex
 	evictionRisk bool          // --eviction-risk: dlock.WithEvictionRisk
+	shared       bool          // --shared: the read side of the RWMutex NAME
+	exclusive    bool          // --exclusive: its write side
+	permits      int           // --permits N: a permit of the Semaphore NAME of N
 	maxHold      time.Duration // --max-hold: dlock.WithMaxHold; 0: none
 	lostCode     int           // exit status when the lease was lost while CMD ran
 	argv         []string
@@ -151,6 +154,9 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitBusy, "exit `status` when the lock stays busy (-n, --wait)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors (not the waiting and holding notes)")
 	fs.StringVar(&c.value, "value", "", "lead the election NAME with `VALUE` (shown by dlock leader) instead of locking the lock NAME")
+	fs.BoolVar(&c.shared, "shared", false, "take the read side of the RWMutex NAME (with others --shared at once; as flock -s)")
+	fs.BoolVar(&c.exclusive, "exclusive", false, "take the write side of the RWMutex NAME (alone: no --shared holder either)")
+	fs.IntVar(&c.permits, "permits", 0, "take one of `N` permits of the Semaphore NAME (N holders at once)")
 	fs.DurationVar(&c.maxHold, "max-hold", 0, "hold the lock at most `DURATION`: then the lease ends as a lost one (CMD is stopped)")
 	fs.IntVar(&c.lostCode, "lost-exit-code", exitLost, "exit `status` when the lease was lost (or --max-hold ran out) while CMD ran")
 	fs.BoolVar(&c.evictionRisk, "eviction-risk", false, "run on a server whose maxmemory-policy may evict keys (an evicted lock lets a second owner in)")
@@ -203,6 +209,10 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 		return bad("--lost-exit-code %d: want 0 to 255", c.lostCode)
 	case c.maxHold < 0 || c.maxHold > 0 && c.maxHold < time.Millisecond:
 		return bad("--max-hold %v: want at least 1ms", c.maxHold)
+	case c.permits < 0 || c.permits > dlock.MaxPermits:
+		return bad("--permits %d: want 1 to 2^52", c.permits)
+	case btoi(c.shared)+btoi(c.exclusive)+btoi(c.permits > 0)+btoi(c.elect) > 1:
+		return bad("--shared, --exclusive, --permits and --value: give one of them")
 	}
 	if c.wait.set && c.wait.d == 0 {
 		c.noWait = true // --wait 0 is one try, as in flock
@@ -216,6 +226,13 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	c.target = t
 	return c, exitOK, true
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // waitFlag is the value of --wait: a duration that is either set or not.

@@ -60,6 +60,14 @@ func (c runConfig) what() string {
 	if c.elect {
 		return "election " + strconv.Quote(c.name)
 	}
+	switch {
+	case c.shared:
+		return "the read side of RWMutex " + strconv.Quote(c.name)
+	case c.exclusive:
+		return "the write side of RWMutex " + strconv.Quote(c.name)
+	case c.permits > 0:
+		return fmt.Sprintf("a permit of semaphore %q (%d)", c.name, c.permits)
+	}
 	return "lock " + strconv.Quote(c.name)
 }
 
@@ -68,7 +76,7 @@ func (c runConfig) heldNote(h holding) string {
 	if c.elect {
 		return fmt.Sprintf("leading election %q, term %d, value %q", c.name, h.Fence(), c.value)
 	}
-	return fmt.Sprintf("holding lock %q, fence %d", c.name, h.Fence())
+	return fmt.Sprintf("holding %s, fence %d", c.what(), h.Fence())
 }
 
 // take takes what run holds: the lock NAME (see acquire) or, with
@@ -82,7 +90,18 @@ func (c runConfig) take(ctx context.Context, client *dlock.Client, note func(str
 		}
 		return leaderHold{ld}, nil
 	}
-	lease, err := c.acquire(ctx, client.Mutex(c.name, c.lockOptions()...), note)
+	var l dlock.Locker
+	switch {
+	case c.shared:
+		l = client.RWMutex(c.name, c.lockOptions()...).RLocker()
+	case c.exclusive:
+		l = client.RWMutex(c.name, c.lockOptions()...)
+	case c.permits > 0:
+		l = permit{client.Semaphore(c.name, c.permits, c.lockOptions()...)}
+	default:
+		l = client.Mutex(c.name, c.lockOptions()...)
+	}
+	lease, err := c.acquire(ctx, l, note)
 	if err != nil {
 		return nil, err
 	}
@@ -102,19 +121,30 @@ func (c runConfig) lockOptions() []dlock.LockOption {
 // waits for it: until ctx ends, or for --wait at most. A lock that stays
 // busy comes back as an error matching dlock.ErrNotObtained (and
 // context.DeadlineExceeded when --wait ran out).
-func (c runConfig) acquire(ctx context.Context, m *dlock.Mutex, note func(string, ...any)) (*dlock.Lease, error) {
+func (c runConfig) acquire(ctx context.Context, m dlock.Locker, note func(string, ...any)) (*dlock.Lease, error) {
 	lease, err := m.TryLock(ctx)
 	if !errors.Is(err, dlock.ErrNotObtained) || ctx.Err() != nil || c.noWait {
 		return lease, err
 	}
 	if !c.wait.set {
-		note("lock %q is held by another owner; waiting (Ctrl-C gives up)", c.name)
+		note("%s is held by others; waiting (Ctrl-C gives up)", c.what())
 		return m.Lock(ctx)
 	}
-	note("lock %q is held by another owner; waiting up to %v", c.name, c.wait.d)
+	note("%s is held by others; waiting up to %v", c.what(), c.wait.d)
 	wctx, cancel := context.WithTimeout(ctx, c.wait.d)
 	defer cancel()
 	return m.Lock(wctx)
+}
+
+// permit is a Semaphore as a Locker of one permit.
+type permit struct{ *dlock.Semaphore }
+
+func (p permit) Lock(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lease, error) {
+	return p.Acquire(ctx, 1, opts...)
+}
+
+func (p permit) TryLock(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lease, error) {
+	return p.TryAcquire(ctx, 1, opts...)
 }
 
 // campaign waits until run leads the election e, with the value of
