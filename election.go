@@ -286,6 +286,12 @@ type LeaderInfo struct {
 	// its Client did not record it, or when the reader's ACL user may not
 	// read the owner records (<prefix>:client:*).
 	Owner *Owner
+	// Err is set only in what Observe sends when it can no longer read
+	// the election (Redis down or unreachable): the other fields are then
+	// the last state it read, which may be stale. It is sent once when
+	// reads start failing; the next successful read sends the state again,
+	// with Err nil.
+	Err error
 }
 
 // Leader reads who leads the election, as one script call (and one more
@@ -386,8 +392,9 @@ const (
 // when the leader's lease would expire, so a leader that dies without a
 // word is reported gone as soon as its lease runs out; nothing polls
 // (unless the server refuses pub/sub, when it reads every second or so).
-// While Redis cannot be read, Observe sends nothing, logs the error and
-// tries again. The channel is closed at once when ctx is nil or done, the
+// While Redis cannot be read, Observe sends the last state once with Err
+// set (the observer is blind: it cannot tell a change), logs the error and
+// tries again; once it can read again it sends the state, Err nil. The channel is closed at once when ctx is nil or done, the
 // Election nil or unusable on this Client (WithoutScripts, a quorum), or
 // the Client closed.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
@@ -415,6 +422,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	defer stop()
 	var last *LeaderInfo
 	retry := time.Duration(0)
+	blind := false // the last thing sent said Redis could not be read
 	check := func(ctx context.Context, _ string) (bool, time.Duration, error) {
 		info, expires, err := e.read(ctx, last)
 		if err != nil {
@@ -423,10 +431,24 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 			}
 			retry = min(max(2*retry, observeRetry), observeRetryMax)
 			c.tel.log.Warn("dlock: observing an election: reading its leader failed", "election", e.k.name, "err", err)
+			if !blind {
+				var stale LeaderInfo
+				if last != nil {
+					stale = *last
+				}
+				stale.Err = err
+				select {
+				case out <- stale:
+					blind = true
+				case <-ctx.Done():
+					return true, 0, nil
+				}
+			}
 			return false, retry, nil
 		}
 		retry = 0
-		if last == nil || info.Term != last.Term || info.Value != last.Value {
+		if blind || last == nil || info.Term != last.Term || info.Value != last.Value {
+			blind = false
 			select {
 			case out <- info:
 			case <-ctx.Done():

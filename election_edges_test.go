@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/envdriver"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -267,5 +268,53 @@ func TestElectionBadInput(t *testing.T) {
 	q := quorumClient(t, []*redis.Client{newRedis(t, srv)})
 	if _, err := q.Election("x").Campaign(ctx, "v"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Campaign on a quorum: %v; want ErrUnsupported", err)
+	}
+}
+
+// An observer is told when it can no longer read the election (Err set,
+// once, with the last state), and gets the state again, Err nil, once
+// Redis is back.
+func TestObserveSaysWhenItIsBlind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := redistest.StartT(t, redistest.Options{AOF: true})
+	c := newClient(t, newRedis(t, s, func(o *redis.Options) { o.MaxRetries = -1 }))
+	name := lockName(t)
+	ld, err := c.Election(name, dlock.WithTTL(time.Minute)).Campaign(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := c.Election(name).Observe(ctx)
+	next := func(what string) dlock.LeaderInfo {
+		t.Helper()
+		select {
+		case st, ok := <-states:
+			if !ok {
+				t.Fatalf("%s: the channel closed", what)
+			}
+			return st
+		case <-ctx.Done():
+			t.Fatalf("%s: nothing sent", what)
+		}
+		return dlock.LeaderInfo{}
+	}
+	if st := next("the first state"); st.Value != "v1" || st.Err != nil {
+		t.Fatalf("first state %+v", st)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	st := next("blind")
+	if st.Err == nil || st.Value != "v1" || st.Term != ld.Term() {
+		t.Fatalf("with Redis gone: %+v; want Err set and the last state", st)
+	}
+	if err := s.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	if st := next("back"); st.Err != nil || st.Value != "v1" {
+		t.Fatalf("with Redis back: %+v; want the state, Err nil", st)
+	}
+	cancel()
+	for range states {
 	}
 }

@@ -534,6 +534,9 @@ func startObserver(b *testing.B, ctx context.Context, key string) *observer {
 	go func() {
 		defer close(done)
 		for info := range ch {
+			if info.Err != nil {
+				continue
+			}
 			at := time.Now()
 			o.mu.Lock()
 			o.seen = append(o.seen, observed{info.Term, at})

@@ -135,6 +135,11 @@ func watchLeader(ctx context.Context, opt target, prefix, name string, emit func
 	defer cancel()
 	states := s.c.Election(name).Observe(ctx)
 	for info := range states {
+		if info.Err != nil {
+			// blind until the next state: say so, print nothing stale
+			complain(stderr, "leader %q: cannot read the election, watching on: %v", name, info.Err)
+			continue
+		}
 		if err := emit(info, time.Now()); err != nil {
 			complain(stderr, "leader %q: writing: %v", name, err)
 			cancel()

@@ -312,6 +312,9 @@ func (g *gor) observe(ctx context.Context) {
 	for ctx.Err() == nil {
 		c, _ := s.current()
 		for info := range c.Election(name).Observe(ctx) {
+			if info.Err != nil {
+				continue // Redis could not be read: the last state, not a new one
+			}
 			g.emit(Event{K: kObserve, Names: []string{name}, Fences: []int64{info.Term}, Msg: info.Value})
 		}
 		sleepCtx(ctx, 20*time.Millisecond)
