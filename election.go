@@ -386,7 +386,11 @@ const (
 // (Proclaim), nobody leading (a zero Term: resigned, expired,
 // force-unlocked) — until ctx ends or the Client closes, when it is
 // closed. Changes that come faster than the receiver reads may be
-// coalesced, but the latest state is always delivered.
+// coalesced, but the latest state is always delivered. Between two
+// leaders an observer may see nobody lead for a moment: a resigning
+// leader hands the lock to the next candidate at once, but that
+// candidate's value is recorded by its own Campaign when it learns of it
+// (a round trip later), and until then nobody counts as leader.
 //
 // Observe is told of changes on the election's channel, and reads again
 // when the leader's lease would expire, so a leader that dies without a
