@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -14,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-const checkSynopsis = "dlock check [--redis URL] [--prefix P]"
+const checkSynopsis = "dlock check [--redis URL] [--prefix P] [--json]"
 
 // checkCmd checks a server against what a dlock deployment needs, as the
 // user of the URL: scripts, the commands the scripts call, its keys and
@@ -25,6 +26,7 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	var a adminFlags
 	fs := newFlags("check")
 	a.register(fs)
+	asJSON := fs.Bool("json", false, "print the checks as a JSON object")
 	if code, ok := parseFlags(fs, checkSynopsis, args, stdout, stderr); !ok {
 		return code
 	}
@@ -47,8 +49,12 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	if v == "" {
 		v = "version unknown"
 	}
-	fmt.Fprintf(stdout, "checking Redis %s at %s for dlock (prefix %q)\n", v, where, a.prefix)
-	ck := checker{rdb: rdb, prefix: a.prefix, w: stdout}
+	out := stdout
+	if *asJSON {
+		out = io.Discard // the lines; the JSON at the end
+	}
+	fmt.Fprintf(out, "checking Redis %s at %s for dlock (prefix %q)\n", v, where, a.prefix)
+	ck := checker{rdb: rdb, prefix: a.prefix, w: out}
 	ck.scripts(ctx)
 	ck.keys(ctx)
 	ck.pubsub(ctx)
@@ -67,12 +73,39 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 		ck.persistence(ctx)
 		ck.replicas(ctx)
 	}
+	code := exitOK
 	if ck.missing > 0 {
-		fmt.Fprintf(stdout, "%d required check(s) failed: dlock's locks are not safe or not prompt on this server as this user\n", ck.missing)
-		return exitFail
+		fmt.Fprintf(out, "%d required check(s) failed: dlock's locks are not safe or not prompt on this server as this user\n", ck.missing)
+		code = exitFail
+	} else {
+		fmt.Fprintln(out, "everything dlock needs is there")
 	}
-	fmt.Fprintln(stdout, "everything dlock needs is there")
-	return exitOK
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(checkJSON{Server: where, Version: v, Prefix: a.prefix, OK: ck.missing == 0, Checks: ck.results}); err != nil {
+			complain(stderr, "check: writing: %v", err)
+			return exitFail
+		}
+	}
+	return code
+}
+
+// checkJSON is check --json's output.
+type checkJSON struct {
+	Server  string        `json:"server"`
+	Version string        `json:"version"`
+	Prefix  string        `json:"prefix"`
+	OK      bool          `json:"ok"` // no required check failed
+	Checks  []checkResult `json:"checks"`
+}
+
+// checkResult is one check's outcome.
+type checkResult struct {
+	Outcome string `json:"outcome"`        // ok, MISSING (required), warning, info
+	What    string `json:"what"`           // scripts, commands, keys, pub/sub, owners, eviction, persistence, replicas, cluster
+	Node    string `json:"node,omitempty"` // a cluster's master the check is of
+	Detail  string `json:"detail"`
 }
 
 // checker runs the checks and prints their outcome.
@@ -83,6 +116,7 @@ type checker struct {
 	prefix  string
 	w       io.Writer
 	missing int
+	results []checkResult
 }
 
 // masters returns the servers whose settings count: each master of a
@@ -118,7 +152,9 @@ func (c *checker) say(outcome, what, format string, a ...any) {
 	if outcome == checkMissing {
 		c.missing++
 	}
-	fmt.Fprintf(c.w, "  %-8s %-12s %s%s\n", outcome, what, c.node, fmt.Sprintf(format, a...))
+	detail := fmt.Sprintf(format, a...)
+	c.results = append(c.results, checkResult{Outcome: outcome, What: what, Node: strings.TrimSuffix(c.node, ": "), Detail: detail})
+	fmt.Fprintf(c.w, "  %-8s %-12s %s%s\n", outcome, what, c.node, detail)
 }
 
 // key returns a fresh key under the prefix, in one slot ({dlock-check}).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -75,5 +76,29 @@ func TestCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// check --json: one object, every check in it, ok false with the exit
+// status when one is missing.
+func TestCheckJSON(t *testing.T) {
+	r := runCLI("check", "--redis", serverURL(), "--json")
+	var got checkJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.OK {
+		t.Fatalf("code %d, %v: %q", r.code, err, r.stdout)
+	}
+	seen := map[string]bool{}
+	for _, c := range got.Checks {
+		seen[c.What] = true
+	}
+	for _, w := range []string{"scripts", "commands", "keys", "pub/sub", "eviction", "persistence"} {
+		if !seen[w] {
+			t.Errorf("no %q check in %+v", w, got.Checks)
+		}
+	}
+	lru := redistest.StartT(t, redistest.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
+	r = runCLI("check", "--redis", "redis://"+lru.Addr(), "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitFail || got.OK {
+		t.Fatalf("allkeys-lru: code %d, %v: %q", r.code, err, r.stdout)
 	}
 }
