@@ -1,14 +1,11 @@
 package pgfence_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/pgfence"
+	"github.com/dlock-go/dlock/internal/fencetest"
 	"github.com/dlock-go/dlock/internal/pgtest"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/jackc/pgx/v5"
@@ -323,15 +321,15 @@ func TestDatabaseSQL(t *testing.T) {
 func TestPausedHolderIsRefused(t *testing.T) {
 	pool := newPool(t)
 	data := table(t, pool)
-	for _, kind := range []string{"mutex", "fair", "rwmutex", "semaphore", "election"} {
+	for _, kind := range fencetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			lock := strings.ReplaceAll(t.Name(), "/", ".")
-			h := startHolder(t, kind, lock, data)
-			f1 := h.expect(t, "held")
+			h := fencetest.Start(t, helperEnv+"="+kind, "LOCK="+lock, "DATA="+data)
+			f1 := h.Expect(t, "held")
 
-			h.signal(t, syscall.SIGSTOP)
+			h.Signal(t, syscall.SIGSTOP)
 			rdb := srv.Client()
 			defer rdb.Close()
 			c, err := dlock.New(rdb)
@@ -339,7 +337,7 @@ func TestPausedHolderIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			l, err := acquire(ctx, c, kind, lock, time.Minute)
+			l, err := fencetest.Acquire(ctx, c, kind, lock, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,9 +349,9 @@ func TestPausedHolderIsRefused(t *testing.T) {
 				t.Fatalf("the new owner's write (fence %d, the stopped one's %s): %v", l.Fence(), f1, err)
 			}
 
-			h.signal(t, syscall.SIGCONT)
-			h.send(t, "write")
-			if got := h.expect(t, "wrote"); got != "stale" {
+			h.Signal(t, syscall.SIGCONT)
+			h.Send(t, "write")
+			if got := h.Expect(t, "wrote"); got != "stale" {
 				t.Fatalf("the resumed holder's write: %q; want stale", got)
 			}
 			if v := value(t, pool, data, lock); v != "new" {
@@ -363,57 +361,17 @@ func TestPausedHolderIsRefused(t *testing.T) {
 				t.Fatalf("record %d; want the new owner's fence %d", f, l.Fence())
 			}
 			_ = l.Unlock(ctx)
-			h.send(t, "quit")
-			h.wait(t)
+			h.Send(t, "quit")
+			h.Wait(t)
 		})
 	}
 }
 
-// fenced is a hold with a fence: a Lease, or a Leadership.
-type fenced interface {
-	fence.Token
-	Unlock(context.Context) error
-}
-
-type leadership struct{ *dlock.Leadership }
-
-func (l leadership) Unlock(ctx context.Context) error { return l.Resign(ctx) }
-
-// acquire takes kind's lock called name with a lease of ttl.
-func acquire(ctx context.Context, c *dlock.Client, kind, name string, ttl time.Duration) (fenced, error) {
-	opt := dlock.WithTTL(ttl)
-	switch kind {
-	case "mutex":
-		return c.Mutex(name, opt).Lock(ctx)
-	case "fair":
-		return c.FairMutex(name, opt).Lock(ctx)
-	case "rwmutex":
-		return c.RWMutex(name, opt).Lock(ctx)
-	case "semaphore":
-		return c.Semaphore(name, 1, opt).Acquire(ctx, 1)
-	case "election":
-		ld, err := c.Election(name, opt).Campaign(ctx, "me")
-		if err != nil {
-			return nil, err
-		}
-		return leadership{ld}, nil
-	}
-	return nil, fmt.Errorf("kind %q", kind)
-}
-
-// holder is the helper process: it takes the lock with a short lease,
-// says "held <fence>", then at "write" runs a fenced transaction whatever
-// its lease says and answers "wrote ok|stale|<error>".
+// holder is the helper process: fencetest.Holder, committing "old" in a
+// fenced transaction.
 func holder(kind string) int {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
-	c, err := dlock.New(rdb)
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	lock, data := os.Getenv("LOCK"), os.Getenv("DATA")
-	l, err := acquire(ctx, c, kind, lock, 300*time.Millisecond)
+	c, err := dlock.New(redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -429,90 +387,8 @@ func holder(kind string) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	fmt.Println("held", l.Fence())
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch in.Text() {
-		case "write":
-			err := g.Do(ctx, l, lock, put(data, lock, "old", l.Fence()))
-			switch {
-			case err == nil:
-				fmt.Println("wrote ok")
-			case errors.Is(err, fence.ErrStale):
-				fmt.Println("wrote stale")
-			default:
-				fmt.Println("wrote", strings.ReplaceAll(err.Error(), "\n", " "))
-			}
-		case "quit":
-			return 0
-		}
-	}
-	return 0
-}
-
-type helper struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startHolder(t *testing.T, kind, lock, data string) *helper {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+kind, "LOCK="+lock, "DATA="+data)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	lock, data := os.Getenv("LOCK"), os.Getenv("DATA")
+	return fencetest.Holder(c, kind, lock, func(t fence.Token) error {
+		return g.Do(ctx, t, lock, put(data, lock, "old", t.Fence()))
 	})
-	return &helper{cmd: cmd, in: in, out: bufio.NewScanner(out)}
-}
-
-func (h *helper) signal(t *testing.T, s syscall.Signal) {
-	t.Helper()
-	if err := h.cmd.Process.Signal(s); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (h *helper) send(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(h.in, line+"\n"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (h *helper) expect(t *testing.T, word string) string {
-	t.Helper()
-	if !h.out.Scan() {
-		t.Fatalf("the helper ended before %q", word)
-	}
-	rest, ok := strings.CutPrefix(h.out.Text(), word+" ")
-	if !ok {
-		t.Fatalf("the helper said %q; want %q", h.out.Text(), word)
-	}
-	return rest
-}
-
-func (h *helper) wait(t *testing.T) {
-	t.Helper()
-	if err := h.cmd.Wait(); err != nil {
-		t.Errorf("the helper: %v", err)
-	}
 }

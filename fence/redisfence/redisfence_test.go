@@ -1,13 +1,10 @@
 package redisfence_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/redisfence"
+	"github.com/dlock-go/dlock/internal/fencetest"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -32,6 +30,7 @@ func TestMain(m *testing.M) {
 	if kind := os.Getenv(helperEnv); kind != "" {
 		os.Exit(holder(kind))
 	}
+
 	var err error
 	srv, err = redistest.Start(redistest.Options{})
 	if err != nil {
@@ -266,22 +265,22 @@ func TestCluster(t *testing.T) {
 // writes through the guard; the first resumes and writes: refused, and the
 // data stays the newer writer's. For each kind that hands out fences.
 func TestPausedHolderIsRefused(t *testing.T) {
-	for _, kind := range []string{"mutex", "fair", "rwmutex", "semaphore", "election"} {
+	for _, kind := range fencetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			lock := name(t)
 			res, key := lock+"/res", lock+"/data"
-			h := startHolder(t, kind, lock, res, key)
-			f1 := h.expect(t, "held")
+			h := fencetest.Start(t, helperEnv+"="+kind, "REDIS_ADDR="+srv.Addr(), "LOCK="+lock, "RESOURCE="+res, "KEY="+key)
+			f1 := h.Expect(t, "held")
 
-			h.signal(t, syscall.SIGSTOP)
+			h.Signal(t, syscall.SIGSTOP)
 			c, err := dlock.New(newRedis(t, srv))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			l, err := acquire(ctx, c, kind, lock, time.Minute) // waits out the stopped holder's lease
+			l, err := fencetest.Acquire(ctx, c, kind, lock, time.Minute) // waits out the stopped holder's lease
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,9 +289,9 @@ func TestPausedHolderIsRefused(t *testing.T) {
 				t.Fatalf("the new owner's write (fence %d, the stopped one's %s): %v", l.Fence(), f1, err)
 			}
 
-			h.signal(t, syscall.SIGCONT)
-			h.send(t, "write")
-			if got := h.expect(t, "wrote"); got != "stale" {
+			h.Signal(t, syscall.SIGCONT)
+			h.Send(t, "write")
+			if got := h.Expect(t, "wrote"); got != "stale" {
 				t.Fatalf("the resumed holder's write: %q; want stale", got)
 			}
 			if v := newRedis(t, srv).Get(ctx, key).Val(); v != "new" {
@@ -302,148 +301,23 @@ func TestPausedHolderIsRefused(t *testing.T) {
 				t.Fatalf("record %d; want the new owner's fence %d", f, l.Fence())
 			}
 			_ = l.Unlock(ctx)
-			h.send(t, "quit")
-			h.wait(t)
+			h.Send(t, "quit")
+			h.Wait(t)
 		})
 	}
 }
 
-// fenced is a hold with a fence: a Lease, or a Leadership.
-type fenced interface {
-	fence.Token
-	Unlock(context.Context) error
-}
-
-type leadership struct{ *dlock.Leadership }
-
-func (l leadership) Unlock(ctx context.Context) error { return l.Resign(ctx) }
-
-// acquire takes kind's lock called name with a lease of ttl.
-func acquire(ctx context.Context, c *dlock.Client, kind, name string, ttl time.Duration) (fenced, error) {
-	opt := dlock.WithTTL(ttl)
-	switch kind {
-	case "mutex":
-		return c.Mutex(name, opt).Lock(ctx)
-	case "fair":
-		return c.FairMutex(name, opt).Lock(ctx)
-	case "rwmutex":
-		return c.RWMutex(name, opt).Lock(ctx)
-	case "semaphore":
-		return c.Semaphore(name, 1, opt).Acquire(ctx, 1)
-	case "election":
-		ld, err := c.Election(name, opt).Campaign(ctx, "me")
-		if err != nil {
-			return nil, err
-		}
-		return leadership{ld}, nil
-	}
-	return nil, fmt.Errorf("kind %q", kind)
-}
-
-// holder is the helper process: it takes the lock with a short lease,
-// says "held <fence>", then at "write" writes through the guard whatever
-// its lease says and answers "wrote ok|stale|<error>".
+// holder is the helper process: fencetest.Holder, writing "old" through
+// the guard.
 func holder(kind string) int {
-	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	c, err := dlock.New(rdb)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	l, err := acquire(ctx, c, kind, os.Getenv("LOCK"), 300*time.Millisecond)
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("held", l.Fence())
 	g := redisfence.New(rdb)
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch in.Text() {
-		case "write":
-			err := g.Set(ctx, l, os.Getenv("RESOURCE"), os.Getenv("KEY"), "old", 0)
-			switch {
-			case err == nil:
-				fmt.Println("wrote ok")
-			case errors.Is(err, fence.ErrStale):
-				fmt.Println("wrote stale")
-			default:
-				fmt.Println("wrote", strings.ReplaceAll(err.Error(), "\n", " "))
-			}
-		case "quit":
-			return 0
-		}
-	}
-	return 0
-}
-
-type helper struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startHolder(t *testing.T, kind, lock, res, key string) *helper {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+kind, "REDIS_ADDR="+srv.Addr(), "LOCK="+lock, "RESOURCE="+res, "KEY="+key)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &helper{cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	return fencetest.Holder(c, kind, os.Getenv("LOCK"), func(t fence.Token) error {
+		return g.Set(context.Background(), t, os.Getenv("RESOURCE"), os.Getenv("KEY"), "old", 0)
 	})
-	return h
-}
-
-func (h *helper) signal(t *testing.T, s syscall.Signal) {
-	t.Helper()
-	if err := h.cmd.Process.Signal(s); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (h *helper) send(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(h.in, line+"\n"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// expect reads the helper's next line, which must start with word, and
-// returns the rest.
-func (h *helper) expect(t *testing.T, word string) string {
-	t.Helper()
-	if !h.out.Scan() {
-		t.Fatalf("the helper ended before %q", word)
-	}
-	rest, ok := strings.CutPrefix(h.out.Text(), word+" ")
-	if !ok {
-		t.Fatalf("the helper said %q; want %q", h.out.Text(), word)
-	}
-	return rest
-}
-
-func (h *helper) wait(t *testing.T) {
-	t.Helper()
-	if err := h.cmd.Wait(); err != nil {
-		t.Errorf("the helper: %v", err)
-	}
 }
