@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/envdriver"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -316,5 +317,57 @@ func TestObserveSaysWhenItIsBlind(t *testing.T) {
 	}
 	cancel()
 	for range states {
+	}
+}
+
+// A Resign in flight ends the leadership for every goroutine that shares
+// it at once: once the release has run on the server (another candidate
+// may lead), Err is not nil any more, though the Resign's reply has not
+// come back yet (it is held back here).
+func TestResignInFlightEndsTheLeadershipAtOnce(t *testing.T) {
+	ctx := context.Background()
+	p, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	name := lockName(t)
+	for _, kind := range []string{"election", "mutex"} {
+		t.Run(kind, func(t *testing.T) {
+			var errOf func() error
+			var release func() error
+			var key string
+			switch kind {
+			case "election":
+				ld, err := c.Election(name).Campaign(ctx, "v")
+				if err != nil {
+					t.Fatal(err)
+				}
+				errOf, release, key = ld.Err, func() error { return ld.Resign(ctx) }, keysOf(name).Lock+":election"
+			case "mutex":
+				l := mustLock(t, c.Mutex(name), ctx)
+				errOf, release, key = l.Err, func() error { return l.Unlock(ctx) }, keysOf(name).Lock
+			}
+			admin := newRedis(t, srv)
+			p.SetLatency(time.Second) // every reply, the release's among them
+			defer p.SetLatency(0)
+			done := make(chan error, 1)
+			go func() { done <- release() }()
+			waitFor(t, "the release to run on the server", func() bool { return admin.Exists(ctx, key).Val() == 0 })
+			select {
+			case err := <-done:
+				t.Fatalf("the release returned (%v) before its held-back reply", err)
+			default:
+			}
+			if err := errOf(); err == nil {
+				t.Fatal("Err is nil while the lock is free on the server (the release's reply not back yet)")
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

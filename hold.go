@@ -221,6 +221,12 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	var res int64
 	var err error
 	if left == 0 {
+		// The hold ends now, before the release is sent: the server may
+		// give the lock to another owner as soon as the release runs,
+		// before its reply is back, and every lease of the hold (another
+		// goroutine's, sharing a Leadership say) must stop believing it
+		// holds by then. Err says ErrUnlocked from here on.
+		h.end(ErrUnlocked)
 		res, err = h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.free()) }).Int64()
 	} else {
 		r, _, _ := h.inOrder(ctx, false, func(seq int64) op { return h.p.release(h.token, left, seq) })
