@@ -38,6 +38,8 @@ func BenchmarkFencedWrite(b *testing.B) {
 	}{
 		{"set", func(_, key string, _ int64) error { return rdb.Set(ctx, key, "v", 0).Err() }},
 		{"guard-set", func(res, key string, f int64) error { return g.Set(ctx, token(f), res, key, "v", 0) }},
+		// one owner writing many times: the record is not moved
+		{"guard-set-same-fence", func(res, key string, _ int64) error { return g.Set(ctx, token(2), res, key, "v", 0) }},
 		{"tx", func(_, key string, _ int64) error {
 			return rdb.Watch(ctx, func(tx *redis.Tx) error {
 				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { return p.Set(ctx, key, "v", 0).Err() })
