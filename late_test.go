@@ -36,6 +36,7 @@ type lateDriver struct {
 	armed   bool
 	block   bool
 	twice   bool          // run the held call twice and answer the second reply (go-redis's re-send)
+	between func()        // with twice: run between the two copies
 	go_     chan struct{} // closed by deliver, for a blocked call
 	watch   func(args []any) bool
 	watched chan struct{} // closed when a command that watch picks is sent
@@ -94,6 +95,9 @@ func (d *lateDriver) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 		}
 		if d.twice {
 			d.Driver.Do(ctx, cmd)
+			if d.between != nil {
+				d.between()
+			}
 			return d.Driver.Do(ctx, cmd)
 		}
 		return driver.Reply{Err: context.DeadlineExceeded}
@@ -324,10 +328,11 @@ func TestLateAcquireAfterUndoTakesNothing(t *testing.T) {
 }
 
 // An Unlock that go-redis sends twice (its reply lost, the server runs
-// both copies) reports the release it made, not ErrNotHeld: alone, and
-// when the release hands the lock to a waiter (which moves the fence on),
-// on every kind of hold (unlock.lua's fence and receipt; rw_unlock.lua's
-// and sem_release.lua's receipt).
+// both copies) reports the release it made, not ErrNotHeld: alone, when
+// the release hands the lock to a waiter (which moves the fence on), and
+// when another lock takes a fence between the two copies (the counter is
+// shared), on every kind of hold (unlock.lua's fence and receipt;
+// rw_unlock.lua's and sem_release.lua's receipt) but the one said below.
 func TestUnlockSentTwiceReportsDone(t *testing.T) {
 	ctx := context.Background()
 	type kind struct {
@@ -350,53 +355,66 @@ func TestUnlockSentTwiceReportsDone(t *testing.T) {
 	}
 	for kn, k := range kinds {
 		for _, waiter := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/waiter=%v", kn, waiter), func(t *testing.T) {
-				c, d := lateClient(t)
-				name := lockName(t)
-				first, err := k.take(ctx, c, name) // the server has the scripts
-				if err != nil {
-					t.Fatal(err)
-				}
-				unlock(t, first)
-				l, err := k.take(ctx, c, name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := make(chan error, 1)
-				if waiter {
-					other := client(t)
-					go func() {
-						bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
-						defer cancel()
-						// A writer waits for a read hold too.
-						take := k.take
-						if kn == "RWMutex.read" {
-							take = kinds["RWMutex.write"].take
-						}
-						w, err := take(bounded, other, name)
-						if err == nil {
-							err = w.Unlock(ctx)
-						}
-						got <- err
-					}()
-					waitFor(t, "the waiter queued", func() bool {
-						n, _ := newRedis(t, srv).ZCard(ctx, keysOf(name).Lock+k.queue).Result()
-						return n == 1
-					})
-				}
-				d.mu.Lock()
-				d.twice = true
-				d.mu.Unlock()
-				d.hold(l.Token(), "0") // the final release
-				if err := l.Unlock(ctx); err != nil {
-					t.Fatalf("Unlock sent twice: %v", err)
-				}
-				if waiter {
-					if err := <-got; err != nil {
+			for _, busy := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/waiter=%v/busy=%v", kn, waiter, busy), func(t *testing.T) {
+					if busy && kn == "Mutex" && !waiter {
+						// A Mutex release nobody waits for leaves no receipt (a
+						// sorted-set write per release cost 40% more server CPU
+						// at 16 goroutines); its copy answers done only while the
+						// shared fence counter has not moved: here it has.
+						t.Skip("known: a Mutex release sent again after another lock took a fence reports not held")
+					}
+					c, d := lateClient(t)
+					name := lockName(t)
+					first, err := k.take(ctx, c, name) // the server has the scripts
+					if err != nil {
 						t.Fatal(err)
 					}
-				}
-			})
+					unlock(t, first)
+					l, err := k.take(ctx, c, name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := make(chan error, 1)
+					if waiter {
+						other := client(t)
+						go func() {
+							bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+							defer cancel()
+							// A writer waits for a read hold too.
+							take := k.take
+							if kn == "RWMutex.read" {
+								take = kinds["RWMutex.write"].take
+							}
+							w, err := take(bounded, other, name)
+							if err == nil {
+								err = w.Unlock(ctx)
+							}
+							got <- err
+						}()
+						waitFor(t, "the waiter queued", func() bool {
+							n, _ := newRedis(t, srv).ZCard(ctx, keysOf(name).Lock+k.queue).Result()
+							return n == 1
+						})
+					}
+					d.mu.Lock()
+					d.twice = true
+					if busy {
+						other := client(t)
+						d.between = func() { unlock(t, mustLock(t, other.Mutex(name+"/other"), ctx)) }
+					}
+					d.mu.Unlock()
+					d.hold(l.Token(), "0") // the final release
+					if err := l.Unlock(ctx); err != nil {
+						t.Fatalf("Unlock sent twice: %v", err)
+					}
+					if waiter {
+						if err := <-got; err != nil {
+							t.Fatal(err)
+						}
+					}
+				})
+			}
 		}
 	}
 }
