@@ -27,8 +27,10 @@ type Client struct {
 	// cluster slot (keys.go, "Fence counters").
 	fence string
 	// folded: the fence counters of other layouts are folded into this
-	// Client's (fold.go).
-	folded atomic.Bool
+	// Client's; folding: the fold under way, if any (fold.go).
+	folded  atomic.Bool
+	foldMu  sync.Mutex
+	folding *foldRun
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
 	caps caps // what be can do (be.caps(), asked once)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keyslot"
@@ -41,16 +42,62 @@ const (
 	layoutSlots  = "slots"
 )
 
+// foldTimeout bounds one fold (a SCAN of every master).
+const foldTimeout = time.Minute
+
+// foldRun is one fold in progress: done closes when it has ended, with err.
+type foldRun struct {
+	done chan struct{}
+	err  error
+}
+
 // foldFences folds the other layouts' counters into this Client's, once
-// per Client (on every node of a quorum). An error leaves it to the next
-// acquire. A quorum goes on with a node it could not fold (down, say) and
-// folds it at a later acquire: its old counters are then not read until
-// then, which can matter only if the old layout's fences were issued on
-// a majority that the nodes folded so far do not meet.
+// per Client (on every node of a quorum). The fold runs in the background
+// under the Client's life and foldTimeout, not under the ctx of the
+// acquire that needs it: a SCAN of a large keyspace can outlast a short
+// ctx, and acquires with short ctxs, each starting a fold of its own,
+// would never finish one. Every acquire meanwhile waits for the same fold
+// within its own ctx. An error leaves it to the next acquire. A quorum
+// goes on with a node it could not fold (down, say) and folds it at a
+// later acquire: its old counters are then not read until then, which can
+// matter only if the old layout's fences were issued on a majority that
+// the nodes folded so far do not meet.
 func (c *Client) foldFences(ctx context.Context) error {
 	if c.folded.Load() {
 		return nil
 	}
+	c.foldMu.Lock()
+	run := c.folding
+	if run == nil {
+		run = &foldRun{done: make(chan struct{})}
+		if !c.background(func() {
+			fctx, cancel := context.WithTimeout(c.life, foldTimeout)
+			defer cancel()
+			run.err = c.foldAll(fctx)
+			if run.err == nil {
+				c.folded.Store(true)
+			}
+			c.foldMu.Lock()
+			c.folding = nil
+			c.foldMu.Unlock()
+			close(run.done)
+		}) {
+			c.foldMu.Unlock()
+			return ErrClosed
+		}
+		c.folding = run
+	}
+	c.foldMu.Unlock()
+	select {
+	case <-run.done:
+		return run.err
+	case <-ctx.Done():
+		return redisErr("fold fence counters", c.prefix+":fence", ctx.Err())
+	}
+}
+
+// foldAll is one fold, on every node.
+func (c *Client) foldAll(ctx context.Context) error {
 	layout := layoutShared
 	if c.fence == "" {
 		layout = layoutSlots
@@ -62,9 +109,8 @@ func (c *Client) foldFences(ctx context.Context) error {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return redisErr("fold fence counters", "", err)
+		return redisErr("fold fence counters", c.prefix+":fence", err)
 	}
-	c.folded.Store(true)
 	return nil
 }
 

@@ -221,7 +221,11 @@ type row interface{ Scan(dest ...any) error }
 func guarded(ctx context.Context, q queries, f int64, resource string, tx txn, fn func() error) (err error) {
 	defer func() {
 		if err != nil {
-			_ = tx.rollback(context.WithoutCancel(ctx))
+			// Within ctx: when it has ended, pgx closes the connection and
+			// database/sql has rolled back already; either way the server
+			// rolls the transaction back, and a stalled server does not
+			// hold the caller.
+			_ = tx.rollback(ctx)
 		}
 	}()
 	var recorded int64

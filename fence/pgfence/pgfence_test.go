@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -321,48 +320,32 @@ func TestDatabaseSQL(t *testing.T) {
 func TestPausedHolderIsRefused(t *testing.T) {
 	pool := newPool(t)
 	data := table(t, pool)
+	rdb := srv.Client()
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g, err := pgfence.New(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, kind := range fencetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
 			lock := strings.ReplaceAll(t.Name(), "/", ".")
-			h := fencetest.Start(t, helperEnv+"="+kind, "LOCK="+lock, "DATA="+data)
-			f1 := h.Expect(t, "held")
-
-			h.Signal(t, syscall.SIGSTOP)
-			rdb := srv.Client()
-			defer rdb.Close()
-			c, err := dlock.New(rdb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			l, err := fencetest.Acquire(ctx, c, kind, lock, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := pgfence.New(ctx, pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Do(ctx, l, lock, put(data, lock, "new", l.Fence())); err != nil {
-				t.Fatalf("the new owner's write (fence %d, the stopped one's %s): %v", l.Fence(), f1, err)
-			}
-
-			h.Signal(t, syscall.SIGCONT)
-			h.Send(t, "write")
-			if got := h.Expect(t, "wrote"); got != "stale" {
-				t.Fatalf("the resumed holder's write: %q; want stale", got)
-			}
-			if v := value(t, pool, data, lock); v != "new" {
-				t.Fatalf("the row is %q; want the new owner's", v)
-			}
-			if f, _ := g.Fence(ctx, lock); f != l.Fence() {
-				t.Fatalf("record %d; want the new owner's fence %d", f, l.Fence())
-			}
-			_ = l.Unlock(ctx)
-			h.Send(t, "quit")
-			h.Wait(t)
+			fencetest.PausedHolder(t, c, kind, lock, fencetest.Store{
+				Env: []string{helperEnv + "=" + kind, "LOCK=" + lock, "DATA=" + data},
+				Write: func(ctx context.Context, h fencetest.Hold) error {
+					return g.Do(ctx, h, lock, put(data, lock, "new", h.Fence()))
+				},
+				Data: func(ctx context.Context) (string, error) {
+					var v string
+					err := pool.QueryRow(ctx, "SELECT v FROM "+data+" WHERE k = $1", lock).Scan(&v)
+					return v, err
+				},
+				Fence: func(ctx context.Context) (int64, error) { return g.Fence(ctx, lock) },
+			})
 		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -265,44 +264,23 @@ func TestCluster(t *testing.T) {
 // writes through the guard; the first resumes and writes: refused, and the
 // data stays the newer writer's. For each kind that hands out fences.
 func TestPausedHolderIsRefused(t *testing.T) {
+	c, err := dlock.New(newRedis(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rdb := newRedis(t, srv)
+	g := redisfence.New(rdb)
 	for _, kind := range fencetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
 			lock := name(t)
 			res, key := lock+"/res", lock+"/data"
-			h := fencetest.Start(t, helperEnv+"="+kind, "REDIS_ADDR="+srv.Addr(), "LOCK="+lock, "RESOURCE="+res, "KEY="+key)
-			f1 := h.Expect(t, "held")
-
-			h.Signal(t, syscall.SIGSTOP)
-			c, err := dlock.New(newRedis(t, srv))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			l, err := fencetest.Acquire(ctx, c, kind, lock, time.Minute) // waits out the stopped holder's lease
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := redisfence.New(newRedis(t, srv))
-			if err := g.Set(ctx, l, res, key, "new", 0); err != nil {
-				t.Fatalf("the new owner's write (fence %d, the stopped one's %s): %v", l.Fence(), f1, err)
-			}
-
-			h.Signal(t, syscall.SIGCONT)
-			h.Send(t, "write")
-			if got := h.Expect(t, "wrote"); got != "stale" {
-				t.Fatalf("the resumed holder's write: %q; want stale", got)
-			}
-			if v := newRedis(t, srv).Get(ctx, key).Val(); v != "new" {
-				t.Fatalf("the data is %q; want the new owner's", v)
-			}
-			if f, _ := g.Fence(ctx, res); f != l.Fence() {
-				t.Fatalf("record %d; want the new owner's fence %d", f, l.Fence())
-			}
-			_ = l.Unlock(ctx)
-			h.Send(t, "quit")
-			h.Wait(t)
+			fencetest.PausedHolder(t, c, kind, lock, fencetest.Store{
+				Env:   []string{helperEnv + "=" + kind, "REDIS_ADDR=" + srv.Addr(), "LOCK=" + lock, "RESOURCE=" + res, "KEY=" + key},
+				Write: func(ctx context.Context, h fencetest.Hold) error { return g.Set(ctx, h, res, key, "new", 0) },
+				Data:  func(ctx context.Context) (string, error) { return rdb.Get(ctx, key).Result() },
+				Fence: func(ctx context.Context) (int64, error) { return g.Fence(ctx, res) },
+			})
 		})
 	}
 }

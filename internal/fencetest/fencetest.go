@@ -162,3 +162,53 @@ func (h *Helper) Wait(t *testing.T) {
 		t.Errorf("the helper: %v", err)
 	}
 }
+
+// Store is what the scene writes to, through its guard.
+type Store struct {
+	// Env is the helper's environment beyond its kind: where it finds
+	// Redis, the store and what to write (Holder's write reads it).
+	Env []string
+	// Write is the new owner's fenced write of "new".
+	Write func(ctx context.Context, h Hold) error
+	// Data is what the store holds now; Fence the guard's record.
+	Data  func(ctx context.Context) (string, error)
+	Fence func(ctx context.Context) (int64, error)
+}
+
+// PausedHolder plays the scene of Kleppmann's fencing argument for kind's
+// lock called name: a helper process takes it (Holder) and is stopped
+// (SIGSTOP) past its lease; c takes the lock (waiting out that lease) and
+// writes "new" through the guard; the helper is continued and writes: its
+// write must be refused as stale, the data stay "new", and the record be
+// the new owner's fence.
+func PausedHolder(t *testing.T, c *dlock.Client, kind, name string, s Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h := Start(t, s.Env...)
+	f1 := h.Expect(t, "held")
+
+	h.Signal(t, syscall.SIGSTOP)
+	l, err := Acquire(ctx, c, kind, name, time.Minute) // waits out the stopped holder's lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, l); err != nil {
+		t.Fatalf("the new owner's write (fence %d, the stopped one's %s): %v", l.Fence(), f1, err)
+	}
+
+	h.Signal(t, syscall.SIGCONT)
+	h.Send(t, "write")
+	if got := h.Expect(t, "wrote"); got != "stale" {
+		t.Fatalf("the resumed holder's write: %q; want stale", got)
+	}
+	if v, err := s.Data(ctx); err != nil || v != "new" {
+		t.Fatalf("the data is %q (%v); want the new owner's", v, err)
+	}
+	if f, err := s.Fence(ctx); err != nil || f != l.Fence() {
+		t.Fatalf("record %d (%v); want the new owner's fence %d", f, err, l.Fence())
+	}
+	_ = l.Unlock(ctx)
+	h.Send(t, "quit")
+	h.Wait(t)
+}

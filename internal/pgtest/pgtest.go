@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -103,7 +104,7 @@ func Start() (*Server, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("pgtest: initdb: %v: %s", err, out))
 	}
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = redistest.FreePort(); err != nil {
 		return fail(err)
 	}
 	if s.log, err = os.Create(filepath.Join(dir, "server.log")); err != nil {
@@ -197,13 +198,4 @@ func (s *Server) Close() {
 func (s *Server) Log() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
 	return strings.TrimSpace(string(b))
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -133,7 +133,7 @@ func clusterNodePrepare(opts ClusterOptions) func(s *Server) error {
 	return func(s *Server) error {
 		var cport int
 		for cport == 0 || cport == s.port {
-			p, err := freePort()
+			p, err := FreePort()
 			if err != nil {
 				return err
 			}

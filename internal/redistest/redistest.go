@@ -98,7 +98,7 @@ func start(opts Options, prepare func(s *Server) error) (*Server, error) {
 	s := &Server{bin: bin, dir: dir, args: append([]string(nil), opts.Args...)}
 
 	for try := 0; try < startTries; try++ {
-		s.port, err = freePort()
+		s.port, err = FreePort()
 		if err != nil {
 			continue
 		}
@@ -361,7 +361,7 @@ func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	seen := map[int]bool{}
 	for len(ports) < n {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -373,9 +373,10 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// freePort asks the kernel for a free loopback port. The port is released
+// FreePort asks the kernel for a free loopback port. The port is released
 // before it is used, so a clash is possible and handled by retrying.
-func freePort() (int, error) {
+// (internal/pgtest uses it too.)
+func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
