@@ -30,13 +30,21 @@ func (g *gor) mix(ctx context.Context) {
 func (g *gor) mixMutex(ctx context.Context, c *dlock.Client, cid string, names []string, fair bool) {
 	name := g.pickName(names)
 	opt, ttl, fixed := g.lockTTL()
+	opts := []dlock.LockOption{opt, dlock.WithQueueTTL(queueTTL)}
+	if !fixed && g.rng.IntN(6) == 0 {
+		// a hold limit: renewed up to it, then lost (WithMaxHold); one
+		// below the TTL cuts the lease to it, as recorded
+		limit := logBetween(g.rng, 5*time.Millisecond, 2*ttl)
+		opts = append(opts, dlock.WithMaxHold(limit))
+		ttl = min(ttl, limit)
+	}
 	sp := spec{scn: "mix", client: cid, names: []string{name}, ttls: one(name, ttl), fixed: fixed}
 	var lock, try func(context.Context, ...dlock.LockOption) (*dlock.Lease, error)
 	if fair {
-		f := c.FairMutex(name, opt, dlock.WithQueueTTL(queueTTL))
+		f := c.FairMutex(name, opts...)
 		lock, try = f.Lock, f.TryLock
 	} else {
-		m := c.Mutex(name, opt, dlock.WithQueueTTL(queueTTL))
+		m := c.Mutex(name, opts...)
 		lock, try = m.Lock, m.TryLock
 	}
 	call := func(ctx context.Context) (*dlock.Lease, error) { return try(ctx) }
