@@ -51,6 +51,7 @@ func TestMain(m *testing.M) {
 		// moved) they refresh the slot map once more about a second
 		// later, on a goroutine that sleeps until then (DelayDo).
 		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
+			goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).queuedNewConn.func2"),
 			goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
 			goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"),
 			goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),

@@ -69,6 +69,14 @@ type Server struct {
 	// (cluster nodes and Sentinel processes). It is fixed once the server
 	// has started, so Restart reuses it.
 	cmdline func(aof bool) []string
+	// host is the address the server listens on; "" is 127.0.0.1 (a
+	// server in a network namespace listens on its end of the veth pair:
+	// netns.go).
+	host string
+	// wrap, if set, turns the server's command line into the one that is
+	// run (netns.go: `ip netns exec NS redis-server ...`, which execs the
+	// server in place, so the process is the server itself).
+	wrap func(bin string, args []string) (string, []string)
 
 	mu     sync.Mutex
 	p      *proc // current process; nil before the first launch
@@ -164,9 +172,14 @@ func StartNT(t testing.TB, n int, opts Options) []*Server {
 	return servers
 }
 
-// Addr returns the server address as "127.0.0.1:port".
+// Addr returns the server address as "127.0.0.1:port" (a server in a
+// network namespace: its address in the namespace).
 func (s *Server) Addr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	host := s.host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(s.port))
 }
 
 // Port returns the TCP port the server listens on. It does not change
@@ -295,7 +308,11 @@ func (s *Server) launch(aof bool) error {
 	if s.cmdline != nil {
 		args = s.cmdline(aof)
 	}
-	p, err := startProc(s.bin, args, s.dir, filepath.Join(s.dir, logName))
+	bin := s.bin
+	if s.wrap != nil {
+		bin, args = s.wrap(bin, args)
+	}
+	p, err := startProc(bin, args, s.dir, filepath.Join(s.dir, logName))
 	if err != nil {
 		return err
 	}
