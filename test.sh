@@ -26,6 +26,11 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   missing+=(postgresql)
 fi
+# As root, the packet-loss tests (internal/redistest, netns.go) need
+# iptables; elsewhere they are skipped.
+if [ "$(id -u)" -eq 0 ] && ! command -v iptables >/dev/null 2>&1; then
+  missing+=(iptables)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: ${missing[*]} not found; installing with apt-get" >&2
   sudo=""

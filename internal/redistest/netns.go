@@ -89,13 +89,12 @@ func OpenNet() (*Net, error) {
 		// the iptables of the namespace answer at all (nf_tables loaded)
 		{"ip", "netns", "exec", n.name, "iptables", "-L", "-n"},
 	}
-	for i, s := range steps {
+	for _, s := range steps {
 		if err := run(s...); err != nil {
+			// a container without NET_ADMIN, a kernel without veth or
+			// nf_tables: no namespaces here
 			n.Close()
-			if i == 0 || i == len(steps)-1 {
-				return nil, fmt.Errorf("%w (%v)", ErrNoNetns, err)
-			}
-			return nil, err
+			return nil, fmt.Errorf("%w (%v)", ErrNoNetns, err)
 		}
 	}
 	return n, nil
