@@ -157,7 +157,12 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 }
 
 // foldKeys folds those of keys that are counters of another layout (and
-// says whether the ACL user was denied some of them): it
+// says whether the ACL user was denied some of them). A counter is
+// recognised by its exact name (legacyFence, the shared one, slotCounter)
+// and by what it holds, an integer in a string: another deployment's keys
+// can share the pattern (a prefix "app:fence" names its locks
+// app:fence:{<name>}), and a key that is not a counter is neither read
+// for a fence nor deleted. It
 // reads each, adds its value to the counter (or counters) of this layout
 // that count for the same locks, then deletes it. Adding (INCRBY) rather
 // than raising to the value needs no script (WithoutScripts folds too),
@@ -179,7 +184,7 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 				all[s] = fenceKey(c.prefix, keyslot.Tag(s), true) // a tag's slot is the slot it names
 			}
 			olds, into = append(olds, key), append(into, all)
-		case strings.HasPrefix(key, c.prefix+":fence:{") && !slots:
+		case slotCounter(c.prefix, key) && !slots:
 			// a slot's counter, on a deployment now sharing one
 			olds, into = append(olds, key), append(into, []string{c.fence})
 		}
@@ -195,7 +200,7 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 	for _, v := range vals {
 		if noPerm(v.Err) {
 			denied = true
-		} else if v.Err != nil {
+		} else if v.Err != nil && !wrongType(v.Err) {
 			return false, v.Err
 		}
 	}
@@ -205,7 +210,10 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 	for i, k := range olds {
 		v, err := vals[i].Int64()
 		if err != nil {
-			continue // gone meanwhile (folded by another Client), or not a counter
+			// gone meanwhile (folded by another Client), or not a
+			// counter: a hash (WRONGTYPE) or a string that is no
+			// integer, another prefix's (foldKeys's doc)
+			continue
 		}
 		for _, counter := range into[i] {
 			if v > high[counter] {
@@ -228,6 +236,29 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 		return false, err
 	}
 	return denied, pipelineErr(r.Pipeline(ctx, dels))
+}
+
+// slotCounter reports whether key is exactly the name of one of prefix's
+// counters per slot: <prefix>:fence:{<tag>}, where tag is keyslot.Tag of
+// a slot, as fenceKey makes it. Any other <prefix>:fence:{...} key is not
+// the fold's: another deployment's whose prefix is <prefix>:fence (its
+// locks, its Semaphores' capacities, a fence guard's records).
+func slotCounter(prefix, key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix+":fence:{")
+	if !ok {
+		return false
+	}
+	tag, ok := strings.CutSuffix(rest, "}")
+	if !ok || tag == "" || len(tag) > 4 || strings.ContainsAny(tag, "{}") {
+		return false
+	}
+	return keyslot.Tag(keyslot.Of(tag)) == tag
+}
+
+// wrongType reports whether err is Redis's refusal of a command on a key
+// of another type.
+func wrongType(err error) bool {
+	return err != nil && isReply(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
 // legacyFence reports whether key is an older dlock's fence counter of

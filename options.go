@@ -45,7 +45,13 @@ type clientConfig struct {
 
 // WithPrefix sets the prefix of every key and channel the Client uses:
 // "<prefix>:{<name>}" for a lock named name. Default: "dlock". The prefix
-// must be non-empty and must not contain '{' or '}'.
+// must be non-empty and must not contain '{' or '}'. Deployments that
+// share a server need prefixes of their own, and one must not be another's
+// followed by ":fence" ("app" and "app:fence"): with slot fences the
+// counters of "app" are app:fence:{<tag>}, <tag> a string of one to three
+// characters 0-9a-z, the names of the locks of "app:fence" so called.
+// (The fold of fence counters, fold.go, takes only its own keys: their
+// exact names, holding integers.)
 func WithPrefix(prefix string) Option {
 	return func(c *clientConfig) { c.prefix = prefix }
 }
