@@ -1,0 +1,257 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// documentedGrant is the grant docs/deployments.md prints for every
+// Client (the line "ACL SETUSER app reset on >secret ..." that names
+// neither a cluster's commands nor WithoutScripts'), with extra the
+// commands it adds; as words for ACL SETUSER.
+func documentedGrant(t *testing.T, extra ...string) []any {
+	t.Helper()
+	b, err := os.ReadFile("docs/deployments.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "ACL SETUSER app reset on >secret ~dlock:* &dlock:* ") {
+			continue
+		}
+		has := func(w string) bool { return strings.Contains(line+" ", " "+w+" ") }
+		if has("+spublish") != (len(extra) > 0 && extra[0] == "+spublish") || has("+multi") != (len(extra) > 0 && extra[0] == "+multi") {
+			continue
+		}
+		var words []any
+		for _, w := range strings.Fields(line)[2:] {
+			words = append(words, w)
+		}
+		return words
+	}
+	t.Fatalf("docs/deployments.md prints no grant \"ACL SETUSER app reset on >secret ~dlock:* &dlock:* ...\" %v", extra)
+	return nil
+}
+
+// aclDenials returns the server's ACL LOG, one line an entry.
+func aclDenials(t *testing.T, admin *redis.Client) []string {
+	t.Helper()
+	log, err := admin.Do(context.Background(), "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range log {
+		m, _ := e.(map[any]any)
+		out = append(out, fmt.Sprintf("%v %v (%v, %v)", m["reason"], m["object"], m["context"], m["username"]))
+	}
+	return out
+}
+
+// A user given exactly the documented grant runs every public call of
+// every primitive on a fresh server: the fold of an older counter, a
+// Mutex with a waiter handed the lock, a wait given up (its token
+// buried), Extend, TTL, a FairMutex, an RWMutex's two sides, a Semaphore,
+// a Latch, an Election with an observer, LockAll, Inspect, Locks,
+// ForceUnlock, WithReplicaSync; and the server logs no command refused
+// (a refused PUBLISH goes through pcall, and go-redis swallows a refused
+// SUBSCRIBE: the ACL LOG sees both).
+func TestDocumentedGrantRunsEveryCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := redistest.StartT(t, redistest.Options{})
+	replica := redistest.StartT(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(s.Port())}})
+	admin := newRedis(t, s)
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, documentedGrant(t)...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// an older dlock's counter, for the fold to read and delete
+	if err := admin.Set(ctx, "dlock:{old}:fence", 41, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replica", func() bool {
+		info, err := newRedis(t, replica).Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	asApp := func(o *redis.Options) { o.Username, o.Password = "app", "secret" }
+	a := newClient(t, newRedis(t, s, asApp))
+	b := newClient(t, newRedis(t, s, asApp))
+	synced := newClient(t, newRedis(t, s, asApp), dlock.WithReplicaSync(1, time.Second))
+
+	var failed []string
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", what, err))
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	lease := func(what string) func(*dlock.Lease, error) *dlock.Lease {
+		return func(l *dlock.Lease, err error) *dlock.Lease {
+			t.Helper()
+			must(what, err)
+			return l
+		}
+	}
+	free := func(what string, l *dlock.Lease) {
+		t.Helper()
+		if l != nil {
+			must(what+": Unlock", l.Unlock(ctx))
+		}
+	}
+	// handed is: held by first, a waiter from second, the release, the
+	// waiter's lease
+	handed := func(what string, kd dlock.Kind, name string, first, second func(context.Context) (*dlock.Lease, error)) {
+		t.Helper()
+		l := lease(what)(first(ctx))
+		if l == nil {
+			return
+		}
+		var got *dlock.Lease
+		var err error
+		var wg sync.WaitGroup
+		wg.Go(func() { got, err = second(ctx) })
+		waitFor(t, what+": a waiter", func() bool {
+			info, ierr := a.Inspect(ctx, kd, name)
+			return ierr == nil && len(info.Waiters) > 0
+		})
+		free(what, l)
+		wg.Wait()
+		free(what+" (the waiter)", lease(what+" (the waiter)")(got, err))
+	}
+	name := lockName(t)
+
+	// Mutex
+	m := a.Mutex(name, dlock.WithTTL(renewTTL))
+	l := lease("Mutex.Lock")(m.Lock(ctx))
+	if l != nil {
+		must("Lease.Extend", l.Extend(ctx, time.Second))
+		_, err := l.TTL(ctx)
+		must("Lease.TTL", err)
+		_, err = b.Mutex(name).TryLock(ctx)
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			must("Mutex.TryLock of a held lock", fmt.Errorf("%v, want ErrNotObtained", err))
+		}
+		// a wait given up: its token is buried
+		wctx, wcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { _, err := b.Mutex(name).Lock(wctx); done <- err }()
+		waitFor(t, "the waiter", func() bool {
+			info, err := a.Inspect(ctx, dlock.KindMutex, name)
+			return err == nil && len(info.Waiters) == 1
+		})
+		wcancel()
+		<-done
+		free("Mutex", l)
+	}
+	handed("Mutex hand-off", dlock.KindMutex, name,
+		func(ctx context.Context) (*dlock.Lease, error) { return a.Mutex(name).Lock(ctx) },
+		func(ctx context.Context) (*dlock.Lease, error) { return b.Mutex(name).Lock(ctx) })
+	free("Mutex.TryLock", lease("Mutex.TryLock")(b.Mutex(name).TryLock(ctx)))
+	free("WithReplicaSync", lease("WithReplicaSync: Lock")(synced.Mutex(name).Lock(ctx)))
+
+	// FairMutex
+	handed("FairMutex", dlock.KindMutex, name+"/fair",
+		func(ctx context.Context) (*dlock.Lease, error) { return a.FairMutex(name + "/fair").Lock(ctx) },
+		func(ctx context.Context) (*dlock.Lease, error) { return b.FairMutex(name + "/fair").Lock(ctx) })
+	free("FairMutex.TryLock", lease("FairMutex.TryLock")(a.FairMutex(name+"/fair").TryLock(ctx)))
+
+	// RWMutex
+	rw := name + "/rw"
+	handed("RWMutex reader, writer waits", dlock.KindRWMutex, rw,
+		func(ctx context.Context) (*dlock.Lease, error) { return a.RWMutex(rw).RLock(ctx) },
+		func(ctx context.Context) (*dlock.Lease, error) { return b.RWMutex(rw).Lock(ctx) })
+	handed("RWMutex writer, reader waits", dlock.KindRWMutex, rw,
+		func(ctx context.Context) (*dlock.Lease, error) { return a.RWMutex(rw).Lock(ctx) },
+		func(ctx context.Context) (*dlock.Lease, error) { return b.RWMutex(rw).RLocker().Lock(ctx) })
+	free("RWMutex.TryRLock", lease("RWMutex.TryRLock")(a.RWMutex(rw).TryRLock(ctx)))
+	free("RWMutex.TryLock", lease("RWMutex.TryLock")(a.RWMutex(rw).TryLock(ctx)))
+
+	// Semaphore
+	sn := name + "/sem"
+	must("Semaphore.SetPermits", a.Semaphore(sn, 1).SetPermits(ctx, 1))
+	handed("Semaphore", dlock.KindSemaphore, sn,
+		func(ctx context.Context) (*dlock.Lease, error) { return a.Semaphore(sn, 1).Acquire(ctx, 1) },
+		func(ctx context.Context) (*dlock.Lease, error) { return b.Semaphore(sn, 1).Acquire(ctx, 1) })
+	free("Semaphore.TryAcquire", lease("Semaphore.TryAcquire")(a.Semaphore(sn, 1).TryAcquire(ctx, 1)))
+	_, _, err := a.Semaphore(sn, 1).Permits(ctx)
+	must("Semaphore.Permits", err)
+
+	// Latch
+	la := a.Latch(name + "/latch")
+	_, err = la.TrySetCount(ctx, 2, time.Minute)
+	must("Latch.TrySetCount", err)
+	waited := make(chan error, 1)
+	go func() { waited <- b.Latch(name + "/latch").Wait(ctx) }()
+	_, err = la.CountDown(ctx)
+	must("Latch.CountDown", err)
+	_, err = la.Count(ctx)
+	must("Latch.Count", err)
+	_, err = b.Latch(name+"/latch").CountDownOnce(ctx, "b")
+	must("Latch.CountDownOnce", err)
+	must("Latch.Wait", <-waited)
+
+	// Election
+	en := name + "/election"
+	octx, ocancel := context.WithCancel(ctx)
+	seen := b.Election(en).Observe(octx)
+	ld, err := a.Election(en).Campaign(ctx, "a")
+	must("Election.Campaign", err)
+	if ld != nil {
+		for info := range seen {
+			if info.Value == "a" {
+				break
+			}
+		}
+		must("Leadership.Proclaim", ld.Proclaim(ctx, "a2"))
+		_, err = b.Election(en).Leader(ctx)
+		must("Election.Leader", err)
+		must("Leadership.Resign", ld.Resign(ctx))
+	}
+	ocancel()
+	for range seen {
+	}
+
+	// LockAll
+	all, err := dlock.LockAll(ctx, a.Mutex(name+"/all/m"), a.RWMutex(name+"/all/rw"), a.RWMutex(name+"/all/rw2").RLocker())
+	free("LockAll", lease("LockAll")(all, err))
+
+	// inspection, ForceUnlock
+	held := lease("Mutex.Lock (for ForceUnlock)")(a.Mutex(name+"/forced", dlock.WithTTL(renewTTL)).Lock(ctx))
+	for _, kd := range []dlock.Kind{dlock.KindMutex, dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindLatch, dlock.KindElection} {
+		_, err := a.Inspect(ctx, kd, name)
+		must("Inspect "+string(kd), err)
+	}
+	_, err = a.Locks(ctx, "*")
+	must("Locks", err)
+	_, err = b.ForceUnlock(ctx, dlock.KindMutex, name+"/forced")
+	must("ForceUnlock", err)
+	if held != nil {
+		<-held.Done()
+	}
+	for _, kd := range []dlock.Kind{dlock.KindRWMutex, dlock.KindSemaphore, dlock.KindElection} {
+		_, err = b.ForceUnlock(ctx, kd, name)
+		must("ForceUnlock "+string(kd), err)
+	}
+	for _, c := range []*dlock.Client{a, b, synced} {
+		must("Health", c.Health())
+	}
+	if n, err := admin.Exists(ctx, "dlock:{old}:fence").Result(); err != nil || n != 0 {
+		must("the fold", fmt.Errorf("the older counter is still there (%d, %v)", n, err))
+	}
+	if denied := aclDenials(t, admin); len(denied) > 0 {
+		t.Errorf("the server refused %d command(s) to the documented grant:\n%s", len(denied), strings.Join(denied, "\n"))
+	}
+	t.Logf("%d call(s) failed", len(failed))
+}
