@@ -29,10 +29,16 @@ import (
 // value, which is added to the counter of the lock's slot (or the shared
 // one) before the other is deleted; counters never go down, so every
 // later fence is above it. A Client that does not see the mark folds
-// before its first fence, so none is taken from an unfolded counter. What this cannot cover: Clients of an older dlock, or
-// of the other layout, that keep taking fences of the same locks after
-// the fold (a rolling upgrade that mixes them): their counters are not
-// read again. Stop them before starting Clients of this layout.
+// before its first fence, so none is taken from an unfolded counter.
+// What this cannot cover: Clients of an older dlock, or of the other
+// layout, that keep taking fences of the same locks after the fold (a
+// rolling upgrade that mixes them, a switch of WithSlotFences while the
+// old Clients run): their counters are not read again, and their fences
+// repeat. Stop them before starting Clients of this layout; a fold that
+// finds the other layout's mark says so in a warning. (Making the mix
+// safe would have every script that takes a fence read the other
+// layout's counter too, which a cluster's CROSSSLOT forbids for the
+// shared one.)
 
 // foldMark is the key of the mark, and the layouts' names it holds.
 func foldMark(prefix string) string { return prefix + ":fence:folded" }
@@ -123,6 +129,12 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 		return got.Err
 	} else if got.Val == layout {
 		return nil
+	} else if got.Val == layoutShared || got.Val == layoutSlots {
+		// Clients of the other layout ran: those still running take
+		// fences from counters this fold deletes and nobody reads again
+		c.dep.warnOnce("layout", "dlock: fence counters of the other WithSlotFences layout were in use: "+
+			"a Client of that layout still running repeats fences; stop them all before starting Clients of this one",
+			"prefix", c.prefix, "was", got.Val, "now", layout)
 	}
 	nodes, err := r.Masters(ctx)
 	if err != nil {

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -233,6 +234,26 @@ func TestFencesAcrossASwitchOfLayout(t *testing.T) {
 		}
 		for _, f := range fencesOf(t, c, name) {
 			last = max(last, f)
+		}
+	}
+}
+
+// A Client whose fold finds the mark of the other WithSlotFences layout
+// (a Client of that layout ran, and may run still, which repeats fences:
+// guarantees.md) says so in one warning; one of the same layout says
+// nothing.
+func TestSwitchOfLayoutWarns(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	name := lockName(t)
+	for i, slots := range []bool{true, true, false} {
+		var logs syncBuffer
+		c := newClient(t, newRedis(t, s), dlock.WithSlotFences(slots),
+			dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		unlock(t, mustLock(t, c.Mutex(name), ctx))
+		warned := strings.Contains(logs.String(), "WithSlotFences")
+		if want := i == 2; warned != want {
+			t.Errorf("Client %d (slot fences %v): warned %v, want %v; logs: %q", i, slots, warned, want, logs.String())
 		}
 	}
 }
