@@ -73,3 +73,58 @@ func TestCheckTriesEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// On a cluster, the documented grant of a cluster's Clients passes, and
+// that grant less any one of the commands only a cluster's Clients send
+// fails, naming it.
+func TestCheckNamesEachDeniedClusterCommand(t *testing.T) {
+	c := testCluster(t)
+	ctx := context.Background()
+	user := "app" + randomHex()
+	grant := func(minus string) {
+		t.Helper()
+		var args []any
+		for _, w := range strings.Fields(grants.Line(user, "pw", "dlock", grants.Every, grants.Cluster)) {
+			args = append(args, w)
+		}
+		if minus != "" {
+			args = append(args, "-"+minus)
+		}
+		for _, n := range c.Nodes() {
+			admin := n.Client()
+			err := admin.Do(ctx, args...).Err()
+			admin.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes() {
+			admin := n.Client()
+			admin.Do(ctx, "ACL", "DELUSER", user)
+			admin.Close()
+		}
+	})
+	url := fmt.Sprintf("redis+cluster://%s:pw@%s", user, c.Nodes()[0].Addr())
+	grant("")
+	if r := runCLI("check", "--redis", url); r.code != exitOK {
+		t.Errorf("the documented grant: exit %d, want %d:\n%s%s", r.code, exitOK, r.stdout, r.stderr)
+	}
+	for _, cmd := range grants.Of(grants.Cluster) {
+		t.Run(cmd.Name, func(t *testing.T) {
+			grant(cmd.Name)
+			r := runCLI("check", "--redis", url)
+			word := regexp.MustCompile(`(^|[^a-z|])` + regexp.QuoteMeta(cmd.Name) + `([^a-z|]|$)`)
+			named := false
+			for _, line := range strings.Split(r.stdout, "\n") {
+				named = named || strings.Contains(line, "MISSING") && word.MatchString(line)
+			}
+			if r.code != exitFail || !named {
+				t.Errorf("the documented grant less %s: exit %d, want %d, with a MISSING line naming it:\n%s%s",
+					cmd.Name, r.code, exitFail, r.stdout, r.stderr)
+			}
+		})
+	}
+	grant("")
+}

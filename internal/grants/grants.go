@@ -84,6 +84,9 @@ var Commands = []Command{
 	{Name: "sunsubscribe", Use: Cluster},
 	{Name: "cluster|slots", Use: Cluster},
 	{Name: "cluster|shards", Use: Cluster},
+	// go-redis's cluster client reads every command's key positions
+	// (COMMAND) to route them
+	{Name: "command", Use: Cluster},
 	// WithoutScripts
 	{Name: "multi", Use: NoScripts},
 	{Name: "exec", Use: NoScripts},
