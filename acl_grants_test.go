@@ -360,3 +360,66 @@ func everyCall(t *testing.T, ctx context.Context, a, b, synced *dlock.Client) {
 	}
 	t.Logf("%d call(s) failed", len(failed))
 }
+
+// A quorum's nodes, each with exactly the documented grant: a Mutex's
+// calls (the only primitive of a quorum; inspection is not one either)
+// with a waiter, TryLock, Extend, LockAll; no node logs a refusal.
+func TestDocumentedGrantOnAQuorum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servers := redistest.StartNT(t, 3, redistest.Options{})
+	grant := documentedGrant(t)
+	var admins, nodes, nodesB []*redis.Client
+	for _, s := range servers {
+		admin := newRedis(t, s)
+		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, grant...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		admins = append(admins, admin)
+		user := func(o *redis.Options) {
+			o.Username, o.Password = "app", "secret"
+			o.ContextTimeoutEnabled = true
+		}
+		nodes = append(nodes, newRedis(t, s, user))
+		nodesB = append(nodesB, newRedis(t, s, user))
+	}
+	a, b := quorumClient(t, nodes), quorumClient(t, nodesB)
+	name := lockName(t)
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	l, err := a.Mutex(name, dlock.WithTTL(renewTTL)).Lock(ctx)
+	must("Mutex.Lock", err)
+	if l != nil {
+		must("Lease.Extend", l.Extend(ctx, time.Second))
+		_, err = l.TTL(ctx)
+		must("Lease.TTL", err)
+		if _, err := b.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			must("TryLock of a held lock", fmt.Errorf("%v, want ErrNotObtained", err))
+		}
+		var got *dlock.Lease
+		var werr error
+		var wg sync.WaitGroup
+		wg.Go(func() { got, werr = b.Mutex(name).Lock(ctx) })
+		must("Unlock", l.Unlock(ctx))
+		wg.Wait()
+		must("Mutex.Lock (a waiter)", werr)
+		if got != nil {
+			must("Unlock (the waiter)", got.Unlock(ctx))
+		}
+	}
+	all, err := dlock.LockAll(ctx, a.Mutex(name+"/1"), a.Mutex(name+"/2"))
+	must("LockAll", err)
+	if all != nil {
+		must("LockAll: Unlock", all.Unlock(ctx))
+	}
+	must("Health", a.Health())
+	for _, admin := range admins {
+		if denied := aclDenials(t, admin); len(denied) > 0 {
+			t.Errorf("%s refused %d command(s) to the documented grant:\n%s", admin.Options().Addr, len(denied), strings.Join(denied, "\n"))
+		}
+	}
+}
