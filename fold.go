@@ -128,6 +128,9 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 	if got.Err != nil {
 		return got.Err
 	} else if got.Val == layout {
+		if layout == layoutShared {
+			c.counterLost(ctx, r)
+		}
 		return nil
 	} else if got.Val == layoutShared || got.Val == layoutSlots {
 		// Clients of the other layout ran: those still running take
@@ -165,7 +168,33 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 		c.dep.warnOnce("fold", "dlock: the ACL user may not read some older fence counters (of locks it cannot take); a Client of a user who may read them folds them", "prefix", c.prefix)
 		return nil
 	}
+	if layout == layoutShared {
+		// the counter is there before the mark (counterLost)
+		if err := r.Do(ctx, keyed("INCRBY", c.fence, 0)).Err; err != nil {
+			return err
+		}
+	}
 	return r.Do(ctx, keyed("SET", mark, layout)).Err
+}
+
+// counterLost warns once when the shared fence counter is gone though the
+// fold's mark is there: a fold leaves the counter (at 0 if no fence was
+// taken yet) before its mark, so the counter was deleted since, and every
+// lock's fences restart at 1 (guarantees.md, "One key holds every lock's
+// fences"). Only a Client's fold looks, once: a Client running when the
+// counter goes does not notice, nor does any Client once the next fence
+// has made the counter again, nor one after the mark went too (a
+// FLUSHDB, a restart without AOF). A mark left by an older dlock, which
+// did not leave the counter, may be warned about if no fence was ever
+// taken. Per slot counters are made as used, so a lost one is not told
+// from one not used yet.
+func (c *Client) counterLost(ctx context.Context, r driver.Driver) {
+	n, err := r.Do(ctx, keyed("EXISTS", c.fence)).Int64()
+	if err == nil && n == 0 {
+		c.dep.warnOnce("counter", "dlock: the fence counter is gone though fences were taken from it: "+
+			"every lock's fences restart at 1, and may repeat fences given before (was the key deleted?)",
+			"prefix", c.prefix, "counter", c.fence)
+	}
 }
 
 // foldKeys folds those of keys that are counters of another layout (and
