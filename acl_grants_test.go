@@ -423,3 +423,101 @@ func TestDocumentedGrantOnAQuorum(t *testing.T) {
 		}
 	}
 }
+
+// tenantGrant is deployments.md's grant of a tenant that shares the
+// prefix dlock with others: its locks (names beginning a/), and the
+// shared fence counter for INCR and GET only (an ACL selector), so that
+// it can take fences but neither lower the counter nor delete it.
+func tenantGrant(t *testing.T) []any {
+	t.Helper()
+	b, err := os.ReadFile("docs/deployments.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "ACL SETUSER tenant-a reset on >secret ") {
+			var words []any
+			for _, w := range strings.Fields(line)[2:] {
+				words = append(words, w)
+			}
+			// the selector is one word for ACL SETUSER
+			for i, w := range words {
+				if strings.HasPrefix(w.(string), "(") {
+					sel := strings.Join(strings.Fields(strings.TrimSpace(strings.SplitN(line, " (", 2)[1])), " ")
+					return append(words[:i:i], "("+sel)
+				}
+			}
+			return words
+		}
+	}
+	t.Fatal(`docs/deployments.md prints no grant "ACL SETUSER tenant-a reset on >secret ..."`)
+	return nil
+}
+
+// A tenant given deployments.md's grant on a shared prefix takes its
+// locks of every kind (and their fences from the shared counter), and
+// cannot lower, set or delete the counter, directly or in a script.
+func TestTenantCannotRewriteTheCounter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := redistest.StartT(t, redistest.Options{})
+	admin := newRedis(t, s)
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, tenantGrant(t)...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// a Client of the whole prefix first: its fold leaves the mark
+	owner := newClient(t, newRedis(t, s))
+	unlock(t, mustLock(t, owner.Mutex("b/first"), ctx))
+	asTenant := func(o *redis.Options) { o.Username, o.Password = "tenant-a", "secret" }
+	tdb := newRedis(t, s, asTenant)
+	c := newClient(t, tdb)
+	before, err := admin.Get(ctx, "dlock:fence").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustLock(t, c.Mutex("a/m"), ctx)
+	if l.Fence() <= before {
+		t.Errorf("the tenant's fence %d, not above the counter's %d", l.Fence(), before)
+	}
+	unlock(t, l)
+	unlock(t, mustLock(t, c.FairMutex("a/f"), ctx))
+	unlock(t, mustLock(t, c.RWMutex("a/rw"), ctx))
+	unlock(t, mustLock(t, c.RWMutex("a/rw").RLocker(), ctx))
+	sl, err := c.Semaphore("a/sem", 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, sl)
+	ld, err := c.Election("a/e").Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Mutex("b/other").TryLock(ctx); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("the tenant took another tenant's lock: %v", err)
+	}
+	high, err := admin.Get(ctx, "dlock:fence").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, cmd := range map[string][]any{
+		"DEL":             {"DEL", "dlock:fence"},
+		"SET":             {"SET", "dlock:fence", 1},
+		"INCRBY":          {"INCRBY", "dlock:fence", -100},
+		"DECR":            {"DECR", "dlock:fence"},
+		"a script's SET":  {"EVAL", "return redis.call('SET', KEYS[2], 1)", 2, "dlock:{a/m}", "dlock:fence"},
+		"a script's DEL":  {"EVAL", "return redis.call('DEL', KEYS[1])", 1, "dlock:fence"},
+		"a script's DECR": {"EVAL", "return redis.call('DECR', KEYS[1])", 1, "dlock:fence"},
+		"the mark":        {"SET", "dlock:fence:folded", "slots"},
+	} {
+		if err := tdb.Do(ctx, cmd...).Err(); err == nil {
+			t.Errorf("the tenant's %s of the counter ran", what)
+		}
+	}
+	if now, err := admin.Get(ctx, "dlock:fence").Int64(); err != nil || now < high {
+		t.Errorf("the counter went from %d to %d (%v)", high, now, err)
+	}
+}

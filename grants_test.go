@@ -161,4 +161,19 @@ func TestGrantsDocumented(t *testing.T) {
 			t.Errorf("docs/deployments.md does not print the grant of %v (internal/grants):\n%s", uses, line)
 		}
 	}
+	// the tenant's grant (TestTenantCannotRewriteTheCounter) has every
+	// Client's commands
+	every := strings.Join(strings.Fields(grants.Line("app", "secret", "dlock", grants.Every))[8:], " ")
+	found := false
+	for l := range lines {
+		if strings.HasPrefix(l, "ACL SETUSER tenant-a ") {
+			found = true
+			if !strings.Contains(l, " "+every+" (") {
+				t.Errorf("docs/deployments.md's tenant grant lacks every Client's commands (%s):\n%s", every, l)
+			}
+		}
+	}
+	if !found {
+		t.Error("docs/deployments.md prints no tenant grant")
+	}
 }
