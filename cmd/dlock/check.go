@@ -296,6 +296,9 @@ func (c *checker) commands(ctx context.Context) {
 			return
 		}
 		node = n
+	default:
+		c.say(checkMissing, "commands", "cannot try the commands through a %T", c.rdb)
+		return
 	}
 	conn := node.Conn() // one connection: WATCH, MULTI and EXEC are of a connection
 	defer conn.Close()
@@ -334,16 +337,21 @@ func (c *checker) commands(ctx context.Context) {
 			inScript = append(inScript, cmd.Name, len(words))
 			for _, w := range words {
 				if k := strings.Index("$h$z$n$s$r$u", w); len(w) == 2 && k >= 0 && k%2 == 0 {
-					w = fmt.Sprintf("$%d", k/2+1)
+					w = fmt.Sprintf("$%d", k/2+1) // a key: KEYS[k/2+1]
+				} else if v, ok := slot[w]; ok {
+					w = v // the channel
 				}
 				inScript = append(inScript, w)
 			}
 		}
 	}
-	for _, cmd := range tx { // MULTI, then EXEC; the connection is not used again
+	for _, cmd := range tx { // MULTI, then EXEC
 		if err := conn.Do(ctx, commandTries[cmd.Name][0]).Err(); refusal(err) {
 			refuse(cmd)
 		}
+	}
+	if slices.Contains(refused[grants.NoScripts], "exec") {
+		conn.Do(ctx, "DISCARD") // a MULTI that EXEC did not end
 	}
 	// in a script, as the scripts call them (refused to a script as to
 	// the user; a script that cannot run at all is the scripts check's)
