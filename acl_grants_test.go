@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -523,5 +524,44 @@ func TestTenantCannotRewriteTheCounter(t *testing.T) {
 	}
 	if now, err := admin.Get(ctx, "dlock:fence").Int64(); err != nil || now < high {
 		t.Errorf("the counter went from %d to %d (%v)", high, now, err)
+	}
+}
+
+// A command of the list refused to the Client's user is never silent,
+// even where the call that meets it goes on in the background (a given-up
+// wait's bury, here with ZREMRANGEBYSCORE refused): the Client logs one
+// warning naming the refusal and the fix.
+func TestRefusedCommandWarns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := redistest.StartT(t, redistest.Options{})
+	admin := newRedis(t, s)
+	grant := append(documentedGrant(t), "-zremrangebyscore")
+	if envdriver.Name() != "go-redis" {
+		grant = append(grant, "+client|tracking", "+cluster|slots") // as TestDocumentedGrantRunsEveryCall's
+	}
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, grant...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	asApp := func(o *redis.Options) { o.Username, o.Password = "app", "secret" }
+	var logs syncBuffer
+	a := newClient(t, newRedis(t, s, asApp))
+	b := newClient(t, newRedis(t, s, asApp), dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	name := lockName(t)
+	l := mustLock(t, a.Mutex(name), ctx)
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := b.Mutex(name).Lock(wctx); done <- err }()
+	waitFor(t, "the waiter", func() bool {
+		info, err := a.Inspect(ctx, dlock.KindMutex, name)
+		return err == nil && len(info.Waiters) == 1
+	})
+	wcancel()
+	<-done
+	unlock(t, l)
+	waitFor(t, "the refusal", func() bool { return len(aclDenials(t, admin)) > 0 })
+	waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "may not run") })
+	if !strings.Contains(logs.String(), "deployments.md") {
+		t.Errorf("the warning does not name the fix: %q", logs.String())
 	}
 }
