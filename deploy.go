@@ -230,6 +230,30 @@ func (d *deployment) pubsubRefused(what string, cause error) {
 	}
 }
 
+// commandRefused logs once, per refusal, that the Client's ACL user may
+// not run a command dlock sends (err from the reply to cmd): the caller
+// gets the error, but some calls that meet one go on in the background
+// (the bury of a given-up wait, an undo, a renewal), where it would be
+// silent. A refused PUBLISH is pubsubRefused's; a key or a channel
+// refused is not a command refused (a user limited to some locks meets
+// those by design).
+func (d *deployment) commandRefused(cmd driver.Command, err error) {
+	if err == nil || !isReply(err) {
+		return
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "permissions to run the") && !strings.Contains(msg, "can't run this command") {
+		return
+	}
+	if len(cmd.Args) > 0 {
+		if name, _ := cmd.Args[0].(string); strings.EqualFold(name, "PUBLISH") || strings.EqualFold(name, "SPUBLISH") {
+			return
+		}
+	}
+	d.warnOnce("refused: "+msg, "dlock: the ACL user may not run a command dlock sends; grant what docs/deployments.md "+
+		"prints (dlock check names what is missing)", "prefix", d.prefix, "err", err)
+}
+
 // warnOnce logs a warning the first time it is given for key.
 func (d *deployment) warnOnce(key, msg string, args ...any) {
 	d.wmu.Lock()

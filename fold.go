@@ -29,10 +29,16 @@ import (
 // value, which is added to the counter of the lock's slot (or the shared
 // one) before the other is deleted; counters never go down, so every
 // later fence is above it. A Client that does not see the mark folds
-// before its first fence, so none is taken from an unfolded counter. What this cannot cover: Clients of an older dlock, or
-// of the other layout, that keep taking fences of the same locks after
-// the fold (a rolling upgrade that mixes them): their counters are not
-// read again. Stop them before starting Clients of this layout.
+// before its first fence, so none is taken from an unfolded counter.
+// What this cannot cover: Clients of an older dlock, or of the other
+// layout, that keep taking fences of the same locks after the fold (a
+// rolling upgrade that mixes them, a switch of WithSlotFences while the
+// old Clients run): their counters are not read again, and their fences
+// repeat. Stop them before starting Clients of this layout; a fold that
+// finds the other layout's mark says so in a warning. (Making the mix
+// safe would have every script that takes a fence read the other
+// layout's counter too, which a cluster's CROSSSLOT forbids for the
+// shared one.)
 
 // foldMark is the key of the mark, and the layouts' names it holds.
 func foldMark(prefix string) string { return prefix + ":fence:folded" }
@@ -122,7 +128,16 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 	if got.Err != nil {
 		return got.Err
 	} else if got.Val == layout {
+		if layout == layoutShared {
+			c.counterLost(ctx, r)
+		}
 		return nil
+	} else if got.Val == layoutShared || got.Val == layoutSlots {
+		// Clients of the other layout ran: those still running take
+		// fences from counters this fold deletes and nobody reads again
+		c.dep.warnOnce("layout", "dlock: fence counters of the other WithSlotFences layout were in use: "+
+			"a Client of that layout still running repeats fences; stop them all before starting Clients of this one",
+			"prefix", c.prefix, "was", got.Val, "now", layout)
 	}
 	nodes, err := r.Masters(ctx)
 	if err != nil {
@@ -153,11 +168,42 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 		c.dep.warnOnce("fold", "dlock: the ACL user may not read some older fence counters (of locks it cannot take); a Client of a user who may read them folds them", "prefix", c.prefix)
 		return nil
 	}
+	if layout == layoutShared {
+		// the counter is there before the mark (counterLost)
+		if err := r.Do(ctx, keyed("INCRBY", c.fence, 0)).Err; err != nil {
+			return err
+		}
+	}
 	return r.Do(ctx, keyed("SET", mark, layout)).Err
 }
 
+// counterLost warns once when the shared fence counter is gone though the
+// fold's mark is there: a fold leaves the counter (at 0 if no fence was
+// taken yet) before its mark, so the counter was deleted since, and every
+// lock's fences restart at 1 (guarantees.md, "One key holds every lock's
+// fences"). Only a Client's fold looks, once: a Client running when the
+// counter goes does not notice, nor does any Client once the next fence
+// has made the counter again, nor one after the mark went too (a
+// FLUSHDB, a restart without AOF). A mark left by an older dlock, which
+// did not leave the counter, may be warned about if no fence was ever
+// taken. Per slot counters are made as used, so a lost one is not told
+// from one not used yet.
+func (c *Client) counterLost(ctx context.Context, r driver.Driver) {
+	n, err := r.Do(ctx, keyed("EXISTS", c.fence)).Int64()
+	if err == nil && n == 0 {
+		c.dep.warnOnce("counter", "dlock: the fence counter is gone though fences were taken from it: "+
+			"every lock's fences restart at 1, and may repeat fences given before (was the key deleted?)",
+			"prefix", c.prefix, "counter", c.fence)
+	}
+}
+
 // foldKeys folds those of keys that are counters of another layout (and
-// says whether the ACL user was denied some of them): it
+// says whether the ACL user was denied some of them). A counter is
+// recognised by its exact name (legacyFence, the shared one, slotCounter)
+// and by what it holds, an integer in a string: another deployment's keys
+// can share the pattern (a prefix "app:fence" names its locks
+// app:fence:{<name>}), and a key that is not a counter is neither read
+// for a fence nor deleted. It
 // reads each, adds its value to the counter (or counters) of this layout
 // that count for the same locks, then deletes it. Adding (INCRBY) rather
 // than raising to the value needs no script (WithoutScripts folds too),
@@ -179,7 +225,7 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 				all[s] = fenceKey(c.prefix, keyslot.Tag(s), true) // a tag's slot is the slot it names
 			}
 			olds, into = append(olds, key), append(into, all)
-		case strings.HasPrefix(key, c.prefix+":fence:{") && !slots:
+		case slotCounter(c.prefix, key) && !slots:
 			// a slot's counter, on a deployment now sharing one
 			olds, into = append(olds, key), append(into, []string{c.fence})
 		}
@@ -195,7 +241,7 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 	for _, v := range vals {
 		if noPerm(v.Err) {
 			denied = true
-		} else if v.Err != nil {
+		} else if v.Err != nil && !wrongType(v.Err) {
 			return false, v.Err
 		}
 	}
@@ -205,7 +251,10 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 	for i, k := range olds {
 		v, err := vals[i].Int64()
 		if err != nil {
-			continue // gone meanwhile (folded by another Client), or not a counter
+			// gone meanwhile (folded by another Client), or not a
+			// counter: a hash (WRONGTYPE) or a string that is no
+			// integer, another prefix's (foldKeys's doc)
+			continue
 		}
 		for _, counter := range into[i] {
 			if v > high[counter] {
@@ -228,6 +277,29 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 		return false, err
 	}
 	return denied, pipelineErr(r.Pipeline(ctx, dels))
+}
+
+// slotCounter reports whether key is exactly the name of one of prefix's
+// counters per slot: <prefix>:fence:{<tag>}, where tag is keyslot.Tag of
+// a slot, as fenceKey makes it. Any other <prefix>:fence:{...} key is not
+// the fold's: another deployment's whose prefix is <prefix>:fence (its
+// locks, its Semaphores' capacities, a fence guard's records).
+func slotCounter(prefix, key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix+":fence:{")
+	if !ok {
+		return false
+	}
+	tag, ok := strings.CutSuffix(rest, "}")
+	if !ok || tag == "" || len(tag) > 4 || strings.ContainsAny(tag, "{}") {
+		return false
+	}
+	return keyslot.Tag(keyslot.Of(tag)) == tag
+}
+
+// wrongType reports whether err is Redis's refusal of a command on a key
+// of another type.
+func wrongType(err error) bool {
+	return err != nil && isReply(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
 // legacyFence reports whether key is an older dlock's fence counter of

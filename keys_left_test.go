@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -234,5 +235,70 @@ func TestFencesAcrossASwitchOfLayout(t *testing.T) {
 		for _, f := range fencesOf(t, c, name) {
 			last = max(last, f)
 		}
+	}
+}
+
+// A Client whose fold finds the mark of the other WithSlotFences layout
+// (a Client of that layout ran, and may run still, which repeats fences:
+// guarantees.md) says so in one warning; one of the same layout says
+// nothing.
+func TestSwitchOfLayoutWarns(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	name := lockName(t)
+	for i, slots := range []bool{true, true, false} {
+		var logs syncBuffer
+		c := newClient(t, newRedis(t, s), dlock.WithSlotFences(slots),
+			dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		unlock(t, mustLock(t, c.Mutex(name), ctx))
+		warned := strings.Contains(logs.String(), "WithSlotFences")
+		if want := i == 2; warned != want {
+			t.Errorf("Client %d (slot fences %v): warned %v, want %v; logs: %q", i, slots, warned, want, logs.String())
+		}
+	}
+}
+
+// A Client started after the shared fence counter was deleted (every
+// lock's fences restart at 1: guarantees.md) says so in one warning: the
+// fold's mark is there, and a fold leaves the counter before its mark.
+// Clients before it, the first on a fresh server among them, say nothing.
+func TestLostFenceCounterWarns(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	admin := newRedis(t, s)
+	name := lockName(t)
+	start := func() (*dlock.Client, *syncBuffer) {
+		var logs syncBuffer
+		return newClient(t, newRedis(t, s), dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))), &logs
+	}
+	// two Clients' first acquires at once on a fresh server
+	a, logA := start()
+	b, logB := start()
+	var wg sync.WaitGroup
+	for _, c := range []*dlock.Client{a, b} {
+		wg.Go(func() {
+			l, err := c.Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			unlock(t, l)
+		})
+	}
+	wg.Wait()
+	c, logC := start()
+	unlock(t, mustLock(t, c.Mutex(name), ctx))
+	for i, logs := range []*syncBuffer{logA, logB, logC} {
+		if strings.Contains(logs.String(), "fence counter") {
+			t.Errorf("Client %d warned of a lost counter on a server that has it: %q", i, logs.String())
+		}
+	}
+	if err := admin.Del(ctx, "dlock:fence").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, logD := start()
+	unlock(t, mustLock(t, d.Mutex(name), ctx))
+	if !strings.Contains(logD.String(), "fence counter is gone") {
+		t.Errorf("a Client started after the counter was deleted: no warning; logs %q", logD.String())
 	}
 }

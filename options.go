@@ -45,7 +45,13 @@ type clientConfig struct {
 
 // WithPrefix sets the prefix of every key and channel the Client uses:
 // "<prefix>:{<name>}" for a lock named name. Default: "dlock". The prefix
-// must be non-empty and must not contain '{' or '}'.
+// must be non-empty and must not contain '{' or '}'. Deployments that
+// share a server need prefixes of their own, and one must not be another's
+// followed by ":fence" ("app" and "app:fence"): with slot fences the
+// counters of "app" are app:fence:{<tag>}, <tag> a string of one to three
+// characters 0-9a-z, the names of the locks of "app:fence" so called.
+// (The fold of fence counters, fold.go, takes only its own keys: their
+// exact names, holding integers.)
 func WithPrefix(prefix string) Option {
 	return func(c *clientConfig) { c.prefix = prefix }
 }
@@ -63,9 +69,12 @@ func WithShardedPubSub(on bool) Option {
 // for a proxy that shards by slot without being a cluster to its clients
 // (a script there must touch the keys of one slot: without it every
 // acquire fails with CROSSSLOT). Either way no key is left per lock name.
-// Switching it for a deployment that has issued fences is safe: a Client
-// folds the other layout's counters into its own before its first fence
-// (fold.go).
+// Switching it for a deployment that has issued fences keeps fences
+// growing only when no Client of the old layout runs after the first of
+// the new one has started: a Client folds the other layout's counters
+// into its own once, before its first fence (fold.go), and a Client of
+// the old layout still running takes fences from a counter nobody reads
+// again, which repeat. Stop them all, then start the new ones.
 func WithSlotFences(on bool) Option {
 	return func(c *clientConfig) { c.slotFences, c.slotFencesSet = on, true }
 }

@@ -14,7 +14,9 @@ import (
 //   - reporter: a script whose publish was refused replies
 //     {REFUSED, error, reply} (publish in scripts/lib.lua); the reporter
 //     gives the call its reply and tells the deployment, whose waits then
-//     poll (deploy.go);
+//     poll (deploy.go); and it tells the deployment of every command the
+//     ACL user may not run, which is logged once (commandRefused), since
+//     some calls that meet one go on in the background;
 //   - pipelined: bounds every call by its ctx (the round trip runs on a
 //     goroutine of its own while the caller waits) and shares round trips
 //     among calls made at once (pipeline.go);
@@ -33,6 +35,7 @@ type reporter struct {
 func (r *reporter) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 	reply := r.Driver.Do(ctx, cmd)
 	r.unwrap(&reply)
+	r.d.commandRefused(cmd, reply.Err)
 	return reply
 }
 
@@ -40,6 +43,9 @@ func (r *reporter) Pipeline(ctx context.Context, cmds []driver.Command) []driver
 	replies := r.Driver.Pipeline(ctx, cmds)
 	for i := range replies {
 		r.unwrap(&replies[i])
+		if i < len(cmds) {
+			r.d.commandRefused(cmds[i], replies[i].Err)
+		}
 	}
 	return replies
 }
@@ -59,6 +65,9 @@ func (c reportingConn) Pipeline(ctx context.Context, cmds []driver.Command) []dr
 	replies := c.Conn.Pipeline(ctx, cmds)
 	for i := range replies {
 		c.r.unwrap(&replies[i])
+		if i < len(cmds) {
+			c.r.d.commandRefused(cmds[i], replies[i].Err)
+		}
 	}
 	return replies
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,13 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/grants"
 	"github.com/redis/go-redis/v9"
 )
 
 const checkSynopsis = "dlock check [--redis URL] [--prefix P] [--json]"
 
 // checkCmd checks a server against what a dlock deployment needs, as the
-// user of the URL: scripts, the commands the scripts call, its keys and
+// user of the URL: scripts, each command dlock sends (internal/grants), its keys and
 // pub/sub channels under the prefix, an eviction policy that keeps lock
 // keys, and (warnings only) persistence and replicas. It prints one line
 // per check and exits 1 when something required is missing.
@@ -56,6 +58,7 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(out, "checking Redis %s at %s for dlock (prefix %q)\n", v, where, a.prefix)
 	ck := checker{rdb: rdb, prefix: a.prefix, w: out}
 	ck.scripts(ctx)
+	ck.commands(ctx)
 	ck.keys(ctx)
 	ck.pubsub(ctx)
 	ck.owners(ctx)
@@ -162,59 +165,231 @@ func (c *checker) key(suffix string) string {
 	return c.prefix + ":{dlock-check}:" + suffix
 }
 
-// scriptCommands are the commands dlock's scripts call, with arguments on
-// the check's keys (KEYS[1] hash, KEYS[2] sorted set, KEYS[3] counter,
-// KEYS[4] set); each is tried with pcall.
-const checkScript = `
-local tries = {
-  {'TIME'},
-  {'HSET', KEYS[1], 'f', '1'}, {'HGET', KEYS[1], 'f'}, {'HEXISTS', KEYS[1], 'f'}, {'HDEL', KEYS[1], 'f'},
-  {'HGETALL', KEYS[1]}, {'HLEN', KEYS[1]},
-  {'PEXPIRE', KEYS[1], '10000'}, {'PTTL', KEYS[1]}, {'EXISTS', KEYS[1]},
-  {'ZADD', KEYS[2], '1', 'm'}, {'ZSCORE', KEYS[2], 'm'}, {'ZRANGE', KEYS[2], '0', '0'},
-  {'ZRANGEBYSCORE', KEYS[2], '-inf', '+inf'}, {'ZCARD', KEYS[2]}, {'ZREM', KEYS[2], 'm'},
-  {'INCR', KEYS[3]}, {'INCRBY', KEYS[3], '1'}, {'DECR', KEYS[3]}, {'GET', KEYS[3]}, {'SET', KEYS[3], '1'},
-  {'SADD', KEYS[4], 'x'}, {'SREM', KEYS[4], 'x'},
-  {'DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]},
+// commandTries says how check runs each command dlock sends
+// (internal/grants) as its user, harmlessly: its words, where $h $z $n $s
+// $r $u stand for scratch keys of the prefix in one slot (a hash, a
+// sorted set, a counter, a string, a RENAME's target, a ZUNIONSTORE's),
+// $c for a channel there and $p for a SCAN pattern of them. Any reply but
+// a refusal (NOPERM; in a script, "can't run this command") says the user
+// may run it: an error of the command's own ("no such key") is a yes, and
+// so the tries need no keys set up. nil: the pub/sub check tries it.
+var commandTries = map[string][]string{
+	"eval":             {"EVAL", "return 1", "0"},
+	"evalsha":          {"EVALSHA", sha1hex("return 1"), "0"},
+	"publish":          {"PUBLISH", "$c", "check"},
+	"subscribe":        nil,
+	"unsubscribe":      nil,
+	"ping":             {"PING"},
+	"time":             {"TIME"},
+	"exists":           {"EXISTS", "$s"},
+	"get":              {"GET", "$s"},
+	"set":              {"SET", "$s", "1", "PX", "10000"},
+	"del":              {"DEL", "$s"},
+	"incr":             {"INCR", "$n"},
+	"decr":             {"DECR", "$n"},
+	"rename":           {"RENAME", "$s", "$r"},
+	"pexpire":          {"PEXPIRE", "$n", "10000"},
+	"pttl":             {"PTTL", "$n"},
+	"hget":             {"HGET", "$h", "f"},
+	"hmget":            {"HMGET", "$h", "f", "g"},
+	"hgetall":          {"HGETALL", "$h"},
+	"hset":             {"HSET", "$h", "f", "1"},
+	"hsetnx":           {"HSETNX", "$h", "g", "1"},
+	"hdel":             {"HDEL", "$h", "f", "g"},
+	"hexists":          {"HEXISTS", "$h", "f"},
+	"zadd":             {"ZADD", "$z", "1", "m"},
+	"zrem":             {"ZREM", "$z", "m"},
+	"zscore":           {"ZSCORE", "$z", "m"},
+	"zcard":            {"ZCARD", "$z"},
+	"zrange":           {"ZRANGE", "$z", "0", "-1"},
+	"zrangebyscore":    {"ZRANGEBYSCORE", "$z", "-inf", "+inf"},
+	"zremrangebyscore": {"ZREMRANGEBYSCORE", "$z", "-inf", "0"},
+	"zunionstore":      {"ZUNIONSTORE", "$u", "1", "$z"},
+	"scan":             {"SCAN", "0", "MATCH", "$p", "COUNT", "10"},
+	"incrby":           {"INCRBY", "$n", "1"},
+	"type":             {"TYPE", "$s"},
+	"info":             {"INFO", "memory"},
+	"wait":             {"WAIT", "0", "0"}, // no replica to wait for: answers at once
+	"spublish":         {"SPUBLISH", "$c", "check"},
+	"ssubscribe":       nil,
+	"sunsubscribe":     nil,
+	"cluster|slots":    {"CLUSTER", "SLOTS"},
+	"cluster|shards":   {"CLUSTER", "SHARDS"},
+	"command":          {"COMMAND"}, // as go-redis asks it: every command's key positions
+	"watch":            {"WATCH", "$s"},
+	"unwatch":          {"UNWATCH"},
+	"command|info":     {"COMMAND", "INFO", "get"},
+	"delex":            {"DELEX", "$s", "IFEQ", "x"},
+	"delifeq":          {"DELIFEQ", "$s", "x"},
+	"multi":            {"MULTI"}, // then EXEC, last (commands)
+	"exec":             {"EXEC"},
 }
+
+// checkScript runs the tries of the commands dlock's scripts call, each
+// with pcall: ARGV is, for each, its name, its number of words, then the
+// words, where "$1".."$6" are KEYS[1..6]; it returns "name: error" of
+// each that failed.
+const checkScript = `
 local refused = {}
-for _, t in ipairs(tries) do
-  local r = redis.pcall(unpack(t))
-  if type(r) == 'table' and r.err then
-    table.insert(refused, t[1] .. ': ' .. r.err)
+local i = 1
+while i <= #ARGV do
+  local name, n = ARGV[i], tonumber(ARGV[i+1])
+  local words = {}
+  for j = 1, n do
+    local w = ARGV[i+1+j]
+    local k = string.match(w, '^%$(%d)$')
+    if k then w = KEYS[tonumber(k)] end
+    words[j] = w
   end
+  local r = redis.pcall(unpack(words))
+  if type(r) == 'table' and r.err then
+    table.insert(refused, name .. ': ' .. r.err)
+  end
+  i = i + 2 + n
 end
-redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.pcall('DEL', unpack(KEYS))
 return refused
 `
 
-// scripts checks EVAL and EVALSHA, and the commands the scripts call on
-// keys under the prefix.
+// refusal reports whether err is the server refusing the user a command
+// (not a key or a channel, nor the command's own error).
+func refusal(err error) bool {
+	if err == nil {
+		return false
+	}
+	m := err.Error()
+	return strings.Contains(m, "permissions to run the") || strings.Contains(m, "can't run this command")
+}
+
+// scripts checks EVAL and EVALSHA.
 func (c *checker) scripts(ctx context.Context) {
-	keys := []string{c.key("h"), c.key("z"), c.key("n"), c.key("s")}
-	res, err := c.rdb.Eval(ctx, checkScript, keys).StringSlice()
-	if err != nil {
+	keys := []string{c.key("h")}
+	if err := c.rdb.Eval(ctx, "return 1", keys).Err(); err != nil {
 		c.say(checkMissing, "scripts", "EVAL refused: %v (dlock needs Lua scripts; without them, only a plain Mutex: WithoutScripts)", err)
 		return
 	}
-	if err := c.rdb.EvalSha(ctx, sha1hex(checkScript), keys).Err(); err != nil {
+	if err := c.rdb.EvalSha(ctx, sha1hex("return 1"), keys).Err(); err != nil && !strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		c.say(checkMissing, "scripts", "EVALSHA refused: %v", err)
 	} else {
 		c.say(checkOK, "scripts", "EVAL and EVALSHA run")
 	}
-	if len(res) > 0 {
-		c.say(checkMissing, "commands", "refused in a script on %s:*: %s (grant them: ACL SETUSER <user> +@all, or each command)",
-			c.prefix, strings.Join(res, "; "))
+}
+
+// commands tries, as the user, every command dlock sends
+// (internal/grants, commandTries) on scratch keys of the prefix: each on
+// its own, and those the scripts call in a script too. A refused command
+// a Client always needs is missing; one only WithoutScripts needs, a
+// warning; one the server does not have (DELEX before Redis 8.4), left.
+// The pub/sub commands are the pub/sub check's.
+func (c *checker) commands(ctx context.Context) {
+	_, cluster := c.rdb.(*redis.ClusterClient)
+	slot := map[string]string{"$h": c.key("h"), "$z": c.key("z"), "$n": c.key("n"), "$s": c.key("s"), "$r": c.key("r"),
+		"$u": c.key("u"), "$c": c.key("ch") + randomHex(), "$p": c.key("") + "*"}
+	var node *redis.Client
+	switch r := c.rdb.(type) {
+	case *redis.Client:
+		node = r
+	case *redis.ClusterClient:
+		n, err := r.MasterForKey(ctx, c.key("h"))
+		if err != nil {
+			c.say(checkMissing, "commands", "cannot reach the master of %s: %v", c.key("h"), err)
+			return
+		}
+		node = n
+	default:
+		c.say(checkMissing, "commands", "cannot try the commands through a %T", c.rdb)
 		return
 	}
-	c.say(checkOK, "commands", "every command dlock's scripts call runs on %s:* keys", c.prefix)
+	conn := node.Conn() // one connection: WATCH, MULTI and EXEC are of a connection
+	defer conn.Close()
+	refused := map[grants.Use][]string{}
+	refuse := func(cmd grants.Command) {
+		if !slices.Contains(refused[cmd.Use], cmd.Name) {
+			refused[cmd.Use] = append(refused[cmd.Use], cmd.Name)
+		}
+	}
+	var inScript []any
+	var tx []grants.Command
+	for _, cmd := range grants.Commands {
+		words, ok := commandTries[cmd.Name]
+		if !ok || words == nil || (cmd.Use == grants.Cluster && !cluster) {
+			continue
+		}
+		if cmd.Name == "multi" || cmd.Name == "exec" {
+			tx = append(tx, cmd)
+			continue
+		}
+		args := make([]any, len(words))
+		for i, w := range words {
+			if k, ok := slot[w]; ok {
+				w = k
+			}
+			args[i] = w
+		}
+		err := conn.Do(ctx, args...).Err()
+		if cmd.Only != "" && err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+			continue // the server has no such command
+		}
+		if refusal(err) {
+			refuse(cmd)
+		}
+		if cmd.Script {
+			inScript = append(inScript, cmd.Name, len(words))
+			for _, w := range words {
+				if k := strings.Index("$h$z$n$s$r$u", w); len(w) == 2 && k >= 0 && k%2 == 0 {
+					w = fmt.Sprintf("$%d", k/2+1) // a key: KEYS[k/2+1]
+				} else if v, ok := slot[w]; ok {
+					w = v // the channel
+				}
+				inScript = append(inScript, w)
+			}
+		}
+	}
+	for _, cmd := range tx { // MULTI, then EXEC
+		if err := conn.Do(ctx, commandTries[cmd.Name][0]).Err(); refusal(err) {
+			refuse(cmd)
+		}
+	}
+	if slices.Contains(refused[grants.NoScripts], "exec") {
+		conn.Do(ctx, "DISCARD") // a MULTI that EXEC did not end
+	}
+	// in a script, as the scripts call them (refused to a script as to
+	// the user; a script that cannot run at all is the scripts check's)
+	keys := []string{slot["$h"], slot["$z"], slot["$n"], slot["$s"], slot["$r"], slot["$u"]}
+	res, err := c.rdb.Eval(ctx, checkScript, keys, inScript...).StringSlice()
+	if err == nil {
+		for _, r := range res {
+			name, msg, _ := strings.Cut(r, ": ")
+			for _, cmd := range grants.Commands {
+				if strings.EqualFold(cmd.Name, name) && refusal(errors.New(msg)) {
+					refuse(cmd)
+				}
+			}
+		}
+	}
+	grant := func(names []string) string {
+		return "ACL SETUSER <user> +" + strings.Join(names, " +")
+	}
+	if n := refused[grants.Every]; len(n) > 0 {
+		c.say(checkMissing, "commands", "refused: %s: every Client needs them (grant them: %s; docs/deployments.md prints the whole grant)",
+			strings.Join(n, ", "), grant(n))
+	}
+	if n := refused[grants.Cluster]; len(n) > 0 {
+		c.say(checkMissing, "commands", "refused: %s: a cluster's Clients need them (grant them: %s)", strings.Join(n, ", "), grant(n))
+	}
+	if n := refused[grants.NoScripts]; len(n) > 0 {
+		c.say(checkWarning, "commands", "refused: %s: Clients WithoutScripts need them (grant them: %s)", strings.Join(n, ", "), grant(n))
+	}
+	if len(refused) == 0 {
+		c.say(checkOK, "commands", "every command dlock sends runs on %s:* keys, and in scripts", c.prefix)
+	}
 }
 
 // keys checks plain reads and writes under the prefix (the script-free
 // mode, inspection) and that keys elsewhere are not needed.
 func (c *checker) keys(ctx context.Context) {
 	k := c.key("plain")
-	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, k, "1", 10*time.Second)
 		p.Get(ctx, k)
 		p.Type(ctx, k)
@@ -228,41 +403,80 @@ func (c *checker) keys(ctx context.Context) {
 		c.say(checkMissing, "keys", "%v (grant the keys: ACL SETUSER <user> ~%s:*)", err, c.prefix)
 		return
 	}
-	c.say(checkOK, "keys", "read, write, SCAN and MULTI/EXEC on %s:*", c.prefix)
+	c.say(checkOK, "keys", "read, write and SCAN on %s:*", c.prefix)
 }
 
-// pubsub subscribes to a channel under the prefix and publishes on it:
-// both must be allowed, and the message must arrive.
+// pubsub subscribes to a channel under the prefix, publishes on it and
+// unsubscribes: each must be allowed, and the message must arrive. On a
+// cluster it does so with sharded pub/sub too, as a cluster's Clients do.
 func (c *checker) pubsub(ctx context.Context) {
-	ch := c.prefix + ":check:" + randomHex()
-	grantOf := func(err error) string {
-		if strings.Contains(err.Error(), "command") {
-			// the command itself is denied, not the channel
-			return "(grant the commands: ACL SETUSER <user> +@pubsub; without them every release wakes nobody and waits poll)"
-		}
-		return fmt.Sprintf("(grant the channels: ACL SETUSER <user> &%s:*; without them every release wakes nobody and waits poll)", c.prefix)
+	if !c.pubsubRound(ctx, false) {
+		return
 	}
+	if _, cluster := c.rdb.(*redis.ClusterClient); cluster && !c.pubsubRound(ctx, true) {
+		return
+	}
+	c.say(checkOK, "pub/sub", "SUBSCRIBE, PUBLISH and UNSUBSCRIBE on %s:*", c.prefix)
+}
+
+// pubsubRound is one round of the pub/sub check, sharded or not; it says
+// what is missing, and returns whether nothing was.
+func (c *checker) pubsubRound(ctx context.Context, sharded bool) bool {
+	ch := c.key("check:" + randomHex())
+	sub, pub, unsub := "subscribe", "publish", "unsubscribe"
 	ps := c.rdb.Subscribe(ctx, ch)
+	if sharded {
+		sub, pub, unsub = "ssubscribe", "spublish", "sunsubscribe"
+		ps = c.rdb.SSubscribe(ctx, ch)
+	}
 	defer ps.Close()
-	m, err := ps.ReceiveTimeout(ctx, 2*time.Second)
-	if err == nil {
-		if _, ok := m.(*redis.Subscription); !ok {
-			err = fmt.Errorf("unexpected reply %v", m)
+	missing := func(cmd string, err error) bool {
+		grant := fmt.Sprintf("(grant the channels: ACL SETUSER <user> &%s:*; without them every release wakes nobody and waits poll)", c.prefix)
+		if refusal(err) {
+			// the command itself is denied, not the channel
+			grant = fmt.Sprintf("(grant the command: ACL SETUSER <user> +%s; without it every release wakes nobody and waits poll)", cmd)
 		}
+		c.say(checkMissing, "pub/sub", "%s %s: %v %s", strings.ToUpper(cmd), ch, err, grant)
+		return false
+	}
+	confirmed := func(kind string) error {
+		m, err := ps.ReceiveTimeout(ctx, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		if s, ok := m.(*redis.Subscription); !ok || s.Kind != kind {
+			return fmt.Errorf("unexpected reply %v", m)
+		}
+		return nil
+	}
+	if err := confirmed(sub); err != nil {
+		return missing(sub, err)
+	}
+	var err error
+	if sharded {
+		err = c.rdb.SPublish(ctx, ch, "check").Err()
+	} else {
+		err = c.rdb.Publish(ctx, ch, "check").Err()
 	}
 	if err != nil {
-		c.say(checkMissing, "pub/sub", "SUBSCRIBE %s: %v %s", ch, err, grantOf(err))
-		return
-	}
-	if err := c.rdb.Publish(ctx, ch, "check").Err(); err != nil {
-		c.say(checkMissing, "pub/sub", "PUBLISH %s: %v %s", ch, err, grantOf(err))
-		return
+		return missing(pub, err)
 	}
 	if _, err := ps.ReceiveTimeout(ctx, 2*time.Second); err != nil {
 		c.say(checkMissing, "pub/sub", "a message published on %s did not arrive: %v", ch, err)
-		return
+		return false
 	}
-	c.say(checkOK, "pub/sub", "SUBSCRIBE and PUBLISH on %s:*", c.prefix)
+	if sharded {
+		err = ps.SUnsubscribe(ctx, ch)
+	} else {
+		err = ps.Unsubscribe(ctx, ch)
+	}
+	if err == nil {
+		err = confirmed(unsub)
+	}
+	if err != nil {
+		return missing(unsub, err)
+	}
+	return true
 }
 
 // owners checks the Clients' owner records, <prefix>:client:<id>: each

@@ -54,7 +54,7 @@ func TestCheck(t *testing.T) {
 		{"acl without channels", as("nochan"), exitFail,
 			[]string{"ok       keys", "MISSING  pub/sub", "&dlock:*", "1 required check(s) failed"}, nil},
 		{"acl without the pub/sub commands", as("nopubsub"), exitFail,
-			[]string{"MISSING  pub/sub", "+@pubsub"}, []string{"&dlock:*;"}},
+			[]string{"MISSING  pub/sub", "+subscribe", "MISSING  commands     refused: publish"}, []string{"&dlock:*;"}},
 		{"acl without scripts", as("noscript"), exitFail,
 			[]string{"MISSING  scripts", "EVAL refused", "ok       pub/sub"}, nil},
 		{"allkeys-lru", "redis://" + lru.Addr(), exitFail,

@@ -164,9 +164,10 @@ func dial(ctx context.Context, t target) (redis.UniversalClient, string, error) 
 	return ping(ctx, redis.NewClusterClient(cluster.cluster), cluster.where())
 }
 
-// ping returns rdb and where once rdb answers PING; else it closes rdb.
+// ping returns rdb and where once rdb answers PING (refusing it to the
+// user is an answer: dlock check names it); else it closes rdb.
 func ping(ctx context.Context, rdb redis.UniversalClient, where string) (redis.UniversalClient, string, error) {
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := rdb.Ping(ctx).Err(); err != nil && !refusal(err) {
 		rdb.Close()
 		return nil, "", fmt.Errorf("cannot reach Redis at %s: %w", where, err)
 	}
