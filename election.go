@@ -150,9 +150,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		err = fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
 	}
 	if err != nil {
-		// Not a leader after all: give the lock back (in the background
-		// if ctx has ended or Redis does not answer; see Lease.Unlock).
-		_ = l.Unlock(ctx)
+		// Not a leader after all: give the lock back before returning,
+		// as an acquire's undo does (Client.undo, graced): within ctx, or,
+		// when ctx has ended, within undoGrace more — never with the ended
+		// ctx, which sends nothing. Only when Redis does not answer by then
+		// does the release go on in the background (Lease.Unlock).
+		uctx, cancel := graced(ctx)
+		_ = l.Unlock(uctx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return nil, waitEnded(e.k.name, ctx.Err())
