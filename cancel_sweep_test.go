@@ -11,9 +11,9 @@ package dlock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,8 +104,14 @@ func (s *sweep) next(ctx context.Context) (n int, fire bool, mode cancelMode) {
 	defer s.mu.Unlock()
 	if ctx.Value(sweepKey{}) == nil {
 		if gate := s.gate; gate != nil {
+			// Held back while the call under test runs; bounded, so that
+			// a call that waits for its Client's background cannot hang
+			// (it then shows as a slow return).
 			s.mu.Unlock()
-			<-gate
+			select {
+			case <-gate:
+			case <-time.After(2 * time.Second):
+			}
 			s.mu.Lock()
 		}
 		return 0, false, 0
@@ -338,6 +344,347 @@ func waitFree(t *testing.T, admin *redis.Client, key string) {
 	}
 }
 
-var _ = errors.Is
-var _ = fmt.Sprint
-var _ = goleak.IgnoreCurrent
+// sweepEnv is one case of the sweep: a fresh lock name, the swept Client
+// (cc) and another (oc), and what the case's setup took.
+type sweepEnv struct {
+	name, name2 string
+	cc, oc      *dlock.Client
+	blocker     *dlock.Lease      // oc's: makes the call wait; released after its first command
+	lease       *dlock.Lease      // cc's: the lease a Lease call works on
+	ld          *dlock.Leadership // cc's: the leadership a Leadership call works on
+	oldLd       *dlock.Leadership // oc's: the leader a Campaign waits for
+	got         *dlock.Lease      // what the call returned
+	gotLd       *dlock.Leadership
+}
+
+// sweepCall is one public call that takes a ctx.
+type sweepCall struct {
+	name  string
+	locks func(e *sweepEnv) []sweepLock // what it touches, to be free at the end
+	setup func(t *testing.T, e *sweepEnv)
+	// release, if set, lets the call through: run after its first
+	// command's reply (the blocker's Unlock, a count-down).
+	release func(e *sweepEnv)
+	call    func(ctx context.Context, e *sweepEnv) error
+	// acquire: the call takes something; when it fails nothing of it
+	// may be held, or queued, in Redis at its return.
+	acquire bool
+}
+
+// sweepLock is one lock a case touches.
+type sweepLock struct {
+	kind dlock.Kind
+	name string
+}
+
+func oneLock(kd dlock.Kind) func(e *sweepEnv) []sweepLock {
+	return func(e *sweepEnv) []sweepLock { return []sweepLock{{kd, e.name}} }
+}
+
+// sweepCalls are the calls the sweep cancels.
+func sweepCalls(t *testing.T) []sweepCall {
+	bg := context.Background()
+	must := func(l *dlock.Lease, err error) *dlock.Lease {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	unblock := func(e *sweepEnv) {
+		if e.blocker != nil {
+			_ = e.blocker.Unlock(bg)
+		}
+		if e.oldLd != nil {
+			_ = e.oldLd.Resign(bg)
+		}
+	}
+	acquire := func(name string, kd dlock.Kind, block func(e *sweepEnv) *dlock.Lease, take func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error)) sweepCall {
+		c := sweepCall{name: name, locks: oneLock(kd), acquire: true,
+			call: func(ctx context.Context, e *sweepEnv) (err error) { e.got, err = take(ctx, e); return err }}
+		if block != nil {
+			c.setup = func(t *testing.T, e *sweepEnv) { e.blocker = block(e) }
+			c.release = unblock
+		}
+		return c
+	}
+	mutexBlock := func(e *sweepEnv) *dlock.Lease { return must(e.oc.Mutex(e.name).Lock(bg)) }
+	fairBlock := func(e *sweepEnv) *dlock.Lease { return must(e.oc.FairMutex(e.name).Lock(bg)) }
+	readBlock := func(e *sweepEnv) *dlock.Lease { return must(e.oc.RWMutex(e.name).RLock(bg)) }
+	writeBlock := func(e *sweepEnv) *dlock.Lease { return must(e.oc.RWMutex(e.name).Lock(bg)) }
+	semBlock := func(e *sweepEnv) *dlock.Lease { return must(e.oc.Semaphore(e.name, 1).Acquire(bg, 1)) }
+	ownLease := func(e *sweepEnv) { e.lease = must(e.cc.Mutex(e.name).Lock(bg)) }
+	lead := func(t *testing.T, e *sweepEnv) {
+		var err error
+		if e.ld, err = e.cc.Election(e.name).Campaign(bg, "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	latchSet := func(t *testing.T, e *sweepEnv) {
+		if _, err := e.oc.Latch(e.name).TrySetCount(bg, 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noLocks := func(*sweepEnv) []sweepLock { return nil }
+	return []sweepCall{
+		acquire("Mutex.Lock", dlock.KindMutex, nil, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) { return e.cc.Mutex(e.name).Lock(ctx) }),
+		acquire("Mutex.Lock/waits", dlock.KindMutex, mutexBlock, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) { return e.cc.Mutex(e.name).Lock(ctx) }),
+		acquire("Mutex.TryLock", dlock.KindMutex, nil, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) { return e.cc.Mutex(e.name).TryLock(ctx) }),
+		{name: "Mutex.Lock/re-entry", locks: oneLock(dlock.KindMutex), acquire: true,
+			setup: func(t *testing.T, e *sweepEnv) { ownLease(e) },
+			call: func(ctx context.Context, e *sweepEnv) (err error) {
+				e.got, err = e.cc.Mutex(e.name).Lock(e.lease.Context(ctx))
+				return err
+			}},
+		acquire("FairMutex.Lock/waits", dlock.KindMutex, fairBlock, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) { return e.cc.FairMutex(e.name).Lock(ctx) }),
+		acquire("FairMutex.TryLock", dlock.KindMutex, nil, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) {
+			return e.cc.FairMutex(e.name).TryLock(ctx)
+		}),
+		acquire("RWMutex.Lock/waits", dlock.KindRWMutex, readBlock, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) { return e.cc.RWMutex(e.name).Lock(ctx) }),
+		acquire("RWMutex.RLock/waits", dlock.KindRWMutex, writeBlock, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) { return e.cc.RWMutex(e.name).RLock(ctx) }),
+		acquire("RWMutex.TryLock", dlock.KindRWMutex, nil, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) { return e.cc.RWMutex(e.name).TryLock(ctx) }),
+		acquire("Semaphore.Acquire/waits", dlock.KindSemaphore, semBlock, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) {
+			return e.cc.Semaphore(e.name, 1).Acquire(ctx, 1)
+		}),
+		acquire("Semaphore.TryAcquire", dlock.KindSemaphore, nil, func(ctx context.Context, e *sweepEnv) (*dlock.Lease, error) {
+			return e.cc.Semaphore(e.name, 1).TryAcquire(ctx, 1)
+		}),
+		{name: "LockAll/waits", acquire: true,
+			locks: func(e *sweepEnv) []sweepLock {
+				return []sweepLock{{dlock.KindMutex, e.name}, {dlock.KindRWMutex, e.name2}}
+			},
+			setup: func(t *testing.T, e *sweepEnv) { e.blocker = mutexBlock(e) }, release: unblock,
+			call: func(ctx context.Context, e *sweepEnv) (err error) {
+				e.got, err = dlock.LockAll(ctx, e.cc.Mutex(e.name), e.cc.RWMutex(e.name2).RLocker())
+				return err
+			}},
+		{name: "Election.Campaign/waits", acquire: true, locks: oneLock(dlock.KindElection),
+			setup: func(t *testing.T, e *sweepEnv) {
+				var err error
+				if e.oldLd, err = e.oc.Election(e.name).Campaign(bg, "old"); err != nil {
+					t.Fatal(err)
+				}
+			}, release: unblock,
+			call: func(ctx context.Context, e *sweepEnv) (err error) {
+				e.gotLd, err = e.cc.Election(e.name).Campaign(ctx, "new")
+				return err
+			}},
+		{name: "Lease.Unlock", locks: oneLock(dlock.KindMutex), setup: func(t *testing.T, e *sweepEnv) { ownLease(e) },
+			call: func(ctx context.Context, e *sweepEnv) error { return e.lease.Unlock(ctx) }},
+		{name: "Lease.Extend", locks: oneLock(dlock.KindMutex), setup: func(t *testing.T, e *sweepEnv) { ownLease(e) },
+			call: func(ctx context.Context, e *sweepEnv) error { return e.lease.Extend(ctx, time.Minute) }},
+		{name: "Lease.TTL", locks: oneLock(dlock.KindMutex), setup: func(t *testing.T, e *sweepEnv) { ownLease(e) },
+			call: func(ctx context.Context, e *sweepEnv) error { _, err := e.lease.TTL(ctx); return err }},
+		{name: "Lease.Unlock/inner", locks: oneLock(dlock.KindMutex),
+			setup: func(t *testing.T, e *sweepEnv) {
+				ownLease(e)
+				e.got = must(e.cc.Mutex(e.name).Lock(e.lease.Context(bg)))
+			},
+			call: func(ctx context.Context, e *sweepEnv) error { return e.got.Unlock(ctx) }},
+		{name: "Leadership.Resign", locks: oneLock(dlock.KindElection), setup: lead,
+			call: func(ctx context.Context, e *sweepEnv) error { return e.ld.Resign(ctx) }},
+		{name: "Leadership.Proclaim", locks: oneLock(dlock.KindElection), setup: lead,
+			call: func(ctx context.Context, e *sweepEnv) error { return e.ld.Proclaim(ctx, "w") }},
+		{name: "Election.Leader", locks: oneLock(dlock.KindElection), setup: lead,
+			call: func(ctx context.Context, e *sweepEnv) error { _, err := e.cc.Election(e.name).Leader(ctx); return err }},
+		{name: "Client.Inspect", locks: oneLock(dlock.KindMutex), setup: func(t *testing.T, e *sweepEnv) { e.blocker = mutexBlock(e) },
+			call: func(ctx context.Context, e *sweepEnv) error {
+				_, err := e.cc.Inspect(ctx, dlock.KindMutex, e.name)
+				return err
+			}},
+		{name: "Latch.TrySetCount", locks: noLocks,
+			call: func(ctx context.Context, e *sweepEnv) error {
+				_, err := e.cc.Latch(e.name).TrySetCount(ctx, 2, time.Minute)
+				return err
+			}},
+		{name: "Latch.CountDown", locks: noLocks, setup: latchSet,
+			call: func(ctx context.Context, e *sweepEnv) error { _, err := e.cc.Latch(e.name).CountDown(ctx); return err }},
+		{name: "Latch.CountDownOnce", locks: noLocks, setup: latchSet,
+			call: func(ctx context.Context, e *sweepEnv) error {
+				_, err := e.cc.Latch(e.name).CountDownOnce(ctx, "me")
+				return err
+			}},
+		{name: "Latch.Count", locks: noLocks, setup: latchSet,
+			call: func(ctx context.Context, e *sweepEnv) error { _, err := e.cc.Latch(e.name).Count(ctx); return err }},
+		{name: "Latch.Wait", locks: noLocks, setup: latchSet,
+			release: func(e *sweepEnv) { _, _ = e.oc.Latch(e.name).CountDown(bg) },
+			call:    func(ctx context.Context, e *sweepEnv) error { return e.cc.Latch(e.name).Wait(ctx) }},
+	}
+}
+
+// promptBound is how soon after its ctx ended a call must have returned:
+// far above the documented 50 ms, so that a loaded machine does not fail
+// it; a call that waits on regardless (a wait that ignores its ctx, a
+// command not bounded by it) is caught all the same.
+const promptBound = time.Second
+
+// TestCancelSweep cancels the ctx of every public call that takes one at
+// each command the call sends — before it is sent, with its reply lost,
+// after its reply — and checks after each return: it returned promptly;
+// an acquire either returned a lease that is held, or an error, with
+// nothing of it held or queued in Redis at its return (the server
+// answers: the undo is made before the return); whatever the call, once
+// everything is released the locks it touched are free within a bound
+// (a release left to the background has had its short time); no
+// goroutine is left once the Clients are closed.
+func TestCancelSweep(t *testing.T) {
+	ignore := []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")}
+	bg := context.Background()
+	s := &sweep{}
+	crdb, ordb := srv.Client(), srv.Client()
+	d, err := envdriver.Driver(crdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d == nil {
+		d = dlock.GoRedisDriver(crdb)
+	}
+	cc, err := dlock.NewWithDriver(cancelDriver{d, s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := envdriver.New(ordb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Clients' first calls wait for the fence fold, made in the
+	// background: done before the background is ever held back.
+	warm, err := cc.Mutex(lockName(t)).Lock(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccID := warm.Token()[:16]
+	_ = warm.Unlock(bg)
+	if l, err := oc.Mutex(lockName(t)).Lock(bg); err == nil {
+		_ = l.Unlock(bg)
+	}
+
+	type tally struct{ cases, fired, leases, errs, slow, leftAtReturn int }
+	var slowest time.Duration
+	for _, sc := range sweepCalls(t) {
+		var tl tally
+		for k := 1; ; k++ {
+			reached := false
+			for _, mode := range []cancelMode{cancelBefore, cancelLost, cancelAfter} {
+				e := &sweepEnv{name: lockName(t), name2: lockName(t), cc: cc, oc: oc}
+				if sc.setup != nil {
+					sc.setup(t, e)
+				}
+				ctx, cancel := sweepCtx()
+				var once sync.Once
+				s.arm(k, mode, cancel, func(int) {
+					if sc.release != nil {
+						once.Do(func() { go sc.release(e) })
+					}
+				})
+				s.holdBackground()
+				callErr := sc.call(ctx, e)
+				returned := time.Now()
+				n, fired, firedAt := s.count()
+				tl.cases++
+				where := fmt.Sprintf("%s k=%d %v (%d commands)", sc.name, k, mode, n)
+				if fired {
+					reached = true
+					tl.fired++
+					if late := returned.Sub(firedAt); late > promptBound {
+						tl.slow++
+						t.Errorf("%s: returned %v after its ctx ended", where, late.Round(time.Millisecond))
+					} else {
+						slowest = max(slowest, late)
+					}
+				}
+				if callErr == nil {
+					tl.leases++
+				} else {
+					tl.errs++
+				}
+				switch {
+				case !sc.acquire:
+				case callErr == nil && e.got != nil && e.got.Err() != nil:
+					t.Errorf("%s: returned a lease that has ended: %v", where, e.got.Err())
+				case callErr == nil && e.gotLd != nil && e.gotLd.Err() != nil:
+					t.Errorf("%s: returned a leadership that has ended: %v", where, e.gotLd.Err())
+				case callErr != nil:
+					// Nothing of the call's Client in Redis at the return,
+					// but what the case itself holds (e.lease: a re-entry's
+					// outer lease).
+					for _, l := range sc.locks(e) {
+						info, err := oc.Inspect(bg, l.kind, l.name)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, h := range info.Holders {
+							if strings.HasPrefix(h.Token, ccID) && (e.lease == nil || h.Token != e.lease.Token()) {
+								tl.leftAtReturn++
+								t.Errorf("%s: returned %v, but its Client holds %s %q at the return", where, callErr, l.kind, l.name)
+							}
+						}
+						for _, w := range info.Waiters {
+							if strings.HasPrefix(w.Token, ccID) {
+								tl.leftAtReturn++
+								t.Errorf("%s: returned %v, but its Client waits in %s %q at the return", where, callErr, l.kind, l.name)
+							}
+						}
+					}
+				}
+				s.reopen()
+				cancel()
+				once.Do(func() {})
+				// Release all that is known; the locks must then be free
+				// once the background had its short time.
+				if sc.release != nil {
+					sc.release(e)
+				}
+				for _, l := range []*dlock.Lease{e.got, e.lease, e.blocker} {
+					if l != nil {
+						_ = l.Unlock(bg)
+					}
+				}
+				for _, ld := range []*dlock.Leadership{e.gotLd, e.ld, e.oldLd} {
+					if ld != nil {
+						_ = ld.Resign(bg)
+					}
+				}
+				for _, l := range sc.locks(e) {
+					sweepWaitFree(t, oc, l, where)
+				}
+			}
+			if !reached {
+				break
+			}
+		}
+		t.Logf("%-24s %3d cancels (%d fired): %d succeeded, %d failed; %d slow, %d left something at the return",
+			sc.name, tl.cases, tl.fired, tl.leases, tl.errs, tl.slow, tl.leftAtReturn)
+	}
+	t.Logf("slowest return after a cancel: %v", slowest.Round(time.Microsecond))
+	_ = cc.Close()
+	_ = oc.Close()
+	_ = crdb.Close()
+	_ = ordb.Close()
+	envdriver.Forget(crdb)
+	envdriver.Forget(ordb)
+	if err := goleak.Find(ignore...); err != nil {
+		t.Errorf("goroutines left behind by the sweep: %v", err)
+	}
+}
+
+// sweepWaitFree waits, within a bound, until l has no holder and no
+// waiter.
+func sweepWaitFree(t *testing.T, c *dlock.Client, l sweepLock, where string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := c.Inspect(context.Background(), l.kind, l.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Held && len(info.Waiters) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s %q still held or waited for 5 s after everything was released: holders %+v, waiters %+v",
+				where, l.kind, l.name, info.Holders, info.Waiters)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
