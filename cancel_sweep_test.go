@@ -271,7 +271,7 @@ func TestCampaignCancelledReleasesBeforeReturn(t *testing.T) {
 	admin := newRedis(t, srv)
 	cc, s := sweptClient(t)
 	lock := func(name string) string { l, _, _ := electionKeys(name); return l }
-	var cases, leftValue, leftHeld, won int
+	var cases, leftValue, leftHeld, won, graceSpent int
 	// The Client's first call waits for its fence fold, made in the
 	// background: done here, before the background is ever held.
 	_ = campaign(t, cc.Election(lockName(t)), "warm").Resign(ctx)
@@ -293,7 +293,8 @@ func TestCampaignCancelledReleasesBeforeReturn(t *testing.T) {
 			})
 			s.holdBackground()
 			ld, err := cc.Election(name).Campaign(cctx, "candidate")
-			n, fired, _ := s.count()
+			returned := time.Now()
+			n, fired, firedAt := s.count()
 			cases++
 			if fired {
 				reached = true
@@ -306,6 +307,10 @@ func TestCampaignCancelledReleasesBeforeReturn(t *testing.T) {
 				}
 				s.reopen()
 				_ = ld.Resign(ctx)
+			} else if fired && returned.Sub(firedAt) >= undoGrace {
+				// It spent its grace giving the lock back (this machine
+				// was slow): the rest is the background's, as documented.
+				graceSpent++
 			} else {
 				info, lerr := lc.Election(name).Leader(ctx)
 				if lerr == nil && info.Value == "candidate" {
@@ -329,7 +334,8 @@ func TestCampaignCancelledReleasesBeforeReturn(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("%d cancelled Campaigns: %d won, %d left their value readable, %d left the lock held at the return", cases, won, leftValue, leftHeld)
+	t.Logf("%d cancelled Campaigns: %d won, %d left their value readable, %d left the lock held at the return (%d returned after their undo grace, not checked)",
+		cases, won, leftValue, leftHeld, graceSpent)
 }
 
 // waitFree waits, within a bound, for key to be gone from Redis.
@@ -375,6 +381,11 @@ type sweepCall struct {
 	// Unlock). A mismatch is counted and logged, not failed: the hold's
 	// code is another fix's (issue 33, "Smaller").
 	holds func(err error) int64
+	// frees: the call gives the lock up (Unlock, Resign); whether it is
+	// still held at the return — its release left to the background —
+	// is counted and logged: Lease.Unlock's doc promises the background
+	// release, not one before the return.
+	frees bool
 }
 
 // sweepLock is one lock a case touches.
@@ -480,7 +491,7 @@ func sweepCalls(t *testing.T) []sweepCall {
 				e.gotLd, err = e.cc.Election(e.name).Campaign(ctx, "new")
 				return err
 			}},
-		{name: "Lease.Unlock", locks: oneLock(dlock.KindMutex), setup: func(t *testing.T, e *sweepEnv) { ownLease(e) },
+		{name: "Lease.Unlock", locks: oneLock(dlock.KindMutex), setup: func(t *testing.T, e *sweepEnv) { ownLease(e) }, frees: true,
 			call: func(ctx context.Context, e *sweepEnv) error { return e.lease.Unlock(ctx) }},
 		{name: "Lease.Extend", locks: oneLock(dlock.KindMutex), setup: func(t *testing.T, e *sweepEnv) { ownLease(e) },
 			call: func(ctx context.Context, e *sweepEnv) error { return e.lease.Extend(ctx, time.Minute) }},
@@ -493,7 +504,7 @@ func sweepCalls(t *testing.T) []sweepCall {
 			},
 			call:  func(ctx context.Context, e *sweepEnv) error { return e.got.Unlock(ctx) },
 			holds: func(error) int64 { return 1 }},
-		{name: "Leadership.Resign", locks: oneLock(dlock.KindElection), setup: lead,
+		{name: "Leadership.Resign", locks: oneLock(dlock.KindElection), setup: lead, frees: true,
 			call: func(ctx context.Context, e *sweepEnv) error { return e.ld.Resign(ctx) }},
 		{name: "Leadership.Proclaim", locks: oneLock(dlock.KindElection), setup: lead,
 			call: func(ctx context.Context, e *sweepEnv) error { return e.ld.Proclaim(ctx, "w") }},
@@ -529,6 +540,12 @@ func sweepCalls(t *testing.T) []sweepCall {
 // it; a call that waits on regardless (a wait that ignores its ctx, a
 // command not bounded by it) is caught all the same.
 const promptBound = time.Second
+
+// undoGrace is the library's (release.go): how long a call whose ctx has
+// ended may still spend undoing what it left in Redis before it leaves
+// that to the background. A call that returned sooner than this after
+// its cancel must have left nothing: its undo was answered in time.
+const undoGrace = 20 * time.Millisecond
 
 // The timed part of the sweep cancels each call at every sweepStep from
 // 0 to sweepSpan after it began: a call takes about a millisecond here
@@ -580,7 +597,7 @@ func TestCancelSweep(t *testing.T) {
 		_ = l.Unlock(bg)
 	}
 
-	type tally struct{ cases, fired, leases, errs, slow, leftAtReturn, countOff int }
+	type tally struct{ cases, fired, leases, errs, slow, leftAtReturn, graceSpent, countOff, heldAtReturn int }
 	var slowest time.Duration
 	// one runs a case of sc: k > 0 cancels at its k-th command as mode
 	// says; k == 0 cancels after delay (a timer, whatever the call is
@@ -639,6 +656,11 @@ func TestCancelSweep(t *testing.T) {
 			t.Errorf("%s: returned a lease that has ended: %v", where, e.got.Err())
 		case callErr == nil && e.gotLd != nil && e.gotLd.Err() != nil:
 			t.Errorf("%s: returned a leadership that has ended: %v", where, e.gotLd.Err())
+		case callErr != nil && fired && returned.Sub(firedAt) >= undoGrace:
+			// The call spent its grace undoing (this machine or Redis was
+			// slow): what was left goes on in the background, as
+			// documented. Counted; the bounded wait below still applies.
+			tl.graceSpent++
 		case callErr != nil:
 			// Nothing of the call's Client in Redis at the return, but
 			// what the case itself holds (e.lease: a re-entry's outer
@@ -659,6 +681,15 @@ func TestCancelSweep(t *testing.T) {
 						tl.leftAtReturn++
 						t.Errorf("%s: returned %v, but its Client waits in %s %q at the return", where, callErr, l.kind, l.name)
 					}
+				}
+			}
+		}
+		if sc.frees {
+			for _, l := range sc.locks(e) {
+				if info, err := oc.Inspect(bg, l.kind, l.name); err != nil {
+					t.Fatal(err)
+				} else if info.Held {
+					tl.heldAtReturn++
 				}
 			}
 		}
@@ -715,8 +746,8 @@ func TestCancelSweep(t *testing.T) {
 		for d := time.Duration(0); d <= sweepSpan; d += sweepStep {
 			one(sc, &tl, 0, 0, d)
 		}
-		t.Logf("%-24s %4d cancels (%3d before the return): %3d succeeded, %3d failed; %d slow, %d left something at the return, %d hold counts off",
-			sc.name, tl.cases, tl.fired, tl.leases, tl.errs, tl.slow, tl.leftAtReturn, tl.countOff)
+		t.Logf("%-24s %4d cancels (%3d before the return): %3d succeeded, %3d failed; %d slow, %d left something at the return (%d returned after their undo grace, not checked), %d hold counts off, %d releases left to the background",
+			sc.name, tl.cases, tl.fired, tl.leases, tl.errs, tl.slow, tl.leftAtReturn, tl.graceSpent, tl.countOff, tl.heldAtReturn)
 	}
 	t.Logf("slowest return after a cancel: %v", slowest.Round(time.Microsecond))
 	_ = cc.Close()
