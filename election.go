@@ -31,7 +31,9 @@ import (
 // know its value); Leader and Observe report nobody in between. A
 // candidate whose Campaign fails after its attempt won (its ctx ended
 // before the reply, or the reply came after the lease's local deadline)
-// is reported as leader until the Campaign has given the lock back.
+// is reported as leader until the Campaign has given the lock back,
+// which it does before it returns unless Redis does not answer in time
+// (see Campaign).
 // Elections need scripts: a Client made WithoutScripts or NewQuorum
 // refuses them.
 //
@@ -110,8 +112,8 @@ func (e *Election) request(value string) *request {
 // When ctx ends first Campaign returns an error matching ErrNotObtained
 // and ctx.Err(), and nothing of the candidate is left in Redis: its place
 // in the queue is given up (and a lock won meanwhile released) before
-// Campaign returns, or in the background when Redis does not answer in
-// time. The same holds for every other failure: a Redis error (wrapped),
+// Campaign returns — within ctx, or within 20 ms after it ended — or in
+// the background when Redis does not answer by then. The same holds for every other failure: a Redis error (wrapped),
 // ErrClosed when the Client closes during the wait, or the lease lost
 // before the value was recorded (matching ErrNotObtained and
 // ErrLeaseLost): a Campaign never returns a Leadership that has ended.
