@@ -656,6 +656,28 @@ func TestCancelSweep(t *testing.T) {
 			t.Errorf("%s: returned a lease that has ended: %v", where, e.got.Err())
 		case callErr == nil && e.gotLd != nil && e.gotLd.Err() != nil:
 			t.Errorf("%s: returned a leadership that has ended: %v", where, e.gotLd.Err())
+		case callErr == nil:
+			// What it returned is held in Redis.
+			for _, l := range sc.locks(e) {
+				info, err := oc.Inspect(bg, l.kind, l.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := false
+				for _, h := range info.Holders {
+					if e.got != nil {
+						for _, part := range e.got.Parts() { // a LockAll's locks, or the lease
+							held = held || h.Token == part.Token()
+						}
+					}
+				}
+				if e.gotLd != nil {
+					held = info.Held && info.Value == "new" && info.Fence == e.gotLd.Term()
+				}
+				if !held {
+					t.Errorf("%s: returned a lease, but Redis does not show it held: %+v", where, info)
+				}
+			}
 		case callErr != nil && fired && returned.Sub(firedAt) >= undoGrace:
 			// The call spent its grace undoing (this machine or Redis was
 			// slow): what was left goes on in the background, as
