@@ -3,11 +3,13 @@ package dlock_test
 // The ctx-cancel sweep: every public call that takes a ctx, its ctx
 // cancelled at every command the call sends — before the command is sent,
 // after the server ran it but before its reply reaches the caller (the
-// reply lost to the cancellation), and after its reply came back. After
-// each return the call must have returned promptly, and either returned
-// what it promised (a lease that is held) or an error with nothing of it
-// left held in Redis once the background release had its short time; no
-// goroutine is left behind.
+// reply lost to the cancellation), and after its reply came back — and
+// at timed instants across the call (every 25 µs over its first 3 ms).
+// After each return the call must have returned promptly, and either
+// returned what it promised (a lease held in Redis) or an error; a failed
+// acquire leaves nothing held or queued in Redis at its return (unless it
+// spent its undo grace: then the background's), and everything is free
+// once released, within a bound; no goroutine is left behind.
 
 import (
 	"context"
