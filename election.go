@@ -31,7 +31,9 @@ import (
 // know its value); Leader and Observe report nobody in between. A
 // candidate whose Campaign fails after its attempt won (its ctx ended
 // before the reply, or the reply came after the lease's local deadline)
-// is reported as leader until the Campaign has given the lock back.
+// is reported as leader until the Campaign has given the lock back,
+// which it does before it returns unless Redis does not answer in time
+// (see Campaign).
 // Elections need scripts: a Client made WithoutScripts or NewQuorum
 // refuses them.
 //
@@ -110,8 +112,8 @@ func (e *Election) request(value string) *request {
 // When ctx ends first Campaign returns an error matching ErrNotObtained
 // and ctx.Err(), and nothing of the candidate is left in Redis: its place
 // in the queue is given up (and a lock won meanwhile released) before
-// Campaign returns, or in the background when Redis does not answer in
-// time. The same holds for every other failure: a Redis error (wrapped),
+// Campaign returns — within ctx, or within 20 ms after it ended — or in
+// the background when Redis does not answer by then. The same holds for every other failure: a Redis error (wrapped),
 // ErrClosed when the Client closes during the wait, or the lease lost
 // before the value was recorded (matching ErrNotObtained and
 // ErrLeaseLost): a Campaign never returns a Leadership that has ended.
@@ -150,9 +152,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		err = fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
 	}
 	if err != nil {
-		// Not a leader after all: give the lock back (in the background
-		// if ctx has ended or Redis does not answer; see Lease.Unlock).
-		_ = l.Unlock(ctx)
+		// Not a leader after all: give the lock back before returning,
+		// as an acquire's undo does (Client.undo, graced): within ctx, or,
+		// when ctx has ended, within undoGrace more — never with the ended
+		// ctx, which sends nothing. Only when Redis does not answer by then
+		// does the release go on in the background (Lease.Unlock).
+		uctx, cancel := graced(ctx)
+		_ = l.Unlock(uctx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return nil, waitEnded(e.k.name, ctx.Err())

@@ -109,12 +109,21 @@ func (in *inspection) queued(side string, permits bool) {
 	}
 }
 
-// untilOf maps each member of a sorted set of server-ms expiries to how
-// long it has left.
+// untilOf maps each member of a sorted set of server-ms expiries (an
+// RWMutex's readers, a Semaphore's permits) to how long it has left,
+// leaving out those whose expiry has passed: the scripts drop such a
+// holder (score <= now, now being TIME in whole ms, as lib_queue.lua's
+// now_ms reads it: lib_rw.lua's expire_readers, lib_sem.lua's
+// expire_holders) before they grant anything, so it holds nothing, and
+// inspection does not show it. The server's time is the TIME read in the
+// inspection's own pipeline, before the hash.
 func (in *inspection) untilOf(r driver.Reply) map[string]time.Duration {
 	until := map[string]time.Duration{}
+	now := in.srv.UnixMilli()
 	for _, z := range zsetOf(r) {
-		until[z.member] = in.expiry(z.score)
+		if in.srv.IsZero() || int64(z.score) > now {
+			until[z.member] = in.expiry(z.score)
+		}
 	}
 	return until
 }
@@ -196,7 +205,11 @@ func (c *Client) reader() (driver.Driver, error) {
 // Inspect reads one lock: its holders (with who they are, when their
 // Clients recorded it), its waiters in order, its TTL and fence, and the
 // state of its kind (mode, permits, count). A lock that does not exist is
-// returned with Held false and nothing in it.
+// returned with Held false and nothing in it. A holder whose own lease has
+// run out by the server's clock (an RWMutex reader, a Semaphore permit,
+// which another holder's lease keeps in the lock's key) holds nothing —
+// the scripts drop it before they grant anything — and is not shown: not
+// among Holders, nor in Mode or Free.
 func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, error) {
 	if err := checkCall(ctx, c, name); err != nil {
 		return nil, err

@@ -204,3 +204,103 @@ func TestInspectBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectDropsExpiredHolders: an RWMutex reader or a Semaphore
+// permit whose own lease has run out on the server, while another keeps
+// the lock's key alive, is not a holder any more — the scripts drop it
+// before they grant anything — and Inspect does not show it: not as a
+// holder with a negative TTL, nor in the mode, nor in the permits used.
+func TestInspectDropsExpiredHolders(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t, srv)
+	const fixed = 150 * time.Millisecond
+	// ranOut waits until the server's clock has passed the end of the
+	// fixed lease of token, taken at since (server ms, from Inspect).
+	ranOut := func(l *dlock.Lease, since time.Time) {
+		<-l.Done() // its local deadline: before the server's
+		waitFor(t, "the lease's end on the server", func() bool {
+			now, err := admin.Time(ctx).Result()
+			return err == nil && now.UnixMilli() > since.Add(fixed).UnixMilli()+1
+		})
+	}
+	since := func(info *dlock.LockInfo, tok string) time.Time {
+		for _, h := range info.Holders {
+			if h.Token == tok {
+				return h.Since
+			}
+		}
+		t.Fatalf("%s not a holder: %+v", tok, info.Holders)
+		return time.Time{}
+	}
+	t.Run("reader", func(t *testing.T) {
+		name := lockName(t)
+		c := client(t)
+		short := mustLock(t, c.RWMutex(name).RLocker(), ctx, dlock.WithLease(fixed))
+		long := mustLock(t, client(t).RWMutex(name).RLocker(), ctx)
+		defer func() { _ = long.Unlock(ctx) }()
+		info, err := c.Inspect(ctx, dlock.KindRWMutex, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranOut(short, since(info, short.Token()))
+		info, err = c.Inspect(ctx, dlock.KindRWMutex, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Holders) != 1 || info.Holders[0].Token != long.Token() || info.Mode != "read" || !info.Held {
+			t.Fatalf("after a reader's lease ran out: held %v, mode %q, holders %+v; want only the live reader", info.Held, info.Mode, info.Holders)
+		}
+		if err := long.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The last reader's lease ran out too (a crash, say): the lock
+		// reads free, as a writer finds it.
+		crashed := mustLock(t, client(t).RWMutex(name).RLocker(), ctx, dlock.WithLease(fixed))
+		keep := mustLock(t, client(t).RWMutex(name).RLocker(), ctx, dlock.WithLease(fixed+100*time.Millisecond))
+		info, err = c.Inspect(ctx, dlock.KindRWMutex, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s0 := since(info, crashed.Token())
+		ranOut(crashed, s0)
+		info, err = c.Inspect(ctx, dlock.KindRWMutex, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range info.Holders {
+			if h.Token == crashed.Token() || h.TTL < 0 {
+				t.Fatalf("a reader whose lease ran out is still shown: %+v", info.Holders)
+			}
+		}
+		_ = keep.Unlock(ctx)
+	})
+	t.Run("permit", func(t *testing.T) {
+		name := lockName(t)
+		c := client(t)
+		short, err := c.Semaphore(name, 2).Acquire(ctx, 1, dlock.WithLease(fixed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		long, err := client(t).Semaphore(name, 2).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = long.Unlock(ctx) }()
+		info, err := c.Inspect(ctx, dlock.KindSemaphore, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranOut(short, since(info, short.Token()))
+		info, err = c.Inspect(ctx, dlock.KindSemaphore, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Holders) != 1 || info.Holders[0].Token != long.Token() || info.Free != 1 || info.Capacity != 2 {
+			t.Fatalf("after a permit's lease ran out: free %d of %d, holders %+v; want 1 free, only the live permit", info.Free, info.Capacity, info.Holders)
+		}
+		capacity, free, err := c.Semaphore(name, 2).Permits(ctx)
+		if err != nil || capacity != 2 || free != 1 {
+			t.Fatalf("Permits: %d free of %d, %v; want 1 of 2", free, capacity, err)
+		}
+	})
+}

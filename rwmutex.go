@@ -182,9 +182,16 @@ func rwHolders(in *inspection) bool {
 		h := Holder{Token: tok, Side: "write", Holds: n, Since: in.msAt(in.fields[fieldTaken+tok]), TTL: info.TTL}
 		h.Fence, _ = strconv.ParseInt(in.fields[fieldFence+tok], 10, 64)
 		if sd == string(sideRead) {
-			h.Side, h.TTL = "read", until[tok]
+			left, live := until[tok]
+			if !live {
+				continue // its lease ran out: the scripts drop it (untilOf)
+			}
+			h.Side, h.TTL = "read", left
 		}
 		info.Holders = append(info.Holders, h)
+	}
+	if info.Mode == "read" && len(info.Holders) == 0 {
+		info.Mode = "" // its readers' leases all ran out: free (lib_rw.lua's settle)
 	}
 	return true
 }

@@ -199,9 +199,13 @@ func semHolders(in *inspection) bool {
 		if !ok {
 			continue
 		}
+		left, live := until[tok]
+		if !live {
+			continue // its lease ran out: the scripts drop it (untilOf)
+		}
 		n, _ := strconv.ParseInt(v, 10, 64)
 		used += n
-		h := Holder{Token: tok, Holds: n, Since: in.msAt(in.fields[fieldTaken+tok]), TTL: until[tok]}
+		h := Holder{Token: tok, Holds: n, Since: in.msAt(in.fields[fieldTaken+tok]), TTL: left}
 		h.Fence, _ = strconv.ParseInt(in.fields[fieldFence+tok], 10, 64)
 		info.Holders = append(info.Holders, h)
 	}

@@ -156,7 +156,14 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 		status   = -1 // CMD's status as the guard reported it
 		grace    *time.Timer
 		graceC   <-chan time.Time
+		expired  bool // --max-hold ran out: CMD is being stopped for it
+		maxHoldC <-chan time.Time
 	)
+	if !c.stopAt.IsZero() {
+		t := time.NewTimer(time.Until(c.stopAt))
+		defer t.Stop()
+		maxHoldC = t.C
+	}
 	send := func(sig syscall.Signal) {
 		if !started && sig != syscall.SIGKILL {
 			pending = append(pending, sig)
@@ -195,7 +202,26 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 					status = n
 				}
 			}
+		case <-maxHoldC:
+			// Stopped before the lock's own max hold ends (maxHoldLock):
+			// the lock is released only once the group is gone.
+			maxHoldC, expired = nil, true
+			if !stopping {
+				stopping = true
+				complain(stderr, "the max hold (--max-hold %v) ran out; stopping %s (SIGTERM to its process group, SIGKILL after %v)", c.maxHold, c.argv[0], c.grace)
+				stop(syscall.SIGTERM)
+				startGrace()
+			}
 		case <-leaseDone:
+			if expired {
+				// The lease ended while CMD was being stopped for --max-hold
+				// (run was slow, say): the lock may be free soon; CMD must
+				// not run on beside another holder.
+				leaseDone, lost = nil, true
+				complain(stderr, "%v while %s was being stopped: SIGKILL to its process group", h.Err(), c.argv[0])
+				send(syscall.SIGKILL)
+				break
+			}
 			leaseDone, lost, stopping = nil, true, true
 			complain(stderr, "%v; stopping %s (SIGTERM to its process group, SIGKILL after %v)", h.Err(), c.argv[0], c.grace)
 			stop(syscall.SIGTERM)
@@ -239,6 +265,9 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 		}
 		// whatever CMD's status: the lock was not held throughout
 		complain(stderr, "%s exited with status %d; the lease was lost: exit status %d (--lost-exit-code)", c.argv[0], code, c.lostCode)
+		code = c.lostCode
+	} else if expired {
+		complain(stderr, "%s exited with status %d after the max hold (--max-hold %v) ran out: exit status %d (--lost-exit-code)", c.argv[0], code, c.maxHold, c.lostCode)
 		code = c.lostCode
 	}
 	return code

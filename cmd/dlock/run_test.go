@@ -434,3 +434,50 @@ func TestRunSharedAndPermits(t *testing.T) {
 		}
 	}
 }
+
+// TestRunMaxHoldStopsCMDBeforeTheLockIsFree: two runs of one name with
+// --max-hold, whose CMD takes a while to stop after SIGTERM (within
+// --grace): the second CMD starts only after the first has ended, as the
+// log both write (in order, O_APPEND) shows. The lock is not free while
+// the first CMD runs, though its max hold has run out.
+func TestRunMaxHoldStopsCMDBeforeTheLockIsFree(t *testing.T) {
+	const name = "job/max-hold-overlap"
+	logPath := filepath.Join(t.TempDir(), "log")
+	script := `echo start $$ >> ` + logPath + `; trap 'sleep 0.3; echo end $$ >> ` + logPath + `; exit 0' TERM; ` +
+		`echo started; while :; do sleep 0.02; done`
+	args := runArgs(t, "--ttl", "200ms", "--max-hold", "400ms", "--grace", "2s", name, "--", "sh", "-c", script)
+	var codes []<-chan int
+	var errs []*syncBuffer
+	for i := range 2 {
+		stdout, stderr, code := startRun(args)
+		codes, errs = append(codes, code), append(errs, stderr)
+		if i == 0 {
+			waitFor(t, 15*time.Second, "the first CMD to start", func() bool { return strings.Contains(stdout.String(), "started") })
+		}
+	}
+	for i, c := range codes {
+		if got := await(t, c, 20*time.Second); got != exitLost {
+			t.Errorf("run %d: code %d, want %d (the max hold ran out); stderr:\n%s", i, got, exitLost, errs[i])
+		}
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		what, pid, _ := strings.Cut(line, " ")
+		switch what {
+		case "start":
+			if len(running) > 0 {
+				t.Errorf("CMD %s started while CMD %v still ran: the lock was free before the first CMD ended\nlog:\n%s", pid, running, b)
+			}
+			running = append(running, pid)
+		case "end":
+			running = slices.DeleteFunc(running, func(p string) bool { return p == pid })
+		}
+	}
+	if n := strings.Count(string(b), "start "); n != 2 {
+		t.Errorf("%d CMDs started, want 2; log:\n%s", n, b)
+	}
+}

@@ -49,6 +49,12 @@ even by SIGKILL, the whole group is killed at once.
 arrival order; -n does not apply, --wait does), runs CMD while it leads,
 with DLOCK_FENCE its term, stops CMD as above if the leadership is lost,
 and resigns when CMD has exited.
+
+--max-hold D: D after run took the lock, CMD's group gets SIGTERM, and
+SIGKILL after --grace; the lock is released only once CMD has exited and
+its group was killed, never while CMD runs. In Redis the lock carries a
+max hold of D + --grace + 1s, so that it is free by then even if run
+cannot release it (run paused, or cut off from Redis).
 `
 
 // Exit statuses of run besides the child's own.
@@ -78,7 +84,8 @@ type runConfig struct {
 	shared       bool          // --shared: the read side of the RWMutex NAME
 	exclusive    bool          // --exclusive: its write side
 	permits      int           // --permits N: a permit of the Semaphore NAME of N
-	maxHold      time.Duration // --max-hold: dlock.WithMaxHold; 0: none
+	maxHold      time.Duration // --max-hold: CMD is stopped this long after the lock was taken; 0: never
+	stopAt       time.Time     // with --max-hold: when CMD gets SIGTERM (set once the lock is taken)
 	lostCode     int           // exit status when the lease was lost while CMD ran
 	argv         []string
 }
@@ -157,7 +164,7 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs.BoolVar(&c.shared, "shared", false, "take the read side of the RWMutex NAME (with others --shared at once; as flock -s)")
 	fs.BoolVar(&c.exclusive, "exclusive", false, "take the write side of the RWMutex NAME (alone: no --shared holder either)")
 	fs.IntVar(&c.permits, "permits", 0, "take one of `N` permits of the Semaphore NAME (N holders at once)")
-	fs.DurationVar(&c.maxHold, "max-hold", 0, "hold the lock at most `DURATION`: then the lease ends as a lost one (CMD is stopped)")
+	fs.DurationVar(&c.maxHold, "max-hold", 0, "stop CMD `DURATION` after the lock was taken (SIGTERM, SIGKILL after --grace); the lock is held until CMD is gone, and at most DURATION + --grace + 1s")
 	fs.IntVar(&c.lostCode, "lost-exit-code", exitLost, "exit `status` when the lease was lost (or --max-hold ran out) while CMD ran")
 	fs.BoolVar(&c.evictionRisk, "eviction-risk", false, "run on a server whose maxmemory-policy may evict keys (an evicted lock lets a second owner in)")
 	if code, ok := parseFlags(fs, runSynopsis, args, stdout, stderr); !ok {
@@ -342,6 +349,11 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	case err != nil:
 		complain(stderr, "%v", err)
 		return exitFail
+	}
+	if c.maxHold > 0 {
+		// From now: the lease began before, so CMD is stopped, and gone,
+		// before the lock's max hold (maxHoldLock) counted from then.
+		c.stopAt = time.Now().Add(c.maxHold)
 	}
 	note("%s; running %s", c.heldNote(h), quoteArgs(c.argv))
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -108,13 +109,35 @@ func (c runConfig) take(ctx context.Context, client *dlock.Client, note func(str
 	return leaseHold{lease}, nil
 }
 
-// lockOptions are the lock's: --ttl, --max-hold.
+// lockOptions are the lock's: --ttl, and with --max-hold the lock's own
+// max hold (maxHoldLock).
 func (c runConfig) lockOptions() []dlock.LockOption {
 	opts := []dlock.LockOption{dlock.WithTTL(c.ttl)}
 	if c.maxHold > 0 {
-		opts = append(opts, dlock.WithMaxHold(c.maxHold))
+		opts = append(opts, dlock.WithMaxHold(c.maxHoldLock()))
 	}
 	return opts
+}
+
+// maxHoldMargin is what the lock's max hold leaves, beyond --max-hold and
+// --grace, for run to see CMD's group gone and release the lock: the time
+// from the lease's start to run's own clock starting (a reply's way back),
+// a SIGKILL taking effect, the guard's exit being reaped, and the lease's
+// local deadline coming before the server's expiry (the clock drift
+// allowance).
+const maxHoldMargin = time.Second
+
+// maxHoldLock is the max hold the lock carries in Redis with --max-hold
+// D: D + --grace + maxHoldMargin. run stops CMD D after it took the lock
+// (SIGTERM), kills its group --grace later, and releases the lock once the
+// group is gone — all before the lock's max hold ends, so the lock is
+// never free for another run while CMD still runs. The lock's own max
+// hold only bounds a run that cannot release it (paused, cut off from
+// Redis): the lock is free by then whatever happens to run. Should the
+// lease end first all the same, CMD's group is killed at once
+// (runChild).
+func (c runConfig) maxHoldLock() time.Duration {
+	return c.maxHold + c.grace + maxHoldMargin
 }
 
 // acquire takes the lock with one try and then, unless -n was given,
