@@ -2,11 +2,14 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/fence/redisfence"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -124,4 +127,52 @@ func TestLaterArrivalServedLaterAfterTheServerClockStepsBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Issue 33, item 12, said, not fixed: a step forward of the server's clock
+// expires a lock whose holder still counts on its lease — two owners, as
+// guarantees.md ("The server's clock") says — and the fence guard still
+// refuses the old holder's write once the new owner has written. The old
+// holder has a fixed lease (WithLease), which nothing renews, so that it
+// still says held when the new owner is granted.
+func TestForwardStepTwoOwnersFenceGuardRefusesTheStale(t *testing.T) {
+	s := clockServer(t)
+	ctx := context.Background()
+	name := lockName(t)
+	guard := redisfence.New(newRedis(t, s))
+	const resource = "clock-resource"
+	key := "{" + resource + "}:value"
+
+	old, err := newClient(t, newRedis(t, s)).Mutex(name, dlock.WithLease(30*time.Second)).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := guard.Set(ctx, old, resource, key, "old", 0); err != nil {
+		t.Fatalf("the first holder's write: %v", err)
+	}
+	if err := s.StepClock(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
+	next, err := newClient(t, newRedis(t, s)).Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("after a forward step past the first lease, TryLock: %v", err)
+	}
+	defer unlock(t, next)
+	if err := old.Err(); err != nil {
+		t.Fatalf("the first holder was told (%v): the forward step made no second owner", err)
+	}
+	if next.Fence() <= old.Fence() {
+		t.Fatalf("the new owner's fence %d is not above the old one's %d", next.Fence(), old.Fence())
+	}
+	if err := guard.Set(ctx, next, resource, key, "next", 0); err != nil {
+		t.Fatalf("the new owner's write: %v", err)
+	}
+	if err := guard.Set(ctx, old, resource, key, "stale", 0); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("the old holder's write after the new owner's = %v; want fence.ErrStale", err)
+	}
+	if v := newRedis(t, s).Get(ctx, key).Val(); v != "next" {
+		t.Fatalf("the resource holds %q; want the new owner's write", v)
+	}
+	_ = old.Unlock(ctx) // ErrNotHeld: its hold is gone
 }
