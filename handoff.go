@@ -35,7 +35,8 @@ import (
 // assumes, and nothing more: (1) scripts run one at a time on the server,
 // each as one step; (2) the fence counter the lock shares never goes down
 // (it is only INCR'd and never expires: the assumption every fence rests
-// on); (3) Redis keeps a key given a TTL of ms (PEXPIRE) until its clock
+// on; a restart that loses it loses the locks with it, which guarantees.md
+// says breaks exclusion anyway); (3) Redis keeps a key given a TTL of ms (PEXPIRE) until its clock
 // has moved ms, and its clock moves no faster than the drift margin
 // allows for — the assumption every lease makes. Of the server's clock
 // nothing else: nothing here is ordered or named by it, and a clock that
