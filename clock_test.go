@@ -41,6 +41,9 @@ var queueingKinds = []clockKind{
 	{"Mutex", func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
 		return leaseRelease(c.Mutex(name).Lock(ctx))
 	}, func(name string) string { return keysOf(name).Lock + ":queue" }},
+	{"LockAll", func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
+		return leaseRelease(dlock.LockAll(ctx, c.Mutex(name), c.FairMutex(name+"/2")))
+	}, func(name string) string { return keysOf(name+"/2").Lock + ":queue" }}, // '/' sorts before '}': LockAll stops at name/2
 	{"Semaphore", func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
 		return leaseRelease(c.Semaphore(name, 1).Acquire(ctx, 1))
 	}, func(name string) string { return keysOf(name).Lock + ":sem:queue" }},
@@ -66,7 +69,8 @@ func leaseRelease(l *dlock.Lease, err error) (func() error, error) {
 // Issue 33, item 11: a waiter that arrives after another is served after
 // it, whatever the server's clock did between the two arrivals. (Queue
 // order was the server's TIME at arrival: after a backward step the later
-// arrival came first, for every kind that queues.)
+// arrival came first, for every kind that queues; LockAll waits in the
+// queue of the Mutex that stops it.)
 func TestLaterArrivalServedLaterAfterTheServerClockStepsBack(t *testing.T) {
 	s := clockServer(t)
 	for _, kd := range queueingKinds {
