@@ -130,4 +130,11 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if _, ok := handedOver(msg.Payload, place{seen: again[2], named: true, sent: time.Now()}, c.drift); ok {
 		t.Fatalf("a hand-off older than b's latest attempt was honoured")
 	}
+	// A message of an older dlock (a Client not yet upgraded released the
+	// lock: '<member> <fence> <ms> <place expiry>') is not one this waiter
+	// can count on: it makes an ordinary attempt, which takes the lock if
+	// it is its own.
+	if _, ok := handedOver(member+" 99 30000 1764000000000", b, c.drift); ok {
+		t.Fatalf("an older dlock's hand-off message was honoured")
+	}
 }
