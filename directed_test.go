@@ -92,7 +92,7 @@ func TestReleaseTellsOneProcess(t *testing.T) {
 		t.Fatalf("%d messages for %d releases with waiters; want one each", len(got), W)
 	}
 	for i, m := range got {
-		// '<client id>:<token>:h<ttl> <fence> <ms> <place>': the lock handed over
+		// '<client id>:<token>:h<ttl> <fence> <ms>': the lock handed over
 		member := strings.Fields(m.Payload)[0]
 		if f := strings.Split(member, ":"); len(f) < 2 || f[1] != order[i] {
 			t.Errorf("release %d told %q on %s; the next owner was %s", i, m.Payload, m.Channel, order[i])

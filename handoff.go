@@ -18,40 +18,56 @@ import (
 //     '<member>:h<ttl ms>' (handoffMember), and the release gives it the
 //     lock for that TTL.
 //   - What it is told: the handoff message on its Client's channel,
-//     '<member> <fence> <ms> <place>' (parseHandoff): the lock is its for
-//     ms from the release, with fence, and the release consumed its place
-//     that expired at place (server ms). The hub keeps a message for a
-//     waiter that is between two waits (wake.go).
+//     '<member> <fence> <ms>' (parseHandoff): the lock is its for ms from
+//     the release, with fence. The hub keeps a message for a waiter that
+//     is between two waits (wake.go).
+//   - What it knows of its place: every attempt that leaves it waiting in
+//     the queue is told the value of the lock's fence counter as that
+//     attempt found it (lock.lua's {0, wait, seen}); the acquire keeps
+//     the latest (place, from the latest such attempt whose reply came).
 //   - What it does: take it with no request of its own (handedOver,
 //     below, reads the message as an attempt's outcome), or, when the
 //     message is not one it can count on, make an ordinary attempt, which
 //     takes the lock if it is still this waiter's (lock.lua finds its
 //     token in the hash).
 //
-// Why a hand-off honoured by handedOver cannot make two owners. The
-// release ran on the server at some time R, while the waiter's place was
-// live, and gave the waiter's token the lock until R+ms, with ms no longer
-// than what was left of that place; nobody else can take it before then. The lease
-// is counted from the send time of the attempt that made the place the
-// message names: that attempt ran on the server before R (a place is
-// consumed by the hand-off, so the one it names was made before it), so
-// sent+ms, less the drift margin, comes before R+ms on the server: the
-// lease ends locally before the hold ends there. What remains is to know
-// that the message is about that place, and not about an older one whose
-// hold has since expired — the waiter may have been paused (GC, SIGSTOP,
-// a starved VM) past it, with the message unread in its socket, then made
-// another attempt first. Every attempt that makes a place is told its
-// expiry, and attempts of one acquire are made one after the other, so
-// the waiter's latest place is the one made by the latest attempt whose
-// reply has come. If the message names an older place, some attempt ran
-// after the hand-off: had the handed hold still been there, that attempt
-// would have found its token in the lock and taken it (replyHeld, and the
-// acquire is over); it made a place instead, so the hold had ended: the
-// message is stale and is dropped. Two places of one waiter never share
-// an expiry: a new place is made after the handed hold ended, at least a
-// millisecond after the place it consumed was made. A pause after the
-// message is checked is the lease's own business: its local deadline
-// passes, and Err says so.
+// Why a hand-off honoured by handedOver cannot make two owners. What it
+// assumes, and nothing more: (1) scripts run one at a time on the server,
+// each as one step; (2) the fence counter the lock shares never goes down
+// (it is only INCR'd and never expires: the assumption every fence rests
+// on; a restart that loses it loses the locks with it, which guarantees.md
+// says breaks exclusion anyway); (3) Redis keeps a key given a TTL of ms (PEXPIRE) until its clock
+// has moved ms, and its clock moves no faster than the drift margin
+// allows for — the assumption every lease makes. Of the server's clock
+// nothing else: nothing here is ordered or named by it, and a clock that
+// stands still or steps back only keeps a hold longer. (A clock that
+// steps forward breaks (3), for every lease alike: guarantees.md, "The
+// server's clock".)
+//
+// The message says that a release, one script at some step R of the
+// server, gave this acquire's token (its member carries it) the lock with
+// fence f, the counter's value right after that script INCR'd it, and
+// made the hold expire ms later; nobody else can take the lock while the
+// hold is there (lock.lua takes only a lock whose hash is gone, or kept
+// for the caller). The waiter honours it only when f is above p.seen,
+// the counter's value that its latest waiting attempt read (its reply has
+// come): by (2) that attempt ran before R — one that ran after would have
+// read f or more — and was sent before it ran, at p.sent. So the lease,
+// counted from p.sent for ms less the drift margin, ends before the hold
+// can expire by (3). And the hold stays this token's until then: only its
+// expiry, a force (documented to break exclusion), or this acquire
+// itself could end it, and this acquire does not release what it does
+// not know it holds — an attempt of its own that finds its token in the
+// lock takes it (the acquire is then over, with that attempt's outcome),
+// and its undo (bury, release) runs only once the acquire has ended. A
+// stale message — a hold handed while the waiter was paused (GC,
+// SIGSTOP, a starved VM) past it, unread in its socket, since expired,
+// while the waiter made another attempt first — is refused: that attempt
+// ran after R and read f or more. A place is named by no expiry and no
+// server time, so a clock that stands still or steps back cannot make an
+// old message look new (with places named by their expiry it could:
+// issue 33). A pause after the message is checked is the lease's own
+// business: its local deadline passes, and Err says so.
 
 // handoffMember is the member of a waiter that may be handed its lock for
 // ttl (lib_mutex.lua reads the suffix).
@@ -62,40 +78,41 @@ func handoffMember(member string, ttl time.Duration) string {
 // handoff is a release's message to the waiter it handed the lock to
 // (its first word, the waiter's member, routes it: tokenOf).
 type handoff struct {
-	fence int64
+	fence int64 // the hold's fence: the fence counter right after the hand-off
 	ms    int64 // the lock is the waiter's for ms from the release
-	place int64 // the expiry of the place the release consumed (server ms)
 }
 
 // parseHandoff reads a hand-off message; ok is false when msg is not one.
 func parseHandoff(msg string) (m handoff, ok bool) {
 	f := strings.Fields(msg)
-	if len(f) != 4 {
+	if len(f) != 3 {
 		return m, false
 	}
-	var err1, err2, err3 error
+	var err1, err2 error
 	m.fence, err1 = strconv.ParseInt(f[1], 10, 64)
 	m.ms, err2 = strconv.ParseInt(f[2], 10, 64)
-	m.place, err3 = strconv.ParseInt(f[3], 10, 64)
-	return m, err1 == nil && err2 == nil && err3 == nil && m.ms > 0
+	return m, err1 == nil && err2 == nil && m.ms > 0
 }
 
-// place is what a waiter knows of its latest place in the queue: its
-// expiry as the server told it, and when the attempt that made it was
-// sent (zero: it has made none).
+// place is what a waiter knows of its latest place in the queue: the
+// fence counter's value as the attempt that made or kept it found it
+// (seen; named false when the reply said none), and when that attempt
+// was sent (zero: it has made none).
 type place struct {
-	expiry int64
-	sent   time.Time
+	seen  int64
+	named bool
+	sent  time.Time
 }
 
 // handedOver reads msg, a hand-off to this waiter, whose latest place is
 // p (see "Hand-off" above), as the outcome of an attempt: the lock taken
-// with no request. ok is false when msg is not a hand-off, is not about
-// p, or leaves too little time to count on (less than a quarter of the
-// lease after the drift margin d): the caller then makes an attempt.
+// with no request. ok is false when msg is not a hand-off, came before
+// p's attempt ran (its fence is not above p.seen), or leaves too little
+// time to count on (less than a quarter of the lease after the drift
+// margin d): the caller then makes an attempt.
 func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
 	m, ok := parseHandoff(msg)
-	if !ok || p.sent.IsZero() || m.place != p.expiry {
+	if !ok || p.sent.IsZero() || !p.named || m.fence <= p.seen {
 		return o, false
 	}
 	granted := time.Duration(m.ms) * time.Millisecond

@@ -72,7 +72,7 @@ type inspection struct {
 	srv    time.Time         // the server's time
 	fields map[string]string // the lock's hash (empty for other types)
 	extra  []driver.Reply    // the replies of the kind's reads
-	queue  []zmember         // waiters in arrival order (server µs)
+	queue  []zmember         // waiters in arrival order (arrival numbers: server µs, see Waiter.Since)
 	alive  []zmember         // their places' expiries (server ms)
 }
 
@@ -176,9 +176,13 @@ type Holder struct {
 // Waiter is one registered waiter.
 type Waiter struct {
 	Token   string
-	Side    string        // an RWMutex's: "read" or "write"
-	Permits int64         // a Semaphore waiter's
-	Since   time.Time     // when it arrived, by the server's clock (zero for readers)
+	Side    string // an RWMutex's: "read" or "write"
+	Permits int64  // a Semaphore waiter's
+	// Since is when it arrived, by the server's clock (zero for
+	// readers). Waiters are served in arrival order whatever that clock
+	// does (scripts/lib_queue.lua); where it stood still or stepped back
+	// since an earlier waiter came, Since is 1 µs after that waiter's.
+	Since   time.Time
 	Expires time.Duration // how long its place lives unless it renews it
 	Owner   *Owner
 }

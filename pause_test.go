@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // A waiting process paused longer than its place and its lease is handed
@@ -41,22 +42,32 @@ func TestPausedWaiterIsNotGrantedALateHandOff(t *testing.T) {
 			// round in two met it before the fix.
 			const rounds = 4
 			for range rounds {
-				pausedWaiterRound(t, kind.mode, kind.lock)
+				pausedWaiterRound(t, srv, kind.mode, kind.lock, nil)
 			}
 		})
 	}
 }
 
-func pausedWaiterRound(t *testing.T, mode string, lock func(*dlock.Client, string, time.Duration) dlock.Locker) {
+// pausedWaiterRound is one round of the paused waiter's scene on server
+// s. clock, if set, is the scene on a server whose clock the test moves
+// (see TestReplayedHandOffWithTheServerClockStandingStill): it is called
+// with "start" before the first lock, with "expire" to make the handed hold and B's places expire, and with
+// "resume" once another owner holds the lock, before B resumes.
+func pausedWaiterRound(t *testing.T, s *redistest.Server, mode string, lock func(*dlock.Client, string, time.Duration) dlock.Locker,
+	clock func(t *testing.T, at string)) {
 	const ttl = 400 * time.Millisecond
 	ctx := context.Background()
 	name := lockName(t)
-	admin := newRedis(t, srv)
+	admin := newRedis(t, s)
 	k := keysOf(name).Lock
-	held := mustLock(t, lock(client(t), name, ttl), ctx)
+	on := func() *dlock.Client { return newClient(t, newRedis(t, s)) }
+	if clock != nil {
+		clock(t, "start")
+	}
+	held := mustLock(t, lock(on(), name, ttl), ctx)
 
 	// B waits with two goroutines: two places in the queue.
-	b := startHelper(t, mode, addrEnv+"="+srv.Addr(), nameEnv+"="+name, ttlEnv+"="+ttl.String())
+	b := startHelper(t, mode, addrEnv+"="+s.Addr(), nameEnv+"="+name, ttlEnv+"="+ttl.String())
 	b.send(t, "wait 1")
 	b.send(t, "wait 2")
 	waitFor(t, "both waiters queued", func() bool { return admin.ZCard(ctx, k+":queue").Val() == 2 })
@@ -76,10 +87,16 @@ func pausedWaiterRound(t *testing.T, mode string, lock func(*dlock.Client, strin
 	// The release hands the lock to B's first waiter, which cannot read
 	// the message; then the handed hold and B's places expire.
 	unlock(t, held)
+	if clock != nil {
+		clock(t, "expire")
+	}
 	waitFor(t, "the handed hold and the places expired", func() bool {
 		return admin.Exists(ctx, k, k+":queue").Val() == 0
 	})
-	c := mustLock(t, lock(client(t), name, ttl), ctx)
+	c := mustLock(t, lock(on(), name, ttl), ctx)
+	if clock != nil {
+		clock(t, "resume")
+	}
 	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +133,54 @@ func pausedWaiterRound(t *testing.T, mode string, lock func(*dlock.Client, strin
 		check(b.expect(t, "granted", 20*time.Second))
 	}
 	_ = b.stdin.Close()
+}
+
+// Issue 33, item 10: the paused waiter's scene on a server whose clock
+// stands still while B queues, waits and is handed the lock, then runs on
+// from there (the handed hold expires in real time, and another owner
+// takes the lock), and steps back to where it stood, standing still,
+// before B resumes. B's new places then expire when its old one did; a
+// place named by its expiry made the stale hand-off look like one about
+// B's newest place, and B took a lock another owner held (two owners).
+// (No forward step: one would expire the handed hold early, which no
+// lease survives: guarantees.md, "The server's clock".)
+func TestReplayedHandOffWithTheServerClockStandingStill(t *testing.T) {
+	s := clockServer(t)
+	var frozen time.Time
+	clock := func(t *testing.T, at string) {
+		var err error
+		switch at {
+		case "start":
+			frozen = time.Now()
+			err = s.SetClock(redistest.Frozen(frozen))
+		case "expire": // the clock runs again from where it stood: no step
+			err = s.SetClock(redistest.Offset(frozen.Sub(time.Now())))
+		case "resume": // and steps back to where it stood, and stands still
+			err = s.SetClock(redistest.Frozen(frozen))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kind := range []struct {
+		mode string
+		lock func(c *dlock.Client, name string, ttl time.Duration) dlock.Locker
+	}{
+		{"mutexwait", func(c *dlock.Client, name string, ttl time.Duration) dlock.Locker {
+			return c.Mutex(name, dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl))
+		}},
+		{"fairwait", func(c *dlock.Client, name string, ttl time.Duration) dlock.Locker {
+			return c.FairMutex(name, dlock.WithTTL(ttl), dlock.WithQueueTTL(ttl))
+		}},
+	} {
+		t.Run(kind.mode, func(t *testing.T) {
+			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
+			// As above, a race between two ready events after SIGCONT.
+			for range 16 {
+				pausedWaiterRound(t, s, kind.mode, kind.lock, clock)
+			}
+		})
+	}
 }
 
 // stopped reports whether every thread of process pid is stopped, as

@@ -63,7 +63,7 @@ func withReceipt(c call, k *keys, ttl time.Duration) call {
 }
 
 // tokenOf is the owner token in a waiter's member, '<client id>:<token>
-// [:<more>]', or in a hand-off message, '<member> <fence> <ms> <place>'.
+// [:<more>]', or in a hand-off message, '<member> <fence> <ms>'.
 func tokenOf(member string) string {
 	member, _, _ = strings.Cut(member, " ")
 	_, t, _ := strings.Cut(member, ":")

@@ -1,10 +1,12 @@
 package dlock
 
 import (
+	"context"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // lib.lua and protocol.go name the same protocol values.
@@ -59,5 +61,80 @@ func TestProtocolAgrees(t *testing.T) {
 				t.Errorf("%s:%d: a protocol value written out: %s", e.Name(), i+1, line)
 			}
 		}
+	}
+}
+
+// The hand-off message lib_mutex.lua publishes is the one parseHandoff
+// reads, and the value a waiting attempt of lock.lua reports (seen) is the
+// fence counter as it found it: a hand-off that comes after that attempt
+// has a fence above it (handedOver honours it); an attempt after the
+// hand-off — here, once the handed hold is gone — reports a counter at
+// or above the hand-off's fence, so the message is refused (handoff.go).
+func TestHandOffMessageAgrees(t *testing.T) {
+	ctx := context.Background()
+	c, rdb := serverClient(t)
+	d := goRedisDriver(rdb)
+	k := c.keys(kindMutex, "x")
+	p := mutexProto{k, k.wake}
+	const ttl, placeTTL = time.Minute, 60000
+	attempt := func(token, member string) []int64 {
+		t.Helper()
+		res, err := fenceReply("lock", "x", p.lock(token, ttl, 0, member, true, placeTTL, false).run(ctx, d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := attempt("a", ""); res[0] != replyHeld {
+		t.Fatalf("a's attempt = %v; want held", res)
+	}
+	member := handoffMember(c.member("b", 0), ttl)
+	busy := attempt("b", member)
+	if len(busy) != 3 || busy[0] != replyBusy {
+		t.Fatalf("b's attempt = %v; want {busy, wait, seen}", busy)
+	}
+	b := place{seen: busy[2], named: true, sent: time.Now()}
+
+	sub := rdb.Subscribe(ctx, k.wake.base+c.id)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.unlock("a", 0, 0).run(ctx, d).Err; err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := parseHandoff(msg.Payload)
+	if !ok || tokenOf(msg.Payload) != "b" || m.ms <= 0 {
+		t.Fatalf("hand-off message %q: parsed %+v, %v", msg.Payload, m, ok)
+	}
+	if fence, _ := rdb.HGet(ctx, k.lock, fieldFence+"b").Int64(); fence != m.fence || m.fence <= b.seen {
+		t.Fatalf("message fence %d, hold's fence %d, b's attempt saw the counter at %d", m.fence, fence, b.seen)
+	}
+	if o, ok := handedOver(msg.Payload, b, c.drift); !ok || o.fence != m.fence {
+		t.Fatalf("handedOver(%q, %+v) = %+v, %v; want the hand-off honoured", msg.Payload, b, o, ok)
+	}
+
+	// The handed hold ends (as an expiry would end it); b's next attempt
+	// makes a new place and reports the counter at the hand-off's fence or
+	// above: the old message no longer counts.
+	rdb.Del(ctx, k.lock)
+	attempt("c", "")
+	again := attempt("b", member)
+	if len(again) != 3 || again[0] != replyBusy || again[2] < m.fence {
+		t.Fatalf("b's attempt after the hand-off = %v; want {busy, wait, >= %d}", again, m.fence)
+	}
+	if _, ok := handedOver(msg.Payload, place{seen: again[2], named: true, sent: time.Now()}, c.drift); ok {
+		t.Fatalf("a hand-off older than b's latest attempt was honoured")
+	}
+	// A message of an older dlock (a Client not yet upgraded released the
+	// lock: '<member> <fence> <ms> <place expiry>') is not one this waiter
+	// can count on: it makes an ordinary attempt, which takes the lock if
+	// it is its own.
+	if _, ok := handedOver(member+" 99 30000 1764000000000", b, c.drift); ok {
+		t.Fatalf("an older dlock's hand-off message was honoured")
 	}
 }

@@ -13,7 +13,7 @@ import (
 // A waiter with a short QueueTTL that gives up must not take an earlier
 // waiter's place with it: the queue keys' expiry only grows, so the first
 // waiter (a long QueueTTL, renewed only every 2 s) keeps its place and its
-// arrival time, and the release goes to it, not to a waiter that came
+// arrival number, and the release goes to it, not to a waiter that came
 // later (issue 23, finding 5).
 func TestQueueTTLFairOrderKeptWithShortWaiter(t *testing.T) {
 	ctx := context.Background()

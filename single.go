@@ -49,7 +49,7 @@ func (s *single) attempt(a *attemptSpec) (protocol, attemptFunc) {
 		if res[0] == replyBusy && m != "" {
 			o.placed = place{sent: start}
 			if len(res) > 2 {
-				o.placed.expiry = res[2]
+				o.placed.seen, o.placed.named = res[2], true
 			}
 		}
 		return o, nil

@@ -539,7 +539,7 @@ func (h *hub) notify(c *psConn, name, payload string) {
 	case wakeOne:
 		ch.wakeOne()
 	default:
-		// a member, or a hand-off '<member> <fence> <ms> <place>'
+		// a member, or a hand-off '<member> <fence> <ms>'
 		if tok := tokenOf(payload); !ch.wake(tok, payload) && tok != "" {
 			ch.keep(tok, payload)
 		}

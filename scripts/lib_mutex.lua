@@ -6,11 +6,13 @@
 -- first live waiter, for the rest of that waiter's place at most, and that
 -- waiter alone is told. A waiter whose member ends in ':h<ttl>' is handed
 -- the lock itself — it holds it from then on, with a new fence, and the
--- message '<member> <fence> <ms> <place>' tells it so: it needs no round
--- trip to take it. '<place>' is the expiry (server ms) of the waiter's place that
--- the hand-off consumed, as the attempt that made it was told: the waiter
--- honours the message only if no later attempt of its own has made a new
--- place since (see "Hand-off" in handoff.go for why that cannot grant twice).
+-- message '<member> <fence> <ms>' tells it so: it needs no round trip to
+-- take it. The fence is the fence counter's value after this hand-off
+-- took it; every attempt that leaves the waiter waiting tells it the
+-- counter's value then (lock.lua), so the waiter honours the message only
+-- if its latest such attempt ran before the hand-off — the counter only
+-- grows — whatever the server's clock did (see "Hand-off" in handoff.go
+-- for why that cannot grant twice).
 -- Any other (a LockAll set, a fixed lease, replica sync) finds
 -- the lock kept for it — the hash holds only RESERVED = its member — and
 -- takes it with its next attempt. Either way nobody else can take the
@@ -70,7 +72,7 @@ local function hand_on(lock, fence, queue, alive, base, pub, reserve, released)
     redis.call('PEXPIRE', lock, granted)
     unqueue(queue, alive, h)
     publish(pub, base .. string.match(h, '^[^:]*'),
-      h .. ' ' .. decimal(f) .. ' ' .. granted .. ' ' .. decimal(exp))
+      h .. ' ' .. decimal(f) .. ' ' .. granted)
     return
   end
   redis.call('HSET', lock, RESERVED, h)

@@ -4,10 +4,21 @@
 --
 -- A waiter is a member '<client id>:<token>[:<permits>]'. The waiters of a
 -- lock are two sorted sets with the same members:
---   queue  score = arrival time (server µs): the order of the waiters
+--   queue  score = arrival number: above every waiter's in the queue
+--          when the waiter came; the order of the waiters. It is the
+--          server's time in µs where that is above the last waiter's (so
+--          that an inspector can read when a waiter came), else the last
+--          waiter's plus one: the order never depends on the server's
+--          clock — one that stands still or steps back does not put a
+--          later arrival first; it only makes the label less true.
 --   alive  score = when the waiter's place expires (server ms); a waiter
 --          renews it by trying again; one that stops (killed, gave up
 --          without saying so) is dropped by the next script to look.
+-- The arrival numbers live in the queue itself, so they go with it: no
+-- key of their own outlives the lock (a queue that empties starts again
+-- from the clock, which orders nobody wrongly: nobody is left to order).
+-- Nothing about a waiter is named by the server's clock; only expiries
+-- (places', holds') are counted by it, as Redis counts a key's TTL.
 -- A waiter is woken by a message, its member, published on its client's
 -- own channel: <base><client id>, where base is given by the caller (on a
 -- cluster it carries the lock's hash tag, so that it lives in its slot).
@@ -112,13 +123,6 @@ local function dequeue(queue, alive, member)
   end
 end
 
--- arrival_us is the server's time in microseconds, as an exact integer
--- string (a Lua number would be printed with only 14 significant digits).
-local function arrival_us()
-  local t = redis.call('TIME')
-  return t[1] .. string.format('%06d', tonumber(t[2]))
-end
-
 -- purge drops the waiters whose place has expired; it returns how many.
 local function purge(queue, alive, now)
   local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', now)
@@ -156,27 +160,31 @@ local function first_live(queue, alive)
   return h, now, exp
 end
 
--- place enters member in the queue if it is not there, and renews its
--- place for place_ttl ms. It returns when the place now expires (server
--- ms): the place's name, as a hand-off that consumes it says
--- (lib_mutex.lua).
+-- place enters member in the queue if it is not there, last (its arrival
+-- number above the last waiter's: see the queue above), and renews its
+-- place for place_ttl ms.
 --
 -- Both sets live at least as long as their longest place: their expiry
 -- only grows (stretch). Waiters choose their own place TTL (WithQueueTTL),
 -- so a place renewed later may end sooner than one made before it; were
 -- the keys' expiry set to the latest place's, a waiter with a short one
--- would take every earlier waiter's place, and its arrival time, with the
--- keys (issue 23). A key that outlives every place holds only dead
+-- would take every earlier waiter's place, and its arrival number, with
+-- the keys (issue 23). A key that outlives every place holds only dead
 -- members, which the next script to look drops (purge, first_live).
 local function place(queue, alive, member, now, place_ttl)
-  redis.call('ZADD', queue, 'NX', arrival_us(), member)
+  if not redis.call('ZSCORE', queue, member) then
+    -- Scores are doubles, exact below 2^53 (µs: until the year 2255).
+    local last = tonumber(redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2] or 0)
+    local t = redis.call('TIME')
+    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('ZADD', queue, math.max(last + 1, us), member)
+  end
   redis.call('ZADD', alive, now + place_ttl, member)
   -- The queue lives as long as its longest place, whatever mix of place
   -- TTLs its waiters use: a waiter with a short one must not take the
-  -- places (and arrival times) of those before it with the keys.
+  -- places (and arrival numbers) of those before it with the keys.
   stretch(queue, place_ttl)
   stretch(alive, place_ttl)
-  return now + place_ttl
 end
 
 -- unqueue removes member from the queue.

@@ -5,8 +5,10 @@
 --          taken (server ms), 'f:<token>' -> the hold's fence; or
 --          RESERVED -> a waiter
 -- KEYS[2]  the fence counter of the lock's slot (INCR'd on first entry
---          only; see next_fence in lib_queue.lua)
--- KEYS[3]  queue: member -> arrival (server µs)
+--          only, see next_fence in lib_queue.lua; read when the caller
+--          waits: the reply's seen)
+-- KEYS[3]  queue: member -> arrival number (lib_queue.lua: server µs,
+--          but above every earlier waiter's whatever the clock did)
 -- KEYS[4]  alive: member -> place expiry (server ms)
 -- KEYS[5]  dead: tokens whose acquire was given up on (bury.lua)
 -- ARGV[1]  owner token
@@ -33,9 +35,11 @@
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          {0, wait}   held by another owner (or kept for another waiter):
 --                      try again within wait ms at the latest
---          {0, wait, place}  the same, and the caller's place in the queue
---                      now expires at place (server ms): a hand-off that
---                      consumes this place names it (lib_mutex.lua)
+--          {0, wait, seen}  the same, and the caller has a place in the
+--                      queue; seen is the fence counter's value (0 if it
+--                      has none yet) as this call found it: a hand-off to
+--                      the caller with a fence above seen came after this
+--                      call ran (lib_mutex.lua; handoff.go)
 --          {-1}        re-entry asked for, but the caller holds nothing;
 --                      or an attempt of an acquire given up on (bury.lua)
 --          {-4}        STALE: a re-entry older than a command of the hold
@@ -156,6 +160,7 @@ end
 
 local wait = math.max(redis.call('PTTL', lock), 0)
 if place_ttl > 0 then
-  return {BUSY, wait, place(queue, alive, member, now_ms(), place_ttl)}
+  place(queue, alive, member, now_ms(), place_ttl)
+  return {BUSY, wait, redis.call('GET', fence) or 0}
 end
 return {BUSY, wait}

@@ -4,7 +4,8 @@
 -- KEYS[1]  lock hash (see lib_rw.lua)
 -- KEYS[2]  fence counter (never expires)
 -- KEYS[3]  readers: token -> hold expiry (server ms)
--- KEYS[4]  writers' queue: member -> arrival (server µs)
+-- KEYS[4]  writers' queue: member -> arrival number (lib_queue.lua: server
+--          µs, but above every earlier waiter's whatever the clock did)
 -- KEYS[5]  writers' places: member -> place expiry (server ms)
 -- KEYS[6]  waiting readers (unused here: the keys are rw_read.lua's)
 -- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)

@@ -29,10 +29,11 @@ type proc struct {
 	killOnce sync.Once
 }
 
-// startProc starts bin with args in dir, appending its output to logPath.
+// startProc starts bin with args in dir, with env added to this
+// process's environment, appending its output to logPath.
 // The child is tied to the lifetime of the calling process where the
 // platform supports it (see setDeathSignal).
-func startProc(bin string, args []string, dir, logPath string) (*proc, error) {
+func startProc(bin string, args, env []string, dir, logPath string) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -45,6 +46,9 @@ func startProc(bin string, args []string, dir, logPath string) (*proc, error) {
 
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// An *os.File is handed to the child directly, so Wait does not depend
 	// on copying goroutines (or on grandchildren closing a pipe).
 	cmd.Stdout = logf

@@ -55,6 +55,10 @@ type Options struct {
 	// Args are extra redis-server arguments, one argv entry each, for
 	// example []string{"--maxmemory", "10mb"}.
 	Args []string
+	// ShimClock runs the server under the clock shim (clock.go), so that
+	// SetClock and StepClock can freeze its wall clock or step it. Start
+	// fails with ErrNoCompiler where cc is missing; StartT skips then.
+	ShimClock bool
 }
 
 // Server is a redis-server process owned by a test. Its methods are safe
@@ -64,6 +68,12 @@ type Server struct {
 	dir  string
 	port int
 	args []string
+	env  []string // added to the environment of every launch (the clock shim)
+
+	// clockFile is the clock shim's file ("" without Options.ShimClock);
+	// clock is what SetClock last wrote to it (under mu).
+	clockFile string
+	clock     Clock
 
 	// cmdline, if set, builds the command line instead of serverArgs
 	// (cluster nodes and Sentinel processes). It is fixed once the server
@@ -104,6 +114,12 @@ func start(opts Options, prepare func(s *Server) error) (*Server, error) {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
 	s := &Server{bin: bin, dir: dir, args: append([]string(nil), opts.Args...)}
+	if opts.ShimClock {
+		if s.env, err = s.shimEnv(); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 
 	for try := 0; try < startTries; try++ {
 		s.port, err = FreePort()
@@ -130,10 +146,14 @@ func start(opts Options, prepare func(s *Server) error) (*Server, error) {
 }
 
 // StartT is Start for tests: it fails the test if the server cannot be
-// started and closes the server when the test ends.
+// started and closes the server when the test ends. A server with
+// Options.ShimClock where no C compiler is found skips the test, saying so.
 func StartT(t testing.TB, opts Options) *Server {
 	t.Helper()
 	s, err := Start(opts)
+	if errors.Is(err, ErrNoCompiler) {
+		t.Skip(err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +332,7 @@ func (s *Server) launch(aof bool) error {
 	if s.wrap != nil {
 		bin, args = s.wrap(bin, args)
 	}
-	p, err := startProc(bin, args, s.dir, filepath.Join(s.dir, logName))
+	p, err := startProc(bin, args, s.env, s.dir, filepath.Join(s.dir, logName))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -180,5 +181,110 @@ func TestNoServer(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	if _, err := Start(Options{}); !errors.Is(err, ErrNoServer) {
 		t.Fatalf("Start without redis-server: %v, want ErrNoServer", err)
+	}
+}
+
+// serverTime is the server's TIME.
+func serverTime(t *testing.T, c *redis.Client) time.Time {
+	t.Helper()
+	tm, err := c.Time(ctxT(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+// The clock shim moves the server's wall clock: TIME (also inside a
+// script) stands still when frozen and moves by a step either way, and
+// keys expire by it; the monotonic clock, which the server's event loop
+// runs on, is untouched (the server answers throughout).
+func TestClockShimMovesTheServersClock(t *testing.T) {
+	s := StartT(t, Options{ShimClock: true})
+	c := s.Client()
+	defer c.Close()
+	ctx := ctxT(t)
+
+	if d := serverTime(t, c).Sub(time.Now()); d < -time.Second || d > time.Second {
+		t.Fatalf("unshimmed TIME is %v from the real clock", d)
+	}
+
+	at := time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC)
+	if err := s.SetClock(Frozen(at)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if got := serverTime(t, c); !got.Equal(at) {
+			t.Fatalf("frozen TIME = %v, want %v", got, at)
+		}
+	}
+	v, err := c.Eval(ctx, "return redis.call('TIME')", nil).Slice()
+	if err != nil || len(v) != 2 || v[0] != strconv.FormatInt(at.Unix(), 10) {
+		t.Fatalf("TIME in a script = %v, %v; want %d s", v, err, at.Unix())
+	}
+
+	// A key's expiry passes only when the frozen clock is stepped past it.
+	if err := c.Set(ctx, "k", "v", 500*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StepClock(400 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := serverTime(t, c); !got.Equal(at.Add(400 * time.Millisecond)) {
+		t.Fatalf("TIME after a 400 ms step = %v, want %v", got, at.Add(400*time.Millisecond))
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS k 400 ms into its 500 ms = %d, %v", n, err)
+	}
+	if err := s.StepClock(200 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS k 600 ms into its 500 ms = %d, %v", n, err)
+	}
+
+	// Stepped back: the real clock an hour ago, moving.
+	if err := s.SetClock(Offset(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	first := serverTime(t, c)
+	if d := first.Sub(time.Now().Add(-time.Hour)); d < -time.Second || d > time.Second {
+		t.Fatalf("TIME an hour back is %v from where it should be", d)
+	}
+	// A key set to live 2 s lives on after a step forward of a second,
+	// and is gone after one of two more.
+	if err := c.Set(ctx, "k2", "v", 2*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StepClock(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, "k2").Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS k2 a second into its 2 s = %d, %v", n, err)
+	}
+	if d := serverTime(t, c).Sub(first); d < time.Second {
+		t.Fatalf("TIME moved %v after a step of 1 s", d)
+	}
+	if err := s.StepClock(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, "k2").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS k2 3 s into its 2 s = %d, %v", n, err)
+	}
+
+	// Back to the real clock; and the setting lasts a restart.
+	if err := s.SetClock(Frozen(at)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := serverTime(t, c); !got.Equal(at) {
+		t.Fatalf("TIME after a restart = %v, want the frozen %v", got, at)
+	}
+	if err := s.SetClock(Clock{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := serverTime(t, c).Sub(time.Now()); d < -time.Second || d > time.Second {
+		t.Fatalf("TIME back on the real clock is %v from it", d)
 	}
 }
