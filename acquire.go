@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"time"
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
@@ -152,9 +153,19 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	h.mu.Lock()
-	count, ttl, epoch := h.count+1, h.ttl, h.epoch
+	count, want, epoch := h.count+1, h.ttl, h.epoch
 	h.mu.Unlock()
-	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.(reentrant).reenter(h.token, count, ttl, seq) })
+	// A re-entry renews the hold's lease, as the watchdog does: no further
+	// than its max hold (WithMaxHold), cut when sent.
+	if _, ok := h.cut(want, time.Now()); !ok {
+		return nil, h.maxHoldReached()
+	}
+	var ttl time.Duration
+	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) op {
+		ttl, _ = h.cut(want, start)
+		ttl = max(ttl, minTTL)
+		return h.p.(reentrant).reenter(h.token, count, ttl, seq)
+	})
 	res, err := r.Int64Slice()
 	if err != nil {
 		// The hold count in Redis may or may not be count now; the next

@@ -20,6 +20,10 @@ type hold struct {
 	p        protocol
 	what     string    // the primitive, for telemetry
 	acquired time.Time // when the attempt that took it was sent
+	// maxFrom is when its max hold (WithMaxHold) began: acquired, or, for
+	// a hold handed over by a release, when the hand-off reached the
+	// waiter (handedOver)
+	maxFrom time.Time
 	side     side      // the side of an RWMutex hold; "" for other locks
 	token    string
 	fence    int64
@@ -33,9 +37,9 @@ type hold struct {
 	ttl       time.Duration // lease length used by renewals
 	deadline  time.Time     // local: the lease may be gone after this
 	nextRenew time.Time     // when the watchdog renews it next
-	maxHold   time.Duration // WithMaxHold: no renewal or Extend past acquired+maxHold; 0: none
+	maxHold   time.Duration // WithMaxHold: no command sets its lease past maxFrom+maxHold (maxEnd); 0: none
 	renew     bool          // the watchdog renews it (set when made; beside the flags below, to pack them)
-	limited   bool          // its lease reaches its max hold: when it runs out, the max hold did
+	limited   bool          // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
 	renewing  bool          // a renewal of it is in flight
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	handed    bool          // set when made: a release handed it over (handedOver), no attempt of its own took it
@@ -107,11 +111,54 @@ func (h *hold) next() int64 {
 }
 
 func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
-	h := &hold{c: c, k: k, what: what, acquired: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
-		ttl: cfg.ttl, maxHold: cfg.maxHold, limited: cfg.maxHold > 0 && cfg.ttl == cfg.maxHold,
-		deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h := &hold{c: c, k: k, what: what, acquired: start, maxFrom: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
+		ttl: cfg.ttl, maxHold: cfg.maxHold, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.confirmed(start, cfg.ttl, 0)
 	return h
+}
+
+// Max hold (WithMaxHold). Every command that sets the hold's lease in
+// Redis — a renewal, an Extend, a re-entry — carries a TTL cut to what is
+// left of the max hold when it is sent (cut), so that, counted from when
+// it runs, the lease it sets ends no later than maxEnd plus that
+// command's own delay on its way; a hand-off's TTL is the lease's TTL, at
+// most the max hold, counted from the release, which ran before the
+// hand-off reached the waiter (maxFrom). The hold counts on nothing past
+// maxEnd (less the drift margin), and it is marked limited — no more
+// renewals; when its deadline passes, its max hold ran out — only when a
+// reply confirmed a lease that reaches maxEnd (confirmed): a command that
+// failed, whose outcome is unknown, changes nothing of that, and the
+// watchdog goes on renewing up to the limit. A copy of a command given up
+// on that lands late is ordered by the hold's sequence (see "Late
+// commands" below): after a later command ran it changes nothing; before,
+// its TTL is cut like every other.
+
+// maxEnd is when the hold's max hold runs out; zero without one.
+func (h *hold) maxEnd() time.Time {
+	if h.maxHold <= 0 {
+		return time.Time{}
+	}
+	return h.maxFrom.Add(h.maxHold)
+}
+
+// cut returns ttl cut to what is left of the max hold at now, for a
+// command sent then, and false when less than minTTL is left (the hold
+// cannot be given any more time). Without a max hold it returns ttl.
+func (h *hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
+	if h.maxHold <= 0 {
+		return ttl, true
+	}
+	left := h.maxEnd().Sub(now)
+	if left < minTTL {
+		return 0, false
+	}
+	return min(ttl, left), true
+}
+
+// maxHoldReached is the error of a command refused because the hold's
+// max hold is (all but) over.
+func (h *hold) maxHoldReached() error {
+	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.name, h.maxHold)
 }
 
 // confirmed records that a request sent at start, with place seq in the
@@ -126,6 +173,9 @@ func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 		h.deadline = d
 	}
 	h.nextRenew = start.Add(ttl / 3)
+	if h.maxHold > 0 && !start.Add(ttl).Before(h.maxEnd()) {
+		h.limited = true // this lease reaches the max hold: nothing more to renew
+	}
 }
 
 // newLease adds a lease to the hold. It fails when the hold has ended.
@@ -265,20 +315,19 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	if h.maxHold > 0 {
-		// not past the max hold (WithMaxHold): cut to it
-		left := time.Until(h.acquired.Add(h.maxHold))
-		if left < minTTL {
-			return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.name, h.maxHold)
-		}
-		if d >= left {
-			d = left
-			h.mu.Lock()
-			h.limited = true
-			h.mu.Unlock()
-		}
+	// Not past the max hold (WithMaxHold): cut to what is left of it when
+	// sent, each time it is sent (inOrder). Whether the lease now reaches
+	// the limit is known only from the reply (confirmed): a call that
+	// fails leaves the hold as it was, renewed up to the limit.
+	if _, ok := h.cut(d, time.Now()); !ok {
+		return h.maxHoldReached()
 	}
-	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.renew(h.token, d, true, seq) })
+	want := d
+	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) op {
+		d, _ = h.cut(want, start)
+		d = max(d, minTTL) // what is left fell below 1 ms since the check: overshoot by that much at most
+		return h.p.renew(h.token, d, true, seq)
+	})
 	ok, err := r.Int64()
 	if err != nil {
 		h.mayHaveSet(start, d, seq, settled(err))
@@ -366,12 +415,18 @@ func (h *hold) settle(start time.Time, seq int64) {
 // until ctx ends. It returns the last reply, that command's place and
 // when it was sent.
 func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) (r driver.Reply, seq int64, start time.Time) {
+	return h.inOrderAt(ctx, grant, func(seq int64, _ time.Time) op { return cmd(seq) })
+}
+
+// inOrderAt is inOrder for a command that depends on when it is sent
+// (start: a TTL cut to the max hold).
+func (h *hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, start time.Time) op) (r driver.Reply, seq int64, start time.Time) {
 	for {
 		h.mu.Lock()
 		seq = h.next()
 		h.mu.Unlock()
 		start = time.Now()
-		o := cmd(seq)
+		o := cmd(seq, start)
 		r = h.c.moving(ctx, func() driver.Reply {
 			if grant {
 				return h.c.be.grant(ctx, o)

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,64 @@ func TestMaxHold(t *testing.T) {
 	}
 	if _, err := a.Mutex(lockName(t), dlock.WithMaxHold(time.Microsecond)).TryLock(ctx); !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Errorf("a max hold below 1ms: %v", err)
+	}
+}
+
+// maxHoldSlack is how far past a hold's max hold the server may keep its
+// lock in these tests: the drift margin and the one-way delay of the
+// command that set it, on a loaded machine (each defect below overshot by
+// hundreds of ms).
+const maxHoldSlack = 40 * time.Millisecond
+
+// expiresBy fails the test when the lock key of name lives on the server
+// past end (plus maxHoldSlack).
+func expiresBy(t *testing.T, name string, end time.Time, what string) {
+	t.Helper()
+	left := pttl(t, keysOf(name).Lock)
+	if over := time.Until(end.Add(maxHoldSlack)); left > over {
+		t.Errorf("%s: the lock lives %v more on the server, past the hold's max hold by %v", what, left, left-time.Until(end))
+	}
+}
+
+// A re-entry shares its hold's max hold (WithMaxHold's doc): it renews
+// the lease no further than the limit, so neither the lease nor the lock
+// in Redis outlives it — whether the TTL is the max hold (no renewals) or
+// shorter (renewed up to it). (Issue 33: a re-entry renewed with the full
+// TTL; lock and lease outlived the limit by up to a TTL.)
+func TestMaxHoldBindsReentry(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	for _, tc := range []struct {
+		name         string
+		ttl, maxHold time.Duration
+	}{
+		{"ttl=maxhold", 900 * time.Millisecond, 900 * time.Millisecond},
+		{"ttl<maxhold", 400 * time.Millisecond, 900 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := lockName(t)
+			m := c.Mutex(name, dlock.WithTTL(tc.ttl), dlock.WithMaxHold(tc.maxHold))
+			l := mustLock(t, m, ctx)
+			end := time.Now().Add(tc.maxHold) // after the acquire was sent: no earlier than its max-hold end
+			// Re-enter at a third and at two thirds of the max hold: each
+			// time, the lock in Redis must end by the max hold.
+			for i := 1; i <= 2; i++ {
+				time.Sleep(time.Until(end.Add(-tc.maxHold + time.Duration(i)*tc.maxHold/3)))
+				inner, err := m.Lock(l.Context(ctx))
+				if err != nil {
+					t.Fatalf("re-entry %d: %v", i, err)
+				}
+				expiresBy(t, name, end, fmt.Sprintf("after re-entry %d", i))
+				unlock(t, inner)
+			}
+			<-l.Done()
+			if err := l.Err(); !strings.Contains(fmt.Sprint(err), "max hold") {
+				t.Fatalf("Err %v; want the max hold ran out", err)
+			}
+			if after := time.Since(end); after > maxHoldSlack {
+				t.Errorf("the lease ended %v past its max hold", after)
+			}
+			expiresBy(t, name, end, "at the lease's end")
+		})
 	}
 }

@@ -215,13 +215,12 @@ func (w *watchdog) due(now time.Time) []renewal {
 		default:
 			w.renewals.remove(h) // back in when the outcome is known
 			h.renewing = true
-			ttl := h.ttl
-			if h.maxHold > 0 {
-				// WithMaxHold: renew up to the limit, then no more (the
-				// renewal only lengthens, so the lease ends at the limit)
-				ttl = min(ttl, max(h.acquired.Add(h.maxHold).Sub(now), minTTL))
-			}
-			rs = append(rs, renewal{h: h, ttl: ttl, epoch: h.epoch, seq: h.next()})
+			// WithMaxHold: renew up to the limit, then no more (cut, counted
+			// from now: the renewal's start, earlier than its send, so the
+			// lease it confirms ends at the limit, and the server's after)
+			ttl, _ := h.cut(h.ttl, now)
+			ttl = max(ttl, minTTL)
+			rs = append(rs, renewal{h: h, start: now, ttl: ttl, epoch: h.epoch, seq: h.next()})
 		}
 		w.mu.Unlock()
 		h.mu.Unlock()
@@ -248,10 +247,9 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	// No point waiting for a reply past the soonest deadline.
 	bctx, cancel := context.WithTimeout(ctx, shortest)
 	defer cancel()
-	start := time.Now()
+	start := time.Now() // each renewal's start was set before (due): earlier, so its deadline is safe
 	cmds := w.c.be.batch(bctx, ops, true)
 	for i, cmd := range cmds {
-		rs[i].start = start
 		v, err := cmd.Int64()
 		rs[i].ok, rs[i].stale, rs[i].err = v == 1, v == replyStale, err
 	}
@@ -284,8 +282,7 @@ func (w *watchdog) apply(rs []renewal) {
 			h.settle(r.start, r.seq)
 			h.nextRenew = now.Add(h.ttl / 10)
 		case r.ok && r.epoch == h.epoch:
-			h.confirmed(r.start, r.ttl, r.seq)
-			h.limited = h.limited || r.ttl < h.ttl // renewed up to its max hold
+			h.confirmed(r.start, r.ttl, r.seq) // limited when it reaches the max hold
 		case r.ok:
 			// Extend ran meanwhile and set the schedule itself.
 		}
