@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // WithMaxHold: the watchdog renews a lease past its TTL, but not past the
@@ -135,6 +138,97 @@ func TestMaxHoldBindsReentry(t *testing.T) {
 				t.Errorf("the lease ended %v past its max hold", after)
 			}
 			expiresBy(t, name, end, "at the lease's end")
+		})
+	}
+}
+
+// An Extend under a max hold that fails — held back and delivered late,
+// dropped, or sent into a paused server with a short ctx — leaves the
+// hold as it was: the watchdog goes on renewing it up to the max hold,
+// the lease ends there (not at its TTL), and the lock in Redis ends with
+// it, whenever the Extend's bytes land. (Issue 33: the hold was marked as
+// reaching its limit before the Extend was sent; the lease ended at its
+// TTL saying the max hold ran out, and the late Extend kept the
+// lock in Redis until the max hold.)
+func TestMaxHoldSurvivesAFailedExtend(t *testing.T) {
+	const ttl, maxHold = 900 * time.Millisecond, 2400 * time.Millisecond
+	ctx := context.Background()
+	for _, how := range []string{"late", "dropped", "paused", "stopped"} {
+		t.Run(how, func(t *testing.T) {
+			name := lockName(t)
+			var c *dlock.Client
+			var d *lateDriver
+			var admin *redis.Client
+			key := keysOf(name).Lock
+			var s *redistest.Server
+			if how == "paused" || how == "stopped" {
+				s = redistest.StartT(t, redistest.Options{})
+				admin = newRedis(t, s)
+				c = newClient(t, newRedis(t, s))
+			} else {
+				c, d = lateClient(t)
+				admin = newRedis(t, srv)
+			}
+			m := c.Mutex(name, dlock.WithTTL(ttl), dlock.WithMaxHold(maxHold))
+			warm := mustLock(t, m, ctx) // the server has the scripts
+			if err := warm.Extend(ctx, ttl); err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, warm)
+			l := mustLock(t, m, ctx)
+			end := time.Now().Add(maxHold)
+			var err error
+			switch how {
+			case "late", "dropped":
+				d.mu.Lock()
+				d.armed = true
+				d.pick = func(args []any) bool { // the Extend: its TTL is above the lease's
+					return slices.ContainsFunc(args, func(a any) bool { return a == l.Token() }) &&
+						slices.ContainsFunc(args, func(a any) bool { ms, ok := a.(int64); return ok && ms > ttl.Milliseconds() })
+				}
+				d.mu.Unlock()
+				err = l.Extend(ctx, time.Hour)
+				if how == "late" {
+					// after its caller gave up, before the next renewal
+					// (at a third of the TTL) could make it stale: it runs
+					time.Sleep(time.Until(end.Add(-maxHold + ttl/4)))
+					d.deliver(t)
+				}
+			case "paused":
+				if err := admin.Do(ctx, "CLIENT", "PAUSE", (ttl / 2).Milliseconds(), "ALL").Err(); err != nil {
+					t.Fatal(err)
+				}
+				ectx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				err = l.Extend(ectx, time.Hour)
+				cancel()
+			case "stopped": // SIGSTOP: the Extend's bytes wait in the socket and run at SIGCONT
+				if err := s.Pause(); err != nil {
+					t.Fatal(err)
+				}
+				resumed := make(chan struct{})
+				time.AfterFunc(ttl/2, func() { _ = s.Resume(); close(resumed) })
+				ectx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				err = l.Extend(ectx, time.Hour)
+				cancel()
+				<-resumed
+			}
+			if err == nil {
+				t.Skip("the Extend was answered") // (the pause did not take hold in time)
+			}
+			<-l.Done()
+			if err := l.Err(); !strings.Contains(fmt.Sprint(err), "max hold") {
+				t.Fatalf("Err %v; want the max hold ran out", err)
+			}
+			if early := time.Until(end); early > maxHoldSlack+maxHold/100 {
+				t.Errorf("the lease ended %v before its max hold: the failed Extend stopped its renewals", early)
+			}
+			left, err := admin.PTTL(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left > maxHoldSlack {
+				t.Errorf("the lease has ended; the lock lives %v more in Redis", left)
+			}
 		})
 	}
 }
