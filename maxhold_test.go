@@ -232,3 +232,50 @@ func TestMaxHoldSurvivesAFailedExtend(t *testing.T) {
 		})
 	}
 }
+
+// A lease handed over by a release gets its whole max hold, counted from
+// when the hand-off reached the waiter (after the release granted it),
+// and Redis's lock ends with it. (Issue 33: the max hold counted from
+// the waiter's last attempt, up to a keep-alive interval earlier: the
+// lease got 283-889 ms of a 1 s max hold, and the hand-off's TTL, counted
+// from the release, kept the lock up to 720 ms after the lease ended.)
+func TestMaxHoldOfAHandedOverLease(t *testing.T) {
+	const maxHold = time.Second
+	ctx := context.Background()
+	a, b := client(t), client(t)
+	name := lockName(t)
+	held := mustLock(t, a.Mutex(name), ctx)
+	type got struct {
+		l   *dlock.Lease
+		at  time.Time
+		err error
+	}
+	res := make(chan got, 1)
+	go func() {
+		l, err := b.Mutex(name, dlock.WithTTL(maxHold), dlock.WithMaxHold(maxHold)).Lock(ctx)
+		res <- got{l, time.Now(), err}
+	}()
+	waitFor(t, "the waiter queued", func() bool {
+		n, _ := newRedis(t, srv).ZCard(ctx, keysOf(name).Lock+":queue").Result()
+		return n == 1
+	})
+	// Its attempt was sent before this; its next comes a keep-alive (1 s)
+	// later. Half a second on, the hand-off still leaves it more than a
+	// quarter of its lease counted from that attempt: it takes it.
+	time.Sleep(maxHold / 2)
+	unlock(t, held)
+	g := <-res
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	<-g.l.Done()
+	if err := g.l.Err(); !strings.Contains(fmt.Sprint(err), "max hold") {
+		t.Fatalf("Err %v; want the max hold ran out", err)
+	}
+	if lasted := time.Since(g.at); lasted < maxHold-maxHold/100-maxHoldSlack {
+		t.Errorf("the handed-over lease lasted %v of its %v max hold", lasted, maxHold)
+	}
+	if left := pttl(t, keysOf(name).Lock); left > maxHoldSlack {
+		t.Errorf("the handed-over lease has ended; the lock lives %v more in Redis", left)
+	}
+}

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,11 @@ type outcome struct {
 	start  time.Time
 	ttl    time.Duration // the lease from start, when not the asked TTL (a hand-off's)
 	handed bool          // granted by a release's hand-off (handedOver), not by an attempt
+	// maxFrom, if set, is when the hold's max hold (WithMaxHold) begins,
+	// when not start: a hand-off's, when it reached the waiter (the
+	// release granted it before), while its lease counts from the
+	// earlier start for safety
+	maxFrom time.Time
 	// not granted: try again within wait at the latest; placed, if its
 	// sent time is set, is the place in the queue that the attempt made
 	// or kept (handoff.go).
@@ -368,9 +374,12 @@ func (a *acquisition) lease(ctx context.Context, o outcome) (*Lease, time.Durati
 func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o outcome) (*Lease, error) {
 	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.start)
 	h.side, h.handed = p.side, o.handed
-	if o.ttl > 0 {
-		h.deadline = time.Time{}
-		h.confirmed(o.start, o.ttl, 0)
+	if o.ttl > 0 || !o.maxFrom.IsZero() {
+		if !o.maxFrom.IsZero() {
+			h.maxFrom = o.maxFrom
+		}
+		h.deadline, h.limited = time.Time{}, false
+		h.confirmed(o.start, cmp.Or(o.ttl, p.cfg.ttl), 0)
 	}
 	l, err := a.c.newLease(ctx, h)
 	if err != nil {
