@@ -24,9 +24,9 @@ type hold struct {
 	// a hold handed over by a release, when the hand-off reached the
 	// waiter (handedOver)
 	maxFrom time.Time
-	side     side      // the side of an RWMutex hold; "" for other locks
-	token    string
-	fence    int64
+	side    side // the side of an RWMutex hold; "" for other locks
+	token   string
+	fence   int64
 
 	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
