@@ -29,6 +29,10 @@ type request struct {
 	// handOff: a renewed lease's waiter asks to be handed the lock by the
 	// release itself (a Mutex, a FairMutex; see lib_mutex.lua).
 	handOff bool
+	// once: a win whose lease has ended before the acquire returns it is
+	// refused with an error, not acquired again (a Campaign: its doc; see
+	// Client.valid)
+	once bool
 	// check, if set, checks the request's own input, after the checks
 	// every request has.
 	check func() error
@@ -71,6 +75,11 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 			return reenter(ctx, outer)
 		}
 	}
+	return c.valid(ctx, r.k.name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
+}
+
+// acquireOnce is one acquisition of r, with a token of its own.
+func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg lockConfig) (*Lease, error) {
 	token := c.newToken()
 	if r.token != nil {
 		var err error
@@ -190,6 +199,11 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		h.c.wd.reschedule(h)
 	}
 	h.mu.Unlock()
+	if err := l.Err(); err != nil {
+		// the reply came after the hold's deadline: the hold is lost
+		// (valid, wait.go), and this lease with it
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
 	return l, nil
 }
 

@@ -116,6 +116,12 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	if err := checkCall(ctx, c, name); err != nil {
 		return nil, err
 	}
+	return c.valid(ctx, name, true, func() (*Lease, error) { return lockMutexesOnce(ctx, c, ms, name) })
+}
+
+// lockMutexesOnce is one acquisition of lockMutexes, with a token of its
+// own.
+func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (*Lease, error) {
 	token := c.newToken()
 	member := c.member(token, 0)
 	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).base + c.id, token: token}

@@ -202,6 +202,51 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	return l, err
 }
 
+// Grants that come back too late. A grant whose reply comes after its
+// lease's validity has passed (start+TTL less the drift margin: the
+// server stalled longer than the TTL, say) proves nothing any more: the
+// lock may have expired on the server and gone to another owner. So an
+// acquire never returns such a lease (its Err would say it is lost at
+// once; dlock run would start CMD and stop it at once): it releases what
+// was taken (the lock may still be held in Redis, its TTL counted from
+// when the grant ran), and a Lock acquires again, with a new token, within
+// its ctx, while a TryLock — and a Campaign, as its doc says — fails with
+// ErrNotObtained (and ErrLeaseLost: won, but lost before the reply came). The check is the lease's own
+// (Err, its local deadline: expireIfLate), the one Campaign makes after
+// recording its value, and the error says it as Campaign does (wonButLost).
+
+// valid runs take — one acquisition, with a token of its own — until it
+// returns a lease that is still valid, or fails (see above); with again
+// false (a TryLock, a Campaign) it runs it once.
+func (c *Client) valid(ctx context.Context, name string, again bool, take func() (*Lease, error)) (*Lease, error) {
+	for {
+		l, err := take()
+		if err != nil {
+			return nil, err
+		}
+		lost := l.Err()
+		if lost == nil {
+			return l, nil
+		}
+		// A new token for the next try: a release that hands the lock on
+		// leaves this one in the dead set, where it could take nothing.
+		releaseAll(ctx, []*Lease{l})
+		if !again {
+			return nil, wonButLost(name, lost)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, waitEnded(name, err)
+		}
+		c.tel.log.Info("dlock: a grant came back after its lease's validity; acquiring again", "lock", name, "err", lost)
+	}
+}
+
+// wonButLost is the error of an acquire that won a lock whose lease had
+// ended before the acquire could return it.
+func wonButLost(name string, err error) error {
+	return fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, name, err)
+}
+
 // newLease registers a hold that an attempt has just taken with the
 // watchdog and returns its first lease. If the client was closed
 // meanwhile it undoes the hold and returns ErrClosed.

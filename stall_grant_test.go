@@ -1,0 +1,89 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// An acquire whose grant comes back after the lease's validity has passed
+// (the server stalled longer than the TTL) never returns that lease: Lock
+// releases it and takes the lock again within its ctx, returning a lease
+// that is held; TryLock releases it and fails with ErrNotObtained (and
+// ErrLeaseLost: won, but lost before the reply came), the lock left free.
+// (Issue 33: Lock returned a lease already lost, with a nil error, 5 of
+// 6; dlock run then started CMD and killed it at once.)
+func TestAcquireAfterAStallLongerThanItsTTL(t *testing.T) {
+	const ttl, stall = 200 * time.Millisecond, 500 * time.Millisecond
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	admin := newRedis(t, s)
+	c := newClient(t, newRedis(t, s))
+	other := newClient(t, newRedis(t, s))
+	for _, tc := range []struct {
+		kind string
+		wait bool
+		take func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error)
+	}{
+		{"Mutex", true, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.Mutex(name).Lock(ctx, dlock.WithTTL(ttl))
+		}},
+		{"FairMutex", true, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.FairMutex(name).Lock(ctx, dlock.WithTTL(ttl))
+		}},
+		{"RWMutex.read", true, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.RWMutex(name).RLock(ctx, dlock.WithTTL(ttl))
+		}},
+		{"Semaphore", true, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.Semaphore(name, 2).Acquire(ctx, 1, dlock.WithTTL(ttl))
+		}},
+		{"LockAll", true, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return dlock.LockAll(ctx, c.Mutex(name+"/1", dlock.WithTTL(ttl)), c.Mutex(name+"/2", dlock.WithTTL(ttl)))
+		}},
+		{"Mutex.TryLock", false, func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error) {
+			return c.Mutex(name).TryLock(ctx, dlock.WithTTL(ttl))
+		}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			name := lockName(t)
+			warm, err := tc.take(ctx, c, name+"-warm") // scripts loaded, connections made
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, warm)
+			if err := admin.Do(ctx, "CLIENT", "PAUSE", stall.Milliseconds(), "ALL").Err(); err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			l, err := tc.take(wctx, c, name)
+			if !tc.wait {
+				if err == nil {
+					t.Fatalf("TryLock returned a lease (Err %v) from a grant that came back after its TTL", l.Err())
+				}
+				if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrLeaseLost) {
+					t.Fatalf("TryLock: %v; want ErrNotObtained and ErrLeaseLost", err)
+				}
+				// released: another owner takes it at once
+				o, err := tc.take(ctx, other, name)
+				if err != nil {
+					t.Fatalf("after the refused grant the lock is not free: %v", err)
+				}
+				unlock(t, o)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Err(); err != nil {
+				t.Fatalf("%s returned a lease that was already lost: %v", tc.kind, err)
+			}
+			unlock(t, l)
+		})
+	}
+}
+
