@@ -177,10 +177,11 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	})
 	res, err := r.Int64Slice()
 	if err != nil {
-		// The hold count in Redis may or may not be count now; the next
-		// re-entry or unlock sets it to the right value again (in the
-		// hold's sequence: this call, if late, changes nothing after
-		// them). A re-entry only ever lengthens the lease.
+		// The hold count in Redis may or may not be count now, or may
+		// become it when this call lands late: recount sets it right
+		// again (in the hold's sequence: this call, if late, changes
+		// nothing after it). A re-entry only ever lengthens the lease.
+		h.recount()
 		return nil, redisErr("lock", h.k.name, err)
 	}
 	if len(res) < 1 || res[0] != replyHeld {

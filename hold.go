@@ -288,9 +288,8 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	// The lease ends, whether or not the call succeeded. After a failed
-	// call an inner lease's count is set right by the hold's next
-	// re-entry or unlock (counts are absolute), and the last one's release
-	// goes on in the background.
+	// call an inner lease's count is set right again in the background
+	// (recount), and the last one's release goes on in the background.
 	h.mu.Lock()
 	h.count = left
 	h.leases = slices.DeleteFunc(h.leases, func(x *Lease) bool { return x == l })
@@ -301,11 +300,60 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		if err != nil {
 			h.c.releaseLater(h)
 		}
+	} else if err != nil {
+		h.recount()
 	}
 	if err != nil {
 		return redisErr("unlock", h.k.name, err)
 	}
 	return nil
+}
+
+// recount sets the hold count in Redis to the hold's own again, after a
+// re-entry or an inner unlock whose call failed: it may have run, or may
+// not, or may still, late. It runs in the background, in the hold's
+// sequence — a copy of the failed call that lands after it is refused
+// (STALE), one that ran before is overwritten — until Redis answers, the
+// hold ends, or the Client closes. It waits for a call of the hold in
+// flight (h.calls) without blocking it: that call, a re-entry or an
+// unlock, sets the count itself, and a later one gets a later place.
+func (h *hold) recount() {
+	h.c.background(func() {
+		backoff := releaseMinBackoff
+		wait := func() bool {
+			timer := time.NewTimer(backoff)
+			defer timer.Stop()
+			backoff = min(2*backoff, releaseMaxBackoff)
+			select {
+			case <-h.c.life.Done():
+				return false
+			case <-timer.C:
+				return true
+			}
+		}
+		for {
+			if !h.calls.TryLock() {
+				if !wait() {
+					return
+				}
+				continue
+			}
+			h.mu.Lock()
+			count, ended := h.count, h.err != nil
+			seq := h.next()
+			h.mu.Unlock()
+			h.calls.Unlock()
+			if ended || count < 1 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(h.c.life, releaseTry)
+			r := h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.p.release(h.token, count, seq)) })
+			cancel()
+			if r.Err == nil || !wait() { // set, STALE (a later command set it) or gone
+				return
+			}
+		}
+	})
 }
 
 // extend is Lease.Extend of one of h's leases.

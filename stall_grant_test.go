@@ -87,3 +87,52 @@ func TestAcquireAfterAStallLongerThanItsTTL(t *testing.T) {
 	}
 }
 
+// A re-entry or an inner Unlock whose call fails (its ctx ended; the
+// command held back, then delivered late or never) leaves the hold count
+// in Redis right: the hold sets it again, in its sequence, without
+// waiting for the hold's next command. Late: the re-entry given up on
+// lands after its caller was told it failed; dropped: the inner unlock
+// never lands. (Issue 33: the count stayed off by
+// one until the next re-entry or unlock.)
+func TestFailedReentryOrInnerUnlockSetsTheCountRight(t *testing.T) {
+	ctx := context.Background()
+	// (A re-entry dropped, or an inner unlock delivered late, leaves the
+	// count right by itself.)
+	for _, how := range []string{"reentry-late", "unlock-dropped"} {
+		t.Run(how, func(t *testing.T) {
+			c, d := lateClient(t)
+			name := lockName(t)
+			m := c.Mutex(name)
+			l := mustLock(t, m, ctx) // 30 s TTL: no renewal meanwhile
+			inner, err := m.Lock(l.Context(ctx))
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, inner) // the server has both scripts
+			want := "1"
+			switch how {
+			case "reentry-late":
+				d.hold(l.Token(), 2)
+				if inner, err := m.Lock(l.Context(ctx)); err == nil {
+					unlock(t, inner)
+					t.Fatal("the held re-entry returned nil")
+				}
+			default:
+				inner, err := m.Lock(l.Context(ctx))
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.hold(l.Token(), 1)
+				if err := inner.Unlock(ctx); err == nil {
+					t.Fatal("the held inner Unlock returned nil")
+				}
+			}
+			if how == "reentry-late" {
+				d.deliver(t)
+			}
+			count := func() string { return newRedis(t, srv).HGet(ctx, keysOf(name).Lock, l.Token()).Val() }
+			waitFor(t, "the hold count set right again", func() bool { return count() == want })
+			unlock(t, l)
+		})
+	}
+}
