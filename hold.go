@@ -76,7 +76,12 @@ type hold struct {
 //     takes into account from its own start, whether it answered
 //     (extend) or not (mayHaveSet, which caps every later confirmation by
 //     d until a command with a higher place is confirmed: then the Extend
-//     can no longer run).
+//     can no longer run), or a renewal sent while such an Extend was
+//     unsure, which sets the lease to exactly its ttl (watchdog.due): its
+//     start+ttl is no earlier than C's start+ttl (the same TTL from a
+//     later start, or both cut to the same max hold; after an Extend
+//     the hold counts on the Extend's own), so it shortens only what a
+//     late Extend added, which the hold never counted on.
 //   - No command removes another lease's hold: each hold has its own
 //     token, and every command names its token (a read inside a write has
 //     a token of its own; re-entered leases share a hold and its count,
