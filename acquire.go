@@ -75,7 +75,7 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 			return reenter(ctx, outer)
 		}
 	}
-	return c.valid(ctx, r.k.name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
+	return valid(ctx, r.k.name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
 }
 
 // acquireOnce is one acquisition of r, with a token of its own.

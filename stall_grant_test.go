@@ -136,3 +136,37 @@ func TestFailedReentryOrInnerUnlockSetsTheCountRight(t *testing.T) {
 		})
 	}
 }
+
+// LockAll of locks it takes one by one (here a Mutex and an RWMutex's
+// read side) never returns a set with a part whose lease ended while it
+// waited for the next part (a fixed lease shorter than that wait): it
+// releases what it took and takes the set again within its ctx.
+func TestLockAllNeverReturnsASetWithALostPart(t *testing.T) {
+	ctx := context.Background()
+	c, other := client(t), client(t)
+	name := lockName(t)
+	m := c.Mutex(name+"-a", dlock.WithLease(100*time.Millisecond)) // sorts first: taken first
+	rw := c.RWMutex(name + "-b")
+	w := mustLock(t, other.RWMutex(rw.Name()), ctx)
+	got := make(chan error, 1)
+	var set *dlock.Lease
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var err error
+		set, err = dlock.LockAll(wctx, m, rw.RLocker())
+		got <- err
+	}()
+	waitFor(t, "the first part taken", func() bool {
+		return newRedis(t, srv).Exists(ctx, keysOf(m.Name()).Lock).Val() == 1
+	})
+	time.Sleep(200 * time.Millisecond) // the first part's fixed lease runs out meanwhile
+	unlock(t, w)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Err(); err != nil {
+		t.Fatalf("LockAll returned a set already lost: %v", err)
+	}
+	unlock(t, set)
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -211,14 +212,21 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 // was taken (the lock may still be held in Redis, its TTL counted from
 // when the grant ran), and a Lock acquires again, with a new token, within
 // its ctx, while a TryLock — and a Campaign, as its doc says — fails with
-// ErrNotObtained (and ErrLeaseLost: won, but lost before the reply came). The check is the lease's own
-// (Err, its local deadline: expireIfLate), the one Campaign makes after
-// recording its value, and the error says it as Campaign does (wonButLost).
+// ErrNotObtained (and ErrLeaseLost: won, but lost before the reply
+// came). A LockAll that takes its locks one by one does the same when a
+// part's lease ended while it waited for the next (a fixed lease shorter
+// than that wait). The check is the lease's own (Err, its local
+// deadline: expireIfLate), the one Campaign makes after recording its
+// value, and the error says it as Campaign does (wonButLost).
 
 // valid runs take — one acquisition, with a token of its own — until it
 // returns a lease that is still valid, or fails (see above); with again
-// false (a TryLock, a Campaign) it runs it once.
-func (c *Client) valid(ctx context.Context, name string, again bool, take func() (*Lease, error)) (*Lease, error) {
+// false (a TryLock, a Campaign) it runs it once. Tries again come after a
+// pause that doubles from retryFirst up to retryMax (a server that stays
+// slow is not hammered), and not at all for a lease that no reply can
+// find valid (a TTL within the drift margin: 2 ms or less by default).
+func valid(ctx context.Context, name string, again bool, take func() (*Lease, error)) (*Lease, error) {
+	pause := retryFirst
 	for {
 		l, err := take()
 		if err != nil {
@@ -231,15 +239,30 @@ func (c *Client) valid(ctx context.Context, name string, again bool, take func()
 		// A new token for the next try: a release that hands the lock on
 		// leaves this one in the dead set, where it could take nothing.
 		releaseAll(ctx, []*Lease{l})
-		if !again {
+		if !again || slices.ContainsFunc(l.Parts(), func(p *Lease) bool { return p.of.first().neverValid() }) {
 			return nil, wonButLost(name, lost)
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, waitEnded(name, err)
+		l.of.first().c.tel.log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, waitEnded(name, ctx.Err())
+		case <-timer.C:
 		}
-		c.tel.log.Info("dlock: a grant came back after its lease's validity; acquiring again", "lock", name, "err", lost)
+		pause = min(2*pause, retryMax)
 	}
 }
+
+// Tries again of an acquire whose lease ended before it returned (valid).
+const (
+	retryFirst = time.Millisecond
+	retryMax   = 256 * time.Millisecond
+)
+
+// neverValid reports whether the hold's lease is too short for any grant
+// to be valid when its reply comes: its TTL is within the drift margin.
+func (h *hold) neverValid() bool { return h.ttl <= h.c.drift.of(h.ttl) }
 
 // wonButLost is the error of an acquire that won a lock whose lease had
 // ended before the acquire could return it.
