@@ -71,7 +71,9 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 //
 // Lock never returns a lease that has already ended: a grant whose reply
 // came after the lease's local deadline (the server stalled longer than
-// the TTL) is released, and Lock acquires again.
+// the TTL) is released, and Lock acquires again (for a TTL within the
+// drift margin, which no reply can find valid, it fails with an error
+// matching ErrNotObtained and ErrLeaseLost).
 //
 // When ctx ends first, Lock returns an error matching both ErrNotObtained
 // and ctx.Err(), and holds nothing. Other errors: ErrInvalidArgument for
