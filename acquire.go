@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"time"
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
@@ -28,6 +29,10 @@ type request struct {
 	// handOff: a renewed lease's waiter asks to be handed the lock by the
 	// release itself (a Mutex, a FairMutex; see lib_mutex.lua).
 	handOff bool
+	// once: a win whose lease has ended before the acquire returns it is
+	// refused with an error, not acquired again (a Campaign: its doc; see
+	// Client.valid)
+	once bool
 	// check, if set, checks the request's own input, after the checks
 	// every request has.
 	check func() error
@@ -70,6 +75,11 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 			return reenter(ctx, outer)
 		}
 	}
+	return valid(ctx, r.k.name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
+}
+
+// acquireOnce is one acquisition of r, with a token of its own.
+func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg lockConfig) (*Lease, error) {
 	token := c.newToken()
 	if r.token != nil {
 		var err error
@@ -152,15 +162,26 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	h.mu.Lock()
-	count, ttl, epoch := h.count+1, h.ttl, h.epoch
+	count, want, epoch := h.count+1, h.ttl, h.epoch
 	h.mu.Unlock()
-	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.(reentrant).reenter(h.token, count, ttl, seq) })
+	// A re-entry renews the hold's lease, as the watchdog does: no further
+	// than its max hold (WithMaxHold), cut when sent.
+	if _, ok := h.cut(want, time.Now()); !ok {
+		return nil, h.maxHoldReached()
+	}
+	var ttl time.Duration
+	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) op {
+		ttl, _ = h.cut(want, start)
+		ttl = max(ttl, minTTL)
+		return h.p.(reentrant).reenter(h.token, count, ttl, seq)
+	})
 	res, err := r.Int64Slice()
 	if err != nil {
-		// The hold count in Redis may or may not be count now; the next
-		// re-entry or unlock sets it to the right value again (in the
-		// hold's sequence: this call, if late, changes nothing after
-		// them). A re-entry only ever lengthens the lease.
+		// The hold count in Redis may or may not be count now, or may
+		// become it when this call lands late: recount sets it right
+		// again (in the hold's sequence: this call, if late, changes
+		// nothing after it). A re-entry only ever lengthens the lease.
+		h.recount()
 		return nil, redisErr("lock", h.k.name, err)
 	}
 	if len(res) < 1 || res[0] != replyHeld {
@@ -179,6 +200,11 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		h.c.wd.reschedule(h)
 	}
 	h.mu.Unlock()
+	if err := l.Err(); err != nil {
+		// the reply came after the hold's deadline: the hold is lost
+		// (valid, wait.go), and this lease with it
+		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
 	return l, nil
 }
 

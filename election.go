@@ -90,6 +90,7 @@ func (e *Election) request(value string) *request {
 	r := e.c.mutexRequest("Election", e.k, e.opts, true)
 	m := r.p.(mutexProto)
 	r.p = electionProto{m}
+	r.once = true // a win already lost is an error (see Campaign)
 	r.call = func(token, member string, queued bool, cfg lockConfig) call {
 		c := m.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), true)
 		c.args = append(c.args, "", value, e.k.channel)
@@ -164,7 +165,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		case ctx.Err() != nil:
 			return nil, waitEnded(e.k.name, ctx.Err())
 		case errors.Is(err, ErrLeaseLost):
-			return nil, fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, e.k.name, err)
+			return nil, wonButLost(e.k.name, err)
 		}
 		return nil, err
 	}

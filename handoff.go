@@ -119,5 +119,10 @@ func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
 	if time.Until(p.sent.Add(granted-d.of(granted))) < granted/4 {
 		return o, false
 	}
-	return outcome{granted: true, fence: m.fence, start: p.sent, ttl: granted, handed: true}, true
+	// Its validity counts from p.sent (above); its max hold from now, when
+	// the hand-off has reached it: the release granted it before, for
+	// granted, at most the max hold (a TTL is cut to it), so Redis's hold
+	// ends before the max hold does, and renewals are cut to it (hold.go,
+	// "Max hold").
+	return outcome{granted: true, fence: m.fence, start: p.sent, ttl: granted, handed: true, maxFrom: time.Now()}, true
 }

@@ -20,9 +20,13 @@ type hold struct {
 	p        protocol
 	what     string    // the primitive, for telemetry
 	acquired time.Time // when the attempt that took it was sent
-	side     side      // the side of an RWMutex hold; "" for other locks
-	token    string
-	fence    int64
+	// maxFrom is when its max hold (WithMaxHold) began: acquired, or, for
+	// a hold handed over by a release, when the hand-off reached the
+	// waiter (handedOver)
+	maxFrom time.Time
+	side    side // the side of an RWMutex hold; "" for other locks
+	token   string
+	fence   int64
 
 	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
@@ -33,9 +37,9 @@ type hold struct {
 	ttl       time.Duration // lease length used by renewals
 	deadline  time.Time     // local: the lease may be gone after this
 	nextRenew time.Time     // when the watchdog renews it next
-	maxHold   time.Duration // WithMaxHold: no renewal or Extend past acquired+maxHold; 0: none
+	maxHold   time.Duration // WithMaxHold: no command sets its lease past maxFrom+maxHold (maxEnd); 0: none
 	renew     bool          // the watchdog renews it (set when made; beside the flags below, to pack them)
-	limited   bool          // its lease reaches its max hold: when it runs out, the max hold did
+	limited   bool          // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
 	renewing  bool          // a renewal of it is in flight
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	handed    bool          // set when made: a release handed it over (handedOver), no attempt of its own took it
@@ -72,7 +76,12 @@ type hold struct {
 //     takes into account from its own start, whether it answered
 //     (extend) or not (mayHaveSet, which caps every later confirmation by
 //     d until a command with a higher place is confirmed: then the Extend
-//     can no longer run).
+//     can no longer run), or a renewal sent while such an Extend was
+//     unsure, which sets the lease to exactly its ttl (watchdog.due): its
+//     start+ttl is no earlier than C's start+ttl (the same TTL from a
+//     later start, or both cut to the same max hold; after an Extend
+//     the hold counts on the Extend's own), so it shortens only what a
+//     late Extend added, which the hold never counted on.
 //   - No command removes another lease's hold: each hold has its own
 //     token, and every command names its token (a read inside a write has
 //     a token of its own; re-entered leases share a hold and its count,
@@ -107,11 +116,54 @@ func (h *hold) next() int64 {
 }
 
 func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
-	h := &hold{c: c, k: k, what: what, acquired: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
-		ttl: cfg.ttl, maxHold: cfg.maxHold, limited: cfg.maxHold > 0 && cfg.ttl == cfg.maxHold,
-		deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h := &hold{c: c, k: k, what: what, acquired: start, maxFrom: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
+		ttl: cfg.ttl, maxHold: cfg.maxHold, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.confirmed(start, cfg.ttl, 0)
 	return h
+}
+
+// Max hold (WithMaxHold). Every command that sets the hold's lease in
+// Redis — a renewal, an Extend, a re-entry — carries a TTL cut to what is
+// left of the max hold when it is sent (cut), so that, counted from when
+// it runs, the lease it sets ends no later than maxEnd plus that
+// command's own delay on its way; a hand-off's TTL is the lease's TTL, at
+// most the max hold, counted from the release, which ran before the
+// hand-off reached the waiter (maxFrom). The hold counts on nothing past
+// maxEnd (less the drift margin), and it is marked limited — no more
+// renewals; when its deadline passes, its max hold ran out — only when a
+// reply confirmed a lease that reaches maxEnd (confirmed): a command that
+// failed, whose outcome is unknown, changes nothing of that, and the
+// watchdog goes on renewing up to the limit. A copy of a command given up
+// on that lands late is ordered by the hold's sequence (see "Late
+// commands" below): after a later command ran it changes nothing; before,
+// its TTL is cut like every other.
+
+// maxEnd is when the hold's max hold runs out; zero without one.
+func (h *hold) maxEnd() time.Time {
+	if h.maxHold <= 0 {
+		return time.Time{}
+	}
+	return h.maxFrom.Add(h.maxHold)
+}
+
+// cut returns ttl cut to what is left of the max hold at now, for a
+// command sent then, and false when less than minTTL is left (the hold
+// cannot be given any more time). Without a max hold it returns ttl.
+func (h *hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
+	if h.maxHold <= 0 {
+		return ttl, true
+	}
+	left := h.maxEnd().Sub(now)
+	if left < minTTL {
+		return 0, false
+	}
+	return min(ttl, left), true
+}
+
+// maxHoldReached is the error of a command refused because the hold's
+// max hold is (all but) over.
+func (h *hold) maxHoldReached() error {
+	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.name, h.maxHold)
 }
 
 // confirmed records that a request sent at start, with place seq in the
@@ -126,6 +178,9 @@ func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 		h.deadline = d
 	}
 	h.nextRenew = start.Add(ttl / 3)
+	if h.maxHold > 0 && !start.Add(ttl).Before(h.maxEnd()) {
+		h.limited = true // this lease reaches the max hold: nothing more to renew
+	}
 }
 
 // newLease adds a lease to the hold. It fails when the hold has ended.
@@ -238,9 +293,8 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	// The lease ends, whether or not the call succeeded. After a failed
-	// call an inner lease's count is set right by the hold's next
-	// re-entry or unlock (counts are absolute), and the last one's release
-	// goes on in the background.
+	// call an inner lease's count is set right again in the background
+	// (recount), and the last one's release goes on in the background.
 	h.mu.Lock()
 	h.count = left
 	h.leases = slices.DeleteFunc(h.leases, func(x *Lease) bool { return x == l })
@@ -251,11 +305,60 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		if err != nil {
 			h.c.releaseLater(h)
 		}
+	} else if err != nil {
+		h.recount()
 	}
 	if err != nil {
 		return redisErr("unlock", h.k.name, err)
 	}
 	return nil
+}
+
+// recount sets the hold count in Redis to the hold's own again, after a
+// re-entry or an inner unlock whose call failed: it may have run, or may
+// not, or may still, late. It runs in the background, in the hold's
+// sequence — a copy of the failed call that lands after it is refused
+// (STALE), one that ran before is overwritten — until Redis answers, the
+// hold ends, or the Client closes. It waits for a call of the hold in
+// flight (h.calls) without blocking it: that call, a re-entry or an
+// unlock, sets the count itself, and a later one gets a later place.
+func (h *hold) recount() {
+	h.c.background(func() {
+		backoff := releaseMinBackoff
+		wait := func() bool {
+			timer := time.NewTimer(backoff)
+			defer timer.Stop()
+			backoff = min(2*backoff, releaseMaxBackoff)
+			select {
+			case <-h.c.life.Done():
+				return false
+			case <-timer.C:
+				return true
+			}
+		}
+		for {
+			if !h.calls.TryLock() {
+				if !wait() {
+					return
+				}
+				continue
+			}
+			h.mu.Lock()
+			count, ended := h.count, h.err != nil
+			seq := h.next()
+			h.mu.Unlock()
+			h.calls.Unlock()
+			if ended || count < 1 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(h.c.life, releaseTry)
+			r := h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.p.release(h.token, count, seq)) })
+			cancel()
+			if r.Err == nil || !wait() { // set, STALE (a later command set it) or gone
+				return
+			}
+		}
+	})
 }
 
 // extend is Lease.Extend of one of h's leases.
@@ -265,20 +368,19 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	if h.maxHold > 0 {
-		// not past the max hold (WithMaxHold): cut to it
-		left := time.Until(h.acquired.Add(h.maxHold))
-		if left < minTTL {
-			return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.name, h.maxHold)
-		}
-		if d >= left {
-			d = left
-			h.mu.Lock()
-			h.limited = true
-			h.mu.Unlock()
-		}
+	// Not past the max hold (WithMaxHold): cut to what is left of it when
+	// sent, each time it is sent (inOrder). Whether the lease now reaches
+	// the limit is known only from the reply (confirmed): a call that
+	// fails leaves the hold as it was, renewed up to the limit.
+	if _, ok := h.cut(d, time.Now()); !ok {
+		return h.maxHoldReached()
 	}
-	r, seq, start := h.inOrder(ctx, true, func(seq int64) op { return h.p.renew(h.token, d, true, seq) })
+	want := d
+	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) op {
+		d, _ = h.cut(want, start)
+		d = max(d, minTTL) // what is left fell below 1 ms since the check: overshoot by that much at most
+		return h.p.renew(h.token, d, true, seq)
+	})
 	ok, err := r.Int64()
 	if err != nil {
 		h.mayHaveSet(start, d, seq, settled(err))
@@ -366,12 +468,18 @@ func (h *hold) settle(start time.Time, seq int64) {
 // until ctx ends. It returns the last reply, that command's place and
 // when it was sent.
 func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) (r driver.Reply, seq int64, start time.Time) {
+	return h.inOrderAt(ctx, grant, func(seq int64, _ time.Time) op { return cmd(seq) })
+}
+
+// inOrderAt is inOrder for a command that depends on when it is sent
+// (start: a TTL cut to the max hold).
+func (h *hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, start time.Time) op) (r driver.Reply, seq int64, start time.Time) {
 	for {
 		h.mu.Lock()
 		seq = h.next()
 		h.mu.Unlock()
 		start = time.Now()
-		o := cmd(seq)
+		o := cmd(seq, start)
 		r = h.c.moving(ctx, func() driver.Reply {
 			if grant {
 				return h.c.be.grant(ctx, o)

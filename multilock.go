@@ -49,16 +49,29 @@ func LockAll(ctx context.Context, lockers ...Locker) (*Lease, error) {
 	if ms, ok := oneScript(sorted); ok && !carriesAny(ctx, ms) {
 		return lockMutexes(ctx, ms)
 	}
-	parts := make([]*Lease, 0, len(sorted))
-	for _, l := range sorted {
-		lease, err := l.Lock(ctx)
-		if err != nil {
-			releaseAll(ctx, parts)
-			return nil, err
+	// One by one: a part's lease may end while the next is waited for (a
+	// fixed lease shorter than the wait); valid takes the set again then.
+	return valid(ctx, joinNames(sorted), true, func() (*Lease, error) {
+		parts := make([]*Lease, 0, len(sorted))
+		for _, l := range sorted {
+			lease, err := l.Lock(ctx)
+			if err != nil {
+				releaseAll(ctx, parts)
+				return nil, err
+			}
+			parts = append(parts, lease)
 		}
-		parts = append(parts, lease)
+		return newSet(parts), nil
+	})
+}
+
+// joinNames is a set's name: its locks' names, joined.
+func joinNames(lockers []Locker) string {
+	names := make([]string, len(lockers))
+	for i, l := range lockers {
+		names[i] = l.Name()
 	}
-	return newSet(parts), nil
+	return strings.Join(names, ", ")
 }
 
 // isNilLocker reports a typed nil inside a Locker.
@@ -116,6 +129,12 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	if err := checkCall(ctx, c, name); err != nil {
 		return nil, err
 	}
+	return valid(ctx, name, true, func() (*Lease, error) { return lockMutexesOnce(ctx, c, ms, name) })
+}
+
+// lockMutexesOnce is one acquisition of lockMutexes, with a token of its
+// own.
+func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (*Lease, error) {
 	token := c.newToken()
 	member := c.member(token, 0)
 	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).base + c.id, token: token}

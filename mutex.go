@@ -69,6 +69,12 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 // lease has the same token and fence, and the lock stays held until both
 // leases are unlocked. Re-entry keeps the outer lease's TTL and renewal.
 //
+// Lock never returns a lease that has already ended: a grant whose reply
+// came after the lease's local deadline (the server stalled longer than
+// the TTL) is released, and Lock acquires again (for a TTL within the
+// drift margin, which no reply can find valid, it fails with an error
+// matching ErrNotObtained and ErrLeaseLost).
+//
 // When ctx ends first, Lock returns an error matching both ErrNotObtained
 // and ctx.Err(), and holds nothing. Other errors: ErrInvalidArgument for
 // bad input, ErrClosed, ErrNotHeld when re-entering a lease that has
@@ -80,7 +86,9 @@ func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (*Lease, error) {
 
 // TryLock makes one attempt to acquire the lock (one round trip) and
 // returns an error matching ErrNotObtained at once if another owner holds
-// it. It re-enters like Lock, and returns the same other errors.
+// it, or if the attempt won but its reply came after the lease's local
+// deadline (the error then also matches ErrLeaseLost; what it took is
+// released). It re-enters like Lock, and returns the same other errors.
 func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (*Lease, error) {
 	return m.acquire(ctx, false, opts)
 }

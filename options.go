@@ -155,10 +155,16 @@ func WithLease(d time.Duration) LockOption {
 // work never ends) cannot keep the lock for ever. At d the lease ends —
 // Done closes, Err matches ErrLeaseLost and says that its max hold ran
 // out — and the lock frees itself in Redis then (the holder's local
-// deadline keeps its usual drift margin before that). A lease shorter
-// than d is not lengthened; a TTL above d is cut to d. A re-entry through
-// the lease's context shares the hold, and its limit. d must be at least
-// 1 ms. Default: none.
+// deadline keeps its usual drift margin before that; the server's end
+// may come later by the delay of the last command that set the lease,
+// on its way to the server). A lease shorter than d is not lengthened; a
+// TTL above d is cut to d. A re-entry through the lease's context shares
+// the hold, and its limit: it renews the lease no further than d either.
+// An Extend or re-entry that fails (its ctx ended, Redis did not answer)
+// changes nothing of the limit: the watchdog goes on renewing up to d.
+// For a lock handed over by a release to a waiting Lock, d counts from
+// when the hand-off reached the waiter. After d, Extend and re-entry fail
+// with ErrNotHeld. d must be at least 1 ms. Default: none.
 func WithMaxHold(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.maxHold = d }
 }

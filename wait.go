@@ -1,9 +1,11 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -26,6 +28,11 @@ type outcome struct {
 	start  time.Time
 	ttl    time.Duration // the lease from start, when not the asked TTL (a hand-off's)
 	handed bool          // granted by a release's hand-off (handedOver), not by an attempt
+	// maxFrom, if set, is when the hold's max hold (WithMaxHold) begins,
+	// when not start: a hand-off's, when it reached the waiter (the
+	// release granted it before), while its lease counts from the
+	// earlier start for safety
+	maxFrom time.Time
 	// not granted: try again within wait at the latest; placed, if its
 	// sent time is set, is the place in the queue that the attempt made
 	// or kept (handoff.go).
@@ -194,6 +201,73 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		err = fmt.Errorf("%w (the cluster was failing meanwhile: %w)", err, a.moving)
 	}
 	return l, err
+}
+
+// Grants that come back too late. A grant whose reply comes after its
+// lease's validity has passed (start+TTL less the drift margin: the
+// server stalled longer than the TTL, say) proves nothing any more: the
+// lock may have expired on the server and gone to another owner. So an
+// acquire never returns such a lease (its Err would say it is lost at
+// once; dlock run would start CMD and stop it at once): it releases what
+// was taken (the lock may still be held in Redis, its TTL counted from
+// when the grant ran), and a Lock acquires again, with a new token, within
+// its ctx, while a TryLock — and a Campaign, as its doc says — fails with
+// ErrNotObtained (and ErrLeaseLost: won, but lost before the reply
+// came). A LockAll that takes its locks one by one does the same when a
+// part's lease ended while it waited for the next (a fixed lease shorter
+// than that wait). The check is the lease's own (Err, its local
+// deadline: expireIfLate), the one Campaign makes after recording its
+// value, and the error says it as Campaign does (wonButLost).
+
+// valid runs take — one acquisition, with a token of its own — until it
+// returns a lease that is still valid, or fails (see above); with again
+// false (a TryLock, a Campaign) it runs it once. Tries again come after a
+// pause that doubles from retryFirst up to retryMax (a server that stays
+// slow is not hammered), and not at all for a lease that no reply can
+// find valid (a TTL within the drift margin: 2 ms or less by default).
+func valid(ctx context.Context, name string, again bool, take func() (*Lease, error)) (*Lease, error) {
+	pause := retryFirst
+	for {
+		l, err := take()
+		if err != nil {
+			return nil, err
+		}
+		lost := l.Err()
+		if lost == nil {
+			return l, nil
+		}
+		// A new token for the next try: a release that hands the lock on
+		// leaves this one in the dead set, where it could take nothing.
+		releaseAll(ctx, []*Lease{l})
+		if !again || slices.ContainsFunc(l.Parts(), func(p *Lease) bool { return p.of.first().neverValid() }) {
+			return nil, wonButLost(name, lost)
+		}
+		l.of.first().c.tel.log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, waitEnded(name, ctx.Err())
+		case <-timer.C:
+		}
+		pause = min(2*pause, retryMax)
+	}
+}
+
+// Tries again of an acquire whose lease ended before it returned (valid).
+const (
+	retryFirst = time.Millisecond
+	retryMax   = 256 * time.Millisecond
+)
+
+// neverValid reports whether the hold's lease is too short for any grant
+// to be valid when its reply comes: its TTL is within the drift margin.
+func (h *hold) neverValid() bool { return h.ttl <= h.c.drift.of(h.ttl) }
+
+// wonButLost is the error of an acquire that won a lock whose lease had
+// ended before the acquire could return it.
+func wonButLost(name string, err error) error {
+	return fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, name, err)
 }
 
 // newLease registers a hold that an attempt has just taken with the
@@ -368,9 +442,12 @@ func (a *acquisition) lease(ctx context.Context, o outcome) (*Lease, time.Durati
 func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o outcome) (*Lease, error) {
 	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.start)
 	h.side, h.handed = p.side, o.handed
-	if o.ttl > 0 {
-		h.deadline = time.Time{}
-		h.confirmed(o.start, o.ttl, 0)
+	if o.ttl > 0 || !o.maxFrom.IsZero() {
+		if !o.maxFrom.IsZero() {
+			h.maxFrom = o.maxFrom
+		}
+		h.deadline, h.limited = time.Time{}, false
+		h.confirmed(o.start, cmp.Or(o.ttl, p.cfg.ttl), 0)
 	}
 	l, err := a.c.newLease(ctx, h)
 	if err != nil {

@@ -46,6 +46,7 @@ type renewal struct {
 	ttl   time.Duration
 	epoch int
 	seq   int64 // its place in the hold's sequence (hold.go, "Late commands")
+	exact bool  // set the lease to exactly ttl (see due), not at least ttl
 	ok    bool  // the server renewed it
 	stale bool  // a later command of the hold ran first: nothing changed
 	err   error // the call failed: outcome unknown
@@ -215,13 +216,24 @@ func (w *watchdog) due(now time.Time) []renewal {
 		default:
 			w.renewals.remove(h) // back in when the outcome is known
 			h.renewing = true
-			ttl := h.ttl
-			if h.maxHold > 0 {
-				// WithMaxHold: renew up to the limit, then no more (the
-				// renewal only lengthens, so the lease ends at the limit)
-				ttl = min(ttl, max(h.acquired.Add(h.maxHold).Sub(now), minTTL))
-			}
-			rs = append(rs, renewal{h: h, ttl: ttl, epoch: h.epoch, seq: h.next()})
+			// WithMaxHold: renew up to the limit, then no more (cut, counted
+			// from now: the renewal's start, earlier than its send, so the
+			// lease it confirms ends at the limit, and the server's after)
+			ttl, _ := h.cut(h.ttl, now)
+			ttl = max(ttl, minTTL)
+			// While an Extend given up on may have run (unsure), the lease in
+			// Redis may be longer than any the hold counts on (an Extend
+			// that landed late counts its TTL from then): the renewal sets
+			// it to exactly ttl, so that Redis's end comes back to the
+			// hold's. That shortens nothing the hold counts on: the hold
+			// counts on start+ttl of the confirmed commands, each sent
+			// before this one with a TTL that ends no later (the same TTL,
+			// or one cut to the same max hold; an Extend resets what the
+			// hold counts on to its own), and the sequence refuses any of
+			// them that would land after it. Only with a sequence: without
+			// one, an older renewal could land after it.
+			exact := len(h.unsure) > 0 && h.p.ordered()
+			rs = append(rs, renewal{h: h, start: now, ttl: ttl, epoch: h.epoch, seq: h.next(), exact: exact})
 		}
 		w.mu.Unlock()
 		h.mu.Unlock()
@@ -242,16 +254,15 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	ops := make([]op, len(rs))
 	shortest := rs[0].ttl
 	for i, r := range rs {
-		ops[i] = r.h.p.renew(r.h.token, r.ttl, false, r.seq)
+		ops[i] = r.h.p.renew(r.h.token, r.ttl, r.exact, r.seq)
 		shortest = min(shortest, r.ttl)
 	}
 	// No point waiting for a reply past the soonest deadline.
 	bctx, cancel := context.WithTimeout(ctx, shortest)
 	defer cancel()
-	start := time.Now()
+	start := time.Now() // each renewal's start was set before (due): earlier, so its deadline is safe
 	cmds := w.c.be.batch(bctx, ops, true)
 	for i, cmd := range cmds {
-		rs[i].start = start
 		v, err := cmd.Int64()
 		rs[i].ok, rs[i].stale, rs[i].err = v == 1, v == replyStale, err
 	}
@@ -284,8 +295,7 @@ func (w *watchdog) apply(rs []renewal) {
 			h.settle(r.start, r.seq)
 			h.nextRenew = now.Add(h.ttl / 10)
 		case r.ok && r.epoch == h.epoch:
-			h.confirmed(r.start, r.ttl, r.seq)
-			h.limited = h.limited || r.ttl < h.ttl // renewed up to its max hold
+			h.confirmed(r.start, r.ttl, r.seq) // limited when it reaches the max hold
 		case r.ok:
 			// Extend ran meanwhile and set the schedule itself.
 		}
