@@ -1,0 +1,85 @@
+package dlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Nodes stopped (SIGSTOP) while a lock is taken and released run the
+// acquire when they resume: the claim they then hold is nobody's, and
+// must be undone as soon as they answer — not left for its TTL, during
+// which a majority that needs them cannot form. The lock is taken and
+// released with two of five nodes stopped; they resume; two others stop;
+// the next Lock needs the two that resumed and must get the lock well
+// within the TTL (a minute here).
+func TestQuorumStoppedNodesKeepNoClaim(t *testing.T) {
+	ctx := context.Background()
+	servers, nodes := quorumNodes(t, 5)
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	name := lockName(t)
+	unlock(t, mustLock(t, c.Mutex(name), ctx)) // every node has the scripts
+	for _, s := range servers[:2] {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused := servers[:2]
+	defer func() {
+		for _, s := range paused {
+			_ = s.Resume()
+		}
+	}()
+	l := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(time.Minute))
+	unlock(t, l)
+	for _, s := range servers[:2] {
+		if err := s.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused = servers[3:]
+	for _, s := range paused {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l2, err := next.Mutex(name).Lock(lctx)
+	if err != nil {
+		held := 0
+		for _, n := range nodes[:3] {
+			held += int(n.Exists(ctx, keysOf(name).Lock).Val())
+		}
+		t.Fatalf("the next Lock on nodes 0-2, after 0 and 1 resumed: %v (%d of them hold the lock); want the lock well within its minute's TTL", err, held)
+	}
+	unlock(t, l2)
+}
+
+// A new Client on a quorum with a minority of nodes stopped (SIGSTOP)
+// takes a free lock: its first acquire's checks (the eviction policy,
+// the fence fold) give a node that does not answer the node timeout, not
+// the acquire's whole ctx.
+func TestQuorumNewClientLocksWithAMinorityStopped(t *testing.T) {
+	ctx := context.Background()
+	servers, nodes := quorumNodes(t, 5)
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx)) // scripts, fold marks
+	for _, s := range servers[3:] {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = s.Resume() }()
+	}
+	fresh := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := fresh.Mutex(lockName(t) + "/free").Lock(lctx)
+	if err != nil {
+		t.Fatalf("a new Client's Lock of a free lock, 2 of 5 nodes stopped: %v", err)
+	}
+	unlock(t, l)
+}
