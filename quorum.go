@@ -255,7 +255,8 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	// background), and what may have been, where the reply was lost or
 	// came after ctx ended, once that node's call can no longer run there.
 	// Nodes that said "held by another" have nothing of ours.
-	back := q.giveBack(t, func(int) call { return p.unlock(token, 0, 0) })
+	back := q.giveBack(t, func(int) call { return p.unlock(token, 0, 0) },
+		func(int) call { return buryCall(k, token, cfg) })
 	if fenceErr != nil {
 		// no fence can be issued that is sure to be new: fail, as when a
 		// majority is down (see "Fences on a quorum")
@@ -283,8 +284,13 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 // giveBack is how to undo a round that did not win: release (made by mk)
 // on the nodes that granted at once (the acquire path runs it as
 // Client.undo does), and on each node whose call failed once that call
-// is settled (a node that is down must not hold up the caller).
-func (q *quorum) giveBack(t tally, mk func(node int) call) []undoStep {
+// is settled (a node that is down must not hold up the caller), after
+// burying the token there (made by bury): that node may still run the
+// attempt later (stopped, it runs what it was sent when it resumes), and
+// a release that comes first would leave it held by nobody; buried, the
+// late attempt takes nothing. The acquire path tries a failed node's
+// undo again until the node answers (Client.undoLater).
+func (q *quorum) giveBack(t tally, mk, bury func(node int) call) []undoStep {
 	on := func(nodes []int) func(context.Context) error {
 		return func(ctx context.Context) error { return firstErr(q.fanout(ctx, nodes, mk)) }
 	}
@@ -293,7 +299,13 @@ func (q *quorum) giveBack(t tally, mk func(node int) call) []undoStep {
 		steps = append(steps, undoStep{nil, on(t.ok)})
 	}
 	for _, f := range t.failed {
-		steps = append(steps, undoStep{settled(f.Err), on([]int{f.Node})})
+		node := []int{f.Node}
+		steps = append(steps, undoStep{settled(f.Err), func(ctx context.Context) error {
+			if err := firstErr(q.fanout(ctx, node, bury)); err != nil {
+				return err
+			}
+			return on(node)(ctx)
+		}})
 	}
 	return steps
 }
@@ -406,6 +418,9 @@ type quorumOp struct {
 	mk   func(node int) call
 	isOK func([]int64) bool
 	fold func(t tally, ok bool) any
+	// pre, if set, is sent just before mk's call, in the same pipeline;
+	// its reply is not counted
+	pre func(node int) call
 }
 
 func (o quorumOp) run(ctx context.Context, _ driver.Driver) driver.Reply {
@@ -432,16 +447,26 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []driver.Reply {
 	ctx, cancel := context.WithCancel(ctx)    // ends the stragglers
 	defer cancel()
 	for i, n := range q.nodes {
-		calls := make([]call, len(ops))
-		for j, o := range ops {
-			calls[j] = o.mk(i)
+		calls := make([]call, 0, len(ops))
+		var at []int // where each op's own call is in calls
+		for _, o := range ops {
+			if o.pre != nil {
+				calls = append(calls, o.pre(i))
+			}
+			at = append(at, len(calls))
+			calls = append(calls, o.mk(i))
 		}
 		q.stragglers.Add(1)
 		go func() {
 			defer q.stragglers.Done()
 			nctx, cancel := context.WithTimeout(ctx, q.timeout)
 			defer cancel()
-			replies <- reply{i, runBatch(nctx, n, calls, replicaSync{})}
+			all := runBatch(nctx, n, calls, replicaSync{})
+			own := make([]driver.Reply, len(at))
+			for j, k := range at {
+				own[j] = all[k]
+			}
+			replies <- reply{i, own}
 		}()
 	}
 	ts := make([]tally, len(ops))
@@ -489,9 +514,9 @@ func (p quorumProto) mutex() mutexProto { return p.m }
 
 func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
 	// A node that answers STALE ran a later command of the hold: it holds.
-	return quorumOp{p, "lock", func(int) call { return p.mutex().reenterCall(token, count, ttl, seq) },
-		func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld || len(v) == 1 && v[0] == replyStale },
-		func(t tally, ok bool) any {
+	return quorumOp{p: p, name: "lock", mk: func(int) call { return p.mutex().reenterCall(token, count, ttl, seq) },
+		isOK: func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld || len(v) == 1 && v[0] == replyStale },
+		fold: func(t tally, ok bool) any {
 			if !ok {
 				return []any{int64(replyNotHeld)}
 			}
@@ -500,23 +525,33 @@ func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int
 }
 
 func (p quorumProto) release(token string, left int, seq int64) op {
-	return quorumOp{p, "unlock", func(int) call { return p.mutex().unlock(token, left, seq) },
-		func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
-		func(t tally, ok bool) any { return either(ok, 1, replyNotHeld) }}
+	o := quorumOp{p: p, name: "unlock", mk: func(int) call { return p.mutex().unlock(token, left, seq) },
+		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
+		fold: func(t tally, ok bool) any { return either(ok, 1, replyNotHeld) }}
+	if left == 0 {
+		// A node that did not answer the acquire (stopped, partitioned)
+		// may run it after this release: buried first, the token takes
+		// nothing there then, and the lock is not left held by nobody
+		// for its TTL (a majority that needs the node could not form).
+		o.pre = func(int) call {
+			return call{buryScript, []string{p.m.k.dead}, []any{token, releaseBury.Milliseconds()}, nil}
+		}
+	}
+	return o
 }
 
 func (p quorumProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return quorumOp{p, "renew", func(int) call { return p.mutex().renewCall(token, ttl, exact, seq) },
-		func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
-		func(t tally, ok bool) any { return either(ok, 1, 0) }}
+	return quorumOp{p: p, name: "renew", mk: func(int) call { return p.mutex().renewCall(token, ttl, exact, seq) },
+		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
+		fold: func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }
 
 // ttl is how long a majority still holds the lock: the majority-th
 // longest of the nodes' PTTLs.
 func (p quorumProto) ttl(token string) op {
-	return quorumOp{p, "ttl", func(int) call { return p.mutex().ttlCall(token) },
-		func(v []int64) bool { return v[0] >= 0 },
-		func(t tally, ok bool) any {
+	return quorumOp{p: p, name: "ttl", mk: func(int) call { return p.mutex().ttlCall(token) },
+		isOK: func(v []int64) bool { return v[0] >= 0 },
+		fold: func(t tally, ok bool) any {
 			if !ok {
 				return int64(replyTTLNotHeld)
 			}
@@ -568,6 +603,10 @@ func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
 	}
 	return q.runOps(ctx, qops)
 }
+
+// releaseBury is how long a quorum's final release refuses its token's
+// late acquires on each node (bury.lua).
+const releaseBury = time.Minute
 
 // either is yes if ok, else no: a script's integer reply.
 func either(ok bool, yes, no int64) int64 {

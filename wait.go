@@ -147,7 +147,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		// sent again, can take anything, so what the attempts took is
 		// undone at once — not when the client library is done with
 		// them, which says nothing of what the server will still run.
-		c.undo(ctx, a.after(), func(ctx context.Context) error {
+		c.undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
 			// Where the bury fails the release may still be made: a late
 			// attempt there is what it was before, held by nobody for
 			// its TTL at most; the whole undo runs again later.
@@ -299,6 +299,15 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	}
 }
 
+// ttl is the longest TTL the acquisition asks for.
+func (a *acquisition) ttl() time.Duration {
+	var d time.Duration
+	for _, p := range a.parts {
+		d = max(d, p.cfg.ttl)
+	}
+	return d
+}
+
 // try makes one attempt, or takes the lock that msg, a hand-off, gave
 // it. One whose outcome is unknown is marked so, for run to undo it.
 func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
@@ -310,9 +319,9 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	o, err := a.attempt(ctx, queued, !a.last.sent.IsZero())
 	for _, g := range o.giveBack {
 		if g.after == nil {
-			a.c.undo(ctx, closedChan, g.undo)
+			a.c.undo(ctx, closedChan, a.ttl(), g.undo)
 		} else {
-			a.c.undoLater(g.after, g.undo)
+			a.c.undoLater(g.after, a.ttl(), g.undo)
 		}
 	}
 	if err != nil {
