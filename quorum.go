@@ -148,12 +148,21 @@ func (e NodeError) Unwrap() error { return e.Err }
 // QuorumError is returned when a quorum call could not reach a majority of
 // nodes. errors.As finds it; Nodes says what each failed node answered,
 // and errors.Is looks through them (for context.DeadlineExceeded, say).
+//
+// Op "fence" is a lock that a majority granted but that no fence could be
+// issued for (see NewQuorum): OK nodes of those that answered are known
+// to hold every fence issued so far, Needed are needed, and NotSeen lists
+// the nodes not known to (never seen by this deployment's fences since
+// they last lost their state: a new quorum, a node restarted without
+// persistence: on a new quorum, the nodes that have not answered yet),
+// Failing those that did not answer.
 type QuorumError struct {
-	Op      string // "lock", "unlock", "renew", "ttl"
+	Op      string // "lock", "unlock", "renew", "ttl", "fence"
 	Name    string
 	OK      int // nodes that did what was asked
 	Needed  int // the majority
 	Failing []NodeError
+	NotSeen []int // Op "fence": the nodes not yet known to hold every fence issued
 }
 
 // Error says what the quorum call did and why each failing node failed.
@@ -162,8 +171,25 @@ func (e *QuorumError) Error() string {
 	for i, n := range e.Failing {
 		parts[i] = n.Error()
 	}
-	return fmt.Sprintf("dlock: %s %q: %d of %d nodes needed answered (%s)",
-		e.Op, e.Name, e.OK, e.Needed, strings.Join(parts, "; "))
+	failing := ""
+	if len(parts) > 0 {
+		failing = " (" + strings.Join(parts, "; ") + ")"
+	}
+	if e.Op == "fence" {
+		seen := make([]string, len(e.NotSeen))
+		for i, n := range e.NotSeen {
+			seen[i] = fmt.Sprint(n)
+		}
+		if e.OK == 0 {
+			return fmt.Sprintf("dlock: lock %q: a majority granted it, but this quorum is new to fences: it issues its first "+
+				"fence once every node has answered once (then a majority suffices); not yet seen: node %s%s",
+				e.Name, strings.Join(seen, ", "), failing)
+		}
+		return fmt.Sprintf("dlock: lock %q: a majority granted it, but no fence can be issued that is sure to be new: "+
+			"%d of the %d nodes needed are known to hold every fence issued so far; not yet seen: node %s%s",
+			e.Name, e.OK, e.Needed, strings.Join(seen, ", "), failing)
+	}
+	return fmt.Sprintf("dlock: %s %q: %d of %d nodes needed answered%s", e.Op, e.Name, e.OK, e.Needed, failing)
 }
 
 // Unwrap returns the nodes' errors.
@@ -230,7 +256,7 @@ func (q *quorum) outcome(t tally, op, name string) (bool, error) {
 }
 
 // lock is one RedLock round for a Mutex.
-func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig) (outcome, error) {
+func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig, waiting bool) (outcome, error) {
 	k := p.k
 	start := time.Now()
 	nodes := q.all()
@@ -258,8 +284,13 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	back := q.giveBack(t, func(int) call { return p.unlock(token, 0, 0) },
 		func(int) call { return buryCall(k, token, cfg) })
 	if fenceErr != nil {
-		// no fence can be issued that is sure to be new: fail, as when a
-		// majority is down (see "Fences on a quorum")
+		// No fence can be issued that is sure to be new (see "Fences on a
+		// quorum"): a TryLock fails with why; a Lock waits and tries
+		// again within its ctx, as for a lock held elsewhere, and says
+		// why if its ctx ends first.
+		if waiting {
+			return outcome{wait: fenceRetry + rand.N(q.jitter+1), giveBack: back, why: fenceErr}, nil
+		}
 		return outcome{giveBack: back}, fenceErr
 	}
 	if len(t.failed) > len(q.nodes)-q.majority() {
@@ -280,6 +311,10 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	}
 	return outcome{wait: wait + rand.N(q.jitter+1), giveBack: back}, nil
 }
+
+// fenceRetry is how soon a Lock tries again when a majority granted but
+// no fence could be issued (a node not yet seen may answer meanwhile).
+const fenceRetry = 200 * time.Millisecond
 
 // giveBack is how to undo a round that did not win: release (made by mk)
 // on the nodes that granted at once (the acquire path runs it as
@@ -334,9 +369,10 @@ func (q *quorum) giveBack(t tally, mk, bury func(node int) call) []undoStep {
 //   - If no node that answers is marked and every node answers, the
 //     deployment is new (or lost every node at once): the same, marking
 //     them all.
-//   - Otherwise no fence is issued: the round is given back and the
-//     acquire tries again (TryLock fails), until a majority of marked
-//     nodes answers.
+//   - Otherwise no fence is issued: the round is given back; a TryLock
+//     fails with a *QuorumError of Op "fence" naming the nodes not yet
+//     seen, and a Lock tries again within its ctx until a majority of
+//     marked nodes answers (its error says why, if its ctx ends first).
 //
 // Why a fence never repeats or goes back, as long as a majority of nodes
 // never loses its state at once: every fence F issued was written to a
@@ -389,7 +425,18 @@ func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, erro
 	case marked == 0 && len(r.ok) == len(q.nodes):
 		// a new deployment: every node answers, none is marked
 	default:
-		return 0, &QuorumError{Op: "fence", Name: k.name, OK: marked, Needed: q.majority(), Failing: r.failed}
+		// Who is not yet seen: on a new quorum (none marked) the nodes
+		// that did not answer, whose first answer marks them all; else
+		// also those that answered but are not marked (restarted
+		// without persistence: marked by the next fence a marked
+		// majority issues).
+		var notSeen []int
+		for i := range q.nodes {
+			if v, ok := r.vals[i]; !ok || (marked > 0 && v[0] == 0) {
+				notSeen = append(notSeen, i)
+			}
+		}
+		return 0, &QuorumError{Op: "fence", Name: k.name, OK: marked, Needed: q.majority(), Failing: r.failed, NotSeen: notSeen}
 	}
 	if fence == want && marked == len(r.ok) {
 		return fence, nil // every node that answered has it, and is marked
@@ -588,7 +635,7 @@ func (q *quorum) attempt(a *attemptSpec) (protocol, attemptFunc) {
 		if queued {
 			m = a.member
 		}
-		return q.lock(ctx, p, a.token, m, a.cfg)
+		return q.lock(ctx, p, a.token, m, a.cfg, queued)
 	}
 }
 

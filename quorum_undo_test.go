@@ -2,6 +2,9 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +83,52 @@ func TestQuorumNewClientLocksWithAMinorityStopped(t *testing.T) {
 	l, err := fresh.Mutex(lockName(t) + "/free").Lock(lctx)
 	if err != nil {
 		t.Fatalf("a new Client's Lock of a free lock, 2 of 5 nodes stopped: %v", err)
+	}
+	unlock(t, l)
+}
+
+// A new quorum issues no fence until every node has answered once (the
+// price of fences that never repeat). With one of three nodes down from
+// the start (Redisson's RedLock test): a TryLock says so plainly and
+// names the node not yet seen; a Lock keeps trying within its ctx and
+// takes the lock once that node answers.
+func TestQuorumFirstUseSaysWhoIsNotSeen(t *testing.T) {
+	ctx := context.Background()
+	_, proxies, c := proxiedQuorum(t, 3)
+	proxies[2].SetDown(true)
+	name := lockName(t)
+	_, err := c.Mutex(name).TryLock(ctx)
+	qe, ok := errors.AsType[*dlock.QuorumError](err)
+	if !ok || qe.Op != "fence" || !slices.Equal(qe.NotSeen, []int{2}) ||
+		!strings.Contains(err.Error(), "not yet seen: node 2") || !strings.Contains(err.Error(), "every node has answered once") {
+		t.Fatalf("TryLock on a new quorum, node 2 down from the start: %v; want a *QuorumError of Op fence naming node 2 as not yet seen", err)
+	}
+	// A Lock waits within its ctx, and says why when it ends.
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Mutex(name).Lock(short)
+	cancel()
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "not yet seen: node 2") {
+		t.Fatalf("Lock with a 500 ms ctx on the new quorum: %v; want ErrNotObtained at its deadline, naming node 2", err)
+	}
+	done := make(chan error, 1)
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go func() {
+		l, err := c.Mutex(name).Lock(lctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	proxies[2].SetDown(false)
+	if err := <-done; err != nil {
+		t.Fatalf("a Lock waiting while node 2 came back: %v", err)
+	}
+	// Seen once: a majority suffices from now on.
+	proxies[2].SetDown(true)
+	l, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock with node 2 down after every node was seen: %v", err)
 	}
 	unlock(t, l)
 }

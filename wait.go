@@ -36,6 +36,10 @@ type outcome struct {
 	// own undo (Client.undo), at once, then, for what is unsettled, once
 	// it can no longer run.
 	giveBack []undoStep
+	// why, if set, is why a round that a majority granted was not won
+	// (a quorum that could not issue a fence): a Lock's error says it
+	// if its ctx ends before the lock is won
+	why error
 }
 
 // undoStep is one undo an attempt leaves to the acquire path: with after
@@ -75,6 +79,8 @@ type acquisition struct {
 	// moving is the last cluster error a Lock's attempt met and waited
 	// through (see "Topology changes" in client.go), and pause how long it waited.
 	moving error
+	// why is why the last attempt was not won, when it says (outcome.why)
+	why error
 	pause  time.Duration
 	unsettled
 }
@@ -192,6 +198,9 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		})
 	if err != nil && a.moving != nil && errors.Is(err, ErrNotObtained) {
 		err = fmt.Errorf("%w (the cluster was failing meanwhile: %w)", err, a.moving)
+	}
+	if err != nil && a.why != nil && errors.Is(err, ErrNotObtained) {
+		err = fmt.Errorf("%w (its last round: %w)", err, a.why)
 	}
 	return l, err
 }
@@ -342,6 +351,7 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 		return nil, 0, err
 	}
 	a.pause = 0
+	a.why = o.why
 	if !o.placed.sent.IsZero() {
 		a.last = o.placed
 	}
