@@ -80,8 +80,8 @@ type acquisition struct {
 	// through (see "Topology changes" in client.go), and pause how long it waited.
 	moving error
 	// why is why the last attempt was not won, when it says (outcome.why)
-	why error
-	pause  time.Duration
+	why   error
+	pause time.Duration
 	unsettled
 }
 
