@@ -351,7 +351,9 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 		return nil, 0, err
 	}
 	a.pause = 0
-	a.why = o.why
+	if ctx.Err() == nil { // a round its ctx cut short says less than the one before
+		a.why = o.why
+	}
 	if !o.placed.sent.IsZero() {
 		a.last = o.placed
 	}
