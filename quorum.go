@@ -272,6 +272,15 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	if len(t.ok) >= q.majority() && validity > 0 {
 		fence, err := q.raiseFences(ctx, k, t)
 		if err == nil {
+			if member != "" && len(t.no) > 0 {
+				// The nodes that said "held by another" kept the
+				// waiter's place (a granting node's script removed it):
+				// it goes, so their wake-ups are not sent to a waiter
+				// that no longer waits until its QueueTTL. They hold
+				// nothing of ours, so leave.lua releases nothing. A node
+				// that did not answer keeps it until its QueueTTL.
+				q.fanout(ctx, t.no, func(int) call { return p.leave(member) })
+			}
 			return outcome{granted: true, fence: fence, start: start}, nil
 		}
 		fenceErr = err

@@ -132,3 +132,23 @@ func TestQuorumFirstUseSaysWhoIsNotSeen(t *testing.T) {
 	}
 	unlock(t, l)
 }
+
+// A quorum Lock places its waiter on every node; a node that said "held
+// by another" while a majority granted keeps that place unless it is
+// removed — until its QueueTTL, the node's wake-ups going to a waiter
+// that no longer waits. The winner's place goes from every node.
+func TestQuorumWinnerLeavesEveryQueue(t *testing.T) {
+	ctx := context.Background()
+	_, nodes := quorumNodes(t, 3)
+	c := quorumClient(t, nodes)
+	name := lockName(t)
+	unlock(t, mustLock(t, c.Mutex(name+"/warm"), ctx))
+	block(t, nodes[2], name) // node 2: held by a foreign owner
+	l := mustLock(t, c.Mutex(name), ctx, dlock.WithQueueTTL(time.Minute))
+	defer unlock(t, l)
+	for i, n := range nodes {
+		if places := n.ZCard(ctx, keysOf(name).Lock+":queue").Val(); places != 0 {
+			t.Errorf("node %d keeps %d place(s) in the queue after the Lock won", i, places)
+		}
+	}
+}
