@@ -99,7 +99,17 @@ func (c *Client) checkEvictions(ctx context.Context) error {
 	errs := make([]error, len(c.hubs))
 	var wg sync.WaitGroup
 	for i, h := range c.hubs {
-		wg.Go(func() { errs[i] = d.checkEviction(ctx, h.d) })
+		wg.Go(func() {
+			nctx := ctx
+			if q, ok := c.be.(*quorum); ok {
+				// a stopped node must not hold the acquire up for its
+				// whole ctx: it is checked at a later call
+				var cancel context.CancelFunc
+				nctx, cancel = context.WithTimeout(ctx, q.timeout)
+				defer cancel()
+			}
+			errs[i] = d.checkEviction(nctx, h.d)
+		})
 	}
 	wg.Wait()
 	unread := false

@@ -124,7 +124,16 @@ func (c *Client) foldAll(ctx context.Context) error {
 // unless its mark says it was done for layout.
 func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) error {
 	mark := foldMark(c.prefix)
-	got := r.Do(ctx, keyed("GET", mark))
+	gctx := ctx
+	if q, ok := c.be.(*quorum); ok {
+		// A quorum node that does not answer within the node timeout (a
+		// stopped one) is left for a later acquire, not waited for:
+		// every acquire waits for this fold.
+		var cancel context.CancelFunc
+		gctx, cancel = context.WithTimeout(ctx, q.timeout)
+		defer cancel()
+	}
+	got := r.Do(gctx, keyed("GET", mark))
 	if got.Err != nil {
 		return got.Err
 	} else if got.Val == layout {

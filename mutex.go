@@ -79,7 +79,12 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 // and ctx.Err(), and holds nothing. Other errors: ErrInvalidArgument for
 // bad input, ErrClosed, ErrNotHeld when re-entering a lease that has
 // ended, and Redis errors, wrapped (after which any acquisition that may
-// have happened has been undone).
+// have happened is undone: at once when the server answers, else in the
+// background, tried again until it answers, for twice the TTL and at
+// least 30 s; see docs/guarantees.md). On a quorum, a *QuorumError; a
+// new quorum issues no fence until every node has answered once, and a
+// Lock waits for that within ctx (a TryLock returns the *QuorumError,
+// Op "fence", naming the nodes not yet seen).
 func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (*Lease, error) {
 	return m.acquire(ctx, true, opts)
 }

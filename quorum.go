@@ -148,12 +148,21 @@ func (e NodeError) Unwrap() error { return e.Err }
 // QuorumError is returned when a quorum call could not reach a majority of
 // nodes. errors.As finds it; Nodes says what each failed node answered,
 // and errors.Is looks through them (for context.DeadlineExceeded, say).
+//
+// Op "fence" is a lock that a majority granted but that no fence could be
+// issued for (see NewQuorum): OK nodes of those that answered are known
+// to hold every fence issued so far, Needed are needed, and NotSeen lists
+// the nodes not known to (never seen by this deployment's fences since
+// they last lost their state: a new quorum, a node restarted without
+// persistence: on a new quorum, the nodes that have not answered yet),
+// Failing those that did not answer.
 type QuorumError struct {
-	Op      string // "lock", "unlock", "renew", "ttl"
+	Op      string // "lock", "unlock", "renew", "ttl", "fence"
 	Name    string
 	OK      int // nodes that did what was asked
 	Needed  int // the majority
 	Failing []NodeError
+	NotSeen []int // Op "fence": the nodes not yet known to hold every fence issued
 }
 
 // Error says what the quorum call did and why each failing node failed.
@@ -162,8 +171,25 @@ func (e *QuorumError) Error() string {
 	for i, n := range e.Failing {
 		parts[i] = n.Error()
 	}
-	return fmt.Sprintf("dlock: %s %q: %d of %d nodes needed answered (%s)",
-		e.Op, e.Name, e.OK, e.Needed, strings.Join(parts, "; "))
+	failing := ""
+	if len(parts) > 0 {
+		failing = " (" + strings.Join(parts, "; ") + ")"
+	}
+	if e.Op == "fence" {
+		seen := make([]string, len(e.NotSeen))
+		for i, n := range e.NotSeen {
+			seen[i] = fmt.Sprint(n)
+		}
+		if e.OK == 0 {
+			return fmt.Sprintf("dlock: lock %q: a majority granted it, but this quorum is new to fences: it issues its first "+
+				"fence once every node has answered once (then a majority suffices); not yet seen: node %s%s",
+				e.Name, strings.Join(seen, ", "), failing)
+		}
+		return fmt.Sprintf("dlock: lock %q: a majority granted it, but no fence can be issued that is sure to be new: "+
+			"%d of the %d nodes needed are known to hold every fence issued so far; not yet seen: node %s%s",
+			e.Name, e.OK, e.Needed, strings.Join(seen, ", "), failing)
+	}
+	return fmt.Sprintf("dlock: %s %q: %d of %d nodes needed answered%s", e.Op, e.Name, e.OK, e.Needed, failing)
 }
 
 // Unwrap returns the nodes' errors.
@@ -230,7 +256,7 @@ func (q *quorum) outcome(t tally, op, name string) (bool, error) {
 }
 
 // lock is one RedLock round for a Mutex.
-func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig) (outcome, error) {
+func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig, waiting bool) (outcome, error) {
 	k := p.k
 	start := time.Now()
 	nodes := q.all()
@@ -246,6 +272,15 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	if len(t.ok) >= q.majority() && validity > 0 {
 		fence, err := q.raiseFences(ctx, k, t)
 		if err == nil {
+			if member != "" && len(t.no) > 0 {
+				// The nodes that said "held by another" kept the
+				// waiter's place (a granting node's script removed it):
+				// it goes, so their wake-ups are not sent to a waiter
+				// that no longer waits until its QueueTTL. They hold
+				// nothing of ours, so leave.lua releases nothing. A node
+				// that did not answer keeps it until its QueueTTL.
+				q.fanout(ctx, t.no, func(int) call { return p.leave(member) })
+			}
 			return outcome{granted: true, fence: fence, start: start}, nil
 		}
 		fenceErr = err
@@ -255,10 +290,16 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	// background), and what may have been, where the reply was lost or
 	// came after ctx ended, once that node's call can no longer run there.
 	// Nodes that said "held by another" have nothing of ours.
-	back := q.giveBack(t, func(int) call { return p.unlock(token, 0, 0) })
+	back := q.giveBack(t, func(int) call { return p.unlock(token, 0, 0) },
+		func(int) call { return buryCall(k, token, cfg) })
 	if fenceErr != nil {
-		// no fence can be issued that is sure to be new: fail, as when a
-		// majority is down (see "Fences on a quorum")
+		// No fence can be issued that is sure to be new (see "Fences on a
+		// quorum"): a TryLock fails with why; a Lock waits and tries
+		// again within its ctx, as for a lock held elsewhere, and says
+		// why if its ctx ends first.
+		if waiting {
+			return outcome{wait: fenceRetry + rand.N(q.jitter+1), giveBack: back, why: fenceErr}, nil
+		}
 		return outcome{giveBack: back}, fenceErr
 	}
 	if len(t.failed) > len(q.nodes)-q.majority() {
@@ -280,11 +321,20 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	return outcome{wait: wait + rand.N(q.jitter+1), giveBack: back}, nil
 }
 
+// fenceRetry is how soon a Lock tries again when a majority granted but
+// no fence could be issued (a node not yet seen may answer meanwhile).
+const fenceRetry = 200 * time.Millisecond
+
 // giveBack is how to undo a round that did not win: release (made by mk)
 // on the nodes that granted at once (the acquire path runs it as
 // Client.undo does), and on each node whose call failed once that call
-// is settled (a node that is down must not hold up the caller).
-func (q *quorum) giveBack(t tally, mk func(node int) call) []undoStep {
+// is settled (a node that is down must not hold up the caller), after
+// burying the token there (made by bury): that node may still run the
+// attempt later (stopped, it runs what it was sent when it resumes), and
+// a release that comes first would leave it held by nobody; buried, the
+// late attempt takes nothing. The acquire path tries a failed node's
+// undo again until the node answers (Client.undoLater).
+func (q *quorum) giveBack(t tally, mk, bury func(node int) call) []undoStep {
 	on := func(nodes []int) func(context.Context) error {
 		return func(ctx context.Context) error { return firstErr(q.fanout(ctx, nodes, mk)) }
 	}
@@ -293,7 +343,13 @@ func (q *quorum) giveBack(t tally, mk func(node int) call) []undoStep {
 		steps = append(steps, undoStep{nil, on(t.ok)})
 	}
 	for _, f := range t.failed {
-		steps = append(steps, undoStep{settled(f.Err), on([]int{f.Node})})
+		node := []int{f.Node}
+		steps = append(steps, undoStep{settled(f.Err), func(ctx context.Context) error {
+			if err := firstErr(q.fanout(ctx, node, bury)); err != nil {
+				return err
+			}
+			return on(node)(ctx)
+		}})
 	}
 	return steps
 }
@@ -322,9 +378,10 @@ func (q *quorum) giveBack(t tally, mk func(node int) call) []undoStep {
 //   - If no node that answers is marked and every node answers, the
 //     deployment is new (or lost every node at once): the same, marking
 //     them all.
-//   - Otherwise no fence is issued: the round is given back and the
-//     acquire tries again (TryLock fails), until a majority of marked
-//     nodes answers.
+//   - Otherwise no fence is issued: the round is given back; a TryLock
+//     fails with a *QuorumError of Op "fence" naming the nodes not yet
+//     seen, and a Lock tries again within its ctx until a majority of
+//     marked nodes answers (its error says why, if its ctx ends first).
 //
 // Why a fence never repeats or goes back, as long as a majority of nodes
 // never loses its state at once: every fence F issued was written to a
@@ -377,7 +434,18 @@ func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, erro
 	case marked == 0 && len(r.ok) == len(q.nodes):
 		// a new deployment: every node answers, none is marked
 	default:
-		return 0, &QuorumError{Op: "fence", Name: k.name, OK: marked, Needed: q.majority(), Failing: r.failed}
+		// Who is not yet seen: on a new quorum (none marked) the nodes
+		// that did not answer, whose first answer marks them all; else
+		// also those that answered but are not marked (restarted
+		// without persistence: marked by the next fence a marked
+		// majority issues).
+		var notSeen []int
+		for i := range q.nodes {
+			if v, ok := r.vals[i]; !ok || (marked > 0 && v[0] == 0) {
+				notSeen = append(notSeen, i)
+			}
+		}
+		return 0, &QuorumError{Op: "fence", Name: k.name, OK: marked, Needed: q.majority(), Failing: r.failed, NotSeen: notSeen}
 	}
 	if fence == want && marked == len(r.ok) {
 		return fence, nil // every node that answered has it, and is marked
@@ -406,6 +474,9 @@ type quorumOp struct {
 	mk   func(node int) call
 	isOK func([]int64) bool
 	fold func(t tally, ok bool) any
+	// pre, if set, is sent just before mk's call, in the same pipeline;
+	// its reply is not counted
+	pre func(node int) call
 }
 
 func (o quorumOp) run(ctx context.Context, _ driver.Driver) driver.Reply {
@@ -432,16 +503,26 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []driver.Reply {
 	ctx, cancel := context.WithCancel(ctx)    // ends the stragglers
 	defer cancel()
 	for i, n := range q.nodes {
-		calls := make([]call, len(ops))
-		for j, o := range ops {
-			calls[j] = o.mk(i)
+		calls := make([]call, 0, len(ops))
+		var at []int // where each op's own call is in calls
+		for _, o := range ops {
+			if o.pre != nil {
+				calls = append(calls, o.pre(i))
+			}
+			at = append(at, len(calls))
+			calls = append(calls, o.mk(i))
 		}
 		q.stragglers.Add(1)
 		go func() {
 			defer q.stragglers.Done()
 			nctx, cancel := context.WithTimeout(ctx, q.timeout)
 			defer cancel()
-			replies <- reply{i, runBatch(nctx, n, calls, replicaSync{})}
+			all := runBatch(nctx, n, calls, replicaSync{})
+			own := make([]driver.Reply, len(at))
+			for j, k := range at {
+				own[j] = all[k]
+			}
+			replies <- reply{i, own}
 		}()
 	}
 	ts := make([]tally, len(ops))
@@ -489,9 +570,9 @@ func (p quorumProto) mutex() mutexProto { return p.m }
 
 func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
 	// A node that answers STALE ran a later command of the hold: it holds.
-	return quorumOp{p, "lock", func(int) call { return p.mutex().reenterCall(token, count, ttl, seq) },
-		func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld || len(v) == 1 && v[0] == replyStale },
-		func(t tally, ok bool) any {
+	return quorumOp{p: p, name: "lock", mk: func(int) call { return p.mutex().reenterCall(token, count, ttl, seq) },
+		isOK: func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld || len(v) == 1 && v[0] == replyStale },
+		fold: func(t tally, ok bool) any {
 			if !ok {
 				return []any{int64(replyNotHeld)}
 			}
@@ -500,23 +581,33 @@ func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int
 }
 
 func (p quorumProto) release(token string, left int, seq int64) op {
-	return quorumOp{p, "unlock", func(int) call { return p.mutex().unlock(token, left, seq) },
-		func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
-		func(t tally, ok bool) any { return either(ok, 1, replyNotHeld) }}
+	o := quorumOp{p: p, name: "unlock", mk: func(int) call { return p.mutex().unlock(token, left, seq) },
+		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
+		fold: func(t tally, ok bool) any { return either(ok, 1, replyNotHeld) }}
+	if left == 0 {
+		// A node that did not answer the acquire (stopped, partitioned)
+		// may run it after this release: buried first, the token takes
+		// nothing there then, and the lock is not left held by nobody
+		// for its TTL (a majority that needs the node could not form).
+		o.pre = func(int) call {
+			return call{buryScript, []string{p.m.k.dead}, []any{token, releaseBury.Milliseconds()}, nil}
+		}
+	}
+	return o
 }
 
 func (p quorumProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return quorumOp{p, "renew", func(int) call { return p.mutex().renewCall(token, ttl, exact, seq) },
-		func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
-		func(t tally, ok bool) any { return either(ok, 1, 0) }}
+	return quorumOp{p: p, name: "renew", mk: func(int) call { return p.mutex().renewCall(token, ttl, exact, seq) },
+		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
+		fold: func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }
 
 // ttl is how long a majority still holds the lock: the majority-th
 // longest of the nodes' PTTLs.
 func (p quorumProto) ttl(token string) op {
-	return quorumOp{p, "ttl", func(int) call { return p.mutex().ttlCall(token) },
-		func(v []int64) bool { return v[0] >= 0 },
-		func(t tally, ok bool) any {
+	return quorumOp{p: p, name: "ttl", mk: func(int) call { return p.mutex().ttlCall(token) },
+		isOK: func(v []int64) bool { return v[0] >= 0 },
+		fold: func(t tally, ok bool) any {
 			if !ok {
 				return int64(replyTTLNotHeld)
 			}
@@ -553,7 +644,7 @@ func (q *quorum) attempt(a *attemptSpec) (protocol, attemptFunc) {
 		if queued {
 			m = a.member
 		}
-		return q.lock(ctx, p, a.token, m, a.cfg)
+		return q.lock(ctx, p, a.token, m, a.cfg, queued)
 	}
 }
 
@@ -568,6 +659,10 @@ func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
 	}
 	return q.runOps(ctx, qops)
 }
+
+// releaseBury is how long a quorum's final release refuses its token's
+// late acquires on each node (bury.lua).
+const releaseBury = time.Minute
 
 // either is yes if ok, else no: a script's integer reply.
 func either(ok bool, yes, no int64) int64 {

@@ -109,16 +109,22 @@ func (c *Client) releaseLater(h *hold) {
 // or, when ctx has ended, within undoGrace more. undo buries the
 // acquire's token first (bury.lua), so no attempt still on its way can
 // take anything after it. When that fails, it runs again in the
-// background once after has closed: when the attempts given up on are
-// done on the client's side (a quorum's stalled node has answered, say).
-func (c *Client) undo(ctx context.Context, after <-chan struct{}, undo func(ctx context.Context) error) {
+// background once after has closed — when the attempts given up on are
+// done on the client's side (a quorum's stalled node has answered, say)
+// — and again until it succeeds (undoLater); ttl is the longest TTL the
+// acquire asked for.
+func (c *Client) undo(ctx context.Context, after <-chan struct{}, ttl time.Duration, undo func(ctx context.Context) error) {
 	ctx, cancel := graced(ctx)
 	err := undo(ctx)
 	cancel()
 	if err != nil {
-		c.undoLater(after, undo)
+		c.undoLater(after, ttl, undo)
 	}
 }
+
+// undoPatience is the least time a background undo keeps trying (see
+// undoLater).
+const undoPatience = 30 * time.Second
 
 // undoGrace is how long a call whose ctx has ended may still spend undoing
 // what it left in Redis (a place in a queue, a hold it took) before it
@@ -138,24 +144,57 @@ func graced(ctx context.Context) (context.Context, context.CancelFunc) {
 // undoLater runs undo in the background — undoing what an acquire may
 // have left in Redis: a hold, a place in a queue — once after has closed:
 // the call that may have left it can no longer run on the server (see
-// lateCall), so the undoing cannot come first. undo gets a ctx bounded by
-// cleanupTimeout. When the Client closes meanwhile it does not wait for
-// after: it makes the one try now.
-func (c *Client) undoLater(after <-chan struct{}, undo func(ctx context.Context) error) {
-	once := func() {
+// lateCall), so the undoing cannot come first. Each try gets a ctx
+// bounded by cleanupTimeout.
+//
+// It tries again, with backoff, until undo succeeds: a server that does
+// not answer now (partitioned, stopped) may still run the acquire later —
+// TCP delivers an established connection's bytes once the path heals, a
+// stopped server runs what it was sent when it resumes — and the claim
+// would then be held by nobody for its TTL. An undo that succeeded has
+// buried the token (bury.lua: an attempt that arrives after it takes
+// nothing) and released what came before it. The claim's life starts
+// when the server runs the attempt, which this side cannot know; so it
+// keeps trying for twice the TTL, and at least undoPatience, from when
+// after closed. A server that stays unreachable longer than that and
+// then runs the attempt holds it for the TTL at most, as a holder that
+// crashed would. When the Client closes meanwhile it makes one last try
+// at once.
+func (c *Client) undoLater(after <-chan struct{}, ttl time.Duration, undo func(ctx context.Context) error) {
+	once := func() error {
 		ctx, cancel := bounded(context.Background())
 		defer cancel()
-		_ = undo(ctx)
+		return undo(ctx)
 	}
 	started := c.background(func() {
 		select {
 		case <-after:
 		case <-c.life.Done():
+			_ = once()
+			return
 		}
-		once()
+		until := time.Now().Add(max(2*ttl, undoPatience))
+		timer := time.NewTimer(0)
+		defer timer.Stop()
+		var err error
+		for backoff := releaseMinBackoff; time.Now().Before(until); backoff = min(2*backoff, releaseMaxBackoff) {
+			select {
+			case <-c.life.Done():
+				_ = once()
+				return
+			case <-timer.C:
+			}
+			if err = once(); err == nil {
+				return
+			}
+			c.clusterHint(err)
+			timer.Reset(backoff)
+		}
+		c.tel.log.Warn("dlock: undoing an acquire failed until its claim's TTL could have run out; a late attempt may hold the lock for its TTL",
+			"err", err)
 	})
 	if !started {
-		once() // Close is under way: one bounded try
+		_ = once() // Close is under way: one bounded try
 	}
 }
 

@@ -43,6 +43,10 @@ type outcome struct {
 	// own undo (Client.undo), at once, then, for what is unsettled, once
 	// it can no longer run.
 	giveBack []undoStep
+	// why, if set, is why a round that a majority granted was not won
+	// (a quorum that could not issue a fence): a Lock's error says it
+	// if its ctx ends before the lock is won
+	why error
 }
 
 // undoStep is one undo an attempt leaves to the acquire path: with after
@@ -82,7 +86,9 @@ type acquisition struct {
 	// moving is the last cluster error a Lock's attempt met and waited
 	// through (see "Topology changes" in client.go), and pause how long it waited.
 	moving error
-	pause  time.Duration
+	// why is why the last attempt was not won, when it says (outcome.why)
+	why   error
+	pause time.Duration
 	unsettled
 }
 
@@ -154,7 +160,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		// sent again, can take anything, so what the attempts took is
 		// undone at once — not when the client library is done with
 		// them, which says nothing of what the server will still run.
-		c.undo(ctx, a.after(), func(ctx context.Context) error {
+		c.undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
 			// Where the bury fails the release may still be made: a late
 			// attempt there is what it was before, held by nobody for
 			// its TTL at most; the whole undo runs again later.
@@ -199,6 +205,9 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		})
 	if err != nil && a.moving != nil && errors.Is(err, ErrNotObtained) {
 		err = fmt.Errorf("%w (the cluster was failing meanwhile: %w)", err, a.moving)
+	}
+	if err != nil && a.why != nil && errors.Is(err, ErrNotObtained) {
+		err = fmt.Errorf("%w (its last round: %w)", err, a.why)
 	}
 	return l, err
 }
@@ -373,6 +382,15 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	}
 }
 
+// ttl is the longest TTL the acquisition asks for.
+func (a *acquisition) ttl() time.Duration {
+	var d time.Duration
+	for _, p := range a.parts {
+		d = max(d, p.cfg.ttl)
+	}
+	return d
+}
+
 // try makes one attempt, or takes the lock that msg, a hand-off, gave
 // it. One whose outcome is unknown is marked so, for run to undo it.
 func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
@@ -384,9 +402,9 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	o, err := a.attempt(ctx, queued, !a.last.sent.IsZero())
 	for _, g := range o.giveBack {
 		if g.after == nil {
-			a.c.undo(ctx, closedChan, g.undo)
+			a.c.undo(ctx, closedChan, a.ttl(), g.undo)
 		} else {
-			a.c.undoLater(g.after, g.undo)
+			a.c.undoLater(g.after, a.ttl(), g.undo)
 		}
 	}
 	if err != nil {
@@ -407,6 +425,9 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 		return nil, 0, err
 	}
 	a.pause = 0
+	if ctx.Err() == nil { // a round its ctx cut short says less than the one before
+		a.why = o.why
+	}
 	if !o.placed.sent.IsZero() {
 		a.last = o.placed
 	}

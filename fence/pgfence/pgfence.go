@@ -18,6 +18,10 @@
 // do not wait for each other. An equal fence is accepted (one holder
 // writes many times).
 //
+// A panic in the caller's function rolls the transaction back (the row is
+// not left locked) and goes on up. A resource name is at most MaxResource
+// bytes of valid UTF-8 without NUL.
+//
 // What a Guard does not promise: writes that bypass it are not fenced (put
 // every write of a fenced resource through Do); a transaction of Do holds
 // the resource's row until it ends, so keep it short; the record is as
@@ -30,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/jackc/pgx/v5"
@@ -39,6 +44,13 @@ import (
 
 // DefaultTable is the table of the records unless WithTable.
 const DefaultTable = "dlock_fences"
+
+// MaxResource is the longest resource name a Guard takes, in bytes: the
+// record's primary key must fit in a B-tree index entry (PostgreSQL's
+// limit is about 2.7 KB). A longer name, one with a NUL byte or one that
+// is not valid UTF-8 (PostgreSQL's text stores neither) is refused with
+// an error matching fence.ErrInvalid before anything is sent.
+const MaxResource = 2048
 
 // Option configures a Guard.
 type Option func(*config)
@@ -95,6 +107,24 @@ func newQueries(opts []Option) (queries, error) {
 	}, nil
 }
 
+// checkResource refuses the names PostgreSQL cannot store as a record's
+// key (see MaxResource); fence.Check has refused the empty one.
+func checkResource(resource string) error {
+	short := resource
+	if len(short) > 64 {
+		short = short[:64] + "..."
+	}
+	switch {
+	case len(resource) > MaxResource:
+		return invalid("resource %q: %d bytes, more than MaxResource (%d)", short, len(resource), MaxResource)
+	case strings.IndexByte(resource, 0) >= 0:
+		return invalid("resource %q: a NUL byte (PostgreSQL's text cannot hold one)", short)
+	case !utf8.ValidString(resource):
+		return invalid("resource %q: not valid UTF-8", short)
+	}
+	return nil
+}
+
 func slicesContainsEmpty(ss []string) bool {
 	for _, s := range ss {
 		if s == "" {
@@ -143,6 +173,9 @@ func (g *Guard) Do(ctx context.Context, t fence.Token, resource string, fn func(
 	if err != nil {
 		return err
 	}
+	if err := checkResource(resource); err != nil {
+		return err
+	}
 	if fn == nil {
 		return invalid("nil fn")
 	}
@@ -157,6 +190,9 @@ func (g *Guard) Do(ctx context.Context, t fence.Token, resource string, fn func(
 func (g *Guard) Fence(ctx context.Context, resource string) (int64, error) {
 	if resource == "" {
 		return 0, invalid("empty resource")
+	}
+	if err := checkResource(resource); err != nil {
+		return 0, err
 	}
 	return highest(ctx, pgxRow(g.pool.QueryRow(ctx, g.q.highest, resource)), resource)
 }
@@ -189,6 +225,9 @@ func (g *SQLGuard) Do(ctx context.Context, t fence.Token, resource string, fn fu
 	if err != nil {
 		return err
 	}
+	if err := checkResource(resource); err != nil {
+		return err
+	}
 	if fn == nil {
 		return invalid("nil fn")
 	}
@@ -204,6 +243,9 @@ func (g *SQLGuard) Fence(ctx context.Context, resource string) (int64, error) {
 	if resource == "" {
 		return 0, invalid("empty resource")
 	}
+	if err := checkResource(resource); err != nil {
+		return 0, err
+	}
 	return highest(ctx, g.db.QueryRowContext(ctx, g.q.highest, resource), resource)
 }
 
@@ -217,9 +259,16 @@ type txn interface {
 type row interface{ Scan(dest ...any) error }
 
 // guarded records f for resource in tx, runs fn, and commits; it rolls back
-// on a stale fence or any error.
+// on a stale fence or any error, and when fn panics, before the panic goes
+// on up (else the transaction stays open, idle, with the resource's row
+// locked: every later Do of the resource waits, and the connection is
+// never given back).
 func guarded(ctx context.Context, q queries, f int64, resource string, tx txn, fn func() error) (err error) {
 	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.rollback(ctx)
+			panic(p)
+		}
 		if err != nil {
 			// Within ctx: when it has ended, pgx closes the connection and
 			// database/sql has rolled back already; either way the server

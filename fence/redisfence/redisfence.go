@@ -11,6 +11,19 @@
 // which runs any commands under the check. An equal fence is accepted (one
 // holder writes many times); a lower one writes nothing.
 //
+// A write sent twice answers as it ran once. Set, Delete and HSet carry a
+// write id (random, one per call) and leave a receipt of it in
+// "<record>:w" for a while (WithReceiptTTL): a copy of the call that a
+// client library sends again — go-redis re-sends a command whose reply
+// is later than its ReadTimeout, or whose connection broke after it was
+// sent — finds the receipt and answers as the first copy did, writing
+// nothing, even when a newer owner wrote between the two (the copy alone
+// would be refused: the holder would be told ErrStale for a write that is
+// in the store). A copy that arrives after its receipt expired is checked
+// as a new write. Tx is not sent twice: a transaction's WATCH lives on its
+// connection, and go-redis does not run an EXEC again on another; a Tx
+// whose reply is lost returns the network's error, its outcome unknown.
+//
 // On a Redis Cluster the record and the keys of one write must share a
 // slot: put the resource's hash tag in them ("{orders/42}:total" for the
 // resource "orders/42"), as the record has it. A key of another slot is
@@ -25,7 +38,9 @@ package redisfence
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -45,6 +60,7 @@ const DefaultPrefix = "dlock:fenced"
 type Guard struct {
 	rdb     redis.UniversalClient
 	prefix  string
+	receipt time.Duration
 	cluster bool
 }
 
@@ -55,10 +71,23 @@ type Option func(*Guard)
 // It must not contain '{' or '}'.
 func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
 
+// DefaultReceiptTTL is how long a write's receipt is kept unless
+// WithReceiptTTL: longer than go-redis's default retries of one command
+// take (4 tries of a 3 s ReadTimeout and WriteTimeout).
+const DefaultReceiptTTL = time.Minute
+
+// WithReceiptTTL sets how long a write's receipt is kept (default
+// DefaultReceiptTTL; at least 1 ms): a copy of the write that reaches the
+// server within it answers as the first copy did. Make it longer than
+// the client library's retries of one command take. A call whose ctx has
+// a later deadline keeps its receipt until that deadline. Receipts cost
+// one sorted-set member per write for that long.
+func WithReceiptTTL(d time.Duration) Option { return func(g *Guard) { g.receipt = d } }
+
 // New returns a Guard of rdb's resources. Its methods return an error
 // matching fence.ErrInvalid if rdb is nil or an option is invalid.
 func New(rdb redis.UniversalClient, opts ...Option) *Guard {
-	g := &Guard{rdb: rdb, prefix: DefaultPrefix}
+	g := &Guard{rdb: rdb, prefix: DefaultPrefix, receipt: DefaultReceiptTTL}
 	for _, o := range opts {
 		if o != nil {
 			o(g)
@@ -175,6 +204,10 @@ func (g *Guard) Record(resource string) string {
 	return g.prefix + ":{" + tagEscaper.Replace(resource) + "}"
 }
 
+// receipts is the key of resource's receipts: the ids of its recent
+// writes (guard.lua), in the record's slot.
+func (g *Guard) receipts(resource string) string { return g.Record(resource) + ":w" }
+
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // check validates a write and returns its fence and the record's key.
@@ -184,6 +217,9 @@ func (g *Guard) check(t fence.Token, resource string, keys []string) (int64, str
 	}
 	if g.prefix == "" || strings.ContainsAny(g.prefix, "{}") {
 		return 0, "", invalid("prefix %q: must be non-empty, without '{' or '}'", g.prefix)
+	}
+	if g.receipt <= 0 {
+		return 0, "", invalid("receipt TTL %v: must be positive", g.receipt)
 	}
 	f, err := fence.Check(t, resource)
 	if err != nil {
@@ -208,8 +244,16 @@ func (g *Guard) run(ctx context.Context, t fence.Token, resource string, keys []
 	if err != nil {
 		return err
 	}
-	argv := append([]any{strconv.FormatInt(f, 10), op}, args...)
-	res, err := guardScript.Run(ctx, g.rdb, append([]string{rec}, keys...), argv...).Slice()
+	// The write id, made once, before the first send: every copy of this
+	// call carries it (guard.lua's receipt).
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	keep := g.receipt
+	if dl, ok := ctx.Deadline(); ok {
+		keep = max(keep, time.Until(dl))
+	}
+	argv := append([]any{strconv.FormatInt(f, 10), hex.EncodeToString(id[:]), max(keep.Milliseconds(), 1), op}, args...)
+	res, err := guardScript.Run(ctx, g.rdb, append([]string{rec, g.receipts(resource)}, keys...), argv...).Slice()
 	if err != nil {
 		return fmt.Errorf("redisfence: %s %q: %w", op, resource, err)
 	}

@@ -213,6 +213,7 @@ func TestBadInput(t *testing.T) {
 		"nil fn":          g.Tx(ctx, token(1), res, []string{key}, nil),
 		"nil client":      redisfence.New(nil).Set(ctx, token(1), res, key, "v", 0),
 		"brace in prefix": redisfence.New(rdb, redisfence.WithPrefix("a{")).Set(ctx, token(1), res, key, "v", 0),
+		"no receipt TTL":  redisfence.New(rdb, redisfence.WithReceiptTTL(0)).Set(ctx, token(1), res, key, "v", 0),
 	} {
 		if !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("%s: %v; want ErrInvalid", what, err)

@@ -41,6 +41,7 @@ type Proxy struct {
 	links  map[*link]struct{}
 	stall  *stall // the Stall in effect, if any
 	down   bool
+	refuse bool // RefuseNew: new connections are reset, open ones go on
 	closed bool
 
 	wg        sync.WaitGroup // every goroutine started by the proxy
@@ -172,6 +173,17 @@ func (p *Proxy) SetDown(on bool) {
 	}
 }
 
+// RefuseNew, when on, resets new connections at once while those open
+// go on (stalled ones stay stalled): a partition that a TCP connection
+// already established rides out, its bytes retransmitted later, while a
+// new connection's handshake fails. When off, new connections are
+// proxied again.
+func (p *Proxy) RefuseNew(on bool) {
+	p.mu.Lock()
+	p.refuse = on
+	p.mu.Unlock()
+}
+
 // Conns returns the number of open client connections.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -208,7 +220,7 @@ func (p *Proxy) serve() {
 			continue
 		}
 		p.mu.Lock()
-		refuse := p.down || p.closed
+		refuse := p.down || p.closed || p.refuse
 		if !refuse {
 			p.wg.Add(1)
 		}
