@@ -381,9 +381,13 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 
 // Observing: how long an observer waits when nothing in Redis expires by
 // itself (nobody leads), in case a notification was lost without its
-// connection; and how it backs off while Redis cannot be read.
+// connection; how long at most between two reads (a pub/sub connection
+// does not say when it breaks: without a read an observer would learn
+// that it is blind only when the leader's lease runs out, a whole TTL);
+// and how it backs off while Redis cannot be read.
 const (
 	observeIdle     = 30 * time.Second
+	observeBeat     = 2 * time.Second
 	observeRetry    = 100 * time.Millisecond
 	observeRetryMax = 2 * time.Second
 	observeLate     = 5 * time.Millisecond // read a little after an expiry
@@ -402,11 +406,12 @@ const (
 //
 // Observe is told of changes on the election's channel, and reads again
 // when the leader's lease would expire, so a leader that dies without a
-// word is reported gone as soon as its lease runs out; nothing polls
-// (unless the server refuses pub/sub, when it reads every second or so).
-// While Redis cannot be read, Observe sends the last state once with Err
-// set (the observer is blind: it cannot tell a change), logs the error and
-// tries again; once it can read again it sends the state, Err nil. The channel is closed at once when ctx is nil or done, the
+// word is reported gone as soon as its lease runs out; besides, it reads
+// the election every 2 s (one read; every second or so when the server
+// refuses pub/sub), because a pub/sub connection does not say when it
+// breaks. While Redis cannot be read — noticed within about 2 s — Observe
+// sends the last state once with Err set (the observer is blind: it
+// cannot tell a change), logs the error and tries again; once it can read again it sends the state, Err nil. The channel is closed at once when ctx is nil or done, the
 // Election nil or unusable on this Client (WithoutScripts, a quorum), or
 // the Client closed.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
@@ -469,9 +474,9 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 			last = &info
 		}
 		if expires > 0 {
-			return false, expires + observeLate, nil
+			return false, min(expires+observeLate, observeBeat), nil
 		}
-		return false, observeIdle, nil
+		return false, min(observeIdle, observeBeat), nil
 	}
 	_ = c.waitLoop(ctx, e.k.name, e.k.channel, "", nil, 0, check)
 }

@@ -302,6 +302,13 @@ func TestObserveSaysWhenItIsBlind(t *testing.T) {
 	if st := next("the first state"); st.Value != "v1" || st.Err != nil {
 		t.Fatalf("first state %+v", st)
 	}
+	// Kill the server once the observer listens (its subscription is
+	// confirmed, and it sleeps on its leader's minute-long lease): pub/sub
+	// does not say that its connection broke. Before the observer read
+	// every few seconds, it was told only when the lease ran out (a loaded
+	// machine killed it there now and then; this way 3 of 3).
+	waitForSubscribers(t, newRedis(t, s), 1)
+	time.Sleep(100 * time.Millisecond) // the confirmation reaches the observer: nothing to wait on
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
