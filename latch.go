@@ -54,7 +54,7 @@ var latchKind = kindSpec{primitive: "Latch", keys: kindLatch,
 		in.info.Held = in.info.Count > 0
 		return false
 	},
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, _ forceReceipt) driver.Reply {
 		return latchOpenScript.run(ctx, r, []string{k.lock, k.ids}, k.channel, c.publish)
 	}}
 
