@@ -122,6 +122,12 @@ func (d *twiceDriver) arm(pick func(args []any) bool, between func()) {
 // answered as the first did; it disarms d.
 func (d *twiceDriver) check(t *testing.T) {
 	t.Helper()
+	d.checkWith(t, func(a, b driver.Reply) bool { return fmt.Sprint(a.Val, a.Err) == fmt.Sprint(b.Val, b.Err) })
+}
+
+// checkWith is check with same telling whether two replies say the same.
+func (d *twiceDriver) checkWith(t *testing.T, same func(a, b driver.Reply) bool) {
+	t.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.pick = nil
@@ -129,7 +135,7 @@ func (d *twiceDriver) check(t *testing.T) {
 		t.Fatal("no command was sent twice: the test shows nothing")
 	}
 	for _, p := range d.pairs {
-		if fmt.Sprint(p[0].Val, p[0].Err) != fmt.Sprint(p[1].Val, p[1].Err) {
+		if !same(p[0], p[1]) {
 			t.Errorf("a copy answered %v (%v); the first copy answered %v (%v)", p[1].Val, p[1].Err, p[0].Val, p[0].Err)
 		}
 	}
@@ -262,5 +268,221 @@ func TestForceSentTwiceSparesTheNextOwner(t *testing.T) {
 				t.Fatalf("a copy of ForceUnlock that ran after another owner took the lock freed it: %v", err)
 			}
 		})
+	}
+}
+
+// leaveOn chooses the leave script of a waiter of name: the only script
+// call on its keys with its queue among them once the waiter gave up
+// (bury.lua, sent before it, names only the dead set).
+func leaveOn(name string) func(args []any) bool {
+	on := scriptOn(name)
+	return func(args []any) bool {
+		return on(args) && slices.ContainsFunc(args, func(a any) bool {
+			s, ok := a.(string)
+			return ok && strings.HasSuffix(s, ":queue")
+		})
+	}
+}
+
+// A waiter that gives up leaves the queue (leave.lua, rw_leave.lua,
+// sem_leave.lua) with a call sent twice, and between the copies the
+// holder releases, so the lock goes to the waiter behind it: the copy
+// must change nothing — that waiter gets the lock, and holds it alone.
+func TestLeaveSentTwiceChangesNothingMore(t *testing.T) {
+	type take func(ctx context.Context, c *dlock.Client, name string) (holder, error)
+	mutex := func(ctx context.Context, c *dlock.Client, name string) (holder, error) {
+		return leaseHolder(c.Mutex(name).Lock(ctx))
+	}
+	fair := func(ctx context.Context, c *dlock.Client, name string) (holder, error) {
+		return leaseHolder(c.FairMutex(name).Lock(ctx))
+	}
+	write := func(ctx context.Context, c *dlock.Client, name string) (holder, error) {
+		return leaseHolder(c.RWMutex(name).Lock(ctx))
+	}
+	read := func(ctx context.Context, c *dlock.Client, name string) (holder, error) {
+		return leaseHolder(c.RWMutex(name).RLock(ctx))
+	}
+	sem := func(ctx context.Context, c *dlock.Client, name string) (holder, error) {
+		return leaseHolder(c.Semaphore(name, 1).Acquire(ctx, 1))
+	}
+	kinds := map[string]struct {
+		kind       dlock.Kind
+		hold, wait take
+	}{
+		"Mutex":         {dlock.KindMutex, mutex, mutex},
+		"FairMutex":     {dlock.KindMutex, fair, fair},
+		"RWMutex.write": {dlock.KindRWMutex, write, write},
+		"RWMutex.read":  {dlock.KindRWMutex, write, read},
+		"Semaphore":     {dlock.KindSemaphore, sem, sem},
+	}
+	for kind, k := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			name := lockName(t)
+			inspector := client(t)
+			waiters := func(n int) func() bool {
+				return func() bool {
+					info, err := inspector.Inspect(ctx, k.kind, name)
+					return err == nil && len(info.Waiters) == n
+				}
+			}
+			first, err := k.hold(ctx, client(t), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, d := twiceClient(t)
+			wctx, giveUp := context.WithCancel(ctx)
+			gaveUp := make(chan error, 1)
+			go func() {
+				h, err := k.wait(wctx, c, name)
+				if err == nil {
+					h.stop()
+				}
+				gaveUp <- err
+			}()
+			waitFor(t, "the first waiter's place", waiters(1))
+			type got struct {
+				h   holder
+				err error
+			}
+			behind := make(chan got, 1)
+			go func() {
+				h, err := k.wait(ctx, client(t), name)
+				behind <- got{h, err}
+			}()
+			waitFor(t, "the second waiter's place", waiters(2))
+			d.arm(leaveOn(name), first.stop)
+			giveUp()
+			if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the waiter that gave up: %v", err)
+			}
+			waitFor(t, "the leave sent twice", func() bool {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				return len(d.pairs) > 0
+			})
+			next := <-behind
+			d.check(t)
+			if next.err != nil {
+				t.Fatalf("the waiter behind one whose leave was sent twice: %v", next.err)
+			}
+			defer next.h.stop()
+			if err := next.h.alive(); err != nil {
+				t.Fatal(err)
+			}
+			info, err := inspector.Inspect(ctx, k.kind, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Holders) != 1 || len(info.Waiters) != 0 {
+				t.Fatalf("after a leave sent twice: holders %+v, waiters %+v; want the next waiter alone", info.Holders, info.Waiters)
+			}
+		})
+	}
+}
+
+// An Election's Resign sent twice, with a new leader elected between the
+// copies: the copy must not depose it, and Resign reports done.
+func TestResignSentTwiceSparesTheNewLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	name := lockName(t)
+	c, d := twiceClient(t)
+	ld, err := c.Election(name).Campaign(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next holder
+	var nextErr error
+	d.arm(scriptOn(name), func() { next, nextErr = holds["Election"].take(ctx, client(t), name, "new") })
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatalf("a Resign sent twice: %v", err)
+	}
+	d.check(t)
+	if nextErr != nil {
+		t.Fatalf("the new leader, between the copies: %v", nextErr)
+	}
+	defer next.stop()
+	if err := next.alive(); err != nil {
+		t.Fatalf("a copy of Resign run after a new leader was elected: %v", err)
+	}
+}
+
+// SetPermits sent twice, with a permit taken between the copies: the
+// capacity is the one set, and every holder keeps its permit.
+func TestSetPermitsSentTwice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	name := lockName(t)
+	c, d := twiceClient(t)
+	before, err := leaseHolder(client(t).Semaphore(name, 2).Acquire(ctx, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.stop()
+	var between holder
+	var betweenErr error
+	d.arm(scriptOn(name), func() { between, betweenErr = leaseHolder(client(t).Semaphore(name, 2).TryAcquire(ctx, 1)) })
+	if err := c.Semaphore(name, 2).SetPermits(ctx, 3); err != nil {
+		t.Fatalf("SetPermits sent twice: %v", err)
+	}
+	// sem_permits.lua answers {capacity, permits held}: the copy reads the
+	// permit taken between the copies (a read, as Permits makes), and
+	// SetPermits reports only whether it ran; the capacity is the answer.
+	d.checkWith(t, func(a, b driver.Reply) bool {
+		x, errA := a.Int64Slice()
+		y, errB := b.Int64Slice()
+		return errA == nil && errB == nil && len(x) == 2 && len(y) == 2 && x[0] == y[0]
+	})
+	if betweenErr != nil {
+		t.Fatalf("a permit taken between the copies: %v", betweenErr)
+	}
+	defer between.stop()
+	for _, h := range []holder{before, between} {
+		if err := h.alive(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	capacity, free, err := client(t).Semaphore(name, 2).Permits(ctx)
+	if err != nil || capacity != 3 || free != 1 {
+		t.Fatalf("after SetPermits(3) sent twice with 2 permits held: capacity %d, free %d (%v); want 3, 1", capacity, free, err)
+	}
+}
+
+// LockAll sent twice (lock_all.lua): the copy answers the same fences and
+// leaves each lock held once, so one Unlock frees the set.
+func TestLockAllSentTwice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	name := lockName(t)
+	c, d := twiceClient(t)
+	warm, err := dlock.LockAll(ctx, c.Mutex(name+"/a"), c.Mutex(name+"/b")) // the script loaded
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, warm)
+	d.arm(scriptOn(name+"/a"), nil)
+	l, err := dlock.LockAll(ctx, c.Mutex(name+"/a"), c.Mutex(name+"/b"))
+	d.check(t)
+	if err != nil {
+		t.Fatalf("LockAll sent twice: %v", err)
+	}
+	for _, part := range []string{"/a", "/b"} {
+		info, err := client(t).Inspect(ctx, dlock.KindMutex, name+part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Holders) != 1 || info.Holders[0].Holds != 1 {
+			t.Fatalf("%s after LockAll sent twice: %+v; want one hold", part, info.Holders)
+		}
+	}
+	unlock(t, l)
+	for _, part := range []string{"/a", "/b"} {
+		again, err := client(t).Mutex(name+part).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("%s after the set's Unlock: %v; want it free", part, err)
+		}
+		unlock(t, again)
 	}
 }
