@@ -479,7 +479,7 @@ func TestLockAllSentTwice(t *testing.T) {
 	}
 	unlock(t, l)
 	for _, part := range []string{"/a", "/b"} {
-		again, err := client(t).Mutex(name+part).TryLock(ctx)
+		again, err := client(t).Mutex(name + part).TryLock(ctx)
 		if err != nil {
 			t.Fatalf("%s after the set's Unlock: %v; want it free", part, err)
 		}
