@@ -202,6 +202,21 @@ var holds = map[string]struct {
 	"Semaphore": {dlock.KindSemaphore, func(ctx context.Context, c *dlock.Client, name, _ string) (holder, error) {
 		return leaseHolder(c.Semaphore(name, 1).Acquire(ctx, 1))
 	}},
+	"Latch": {dlock.KindLatch, func(ctx context.Context, c *dlock.Client, name, _ string) (holder, error) {
+		l := c.Latch(name)
+		if set, err := l.TrySetCount(ctx, 1, 30*time.Second); err != nil || !set {
+			return holder{}, cmpErr(err, fmt.Errorf("latch %q: its count was already set", name))
+		}
+		return holder{
+			alive: func() error { // a closed latch is this phase's
+				if n, err := l.Count(context.Background()); err != nil || n != 1 {
+					return cmpErr(err, fmt.Errorf("latch %q: count %d, want 1", name, n))
+				}
+				return nil
+			},
+			stop: func() { _, _ = l.CountDown(context.Background()) },
+		}, nil
+	}},
 	"Election": {dlock.KindElection, func(ctx context.Context, c *dlock.Client, name, who string) (holder, error) {
 		e := c.Election(name)
 		ld, err := e.Campaign(ctx, who)
