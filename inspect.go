@@ -504,6 +504,13 @@ func parseKey(prefix, key string) (Kind, string, bool) {
 		return "", "", false
 	}
 	name, suffix := tagUnescaper.Replace(rest[:i]), rest[i+1:]
+	if strings.HasSuffix(suffix, ":dead") {
+		// the dead set holds only refused tokens and receipts (of a
+		// release, of a ForceUnlock): they outlive the lock, which is
+		// free when nothing else of it is left, and a free lock leaves
+		// nothing to list
+		return "", "", false
+	}
 	first, _, _ := strings.Cut(strings.TrimPrefix(suffix, ":"), ":")
 	switch first {
 	case "", "queue", "alive":

@@ -613,3 +613,37 @@ func TestPlainSentTwice(t *testing.T) {
 		}
 	})
 }
+
+// A receipt (of a release, or of a ForceUnlock) stays in the lock's dead
+// set after the lock is free; Locks says a free lock leaves nothing to
+// list, so a dead set alone lists nothing.
+func TestReceiptsListNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := client(t)
+	name := lockName(t)
+	// (not a Semaphore: its capacity stays while it is used, and is
+	// listed; nor a Latch: an open latch keeps its phase's calls until its
+	// TTL, and is listed)
+	for _, kind := range []string{"RWMutex.write", "Mutex"} {
+		h, err := holds[kind].take(ctx, c, name+"/released/"+kind, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.stop()
+		forced := name + "/forced/" + kind
+		if _, err := holds[kind].take(ctx, c, forced, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ForceUnlock(ctx, holds[kind].kind, forced); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := c.Locks(ctx, name+"/*/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		t.Errorf("listed after it was freed: %s %q (held %v)", l.Kind, l.Name, l.Held)
+	}
+}
