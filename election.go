@@ -59,9 +59,9 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 // Election: a Mutex's hash with the leader's value; a forced release also
 // tells its observers.
 var electionKind = kindSpec{primitive: "Election", keys: kindElection, queue: true, fill: mutexHolders,
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg, k.channel)
+		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl, k.channel)
 	}}
 
 type electionProto struct{ m mutexProto }

@@ -50,8 +50,9 @@ type kindSpec struct {
 	// waiters appends the waiters, first to go first (default: the
 	// queue in arrival order).
 	waiters func(in *inspection)
-	// force frees the lock as a release would (ForceUnlock).
-	force func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply
+	// force frees the lock as a release would (ForceUnlock); rc is the
+	// receipt a copy of it answers with (see forceReceipt).
+	force func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply
 }
 
 // kindSpecs is the table of kinds.
@@ -503,6 +504,13 @@ func parseKey(prefix, key string) (Kind, string, bool) {
 		return "", "", false
 	}
 	name, suffix := tagUnescaper.Replace(rest[:i]), rest[i+1:]
+	if strings.HasSuffix(suffix, ":dead") {
+		// the dead set holds only refused tokens and receipts (of a
+		// release, of a ForceUnlock): they outlive the lock, which is
+		// free when nothing else of it is left, and a free lock leaves
+		// nothing to list
+		return "", "", false
+	}
 	first, _, _ := strings.Cut(strings.TrimPrefix(suffix, ":"), ":")
 	switch first {
 	case "", "queue", "alive":
@@ -519,12 +527,40 @@ func parseKey(prefix, key string) (Kind, string, bool) {
 	return "", "", false
 }
 
+// forceReceipt names one ForceUnlock, so that a copy of its script that
+// the client library sends again (a lost reply, a read timeout: the
+// server may run both copies) answers as the first did and frees nothing
+// more. Without it a copy that runs after another owner took the freed
+// lock would free that owner's lock too: a ForceUnlock of one holder
+// would end two. The script leaves 'force:<id>:<its reply>' in the lock's
+// dead set (bury.lua's; owner tokens are hex, so no token is ever taken
+// for it) for ttl, and a script that finds its id there changes nothing
+// and answers that reply. A copy later than ttl would free the lock again,
+// as a second ForceUnlock would: ttl is a minute (longer than go-redis's
+// default retries of one command take: 4 tries of a 3 s read timeout),
+// or until ctx's deadline if that is later, since a client library
+// re-sends only within the call.
+type forceReceipt struct {
+	id  string
+	ttl int64 // milliseconds
+}
+
+func newForceReceipt(ctx context.Context) forceReceipt {
+	ttl := time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		ttl = max(ttl, time.Until(dl))
+	}
+	return forceReceipt{id: randomHex(16), ttl: ttl.Milliseconds()}
+}
+
 // ForceUnlock frees a lock whoever holds it — an operator's last resort
 // for a lock pinned by a holder that cannot be reached — and hands it to
 // its next waiters as a release would. For a Semaphore every permit comes
 // back; a Latch is opened. Holders learn of the loss at their next
 // renewal (their work may still be running: fences are what protects the
-// resources). It returns what the lock was just before.
+// resources). It returns what the lock was just before. A call the client
+// library sends twice (a re-send after a lost reply) frees the lock once:
+// an owner that took it between the two copies keeps it.
 func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockInfo, error) {
 	before, err := c.Inspect(ctx, kd, name)
 	if err != nil {
@@ -535,7 +571,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 		return nil, err
 	}
 	r, _ := c.reader()
-	if err := sp.force(ctx, c, r, c.keys(sp.keys, name)).Err; err != nil {
+	if err := sp.force(ctx, c, r, c.keys(sp.keys, name), newForceReceipt(ctx)).Err; err != nil {
 		return nil, redisErr("unlock --force", name, err)
 	}
 	return before, nil

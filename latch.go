@@ -54,8 +54,8 @@ var latchKind = kindSpec{primitive: "Latch", keys: kindLatch,
 		in.info.Held = in.info.Count > 0
 		return false
 	},
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
-		return latchOpenScript.run(ctx, r, []string{k.lock, k.ids}, k.channel, c.publish)
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
+		return latchOpenScript.run(ctx, r, []string{k.lock, k.ids, k.dead}, k.channel, c.publish, rc.id, rc.ttl)
 	}}
 
 // Name returns the latch's name.

@@ -122,12 +122,12 @@ func (c *Client) mutexRequest(what string, k *keys, opts []LockOption, fair bool
 // mutexKind is what Inspect, Locks and ForceUnlock know of a Mutex (and
 // a FairMutex: the same keys).
 var mutexKind = kindSpec{primitive: "Mutex", keys: kindMutex, queue: true, plain: true, fill: mutexHolders,
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
 		if !c.caps.directed { // script-free: a plain key
-			return r.Do(ctx, keyed("DEL", k.lock))
+			return plainForce(ctx, c, r, k)
 		}
 		w := c.wakeTo(k)
-		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive}, w.baseArg, w.publishArg)
+		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl)
 	}}
 
 // mutexHolders reads a Mutex's hash (an Election's too): each owner

@@ -320,3 +320,25 @@ func compareAndDo(ctx context.Context, r driver.Driver, key, want string, atLeas
 func (plainProto) ordered() bool { return false }
 
 func (p plainProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }
+
+// plainForce is ForceUnlock without scripts: it deletes the key if it
+// still names the holder it read, so that a copy of the delete that the
+// client library sends again (the server may run both) cannot free a
+// lock another owner took after the first copy — as a bare DEL's copy
+// would. (The WATCH mode's MULTI/DEL/EXEC shares the limit of a plain
+// release: see TestPlainSentTwice.)
+func plainForce(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
+	got := r.Do(ctx, keyed("GET", k.lock))
+	if got.Err == nil && got.Val == nil {
+		return driver.Reply{Val: int64(0)} // free
+	}
+	holder, err := got.Text()
+	if err != nil {
+		return failedReply(err)
+	}
+	b, _ := c.be.(*plain)
+	if b == nil {
+		return failedReply(fmt.Errorf("dlock: a script-free Client without its backend"))
+	}
+	return plainProto{k, b}.release(holder, 0, 0).run(ctx, r)
+}

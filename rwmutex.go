@@ -162,9 +162,9 @@ var rwKind = kindSpec{primitive: "RWMutex", keys: kindRW, queue: true,
 		return []driver.Command{zrange(k.readers), zrange(k.rqueue), zrange(k.rphase)}
 	},
 	fill: rwHolders, waiters: rwWaiters,
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase}, w.baseArg, w.publishArg)
+		return rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl)
 	}}
 
 // rwHolders reads the mode and the holds ('r:<token>', 'w:<token>'),

@@ -92,7 +92,7 @@ var (
 
 	latchSetScript  = loadScript("latch_set.lua")
 	latchDownScript = loadScript("latch_down.lua")
-	latchOpenScript = loadScript("latch_open.lua")
+	latchOpenScript = loadScript("lib.lua", "lib_queue.lua", "latch_open.lua")
 
 	lockAllScript = mutexScript("lock_all.lua")
 	buryScript    = loadScript("bury.lua")

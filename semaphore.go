@@ -182,9 +182,9 @@ var semKind = kindSpec{primitive: "Semaphore", keys: kindSemaphore, queue: true,
 	reads:   func(k *keys) []driver.Command { return []driver.Command{keyed("GET", k.permits), zrange(k.leases)} },
 	fill:    semHolders,
 	waiters: func(in *inspection) { in.queued("", true) },
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive}, w.baseArg, w.publishArg)
+		return semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl)
 	}}
 
 // semHolders reads each holder's permits ('p:<token>'), fence and expiry,

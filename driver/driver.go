@@ -37,7 +37,11 @@ type Driver interface {
 	// else uses meanwhile: what fn sends there runs in order, so a WAIT
 	// follows the write before it, and WATCH, MULTI and EXEC make a
 	// transaction. fn must leave the connection as it found it (UNWATCH
-	// after a WATCH that no EXEC followed).
+	// after a WATCH that no EXEC followed). A Conn never sends a pipeline
+	// again (on another connection, after a lost reply): a MULTI/EXEC
+	// sent again would run without the WATCH before it (go-redis's Conn
+	// fails the retry of a connection whose read failed; rueidis's
+	// dedicated client does not retry once its connection failed).
 	Dedicated(ctx context.Context, key string, fn func(Conn) error) error
 	// PubSub returns a pub/sub connection to node (an address NodeOf
 	// returned; "" for the deployment's own choice: the server, or on a

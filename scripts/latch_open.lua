@@ -4,12 +4,27 @@
 -- them and changes nothing (see latch_down.lua).
 --
 -- KEYS[1]  count, KEYS[2] the ids set of an older dlock's CountDownOnce
+-- KEYS[3]  dead (the lock's <lock>:dead set): where the receipt is left
 -- ARGV[1]  channel, ARGV[2] publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  the ForceUnlock's id, ARGV[4] its receipt's TTL in ms
 --
 -- Returns  1 if the latch was closed, 0 if not
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
+--
+-- Sent again: a copy of this call (a client library's re-send after a lost
+-- reply) that runs after TrySetCount began a new phase would open that
+-- phase too. The first copy leaves 'force:<id>:<reply>' in the dead set;
+-- a copy that finds it changes nothing and answers the same reply, as
+-- force.lua's (forceReceipt in inspect.go).
+local rc = 'force:' .. ARGV[3] .. ':'
+for _, was in ipairs({1, 0}) do
+  if redis.call('ZSCORE', KEYS[3], rc .. was) then
+    return was -- a copy of a force that ran
+  end
+end
 local had = redis.call('DEL', KEYS[1])
+receipt(KEYS[3], rc .. had, ARGV[4])
 redis.call('DEL', KEYS[2])
 publish(ARGV[2], ARGV[1], WAKE_ALL)
 return had

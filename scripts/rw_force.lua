@@ -4,9 +4,26 @@
 -- KEYS[1]  lock hash, KEYS[2] readers, KEYS[3] writers' queue,
 -- KEYS[4]  writers' places, KEYS[5] waiting readers, KEYS[6] admitted
 --          readers (see lib_rw.lua)
+-- KEYS[7]  dead (bury.lua's set): where the receipt is left
 -- ARGV[1]  channel base, ARGV[2] publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  the ForceUnlock's id, ARGV[4] its receipt's TTL in ms
 --
 -- Returns  1 if there was a lock to free, 0 if not
-local had = redis.call('DEL', KEYS[1], KEYS[2])
+--
+-- Sent again: a client library sends a call again when it lost the reply,
+-- and the server may run both copies; between them another owner may take
+-- the freed lock. The first copy leaves its receipt, 'force:<id>:<reply>',
+-- in the dead set (owner tokens are hex: no acquire is refused for it),
+-- and a copy that finds it changes nothing and answers the same reply:
+-- one ForceUnlock ends the holds it found, never the next owner's
+-- (forceReceipt in inspect.go).
+local rc = 'force:' .. ARGV[3] .. ':'
+for _, had in ipairs({1, 0}) do
+  if redis.call('ZSCORE', KEYS[7], rc .. had) then
+    return had -- a copy of a force that ran
+  end
+end
+local had = math.min(redis.call('DEL', KEYS[1], KEYS[2]), 1)
+receipt(KEYS[7], rc .. had, ARGV[4])
 hand_on_rw(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1], ARGV[2], true)
-return math.min(had, 1)
+return had
