@@ -515,3 +515,81 @@ func TestCheckElection(t *testing.T) {
 	ok.leaderRead("w3", "e0", 62, 63, 0, "", 0)
 	wantKinds(t, ok.check(100))
 }
+
+// clockFault records a fault of the server's clock from at to end (ms)
+// that made it lose lost ms (negative: gain).
+func (b *hist) clockFault(at, end, lost int64) {
+	b.events = append(b.events, Event{T: at * ms, End: end * ms, K: kFault, W: "parent",
+		Msg: fmt.Sprintf("clock: test, %d ms lost", lost), D: lost * 1000})
+}
+
+// The server's clock: what it lost (stood still, stepped back) puts off
+// every expiry on the server, and the liveness bounds add it, however
+// long before the wait it happened; a gain (a forward step) shortens no
+// bound.
+func TestCheckClock(t *testing.T) {
+	// A holder killed at 200 ms with an 8 s TTL: free by 8.2 s on the
+	// real clock; the server's clock stepped back 1 s twice in between:
+	// free by 10.2 s there. A waiter granted at 10.6 s waited 0.4 s.
+	var b hist
+	b.grant("w1", "lv0.0.1", "", "A", 1, 0, 10, 8*time.Second, false)
+	b.events = append(b.events, Event{T: 200 * ms, K: kKill, W: "w1"})
+	b.clockFault(3000, 3003, 1000)
+	b.clockFault(5000, 5003, 1000)
+	b.waitFor("w2", "lv0.0.1", 50, 10600, true)
+	wantKinds(t, b.check(15000))
+	// Without the steps it is a wait of 2.4 s on a free lock.
+	var real hist
+	real.grant("w1", "lv0.0.1", "", "A", 1, 0, 10, 8*time.Second, false)
+	real.events = append(real.events, Event{T: 200 * ms, K: kKill, W: "w1"})
+	real.waitFor("w2", "lv0.0.1", 50, 10600, true)
+	wantKinds(t, real.check(15000), "wait")
+	// Steps forward lengthen nothing.
+	var fwd hist
+	fwd.grant("w1", "lv0.0.1", "", "A", 1, 0, 10, 8*time.Second, false)
+	fwd.events = append(fwd.events, Event{T: 200 * ms, K: kKill, W: "w1"})
+	fwd.clockFault(3000, 3003, -1000)
+	fwd.waitFor("w2", "lv0.0.1", 50, 10600, true)
+	wantKinds(t, fwd.check(15000), "wait")
+	// And a waiter that waits longer than the bound past the put-off
+	// expiry is reported.
+	b.waitFor("w3", "lv0.0.1", 9000, 12500, true)
+	wantKinds(t, b.check(15000), "wait")
+
+	// An expiry put off into a later fault is put off by that one too;
+	// a fault before the key was set does not count.
+	var c hist
+	c.clockFault(100, 103, 5000)   // before the key was set at 200
+	c.clockFault(500, 503, 1000)   // 1000 → 2000
+	c.clockFault(1500, 2500, 1100) // reached only by the first delay: 2000 → 3100
+	c.clockFault(3050, 3053, 200)  // reached by the second: 3300
+	c.clockFault(3400, 3403, 700)  // not reached
+	h := index(c.events, 0, 5000*ms)
+	if got := h.expireBy(200*ms, 1000*ms) / ms; got != 3300 {
+		t.Fatalf("expireBy = %d ms, want 3300", got)
+	}
+
+	// A CLIENT PAUSE ends by the server's clock: one that stood still
+	// 500 ms (600 ms lost with the run-on margin) during a 400 ms pause
+	// kept the server paused 600 ms longer.
+	var p hist
+	p.events = append(p.events, Event{T: 1000 * ms, End: 1400 * ms, K: kFault, W: "parent", Msg: "cpause: CLIENT PAUSE 400ms ALL"})
+	p.clockFault(1100, 1600, 600)
+	h = index(p.events, 0, 5000*ms)
+	if !h.serverFaultIn(1900*ms, 1900*ms) || h.serverFaultIn(2001*ms, 3000*ms) {
+		t.Fatalf("the pause should end at 2000 ms: %+v", h.faults)
+	}
+}
+
+func TestWeightsAdd(t *testing.T) {
+	w, err := weights("+clockforward,clock=3", defaultFaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w["clockforward"] != 1 || w["clock"] != 3 || w["pubsub"] != defaultFaults["pubsub"] || len(w) != len(defaultFaults) {
+		t.Fatalf("weights = %v", w)
+	}
+	if defaultFaults["clockforward"] != 0 {
+		t.Fatal("weights changed the defaults")
+	}
+}

@@ -150,10 +150,16 @@ var defaultFaults = map[string]int{
 	"qpart":    2,
 	"qrestart": 1,
 	"qsplit":   1, // the finding's order, scripted: a cut, c cut, b restarted empty, a back, c back
+	// The server's clock (issue 33; faults.go, clockKinds): not picked by
+	// the injector above but by one of its own, every 1-5 s, beside it,
+	// by these weights (all 0: no clock faults, and no shim).
+	"clock":        1, // the clock stands still 0.1-1.5 s then runs on behind, or steps back 0.1-1 s
+	"clockforward": 0, // a step forward 0.1-1.5 s: two owners by design (off; on to show the checker sees them)
 }
 
 // weights parses "a=1,b=2" (or "a,b": weight 1 each; "none": empty) over
-// defaults: a list replaces the defaults entirely.
+// defaults: a list replaces the defaults entirely, a list after a "+"
+// ("+a=2,b=0") changes only the weights it names.
 func weights(spec string, defaults map[string]int) (map[string]int, error) {
 	if spec == "" {
 		return defaults, nil
@@ -162,12 +168,21 @@ func weights(spec string, defaults map[string]int) (map[string]int, error) {
 	if spec == "none" {
 		return out, nil
 	}
+	if rest, ok := strings.CutPrefix(spec, "+"); ok {
+		for k, v := range defaults {
+			out[k] = v
+		}
+		spec = rest
+	}
 	for _, f := range strings.Split(spec, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
 		if _, known := defaults[k]; !known {
 			return nil, fmt.Errorf("unknown name %q (want one of %v)", k, keys(defaults))
 		}
 		n := defaults[k]
+		if !ok && n <= 0 {
+			n = 1 // named: on, even if off by default
+		}
 		if ok {
 			var err error
 			if n, err = strconv.Atoi(v); err != nil {

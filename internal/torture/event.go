@@ -73,7 +73,7 @@ type Event struct {
 	Timeout int64    `json:"to,omitempty"` // µs; 0: none
 	DL      int64    `json:"dl,omitempty"` // call: the ctx's deadline (unix ns), 0: none
 	St      int64    `json:"st,omitempty"` // grant/fail: when the call was made (after the call event was written)
-	D       int64    `json:"d,omitempty"`  // Extend duration, µs
+	D       int64    `json:"d,omitempty"`  // Extend duration, µs; a clock fault's: the time the server's clock lost, µs (negative: gained)
 	EK      string   `json:"ek,omitempty"` // error class (see errKind)
 	Err     string   `json:"e,omitempty"`
 	Scn     string   `json:"sc,omitempty"` // scenario

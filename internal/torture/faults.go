@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // faultGap bounds the quiet time between two faults: sparse enough that
@@ -27,12 +29,32 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand) {
 	admin := r.srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 	defer admin.Close()
 	defer r.quorum.settle() // partitions healed, nodes back
+	// The server's clock has an injector of its own, beside this one
+	// (injectClock), so that its freezes and steps fall at any moment of
+	// the other faults: in a hand-off round, a stall, a late delivery.
+	faults, clockFaults := map[string]int{}, map[string]int{}
+	for k, v := range r.opts.Faults {
+		if slices.Contains(clockKinds, k) {
+			clockFaults[k] = v
+		} else {
+			faults[k] = v
+		}
+	}
+	var clockDone sync.WaitGroup
+	defer clockDone.Wait()
+	if weightOf(clockFaults) > 0 && r.clockShim {
+		clockDone.Add(1)
+		go func() {
+			defer clockDone.Done()
+			r.injectClock(ctx, rand.New(rand.NewPCG(r.opts.Seed, 0xc10c)), clockFaults)
+		}()
+	}
 	for {
 		sleepCtx(ctx, between(rng, faultGapMin, faultGapMax))
 		if ctx.Err() != nil {
 			return
 		}
-		kind := pick(rng, r.opts.Faults)
+		kind := pick(rng, faults)
 		if kind == "" {
 			continue
 		}
@@ -83,6 +105,11 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 		d := between(rng, 50*time.Millisecond, 400*time.Millisecond)
 		return fmt.Sprintf("spause: redis-server SIGSTOP for %v", d), r.stopServer(d)
 	case "restart":
+		// Not while the clock injector has the server's clock frozen:
+		// Restart holds the Server while it restarts, and the clock
+		// would stay frozen past what the fault records (clockFault).
+		r.clockMu.Lock()
+		defer r.clockMu.Unlock()
 		return "restart: redis-server kill -9 and restart with AOF", r.srv.Restart(true)
 	case "stop":
 		p := r.randomProc(rng)
@@ -289,4 +316,103 @@ func (r *runner) waitStop(rng *rand.Rand) (string, error) {
 	d := 2*max(ttl, queueTTL) + between(rng, 100*time.Millisecond, 500*time.Millisecond)
 	return fmt.Sprintf("waitstop: worker %s SIGSTOP for %v (waiting in %s on %v since %s, TTL %v)",
 		p.id, d, callKey(e.W, e.Op), e.Names, r.rel(e.T), ttl), p.freeze(func() { time.Sleep(d) })
+}
+
+// The server's clock (TESTING.md, "Six worlds"): the run's redis-server
+// runs under the clock shim (redistest.Options.ShimClock), and its own
+// injector freezes its wall clock or steps it.
+//
+//   - clock: the clock stands still for 0.1-1.5 s and then runs on from
+//     where it stood, the time it lost kept (a backward step of the time
+//     it stood), or it steps back by 0.1-1 s. Nothing of dlock's order or
+//     hand-offs rests on the server's clock; only expiries do, and those
+//     come S later: the liveness bounds add what the clock lost
+//     (model.go, clockLost).
+//   - clockforward (off by default): a step forward by 0.1-1.5 s. Every
+//     expiry nearer than that passes at once, so a holder that still
+//     counts on its lease has a successor until its next renewal: two
+//     owners, documented (docs/guarantees.md, "The server's clock"). It is
+//     there to show that the checker sees that world's violations.
+//
+// The offset a clock fault leaves stays: the server's clock runs behind
+// the real one for the rest of the run (forward steps put it ahead).
+var clockKinds = []string{"clock", "clockforward"}
+
+const (
+	clockGapMin = 1 * time.Second // between two clock faults
+	clockGapMax = 5 * time.Second
+	// clockRunOnMargin is how far behind the stood-still reading the
+	// clock runs on: the new offset is computed just before it is
+	// written, and the shim reads it a moment later; for that moment the
+	// clock still stands, and without a margin it would then jump forward
+	// by it. The parent's goroutine may be descheduled for a while on a
+	// loaded machine; a run-on that took longer than the margin says so
+	// in its message.
+	clockRunOnMargin = 100 * time.Millisecond
+)
+
+// weightOf is the total weight of w.
+func weightOf(w map[string]int) int {
+	n := 0
+	for _, v := range w {
+		n += max(v, 0)
+	}
+	return n
+}
+
+// injectClock injects clock faults, chosen by weight from w, until ctx
+// ends; the clock runs (behind or ahead) when it returns.
+func (r *runner) injectClock(ctx context.Context, rng *rand.Rand, w map[string]int) {
+	for {
+		sleepCtx(ctx, between(rng, clockGapMin, clockGapMax))
+		if ctx.Err() != nil {
+			return
+		}
+		kind := pick(rng, w)
+		t0 := now()
+		msg, lost, err := r.clockFault(kind, rng)
+		if err != nil {
+			msg += fmt.Sprintf(" (error: %v)", err)
+		}
+		// D: the server's clock time lost (µs; negative: gained).
+		r.rec.add(Event{T: t0, End: now(), K: kFault, W: "parent", Msg: msg, D: us(lost)})
+		r.logf("fault %s at %s: %s", kind, r.rel(t0), msg)
+	}
+}
+
+// clockFault moves the server's clock once and returns what it did and how
+// much time the server's clock lost by it (negative: gained), measured
+// against the real clock.
+func (r *runner) clockFault(kind string, rng *rand.Rand) (string, time.Duration, error) {
+	r.clockMu.Lock()
+	defer r.clockMu.Unlock()
+	before := r.srv.ServerClock()
+	switch {
+	case kind == "clockforward":
+		d := between(rng, 100*time.Millisecond, 1500*time.Millisecond)
+		return fmt.Sprintf("clockforward: server clock stepped forward %v (now %v)", d.Round(time.Millisecond), before.Step(d)),
+			-d, r.srv.StepClock(d)
+	case rng.IntN(2) == 0:
+		d := between(rng, 100*time.Millisecond, time.Second)
+		return fmt.Sprintf("clock: server clock stepped back %v (now %v)", d.Round(time.Millisecond), before.Step(-d)),
+			d, r.srv.StepClock(-d)
+	}
+	d := between(rng, 100*time.Millisecond, 1500*time.Millisecond)
+	t0 := time.Now()
+	if err := r.srv.SetClock(redistest.Frozen(before.Now())); err != nil {
+		return "clock: freezing the server clock", 0, err
+	}
+	time.Sleep(time.Until(t0.Add(d)))
+	t1 := time.Now()
+	lost := t1.Sub(t0) + clockRunOnMargin
+	err := r.srv.SetClock(before.Step(-lost))
+	t2 := time.Now()
+	msg := fmt.Sprintf("clock: server clock stood still %v, then ran on %v behind (now %v)",
+		t1.Sub(t0).Round(time.Millisecond), lost.Round(time.Millisecond), r.srv.ServerClock())
+	// The shim read the new offset by t2 (SetClock waits for that).
+	if took := t2.Sub(t1); took > clockRunOnMargin {
+		msg += fmt.Sprintf("; the run-on took %v to write: the clock may have jumped forward by up to %v",
+			took.Round(time.Millisecond), (took - clockRunOnMargin).Round(time.Millisecond))
+	}
+	return msg, lost, err
 }

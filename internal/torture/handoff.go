@@ -4,6 +4,7 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/envdriver"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // The handoff fault drives, from the parent, the moment that made a late
@@ -177,6 +179,16 @@ func (r *runner) handoff(rng *rand.Rand) (string, error) {
 	if a == nil {
 		return "handoff: " + name + ": A's Lock failed", nil
 	}
+	// Half the rounds, when the clock faults are on, run on the server
+	// clock of issue 33's item 10 (hoClock): it stands still while the
+	// waiters queue and are handed the lock, runs on so that the handed
+	// hold and the places expire, and is back where it stood when the
+	// waiter resumes. Its own generator: the seed's other choices stay.
+	var clk *hoClock
+	if r.clockShim && r.opts.Faults["clock"] > 0 && rand.New(rand.NewPCG(r.opts.Seed, 0xc10c+uint64(ho.round))).IntN(2) == 0 {
+		clk = r.hoClockStart(name)
+		defer clk.end()
+	}
 	r.hoBelieve(a, aid)
 	p.send(fmt.Sprintf("handoff %s %s %d %d", name, kind, ttl.Microseconds(), 2))
 	// Both waiters have called Lock; give them a moment to take their
@@ -197,15 +209,20 @@ func (r *runner) handoff(rng *rand.Rand) (string, error) {
 		time.Sleep(between(rng, 0, 30*time.Millisecond))
 		r.hoBelieve(a, aid)
 		r.hoUnlock(a, aid) // hands the lock to the stopped waiter
+		clk.runOn()        // the handed hold and the places expire
 		time.Sleep(time.Until(time.Unix(0, stopped).Add(hold)))
 		c, cid = r.hoAcquire("hoC", name, ttl, 3*time.Second, lockOf(ho.c))
 		if c != nil {
 			r.hoBelieve(c, cid)
 		}
+		clk.stepBack() // new places of the waiter expire when its old one did
 	})
 	cont := now()
 	msg := fmt.Sprintf("handoff: worker %s SIGSTOP for %v waiting on %s %q (TTL %v), unlocked by A, then C ",
 		p.id, time.Duration(cont-stopped).Round(time.Millisecond), kind, name, ttl)
+	if clk != nil {
+		msg = "handoff on a stood-still server clock" + strings.TrimPrefix(msg, "handoff")
+	}
 	if c == nil {
 		return msg + "failed to take it", err
 	}
@@ -274,4 +291,65 @@ func (w *worker) handoffWait(ctx context.Context, cmd string) {
 		}()
 	}
 	wg.Wait()
+}
+
+// hoClock is a handoff round's server clock (issue 33, item 10): it
+// stands still at v from before the waiters queue, runs on from v while
+// the handed hold and the places expire and C takes the lock, and is
+// stood still at v again before the waiter resumes, so that its new
+// places expire when its old one did: a place named by its expiry made the
+// stale hand-off look new (two owners). At the end of the round it runs
+// on behind, having lost the round's length, recorded as a clock fault
+// (liveness adds it). It holds clockMu: no other clock fault meanwhile.
+type hoClock struct {
+	r      *runner
+	name   string
+	before redistest.Clock
+	t0     time.Time
+	v      time.Time // where it stands
+	errs   []error
+}
+
+func (r *runner) hoClockStart(name string) *hoClock {
+	r.clockMu.Lock()
+	c := &hoClock{r: r, name: name, before: r.srv.ServerClock(), t0: time.Now()}
+	c.v = c.before.Now()
+	c.set(redistest.Frozen(c.v))
+	return c
+}
+
+func (c *hoClock) set(cl redistest.Clock) {
+	if err := c.r.srv.SetClock(cl); err != nil {
+		c.errs = append(c.errs, err)
+	}
+}
+
+// runOn lets the clock run from where it stands (a little behind it: see
+// clockRunOnMargin).
+func (c *hoClock) runOn() {
+	if c != nil {
+		c.set(redistest.Offset(c.v.Sub(time.Now()) - clockRunOnMargin))
+	}
+}
+
+// stepBack puts the clock back where it stood, standing still.
+func (c *hoClock) stepBack() {
+	if c != nil {
+		c.set(redistest.Frozen(c.v))
+	}
+}
+
+// end lets the clock run on from where it stands, records what it lost,
+// and lets the other clock faults go.
+func (c *hoClock) end() {
+	defer c.r.clockMu.Unlock()
+	lost := time.Since(c.t0) + clockRunOnMargin
+	c.set(c.before.Step(-lost))
+	msg := fmt.Sprintf("clock: server clock stood still for handoff round %q, ran on, stepped back and stood still again; then ran on %v behind (now %v)",
+		c.name, lost.Round(time.Millisecond), c.r.srv.ServerClock())
+	if len(c.errs) > 0 {
+		msg += fmt.Sprintf(" (error: %v)", errors.Join(c.errs...))
+	}
+	c.r.rec.add(Event{T: c.t0.UnixNano(), End: now(), K: kFault, W: "parent", Msg: msg, D: us(lost)})
+	c.r.logf("fault clock at %s: %s", c.r.rel(c.t0.UnixNano()), msg)
 }

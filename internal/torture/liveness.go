@@ -44,16 +44,16 @@ func (h *history) occupancy(name string) []busy {
 		switch {
 		case c.result == nil:
 			if k, ok := h.killed[c.call.W]; ok {
-				out = append(out, busy{from: c.call.T, to: k + ttl, why: "an acquire in flight when its process was killed"})
+				out = append(out, busy{from: c.call.T, to: h.expireBy(c.call.T, k+ttl), why: "an acquire in flight when its process was killed"})
 			}
 		case c.result.K == kFail && c.result.EK != "ctx" && c.result.EK != "notobtained" && c.result.EK != "invalid":
 			to, why := c.result.T, "an acquire that failed ("+c.result.EK+")"
 			if h.serverFaultIn(c.call.T, c.result.T) {
-				to, why = to+ttl, why+" during a server fault"
+				to, why = h.expireBy(c.call.T, to+ttl), why+" during a server fault"
 			}
 			out = append(out, busy{from: c.call.T, to: to, why: why})
 		case c.result.K == kFail && c.result.EK == "ctx" && h.serverFaultIn(c.call.T, c.result.T):
-			out = append(out, busy{from: c.call.T, to: c.result.T + ttl, why: "an acquire cancelled during a server fault"})
+			out = append(out, busy{from: c.call.T, to: h.expireBy(c.call.T, c.result.T+ttl), why: "an acquire cancelled during a server fault"})
 		}
 	}
 	slices.SortFunc(out, func(a, b busy) int { return cmpInt(a.from, b.from) })
@@ -122,7 +122,11 @@ func (h *history) allowance(name string, x, y int64) (time.Duration, []fault) {
 			continue
 		}
 		fs = append(fs, f)
-		d += time.Duration(f.End-f.T) + 300*time.Millisecond
+		// A clock fault: what the server's clock lost (a step back
+		// takes no time of its own; a stand-still lost its length and
+		// the run-on margin), by which every expiry came later: a dead
+		// holder's lease, a dead waiter's place, a lock kept for it.
+		d += time.Duration(max(f.End-f.T, f.lost)) + 300*time.Millisecond
 		switch {
 		case f.server:
 			d += time.Second
@@ -226,7 +230,8 @@ func (h *history) probeDeadline(name string) (int64, busy) {
 		}
 	}
 	// a lock may be kept for a waiter that died, until its place expires
-	return latest.to + int64(waitBound+queueTTL*4/3), latest
+	// (later by what the server's clock lost meanwhile)
+	return h.expireBy(latest.to-int64(2*queueTTL), latest.to+int64(waitBound+queueTTL*4/3)), latest
 }
 
 // waitHints names what may explain a lost wake-up: a pub/sub reconnect

@@ -3,6 +3,7 @@ package torture
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -31,6 +32,10 @@ type callRec struct {
 type fault struct {
 	Event
 	server bool // it hit redis-server (restart, pause, killed connections)
+	// lost is the time the server's clock lost by a clock fault (ns; it
+	// stood still, or stepped back): every expiry on the server comes
+	// that much later. Negative: a forward step. 0 for other faults.
+	lost int64
 }
 
 // history is the indexed run.
@@ -152,7 +157,11 @@ func index(events []Event, start, end int64) *history {
 			}
 			h.closes[e.W][e.Client] = e
 		case kFault:
-			h.faults = append(h.faults, fault{Event: e, server: isServerFault(e.Msg)})
+			f := fault{Event: e, server: isServerFault(e.Msg)}
+			if isClockFault(e.Msg) {
+				f.lost = e.D * int64(time.Microsecond)
+			}
+			h.faults = append(h.faults, f)
 		case kFatal:
 			h.fatal = append(h.fatal, e)
 		case kLeader, kObserve:
@@ -168,6 +177,14 @@ func index(events []Event, start, end int64) *history {
 		slices.SortStableFunc(l.events, func(a, b Event) int { return cmpInt(a.T, b.T) })
 	}
 	slices.SortFunc(h.faults, func(a, b fault) int { return cmpInt(a.T, b.T) })
+	// A CLIENT PAUSE ends by the server's clock: one that stood still or
+	// stepped back during it paused the server that much longer than the
+	// injector, which ends the fault by its own clock, recorded.
+	for i, f := range h.faults {
+		if f.server && strings.Contains(f.Msg, "CLIENT PAUSE") {
+			h.faults[i].End += h.clockLost(f.T, f.End)
+		}
+	}
 	slices.SortStableFunc(h.reads, func(a, b Event) int { return cmpInt(a.T, b.T) })
 	return h
 }
@@ -193,6 +210,39 @@ func isServerFault(msg string) bool {
 		}
 	}
 	return false
+}
+
+// isClockFault tells the faults of the server's clock (faults.go,
+// clockKinds).
+func isClockFault(msg string) bool { return strings.HasPrefix(msg, "clock") }
+
+// clockLost is the time the server's clock lost (stood still, stepped
+// back) by the clock faults that overlap [from, to]; forward steps count
+// nothing.
+func (h *history) clockLost(from, to int64) int64 {
+	var lost int64
+	for _, f := range h.faults {
+		if f.lost > 0 && f.T <= to && f.End >= from {
+			lost += f.lost
+		}
+	}
+	return lost
+}
+
+// expireBy is when a server expiry that the real clock would pass at at
+// passes, when the key was set at from or later: the server's clock
+// counts it, so each clock fault between from and then puts it off by
+// the time that clock lost.
+func (h *history) expireBy(from, at int64) int64 {
+	end := at
+	for {
+		// a fault the delay reaches counts too
+		next := at + h.clockLost(from, end)
+		if next == end {
+			return end
+		}
+		end = next
+	}
 }
 
 // serverFaultIn reports whether a server fault overlaps [from, to].
@@ -232,7 +282,7 @@ func (h *history) freeAt(l *leaseRec) (int64, string) {
 			base, why = max(base, h.end), "still held when the run stopped"
 		}
 	}
-	return base + l.maxTTL, why
+	return h.expireBy(base-l.maxTTL, base+l.maxTTL), why
 }
 
 // unlockInFlight reports an Unlock of the lease that started before t

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -62,6 +63,12 @@ type runner struct {
 	unexpected []Violation
 	start      int64
 	ho         hoActor // the handoff fault's side in the parent
+
+	// clockShim: the server runs under the clock shim (the clock faults
+	// are in the mix and a C compiler was found). clockMu keeps a clock
+	// fault and a server restart apart.
+	clockShim bool
+	clockMu   sync.Mutex
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -80,8 +87,22 @@ func Run(opts Options) (*Result, error) {
 	// collector to keep the heap (the race detector's shadow grows with
 	// it) near what is live rather than twice that.
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(4 << 30))
-	// DEBUG SLEEP (the stall fault) needs the DEBUG command.
-	srv, err := redistest.Start(redistest.Options{AOF: true, Args: []string{"--enable-debug-command", "local"}})
+	// DEBUG SLEEP (the stall fault) needs the DEBUG command; the clock
+	// faults need the clock shim, which needs a C compiler.
+	srvOpts := redistest.Options{AOF: true, Args: []string{"--enable-debug-command", "local"}}
+	clockFaults := 0
+	for _, k := range clockKinds {
+		clockFaults += max(opts.Faults[k], 0)
+	}
+	srvOpts.ShimClock = clockFaults > 0
+	srv, err := redistest.Start(srvOpts)
+	if errors.Is(err, redistest.ErrNoCompiler) {
+		if opts.Logf != nil {
+			opts.Logf("no clock faults in this run: %v", err)
+		}
+		srvOpts.ShimClock = false
+		srv, err = redistest.Start(srvOpts)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +132,7 @@ func Run(opts Options) (*Result, error) {
 	}
 	defer f.Close()
 	r := &runner{opts: opts, srv: srv, proxies: proxies, quorum: quorum, rec: &recorder{w: bufio.NewWriterSize(f, 1<<20)},
-		procs: make([]*proc, opts.Workers), incs: make([]int, opts.Workers), start: now()}
+		procs: make([]*proc, opts.Workers), incs: make([]int, opts.Workers), start: now(), clockShim: srvOpts.ShimClock}
 	defer r.rec.flush()
 	r.rec.add(Event{K: "start", W: "parent", Msg: fmt.Sprintf("seed %d, redis %s", opts.Seed, srv.Addr())})
 	for slot := range opts.Workers {

@@ -42,7 +42,9 @@ var (
 // Environment: DLOCK_TORTURE_SEED (replay a seed), DLOCK_TORTURE (a
 // duration: a long soak, e.g. 10m), DLOCK_TORTURE_SCENARIOS and
 // DLOCK_TORTURE_FAULTS ("a=3,b" or "none": which scenarios and faults, by
-// weight), DLOCK_TORTURE_WORKERS, DLOCK_TORTURE_GOROUTINES.
+// weight; "+a=3,b" changes only those of the defaults: "+clockforward"
+// adds forward steps of the server's clock), DLOCK_TORTURE_WORKERS,
+// DLOCK_TORTURE_GOROUTINES.
 func TestTorture(t *testing.T) {
 	if testing.Short() {
 		t.Skip("torture test skipped in -short mode")
