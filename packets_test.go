@@ -27,6 +27,7 @@ import (
 // happened is undone. Before the fix: held for nobody (watched for 5 s of
 // its 30 s TTL) 3 of 3.
 func TestPartitionedAcquireHoldsForNobody(t *testing.T) {
+	onlyGoRedis(t)
 	n := redistest.NewNet(t)
 	srv := n.Start(t, redistest.Options{})
 	ctx := context.Background()

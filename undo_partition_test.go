@@ -19,6 +19,7 @@ import (
 // it heals the late acquire runs. The undo must still be trying then, and
 // free the lock well within its minute's TTL.
 func TestUndoOutlastsAPartition(t *testing.T) {
+	onlyGoRedis(t)
 	ctx := context.Background()
 	s := redistest.StartT(t, redistest.Options{})
 	p, err := faultproxy.New(s.Addr())
