@@ -17,14 +17,12 @@
 -- phase too. The first copy leaves 'force:<id>:<reply>' in the dead set;
 -- a copy that finds it changes nothing and answers the same reply, as
 -- force.lua's (forceReceipt in inspect.go).
-local rc = 'force:' .. ARGV[3] .. ':'
-for _, was in ipairs({1, 0}) do
-  if redis.call('ZSCORE', KEYS[3], rc .. was) then
-    return was -- a copy of a force that ran
-  end
+local again = forced_before(KEYS[3], ARGV[3])
+if again then
+  return again -- a copy of a force that ran
 end
 local had = redis.call('DEL', KEYS[1])
-receipt(KEYS[3], rc .. had, ARGV[4])
+forced(KEYS[3], ARGV[3], had, ARGV[4])
 redis.call('DEL', KEYS[2])
 publish(ARGV[2], ARGV[1], WAKE_ALL)
 return had

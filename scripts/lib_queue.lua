@@ -55,6 +55,32 @@ local function sent_again(dead, token, ttl)
   return ttl ~= nil and redis.call('ZSCORE', dead, token) ~= false
 end
 
+-- forced_before answers a ForceUnlock (force.lua, rw_force.lua,
+-- sem_force.lua, latch_open.lua) sent again: a client library sends a
+-- call again when it lost the reply, and the server may run both copies,
+-- with another owner taking the freed lock between them. The first copy
+-- leaves its receipt, 'force:<id>:<reply>', in the lock's dead set (owner
+-- tokens are hex: no acquire is refused for it; forced leaves it), and a
+-- copy that finds it changes nothing and answers the same reply: one
+-- ForceUnlock ends the holds it found, never the next owner's
+-- (forceReceipt in inspect.go). It returns that reply, or nil for a
+-- first copy.
+local function forced_before(dead, id)
+  for _, had in ipairs({1, 0}) do
+    if redis.call('ZSCORE', dead, 'force:' .. id .. ':' .. had) then
+      return had
+    end
+  end
+  return nil
+end
+
+-- forced leaves the receipt of a ForceUnlock that ran (forced_before),
+-- for ttl ms, and returns its reply, had.
+local function forced(dead, id, had, ttl)
+  receipt(dead, 'force:' .. id .. ':' .. had, ttl)
+  return had
+end
+
 -- in_order puts a command of one hold in the hold's sequence (hold.go,
 -- "Late commands"): every command that changes a hold after it was taken
 -- (renewal, Extend, re-entry, an inner unlock, Proclaim) carries seq, one

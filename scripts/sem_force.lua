@@ -11,20 +11,13 @@
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
 --          error, reply}: see publish in lib.lua; Go unwraps it)
 --
--- Sent again: a client library sends a call again when it lost the reply,
--- and the server may run both copies; between them another owner may take
--- the freed lock. The first copy leaves its receipt, 'force:<id>:<reply>',
--- in the dead set (owner tokens are hex: no acquire is refused for it),
--- and a copy that finds it changes nothing and answers the same reply:
--- one ForceUnlock ends the holds it found, never the next owner's
--- (forceReceipt in inspect.go).
-local rc = 'force:' .. ARGV[3] .. ':'
-for _, had in ipairs({1, 0}) do
-  if redis.call('ZSCORE', KEYS[6], rc .. had) then
-    return had -- a copy of a force that ran
-  end
+-- Sent again: a copy answers as its first copy did (forced_before in
+-- lib_queue.lua).
+local again = forced_before(KEYS[6], ARGV[3])
+if again then
+  return again -- a copy of a force that ran
 end
 local had = math.min(redis.call('DEL', KEYS[1], KEYS[2]), 1)
-receipt(KEYS[6], rc .. had, ARGV[4])
+forced(KEYS[6], ARGV[3], had, ARGV[4])
 wake_fitting(KEYS[4], KEYS[5], tonumber(redis.call('GET', KEYS[3]) or '0'), ARGV[1], ARGV[2])
 return had
