@@ -305,6 +305,13 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	if len(t.failed) > len(q.nodes)-q.majority() {
 		return outcome{giveBack: back}, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
+	var why error
+	if len(t.ok) >= q.majority() {
+		// A majority granted, but too late to be of use: the error of a
+		// TryLock, or of a Lock whose ctx ends first, says so (not "held").
+		why = fmt.Errorf("a majority granted, but the round took %v of the lease's %v (less the drift allowance): no validity left",
+			time.Since(start).Round(time.Millisecond), cfg.ttl)
+	}
 	// Held elsewhere: wait for the soonest holder's lease to end, or a
 	// release; a split vote: retry soon. Either way add jitter.
 	wait := time.Duration(0)
@@ -318,7 +325,7 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	if len(t.ok) > 0 {
 		wait = 0 // we won some votes: someone else did too; try again soon
 	}
-	return outcome{wait: wait + rand.N(q.jitter+1), giveBack: back}, nil
+	return outcome{wait: wait + rand.N(q.jitter+1), giveBack: back, why: why}, nil
 }
 
 // fenceRetry is how soon a Lock tries again when a majority granted but

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,8 +78,14 @@ func TestQuorumFencesNeverRepeatAfterARestart(t *testing.T) {
 		if l.Fence() <= top {
 			t.Fatalf("granted fence %d on {1, 2} after fence %d was issued on {0, 1}", l.Fence(), top)
 		}
-	} else if _, ok := errors.AsType[*dlock.QuorumError](err); !ok {
-		t.Fatalf("Lock on {1, 2}: %v; want a grant above %d or a *QuorumError", err, top)
+	} else if _, ok := errors.AsType[*dlock.QuorumError](err); !ok && !errors.Is(err, dlock.ErrNotObtained) {
+		// Refusing is allowed, repeating a fence is not. A refusal is a
+		// *QuorumError (at once, or as why a Lock's ctx ended, "its last
+		// round"), or, on a loaded machine where every round outlasted
+		// the 200 ms lease, a wait that ended: seen once in CI.
+		t.Fatalf("Lock on {1, 2}: %v; want a grant above %d or a refusal", err, top)
+	} else {
+		t.Logf("Lock on {1, 2} refused: %v", err)
 	}
 
 	proxies[0].SetDown(false)
@@ -135,4 +142,34 @@ func TestQuorumFenceAboveANodeThatSaidNo(t *testing.T) {
 	if l.Fence() <= top {
 		t.Fatalf("granted fence %d on {0 (restarted), 2 (stale)} with node 1 at %d saying no: fence %d was issued before", l.Fence(), top, top)
 	}
+}
+
+// A TryLock or Lock whose every round a majority grants, but too slowly
+// to leave the lease any validity, says so: not "is held", not a bare
+// "context deadline exceeded".
+func TestQuorumTooSlowSaysWhy(t *testing.T) {
+	const ttl = 60 * time.Millisecond
+	_, proxies, c := proxiedQuorum(t, 3)
+	m := c.Mutex(lockName(t))
+	mustLock(t, m, context.Background()) // connections made
+	for _, p := range proxies {
+		p.SetLatency(ttl) // each round: at least a round trip of 60 ms
+	}
+	check := func(how string, l *dlock.Lease, err error) {
+		t.Helper()
+		if err == nil {
+			unlock(t, l)
+			t.Fatalf("%s granted a %v lease over rounds of at least %v", how, ttl, ttl)
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "no validity left") {
+			t.Fatalf("%s: %v; want ErrNotObtained saying no validity was left", how, err)
+		}
+	}
+	other := c.Mutex(lockName(t) + "-free")
+	l, err := other.TryLock(context.Background(), dlock.WithLease(ttl))
+	check("TryLock", l, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	l, err = other.Lock(ctx, dlock.WithLease(ttl))
+	check("Lock", l, err)
 }

@@ -44,8 +44,9 @@ type outcome struct {
 	// it can no longer run.
 	giveBack []undoStep
 	// why, if set, is why a round that a majority granted was not won
-	// (a quorum that could not issue a fence): a Lock's error says it
-	// if its ctx ends before the lock is won
+	// (a quorum that could not issue a fence, or whose round outlasted
+	// its lease): a Lock's error says it if its ctx ends before the lock
+	// is won
 	why error
 }
 
@@ -191,6 +192,9 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		return l, err
 	}
 	if !wait {
+		if a.why != nil {
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotObtained, a.name, a.why)
+		}
 		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
 	}
 
