@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/redis/go-redis/v9"
 )
 
 // Client makes locks on one Redis deployment. It owns one watchdog
@@ -55,6 +57,21 @@ type Client struct {
 	leading sync.Map
 }
 
+// Redis is what New needs of a go-redis v9 client. Every go-redis client
+// has it (*redis.Client, *redis.ClusterClient, the failover client, and so
+// redis.UniversalClient).
+type Redis interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
+}
+
+// GoRedisDriver returns the Driver that New uses for rdb: to wrap it (a
+// test injecting faults at the seam), or to hand it to NewWithDriver.
+func GoRedisDriver(rdb Redis) driver.Driver { return goredis.New(rdb) }
+
 // New returns a Client that takes its locks on rdb, a go-redis client. It
 // starts the watchdog goroutine; call Close to stop it. New returns an
 // error wrapping ErrInvalidArgument when rdb is nil or an option is
@@ -63,7 +80,7 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
 	}
-	return NewWithDriver(goRedisDriver(rdb), opts...)
+	return NewWithDriver(goredis.New(rdb), opts...)
 }
 
 // NewWithDriver returns a Client that reaches Redis through d: the way

@@ -65,8 +65,8 @@ func TestGrantsCoverTheScripts(t *testing.T) {
 // string literal of the library's code (the root package and the
 // drivers) that names a Redis command (COMMAND LIST of the test server,
 // and those of newer servers dlock knows), with its subcommand for a
-// container command; every go-redis method that goredis.go calls with a
-// ctx and every rueidis builder whose name is a command. A literal that names a
+// container command; every go-redis method that internal/goredis calls
+// with a ctx and every rueidis builder whose name is a command. A literal that names a
 // command but is no command sent is listed below, with why.
 func TestGrantsCoverTheGoSide(t *testing.T) {
 	ctx := context.Background()
@@ -82,7 +82,7 @@ func TestGrantsCoverTheGoSide(t *testing.T) {
 		"readonly": "errors.go: the READONLY error reply's prefix",
 	}
 	var files []string
-	for _, dir := range []string{".", "rueidisdlock", "valkeydlock"} {
+	for _, dir := range []string{".", "internal/goredis", "rueidisdlock", "valkeydlock"} {
 		fs, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestGrantsCoverTheGoSide(t *testing.T) {
 			sent[name] = append(sent[name], f)
 		}
 		calls := builder // rueidis's command builders
-		if filepath.Base(f) == "goredis.go" {
+		if filepath.Dir(f) == filepath.Join("internal", "goredis") {
 			calls = method // go-redis's methods, which send a command each
 		}
 		{

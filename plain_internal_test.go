@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,7 +36,7 @@ func TestCASDetectionOnThisServer(t *testing.T) {
 	defer rdb.Close()
 	var d casDetector
 	// Redis 7 has neither DELEX nor DELIFEQ.
-	if m := d.get(context.Background(), goRedisDriver(rdb)); m != casWatch {
+	if m := d.get(context.Background(), goredis.New(rdb)); m != casWatch {
 		t.Fatalf("mode %v on Redis 7; want the WATCH path", m)
 	}
 }
@@ -75,7 +76,7 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	rdb, other := s.Client(), s.Client()
 	defer rdb.Close()
 	defer other.Close()
-	d := goRedisDriver(rdb)
+	d := goredis.New(rdb)
 
 	// The key is rewritten with the same value between WATCH and EXEC: the
 	// EXEC aborts, the compare runs again and then succeeds.

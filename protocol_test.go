@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/goredis"
 )
 
 // lib.lua and protocol.go name the same protocol values.
@@ -73,7 +75,7 @@ func TestProtocolAgrees(t *testing.T) {
 func TestHandOffMessageAgrees(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := serverClient(t)
-	d := goRedisDriver(rdb)
+	d := goredis.New(rdb)
 	k := c.keys(kindMutex, "x")
 	p := mutexProto{k, k.wake}
 	const ttl, placeTTL = time.Minute, 60000

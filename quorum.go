@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
 )
 
 // quorum is the RedLock side of a Client made by NewQuorum: N independent
@@ -73,7 +74,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 		if any(n) == nil {
 			return nil, invalid("NewQuorum: node %d is nil", i)
 		}
-		rs[i] = goRedisDriver(n)
+		rs[i] = goredis.New(n)
 	}
 	cfg, err := configure(opts)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 //   - pipelined: bounds every call by its ctx (the round trip runs on a
 //     goroutine of its own while the caller waits) and shares round trips
 //     among calls made at once (pipeline.go);
-//   - the Driver: go-redis's (goredis.go), rueidisdlock's, valkeydlock's,
+//   - the Driver: go-redis's (internal/goredis), rueidisdlock's, valkeydlock's,
 //     or one of the user's.
 func stack(d driver.Driver, dep *deployment) driver.Driver {
 	return &reporter{Driver: newPipelined(d), d: dep}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -103,7 +104,7 @@ func TestEveryConfirmationMakesWaitersCheck(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
 	rdb := s.Client()
 	defer rdb.Close()
-	h := newHub(goRedisDriver(rdb), false, "", "id")
+	h := newHub(goredis.New(rdb), false, "", "id")
 	defer h.close()
 	// The pub/sub connection is up (a first channel is confirmed) before
 	// the server is paused, so that SUBSCRIBEs are written to it.
@@ -147,7 +148,7 @@ func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
 	rdb, admin := s.Client(), s.Client()
 	defer rdb.Close()
 	defer admin.Close()
-	h := newHub(goRedisDriver(rdb), false, "", "id")
+	h := newHub(goredis.New(rdb), false, "", "id")
 	defer h.close()
 	ctx := context.Background()
 	w0, err := h.join("other", "z", make(chan struct{}, 1))
@@ -206,7 +207,7 @@ func TestHandedLockGivenUpGoesOn(t *testing.T) {
 	b := "c1:b:h30000"
 	rdb.ZAdd(ctx, k.queue, redis.Z{Score: 1, Member: b})
 	rdb.ZAdd(ctx, k.alive, redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: b})
-	if err := p.leave("c0:a:h30000").run(ctx, goRedisDriver(rdb)).Err; err != nil {
+	if err := p.leave("c0:a:h30000").run(ctx, goredis.New(rdb)).Err; err != nil {
 		t.Fatal(err)
 	}
 	if got := rdb.HGetAll(ctx, k.lock).Val(); got["b"] != "1" || got["a"] != "" {

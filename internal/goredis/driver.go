@@ -1,4 +1,4 @@
-package dlock
+package goredis
 
 import (
 	"context"
@@ -6,16 +6,17 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis is what New needs of a go-redis v9 client. Every go-redis client
-// has it (*redis.Client, *redis.ClusterClient, the failover client, and so
-// redis.UniversalClient).
+// Redis is what the driver needs of a go-redis v9 client: every go-redis
+// client has it (*redis.Client, *redis.ClusterClient, the failover client,
+// and so redis.UniversalClient). It has the method set of dlock.Redis,
+// which the root declares itself so that go doc shows the methods: a value
+// of either interface is one of the other.
 type Redis interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
@@ -24,8 +25,9 @@ type Redis interface {
 	Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error
 }
 
-// goredis is the Driver of a go-redis client.
-type goredis struct {
+// Driver is the driver.Driver of a go-redis client. It is safe for
+// concurrent use, as the client is.
+type Driver struct {
 	rdb     Redis
 	cluster *redis.ClusterClient // rdb, when it is a cluster's
 
@@ -37,17 +39,15 @@ type goredis struct {
 	stale atomic.Bool
 }
 
-// GoRedisDriver returns the Driver that New uses for rdb: to wrap it (a
-// test injecting faults at the seam), or to hand it to NewWithDriver.
-func GoRedisDriver(rdb Redis) driver.Driver { return goRedisDriver(rdb) }
-
-// goRedisDriver returns the Driver of rdb.
-func goRedisDriver(rdb Redis) *goredis {
+// New returns the Driver of rdb (dlock.New, dlock.GoRedisDriver and
+// dlock.NewQuorum's nodes). rdb must not be nil.
+func New(rdb Redis) *Driver {
 	cc, _ := rdb.(*redis.ClusterClient)
-	return &goredis{rdb: rdb, cluster: cc, nodes: map[string]*redis.Client{}}
+	return &Driver{rdb: rdb, cluster: cc, nodes: map[string]*redis.Client{}}
 }
 
-func (g *goredis) Info() driver.Info { return driver.Info{Name: "go-redis", Cluster: g.cluster != nil} }
+// Info: a cluster's when rdb is a *redis.ClusterClient.
+func (g *Driver) Info() driver.Info { return driver.Info{Name: "go-redis", Cluster: g.cluster != nil} }
 
 // goCmd makes the go-redis command of c, routed by its first key.
 func goCmd(ctx context.Context, c driver.Command) *redis.Cmd {
@@ -94,13 +94,16 @@ func neutral(v any) any {
 	return v
 }
 
-func (g *goredis) Do(ctx context.Context, c driver.Command) driver.Reply {
+// Do sends c, routed by its first key, and returns its reply.
+func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	cmd := goCmd(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
 	return goReply(cmd)
 }
 
-func (g *goredis) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+// Pipeline sends cmds as one go-redis pipeline (a cluster client splits
+// it by node).
+func (g *Driver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	return goPipeline(ctx, g.rdb.Pipelined, cmds)
 }
 
@@ -134,7 +137,7 @@ func (c goConn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Re
 // Dedicated lends a connection of the pool of key's node. A client that
 // cannot lend one (a wrapper of go-redis's) lends the connection of a
 // transaction on key, whose WATCH and UNWATCH cost two round trips.
-func (g *goredis) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+func (g *Driver) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
 	var node any = g.rdb
 	if g.cluster != nil {
 		n, err := g.cluster.MasterForKey(ctx, key)
@@ -151,7 +154,10 @@ func (g *goredis) Dedicated(ctx context.Context, key string, fn func(driver.Conn
 	return g.rdb.Watch(ctx, func(tx *redis.Tx) error { return fn(goConn{tx.Pipelined}) }, key)
 }
 
-func (g *goredis) NodeOf(ctx context.Context, key string) (string, error) {
+// NodeOf returns the address of the master of key's slot, asking a master
+// where it is after a Refresh (askedOwner); errors.ErrUnsupported when
+// the client is not a cluster's.
+func (g *Driver) NodeOf(ctx context.Context, key string) (string, error) {
 	if g.cluster == nil {
 		return "", errors.ErrUnsupported
 	}
@@ -180,7 +186,7 @@ func (g *goredis) NodeOf(ctx context.Context, key string) (string, error) {
 // reloads its map from a node at random, which (a replica most) may learn
 // it a gossip round later. When prev does not answer (gone with a
 // failover), go-redis's map is reloaded from any node.
-func (g *goredis) askedOwner(ctx context.Context, prev *redis.Client, key string) (*redis.Client, error) {
+func (g *Driver) askedOwner(ctx context.Context, prev *redis.Client, key string) (*redis.Client, error) {
 	ranges, err := prev.ClusterSlots(ctx).Result()
 	if err != nil {
 		if err := g.reload(ctx); err != nil {
@@ -222,7 +228,8 @@ func (g *goredis) askedOwner(ctx context.Context, prev *redis.Client, key string
 	return n, err
 }
 
-func (g *goredis) Masters(ctx context.Context) ([]driver.Driver, error) {
+// Masters returns the Driver of each master of a cluster, or g alone.
+func (g *Driver) Masters(ctx context.Context) ([]driver.Driver, error) {
 	if g.cluster == nil {
 		return []driver.Driver{g}, nil
 	}
@@ -230,14 +237,16 @@ func (g *goredis) Masters(ctx context.Context) ([]driver.Driver, error) {
 	var out []driver.Driver
 	err := g.cluster.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
-		out = append(out, goRedisDriver(n))
+		out = append(out, New(n))
 		mu.Unlock()
 		return nil
 	})
 	return out, err
 }
 
-func (g *goredis) Refresh() {
+// Refresh makes a cluster client reload its slot map, and the next
+// NodeOf ask a master where the slot is.
+func (g *Driver) Refresh() {
 	if g.cluster != nil {
 		g.stale.Store(true) // and the next NodeOf asks a master (askedOwner)
 		g.cluster.ReloadState(context.Background())
@@ -247,139 +256,6 @@ func (g *goredis) Refresh() {
 // reload makes go-redis reload its slot map now (one CLUSTER SLOTS, of a
 // node at random): ForEachShard reloads it before it calls anything, and
 // here calls nothing. (go-redis's own reloads come at most every 200 ms.)
-func (g *goredis) reload(ctx context.Context) error {
+func (g *Driver) reload(ctx context.Context) error {
 	return g.cluster.ForEachShard(ctx, func(context.Context, *redis.Client) error { return nil })
-}
-
-// PubSub opens a go-redis pub/sub connection: go-redis connects it on its
-// first subscription, and on a reconnect subscribes it again to its
-// channels, whose confirmations come as events.
-//
-// The receive loop starts with the first Subscribe, not before: go-redis's
-// loop connects as soon as it runs, and a cluster's sharded connection
-// made before it knows a channel goes to a random node, where every
-// SSUBSCRIBE is answered MOVED and never confirmed.
-func (g *goredis) PubSub(node string, sharded bool, events func(driver.Event)) driver.PubSub {
-	ctx := context.Background()
-	var ps *redis.PubSub
-	g.mu.Lock()
-	n := g.nodes[node]
-	g.mu.Unlock()
-	switch {
-	case n != nil:
-		ps = n.SSubscribe(ctx)
-	case sharded:
-		ps = g.rdb.SSubscribe(ctx)
-	default:
-		ps = g.rdb.Subscribe(ctx)
-	}
-	return &goPubSub{ps: ps, sharded: sharded, events: events, done: make(chan struct{}),
-		channels: map[string]bool{}, asked: map[string]int{}, forgetting: map[string]bool{}}
-}
-
-// goPubSub is a go-redis pub/sub connection and its receive loop.
-type goPubSub struct {
-	ps      *redis.PubSub
-	sharded bool
-	events  func(driver.Event)
-	start   sync.Once     // the receive loop, with the first Subscribe
-	done    chan struct{} // closed when the receive loop ends
-
-	mu         sync.Mutex
-	channels   map[string]bool // subscribed and not unsubscribed by the caller
-	asked      map[string]int  // unsubscribes sent and not answered yet, by channel
-	forgetting map[string]bool // unsubscribed by the driver itself (ended)
-}
-
-// ended handles the end of a subscription to channel and reports whether
-// to tell it (driver.Event.Unsubscribed): not the answer to an
-// Unsubscribe. One the server ended by itself (a sharded channel's slot
-// moved) is still on go-redis's list, which would subscribe it again on a
-// reconnect, where it no longer lives, so the driver unsubscribes it (on
-// the receive loop, before the caller hears of it and may subscribe it
-// again) and does not tell the answer to that either.
-func (p *goPubSub) ended(channel string) bool {
-	p.mu.Lock()
-	switch {
-	case p.asked[channel] > 0: // the answer to an Unsubscribe
-		if p.asked[channel]--; p.asked[channel] == 0 {
-			delete(p.asked, channel)
-		}
-		p.mu.Unlock()
-		return false
-	case p.forgetting[channel]:
-		delete(p.forgetting, channel)
-		p.mu.Unlock()
-		return false
-	case p.channels[channel] && p.sharded:
-		delete(p.channels, channel)
-		p.forgetting[channel] = true
-		p.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = p.ps.SUnsubscribe(ctx, channel)
-		cancel()
-		return true
-	}
-	p.mu.Unlock()
-	return false // not a channel it carries
-}
-
-func (p *goPubSub) receive() {
-	msgs := p.ps.ChannelWithSubscriptions()
-	go func() {
-		defer close(p.done)
-		for m := range msgs {
-			switch m := m.(type) {
-			case *redis.Subscription:
-				switch m.Kind {
-				case "subscribe", "ssubscribe":
-					p.events(driver.Event{Channel: m.Channel, Subscribed: true})
-				case "sunsubscribe", "unsubscribe":
-					if p.ended(m.Channel) {
-						p.events(driver.Event{Channel: m.Channel, Unsubscribed: true})
-					}
-				}
-			case *redis.Message:
-				p.events(driver.Event{Channel: m.Channel, Payload: m.Payload})
-			}
-		}
-	}()
-}
-
-func (p *goPubSub) Subscribe(ctx context.Context, channels ...string) error {
-	p.mu.Lock()
-	for _, ch := range channels {
-		p.channels[ch] = true // a reply to an unsubscribe still due is still not told (forgetting)
-	}
-	p.mu.Unlock()
-	var err error
-	if p.sharded {
-		err = p.ps.SSubscribe(ctx, channels...)
-	} else {
-		err = p.ps.Subscribe(ctx, channels...)
-	}
-	// go-redis remembers the channels even when err is not nil and
-	// subscribes them on its next connection.
-	p.start.Do(p.receive)
-	return err
-}
-
-func (p *goPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
-	p.mu.Lock()
-	for _, ch := range channels {
-		delete(p.channels, ch)
-		p.asked[ch]++
-	}
-	p.mu.Unlock()
-	if p.sharded {
-		return p.ps.SUnsubscribe(ctx, channels...)
-	}
-	return p.ps.Unsubscribe(ctx, channels...)
-}
-
-func (p *goPubSub) Close() error {
-	err := p.ps.Close()
-	p.start.Do(func() { close(p.done) }) // no loop was started
-	<-p.done
-	return err
 }

@@ -1,11 +1,11 @@
-package dlock_test
+package goredis_test
 
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/drivertest"
+	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +14,7 @@ import (
 func TestGoRedisDriver(t *testing.T) {
 	closing := func(t *testing.T, rdb redis.UniversalClient) driver.Driver {
 		t.Cleanup(func() { _ = rdb.Close() })
-		return dlock.GoRedisDriver(rdb)
+		return goredis.New(rdb)
 	}
 	drivertest.Run(t,
 		func(t *testing.T, addr string) driver.Driver {
