@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,7 +45,7 @@ type Client struct {
 	wd     *watchdog
 	hubs   []*hub // wake-ups: one per Redis node (one but for a quorum)
 	drift  drift
-	tel    *telemetry
+	tel    *telemetry.Telemetry
 	owner  *owners // what it records of itself for inspectors
 	dep    *deployment
 	wake   *wakeTo // where releases wake this Client's waiters (not sharded)
@@ -150,14 +151,14 @@ func configure(opts []Option) (clientConfig, error) {
 
 // newDeployment is what a Client will learn of its deployment, reported
 // through tel: built before the driver stack, which reports to it.
-func newDeployment(cfg clientConfig, tel *telemetry) *deployment {
+func newDeployment(cfg clientConfig, tel *telemetry.Telemetry) *deployment {
 	return &deployment{prefix: cfg.prefix, publish: publishCommand(cfg.sharded), evictionRisk: cfg.evictionRisk,
 		tel: tel, warned: map[string]bool{}}
 }
 
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
-func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry, dep *deployment) *Client {
+func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.Telemetry, dep *deployment) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: dep.publish, drift: cfg.drift,
 		id: randomHex(8), caps: be.caps(), tel: tel, owner: newOwners(cfg), dep: dep}
 	if len(nodes) == 1 {

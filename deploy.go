@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // What a deployment must give dlock, and what a Client does when it does
@@ -57,7 +58,7 @@ type deployment struct {
 	prefix       string
 	publish      string
 	evictionRisk bool
-	tel          *telemetry
+	tel          *telemetry.Telemetry
 
 	checked atomic.Bool // the eviction check passed (or could not be told, and was let be)
 	probed  atomic.Bool // the pub/sub probe was answered
@@ -236,7 +237,7 @@ func (d *deployment) pubsubRefused(what string, cause error) {
 	err := fmt.Errorf("%w: %s: %w; grant the Client's ACL user the channels &%s:* (until then waits poll)",
 		ErrPubSubRefused, what, cause, d.prefix)
 	if d.refused.CompareAndSwap(nil, &err) {
-		d.tel.log.Warn("dlock: pub/sub refused; waits poll instead of being woken", "err", err)
+		d.tel.Log.Warn("dlock: pub/sub refused; waits poll instead of being woken", "err", err)
 	}
 }
 
@@ -272,7 +273,7 @@ func (d *deployment) warnOnce(key, msg string, args ...any) {
 		return
 	}
 	d.warned[key] = true
-	d.tel.log.Warn(msg, args...)
+	d.tel.Log.Warn(msg, args...)
 }
 
 // Health returns nil, or an error saying what the deployment refuses that

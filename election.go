@@ -447,7 +447,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 				return true, 0, nil
 			}
 			retry = min(max(2*retry, observeRetry), observeRetryMax)
-			c.tel.log.Warn("dlock: observing an election: reading its leader failed", "election", e.k.name, "err", err)
+			c.tel.Log.Warn("dlock: observing an election: reading its leader failed", "election", e.k.name, "err", err)
 			if !blind {
 				var stale LeaderInfo
 				if last != nil {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Sentinel errors. Check them with errors.Is: the errors that dlock returns
@@ -118,3 +119,19 @@ func (e *lossError) Unwrap() error { return ErrLeaseLost }
 
 // lost is the error of a hold lost for reason.
 func lost(reason, name, why string) error { return &lossError{reason, name, why} }
+
+// Loss reasons (dlock.reason, see internal/telemetry).
+const (
+	reasonDeadline = telemetry.ReasonDeadline // no renewal confirmed before the local deadline
+	reasonEnded    = telemetry.ReasonEnded    // a fixed lease ran out
+	reasonGone     = telemetry.ReasonGone     // Redis no longer had the hold
+)
+
+// lossOf is the reason and why of err if it is a loss ("" if not), for
+// telemetry.
+func lossOf(err error) (reason, why string) {
+	if le := (*lossError)(nil); errors.As(err, &le) {
+		return le.reason, le.why
+	}
+	return "", ""
+}

@@ -211,7 +211,8 @@ func (h *hold) end(err error) {
 		l.finish(err)
 	}
 	h.c.wd.remove(h)
-	h.c.tel.holdEnded(h, err)
+	reason, why := lossOf(err)
+	h.c.tel.HoldEnded(h.what, h.k.name, h.acquired, reason, why)
 }
 
 // expireIfLate ends the hold as lost when its local deadline has passed,

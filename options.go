@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -310,4 +311,40 @@ func WithoutOwnerInfo() Option {
 // default; never put a secret in it).
 func WithOwnerLabel(label string) Option {
 	return func(c *clientConfig) { c.label = label }
+}
+
+// WithLogger logs what a Client's owner should hear of: leases lost
+// (Warn), renewals and background releases that failed (Warn), acquires
+// whose outcome was unknown and were undone (Info), quorum nodes that
+// failed (Warn). Nothing on the happy path is logged above Debug. Default:
+// no logging.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *clientConfig) { c.logger = l }
+}
+
+// WithMeterProvider records the Client's metrics (see the list in the
+// package documentation of telemetry) with mp. Default: the global
+// provider, otel.GetMeterProvider(), a no-op until the application sets
+// one.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *clientConfig) { c.meters = mp }
+}
+
+// WithTracerProvider makes the Client's spans with tp. Default: the global
+// provider, otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *clientConfig) { c.tracers = tp }
+}
+
+// WithNameAttribute adds the lock's name (dlock.lock.name) to metrics and
+// spans. Off by default: every distinct name is a new time series.
+func WithNameAttribute() Option {
+	return func(c *clientConfig) { c.names = true }
+}
+
+// newTelemetry makes a Client's instruments (internal/telemetry) from its
+// options; an acquire's outcome is told by dlock's errors.
+func newTelemetry(cfg clientConfig) *telemetry.Telemetry {
+	return telemetry.New(telemetry.Config{Logger: cfg.logger, Meters: cfg.meters, Tracers: cfg.tracers, Names: cfg.names,
+		Closed: ErrClosed, Invalid: ErrInvalidArgument, Busy: ErrNotObtained})
 }

@@ -96,7 +96,7 @@ func (c *Client) releaseLater(h *hold) {
 			c.clusterHint(err)
 			timer.Reset(backoff)
 		}
-		c.tel.log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
+		c.tel.Log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
 			"lock", h.k.name, "err", err)
 	})
 	if !started {
@@ -190,7 +190,7 @@ func (c *Client) undoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 			c.clusterHint(err)
 			timer.Reset(backoff)
 		}
-		c.tel.log.Warn("dlock: undoing an acquire failed until its claim's TTL could have run out; a late attempt may hold the lock for its TTL",
+		c.tel.Log.Warn("dlock: undoing an acquire failed until its claim's TTL could have run out; a late attempt may hold the lock for its TTL",
 			"err", err)
 	})
 	if !started {

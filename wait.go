@@ -143,8 +143,8 @@ func (a *acquisition) each(ctx context.Context, mk func(p part) call) error {
 func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
 	c := a.c
 	start := time.Now()
-	ctx, span := c.tel.acquireStarted(ctx, a.what, a.name, wait)
-	defer func() { c.tel.acquireEnded(ctx, span, a.what, a.name, start, err) }()
+	ctx, span := c.tel.AcquireStarted(ctx, a.what, a.name, wait)
+	defer func() { c.tel.AcquireEnded(ctx, span, a.what, a.name, start, err) }()
 	if err := c.checkDeployment(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, waitEnded(a.name, ctx.Err())
@@ -170,7 +170,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 				err0 = a.each(ctx, func(p part) call { return buryCall(p.k, a.token, p.cfg) })
 			}
 			if a.unknown {
-				c.tel.log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
+				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
 				for _, p := range a.parts {
 					err1 = errors.Join(err1, c.be.run(ctx, p.p.release(a.token, 0, 0)).Err)
 				}
@@ -199,8 +199,8 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	}
 
 	c.announce(ctx) // inspectors can tell who waits
-	c.tel.waiting(a.what, a.name, 1)
-	defer c.tel.waiting(a.what, a.name, -1)
+	c.tel.Waiting(a.what, a.name, 1)
+	defer c.tel.Waiting(a.what, a.name, -1)
 	err = c.waitLoop(ctx, a.name, a.channel, a.token, seen, a.bound(next),
 		func(ctx context.Context, msg string) (bool, time.Duration, error) {
 			var next time.Duration
@@ -255,7 +255,7 @@ func valid(ctx context.Context, name string, again bool, take func() (*Lease, er
 		if !again || slices.ContainsFunc(l.Parts(), func(p *Lease) bool { return p.of.first().neverValid() }) {
 			return nil, wonButLost(name, lost)
 		}
-		l.of.first().c.tel.log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
+		l.of.first().c.tel.Log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
 		timer := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -294,7 +294,7 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 		_ = h.release(ctx)
 		return nil, ErrClosed
 	}
-	c.tel.holdStarted(h)
+	c.tel.HoldStarted(h.what, h.k.name)
 	c.announce(ctx)
 	return l, nil
 }
@@ -359,7 +359,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 				}
 				if !told && time.Since(began) > unconfirmedFor {
 					told = true // never silently: a wait that only polls says so, once
-					c.tel.log.Warn("dlock: a wait's wake-up subscription is not confirmed; it polls the lock",
+					c.tel.Log.Warn("dlock: a wait's wake-up subscription is not confirmed; it polls the lock",
 						"lock", name, "channel", channel, "for", time.Since(began).Round(time.Millisecond))
 				}
 			}

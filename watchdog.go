@@ -266,11 +266,26 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 		v, err := cmd.Int64()
 		rs[i].ok, rs[i].stale, rs[i].err = v == 1, v == replyStale, err
 	}
-	w.c.tel.renewed(rs, time.Since(start))
+	failed, first := failures(rs)
+	w.c.tel.Renewed(len(rs), failed, first, time.Since(start))
 	select {
 	case w.results <- rs:
 	case <-ctx.Done():
 	}
+}
+
+// failures counts the renewals of rs that failed, and gives the first's
+// error.
+func failures(rs []renewal) (failed int, first error) {
+	for _, r := range rs {
+		if r.err != nil {
+			if failed == 0 {
+				first = r.err
+			}
+			failed++
+		}
+	}
+	return failed, first
 }
 
 // apply records a batch's outcomes: renewed leases get a later deadline,

@@ -1,24 +1,8 @@
-package dlock
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"strings"
-	"time"
-
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
-)
-
-// Telemetry: logs through log/slog, metrics and spans through the
-// OpenTelemetry API. The application brings the SDK (or none: then every
-// instrument is a no-op and costs next to nothing).
+// Package telemetry is dlock's instruments: logs through log/slog, metrics
+// and spans through the OpenTelemetry API. The application brings the SDK
+// (or none: then every instrument is a no-op and costs next to nothing).
+// It is a leaf: it imports nothing of dlock, and takes plain data (the
+// primitive and the lock's name as strings, times, counts, errors).
 //
 // Metrics (instrumentation scope "github.com/dlock-go/dlock"):
 //
@@ -36,10 +20,28 @@ import (
 // LockAll), dlock.outcome (acquired, busy, canceled, closed, invalid,
 // error), dlock.reason (deadline: no renewal confirmed in time; ended: a
 // fixed lease ran out; gone: Redis no longer had it). The lock's name is
-// left out unless WithNameAttribute is given: names are unbounded.
+// left out unless Config.Names is set (dlock.WithNameAttribute): names are
+// unbounded.
 //
 // Spans: "dlock.Lock", "dlock.TryLock" and "dlock.Unlock", with the same
 // attributes.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
 
 // scope names dlock's meter and tracer.
 const scope = "github.com/dlock-go/dlock"
@@ -52,47 +54,37 @@ const (
 	attrName      = attribute.Key("dlock.lock.name")
 )
 
-// Loss reasons (dlock.reason).
+// Loss reasons (dlock.reason): the reason a lost hold's error carries.
 const (
-	reasonDeadline = "deadline" // no renewal confirmed before the local deadline
-	reasonEnded    = "ended"    // a fixed lease ran out
-	reasonGone     = "gone"     // Redis no longer had the hold
+	ReasonDeadline = "deadline" // no renewal confirmed before the local deadline
+	ReasonEnded    = "ended"    // a fixed lease ran out
+	ReasonGone     = "gone"     // Redis no longer had the hold
 )
 
-// WithLogger logs what a Client's owner should hear of: leases lost
-// (Warn), renewals and background releases that failed (Warn), acquires
-// whose outcome was unknown and were undone (Info), quorum nodes that
-// failed (Warn). Nothing on the happy path is logged above Debug. Default:
-// no logging.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *clientConfig) { c.logger = l }
+// Config is what a Client's options say of its telemetry, and the errors
+// an acquire's outcome (dlock.outcome) is told by.
+type Config struct {
+	Logger  *slog.Logger         // nil: no logging
+	Meters  metric.MeterProvider // nil: the global provider
+	Tracers trace.TracerProvider // nil: the global provider
+	Names   bool                 // add the lock's name (dlock.lock.name)
+
+	// Closed, Invalid and Busy are the errors of an acquire whose outcome
+	// is "closed", "invalid" and "busy" (matched with errors.Is): dlock's
+	// ErrClosed, ErrInvalidArgument and ErrNotObtained. One left nil
+	// matches no error.
+	Closed, Invalid, Busy error
 }
 
-// WithMeterProvider records the Client's metrics (see the list in the
-// package documentation of telemetry) with mp. Default: the global
-// provider, otel.GetMeterProvider(), a no-op until the application sets
-// one.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *clientConfig) { c.meters = mp }
-}
+// Telemetry is a Client's instruments. It is safe for concurrent use.
+type Telemetry struct {
+	// Log is the Client's logger (one that discards when none was given).
+	Log *slog.Logger
 
-// WithTracerProvider makes the Client's spans with tp. Default: the global
-// provider, otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *clientConfig) { c.tracers = tp }
-}
-
-// WithNameAttribute adds the lock's name (dlock.lock.name) to metrics and
-// spans. Off by default: every distinct name is a new time series.
-func WithNameAttribute() Option {
-	return func(c *clientConfig) { c.names = true }
-}
-
-// telemetry is a Client's instruments.
-type telemetry struct {
-	log    *slog.Logger
 	names  bool
 	tracer trace.Tracer
+	// closed, invalid and busy: see Config.
+	closed, invalid, busy error
 	// The global providers as New found them when no SDK was installed
 	// (OpenTelemetry's own, which drop everything until one is): while they
 	// are still the global ones, spans and measurements are skipped, as
@@ -113,7 +105,7 @@ type telemetry struct {
 	batchDur   metric.Float64Histogram
 
 	// sets are the attribute sets without a name, made once (read-only
-	// after newTelemetry: no lock on the hot path).
+	// after New: no lock on the hot path).
 	sets map[[3]string]metric.MeasurementOption
 	// spans are the span start options without a name, made once.
 	spans map[string]trace.SpanStartOption
@@ -123,11 +115,14 @@ type telemetry struct {
 var (
 	primitives = []string{"Mutex", "FairMutex", "RWMutex", "Semaphore"}
 	outcomes   = []string{"acquired", "busy", "canceled", "closed", "invalid", "error"}
-	reasons    = []string{reasonDeadline, reasonEnded, reasonGone}
+	reasons    = []string{ReasonDeadline, ReasonEnded, ReasonGone}
 )
 
-func newTelemetry(cfg clientConfig) *telemetry {
-	t := &telemetry{log: cfg.logger, names: cfg.names, sets: map[[3]string]metric.MeasurementOption{}}
+// New makes a Client's instruments from cfg. An instrument that cannot be
+// made is a no-op one: telemetry never stops a lock.
+func New(cfg Config) *Telemetry {
+	t := &Telemetry{Log: cfg.Logger, names: cfg.Names, sets: map[[3]string]metric.MeasurementOption{},
+		closed: cfg.Closed, invalid: cfg.Invalid, busy: cfg.Busy}
 	t.spans = map[string]trace.SpanStartOption{}
 	for _, p := range primitives {
 		t.spans[p] = trace.WithAttributes(attrPrimitive.String(p))
@@ -139,10 +134,10 @@ func newTelemetry(cfg clientConfig) *telemetry {
 			t.sets[[3]string{p, string(attrReason), r}] = metric.WithAttributeSet(attribute.NewSet(attrPrimitive.String(p), attrReason.String(r)))
 		}
 	}
-	if t.log == nil {
-		t.log = slog.New(slog.DiscardHandler)
+	if t.Log == nil {
+		t.Log = slog.New(slog.DiscardHandler)
 	}
-	mp, tp := cfg.meters, cfg.tracers
+	mp, tp := cfg.Meters, cfg.Tracers
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 		if unset(mp) {
@@ -182,7 +177,7 @@ func newTelemetry(cfg clientConfig) *telemetry {
 
 // attrs is the attribute set of a measurement: the primitive, and an
 // outcome or reason (k2, v2) if given, and the name if asked for.
-func (t *telemetry) attrs(what, name string, k2 attribute.Key, v2 string) metric.MeasurementOption {
+func (t *Telemetry) attrs(what, name string, k2 attribute.Key, v2 string) metric.MeasurementOption {
 	if t.names {
 		kv := []attribute.KeyValue{attrPrimitive.String(what), attrName.String(name)}
 		if k2 != "" {
@@ -200,8 +195,9 @@ func (t *telemetry) attrs(what, name string, k2 attribute.Key, v2 string) metric
 	return metric.WithAttributeSet(attribute.NewSet(kv...))
 }
 
-// spanAttrs are a span's attributes.
-func (t *telemetry) spanAttrs(what, name string) trace.SpanStartOption {
+// SpanAttrs are the attributes of a span of the primitive what on the lock
+// called name.
+func (t *Telemetry) SpanAttrs(what, name string) trace.SpanStartOption {
 	if t.names {
 		return trace.WithAttributes(attrPrimitive.String(what), attrName.String(name))
 	}
@@ -216,36 +212,38 @@ func (t *telemetry) spanAttrs(what, name string) trace.SpanStartOption {
 func unset(p any) bool { return strings.HasPrefix(fmt.Sprintf("%T", p), "*global.") }
 
 // tracing reports whether a span may record (see globalTP).
-func (t *telemetry) tracing() bool {
+func (t *Telemetry) tracing() bool {
 	return t.globalTP == nil || otel.GetTracerProvider() != t.globalTP
 }
 
 // measuring reports whether a measurement may be kept (see globalMP).
-func (t *telemetry) measuring() bool {
+func (t *Telemetry) measuring() bool {
 	return t.globalMP == nil || otel.GetMeterProvider() != t.globalMP
 }
 
-// start starts a span, or does nothing when it could not record.
-func (t *telemetry) start(ctx context.Context, op string, opt trace.SpanStartOption) (context.Context, trace.Span) {
+// Start starts the span op, or does nothing (a no-op span) when it could
+// not record.
+func (t *Telemetry) Start(ctx context.Context, op string, opt trace.SpanStartOption) (context.Context, trace.Span) {
 	if !t.tracing() {
 		return ctx, noop.Span{}
 	}
 	return t.tracer.Start(ctx, op, opt)
 }
 
-// acquireStarted starts an acquire's span.
-func (t *telemetry) acquireStarted(ctx context.Context, what, name string, wait bool) (context.Context, trace.Span) {
+// AcquireStarted starts an acquire's span: "dlock.Lock" if it waits,
+// "dlock.TryLock" if not.
+func (t *Telemetry) AcquireStarted(ctx context.Context, what, name string, wait bool) (context.Context, trace.Span) {
 	op := "dlock.TryLock"
 	if wait {
 		op = "dlock.Lock"
 	}
-	return t.start(ctx, op, t.spanAttrs(what, name))
+	return t.Start(ctx, op, t.SpanAttrs(what, name))
 }
 
-// acquireEnded records an acquire's duration and outcome, and ends its
-// span.
-func (t *telemetry) acquireEnded(ctx context.Context, span trace.Span, what, name string, start time.Time, err error) {
-	o := outcomeOf(err)
+// AcquireEnded records an acquire's duration since start and its outcome,
+// told by its error err (nil: acquired), and ends its span.
+func (t *Telemetry) AcquireEnded(ctx context.Context, span trace.Span, what, name string, start time.Time, err error) {
+	o := t.outcomeOf(err)
 	if t.measuring() {
 		t.acquire.Record(ctx, time.Since(start).Seconds(), t.attrs(what, name, attrOutcome, o))
 	}
@@ -259,66 +257,61 @@ func (t *telemetry) acquireEnded(ctx context.Context, span trace.Span, what, nam
 }
 
 // outcomeOf is an acquire's dlock.outcome attribute.
-func outcomeOf(err error) string {
+func (t *Telemetry) outcomeOf(err error) string {
 	switch {
 	case err == nil:
 		return "acquired"
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, t.closed):
 		return "closed"
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, t.invalid):
 		return "invalid"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "canceled"
-	case errors.Is(err, ErrNotObtained):
+	case errors.Is(err, t.busy):
 		return "busy"
 	}
 	return "error"
 }
 
-// holdStarted counts a new hold.
-func (t *telemetry) holdStarted(h *hold) {
+// HoldStarted counts a new hold of the primitive what on the lock called
+// name.
+func (t *Telemetry) HoldStarted(what, name string) {
 	if !t.measuring() {
 		return
 	}
-	t.held.Add(context.Background(), 1, t.attrs(h.what, h.k.name, "", ""))
+	t.held.Add(context.Background(), 1, t.attrs(what, name, "", ""))
 }
 
-// holdEnded counts a hold's end, and its loss if it was lost.
-func (t *telemetry) holdEnded(h *hold, err error) {
+// HoldEnded counts the end of a hold acquired at acquired, and its loss if
+// it was lost: reason (a Reason constant) and why are then the loss's, and
+// the loss is logged (Warn); reason is "" for a hold that was not lost.
+func (t *Telemetry) HoldEnded(what, name string, acquired time.Time, reason, why string) {
 	ctx := context.Background()
 	if t.measuring() {
-		t.held.Add(ctx, -1, t.attrs(h.what, h.k.name, "", ""))
-		t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.attrs(h.what, h.k.name, "", ""))
+		t.held.Add(ctx, -1, t.attrs(what, name, "", ""))
+		t.hold.Record(ctx, time.Since(acquired).Seconds(), t.attrs(what, name, "", ""))
 	}
-	if le := (*lossError)(nil); errors.As(err, &le) {
-		t.lost.Add(ctx, 1, t.attrs(h.what, h.k.name, attrReason, le.reason))
-		t.log.Warn("dlock: lease lost", "lock", h.k.name, "primitive", h.what, "reason", le.reason, "why", le.why)
+	if reason != "" {
+		t.lost.Add(ctx, 1, t.attrs(what, name, attrReason, reason))
+		t.Log.Warn("dlock: lease lost", "lock", name, "primitive", what, "reason", reason, "why", why)
 	}
 }
 
-// waiting counts a Lock that waits (n = 1) or stops waiting (n = -1).
-func (t *telemetry) waiting(what, name string, n int64) {
+// Waiting counts a Lock that waits (n = 1) or stops waiting (n = -1).
+func (t *Telemetry) Waiting(what, name string, n int64) {
 	t.waiters.Add(context.Background(), n, t.attrs(what, name, "", ""))
 }
 
-// renewed records a watchdog batch: its size, round trip and failures.
-func (t *telemetry) renewed(rs []renewal, took time.Duration) {
+// Renewed records a watchdog batch of size renewals and its round trip
+// took; failed of them failed (first is the first one's error), which is
+// counted and logged (Warn).
+func (t *Telemetry) Renewed(size, failed int, first error, took time.Duration) {
 	ctx := context.Background()
-	t.renewals.Add(ctx, int64(len(rs)))
-	t.batchSize.Record(ctx, int64(len(rs)))
+	t.renewals.Add(ctx, int64(size))
+	t.batchSize.Record(ctx, int64(size))
 	t.batchDur.Record(ctx, took.Seconds())
-	failed := 0
-	var first error
-	for _, r := range rs {
-		if r.err != nil {
-			if failed == 0 {
-				first = r.err
-			}
-			failed++
-		}
-	}
 	if failed > 0 {
 		t.renewFails.Add(ctx, int64(failed))
-		t.log.Warn("dlock: renewals failed; retrying", "failed", failed, "batch", len(rs), "err", first)
+		t.Log.Warn("dlock: renewals failed; retrying", "failed", failed, "batch", size, "err", first)
 	}
 }
