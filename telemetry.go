@@ -280,19 +280,19 @@ func (t *telemetry) holdStarted(h *hold) {
 	if !t.measuring() {
 		return
 	}
-	t.held.Add(context.Background(), 1, t.attrs(h.what, h.k.name, "", ""))
+	t.held.Add(context.Background(), 1, t.attrs(h.what, h.k.Name, "", ""))
 }
 
 // holdEnded counts a hold's end, and its loss if it was lost.
 func (t *telemetry) holdEnded(h *hold, err error) {
 	ctx := context.Background()
 	if t.measuring() {
-		t.held.Add(ctx, -1, t.attrs(h.what, h.k.name, "", ""))
-		t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.attrs(h.what, h.k.name, "", ""))
+		t.held.Add(ctx, -1, t.attrs(h.what, h.k.Name, "", ""))
+		t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.attrs(h.what, h.k.Name, "", ""))
 	}
 	if le := (*lossError)(nil); errors.As(err, &le) {
-		t.lost.Add(ctx, 1, t.attrs(h.what, h.k.name, attrReason, le.reason))
-		t.log.Warn("dlock: lease lost", "lock", h.k.name, "primitive", h.what, "reason", le.reason, "why", le.why)
+		t.lost.Add(ctx, 1, t.attrs(h.what, h.k.Name, attrReason, le.reason))
+		t.log.Warn("dlock: lease lost", "lock", h.k.Name, "primitive", h.what, "reason", le.reason, "why", le.why)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -23,7 +25,7 @@ func BenchmarkTelemetryPerLock(b *testing.B) {
 	}
 	defer c.Close()
 	tel := c.tel
-	k := c.keys(kindMutex, "x")
+	k := c.keys(protocol.MutexKind, "x")
 	h := &hold{c: c, k: k, what: "Mutex", acquired: time.Now()}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -32,7 +34,7 @@ func BenchmarkTelemetryPerLock(b *testing.B) {
 		actx, span := tel.acquireStarted(ctx, "Mutex", "x", true)
 		tel.acquireEnded(actx, span, "Mutex", "x", start, nil)
 		tel.holdStarted(h)
-		_, uspan := tel.tracer.Start(ctx, "dlock.Unlock", tel.spanAttrs(h.what, h.k.name))
+		_, uspan := tel.tracer.Start(ctx, "dlock.Unlock", tel.spanAttrs(h.what, h.k.Name))
 		uspan.End()
 		tel.holdEnded(h, ErrUnlocked)
 	}
