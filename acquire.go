@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
@@ -13,19 +15,19 @@ import (
 // for all of them: checks, options, re-entry, the attempt, the wait, the
 // lease and its watchdog registration.
 type request struct {
-	what   string       // the primitive, for errors: "Mutex", "RWMutex", ...
-	k      *keys        // its keys
-	side   side         // an RWMutex's read or write side: a separate re-entry per side
-	p      protocol     // its protocol on one deployment with scripts
-	handle []LockOption // the handle's defaults
-	takes  lockOpts     // the options it takes beyond TTL and lease
-	need   int          // permits a semaphore request waits for; 0 for locks
+	what   string         // the primitive, for errors: "Mutex", "RWMutex", ...
+	k      *protocol.Keys // its keys
+	side   side           // an RWMutex's read or write side: a separate re-entry per side
+	p      holdOps        // its protocol on one deployment with scripts
+	handle []LockOption   // the handle's defaults
+	takes  lockOpts       // the options it takes beyond TTL and lease
+	need   int            // permits a semaphore request waits for; 0 for locks
 	// queue: a Lock's waiter registers in Redis (lib_queue.lua), renews its
 	// place as it waits, runs leave when it gives up, and is told on its
 	// Client's channel when its turn comes. Without it (an RWMutex's
 	// readers), the waiter listens on the lock's channel.
 	queue bool
-	leave func(member string) call
+	leave func(member string) protocol.Call
 	// handOff: a renewed lease's waiter asks to be handed the lock by the
 	// release itself (a Mutex, a FairMutex; see lib_mutex.lua).
 	handOff bool
@@ -44,12 +46,12 @@ type request struct {
 	// place in the queue), "" for a TryLock's; placed is true when an
 	// earlier attempt of the same acquire made a place (it may have one
 	// to give up).
-	call func(token, member string, placed bool, cfg lockConfig) call
+	call func(token, member string, placed bool, cfg lockConfig) protocol.Call
 }
 
 // acquire runs a request: a TryLock (wait false) or a Lock.
 func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []LockOption) (*Lease, error) {
-	if err := checkCall(ctx, c, r.k.name); err != nil {
+	if err := checkCall(ctx, c, r.k.Name); err != nil {
 		return nil, err
 	}
 	if err := c.caps.supports(r.what); err != nil {
@@ -68,14 +70,14 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 		return nil, err
 	}
 	if _, ok := r.p.(reentrant); ok {
-		if outer := leaseFrom(ctx, c, r.k.lock, r.side); outer != nil {
+		if outer := leaseFrom(ctx, c, r.k.Lock, r.side); outer != nil {
 			if err := c.caps.supports("re-entry"); err != nil {
 				return nil, err
 			}
 			return reenter(ctx, outer)
 		}
 	}
-	return valid(ctx, r.k.name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
+	return valid(ctx, r.k.Name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
 }
 
 // acquireOnce is one acquisition of r, with a token of its own.
@@ -92,7 +94,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	if handOff {
 		member = handoffMember(member, cfg.ttl)
 	}
-	a := &acquisition{c: c, what: r.what, name: r.k.name, channel: r.k.channel, token: token, handOff: handOff,
+	a := &acquisition{c: c, what: r.what, name: r.k.Name, channel: r.k.Channel, token: token, handOff: handOff,
 		spec: attemptSpec{k: r.k, what: r.what, p: r.p, need: r.need, queue: r.queue, call: r.call,
 			token: token, member: member, cfg: cfg}}
 	p, attempt := c.be.attempt(&a.spec)
@@ -100,9 +102,9 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	a.one[0] = part{k: r.k, what: r.what, side: r.side, p: p, cfg: cfg}
 	a.parts = a.one[:]
 	if r.queue && c.caps.directed {
-		a.channel = c.wakeTo(r.k).base + c.id
+		a.channel = c.wakeTo(r.k).Base + c.id
 		a.keepAlive = cfg.queueTTL / 3
-		a.leave = func() []call { return []call{r.leave(member)} }
+		a.leave = func() []protocol.Call { return []protocol.Call{r.leave(member)} }
 	}
 	return a.run(ctx, wait)
 }
@@ -182,10 +184,10 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		// again (in the hold's sequence: this call, if late, changes
 		// nothing after it). A re-entry only ever lengthens the lease.
 		h.recount()
-		return nil, redisErr("lock", h.k.name, err)
+		return nil, redisErr("lock", h.k.Name, err)
 	}
-	if len(res) < 1 || res[0] != replyHeld {
-		err := lost(reasonGone, h.k.name, "the lock was no longer held at re-entry")
+	if len(res) < 1 || res[0] != protocol.ReplyHeld {
+		err := lost(reasonGone, h.k.Name, "the lock was no longer held at re-entry")
 		h.end(err)
 		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}

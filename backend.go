@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -20,7 +22,7 @@ type backend interface {
 	// attempt returns a lock's protocol on this deployment and its
 	// acquire attempts, which report outcomes (data: the acquire path
 	// makes the holds).
-	attempt(a *attemptSpec) (protocol, attemptFunc)
+	attempt(a *attemptSpec) (holdOps, attemptFunc)
 	// grant runs an operation that grants or extends a hold (with replica
 	// sync, the acknowledgement is part of it).
 	grant(ctx context.Context, o op) driver.Reply
@@ -33,7 +35,7 @@ type backend interface {
 	// everywhere runs a script call on every node, for its effect, and
 	// returns the first error (a
 	// waiter leaving the queues).
-	everywhere(ctx context.Context, c call) error
+	everywhere(ctx context.Context, c protocol.Call) error
 	// close waits for calls that outlived their operation (a quorum's
 	// slow nodes).
 	close()
@@ -41,14 +43,14 @@ type backend interface {
 
 // attemptSpec is what a backend is told of an acquire: data only.
 type attemptSpec struct {
-	k    *keys
-	what string   // the primitive, for errors
-	p    protocol // its protocol on a deployment with scripts
-	need int      // permits a semaphore waits for; 0 for locks
+	k    *protocol.Keys
+	what string  // the primitive, for errors
+	p    holdOps // its protocol on a deployment with scripts
+	need int     // permits a semaphore waits for; 0 for locks
 	// queue: a Lock's attempts carry member (a place in the queue)
 	queue bool
 	// call is the acquire script call of one attempt (request.call).
-	call          func(token, member string, placed bool, cfg lockConfig) call
+	call          func(token, member string, placed bool, cfg lockConfig) protocol.Call
 	token, member string
 	cfg           lockConfig
 }
@@ -95,7 +97,7 @@ func sideBySide(ctx context.Context, r driver.Driver, ops []op) []driver.Reply {
 	out := make([]driver.Reply, len(ops))
 	var wg sync.WaitGroup
 	for i, o := range ops {
-		wg.Go(func() { out[i] = o.run(ctx, r) })
+		wg.Go(func() { out[i] = o.Run(ctx, r) })
 	}
 	wg.Wait()
 	return out

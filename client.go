@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/telemetry"
@@ -48,7 +50,7 @@ type Client struct {
 	tel    *telemetry.Telemetry
 	owner  *owners // what it records of itself for inspectors
 	dep    *deployment
-	wake   *wakeTo // where releases wake this Client's waiters (not sharded)
+	wake   *protocol.WakeTo // where releases wake this Client's waiters (not sharded)
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
@@ -134,7 +136,7 @@ func configure(opts []Option) (clientConfig, error) {
 			o(&cfg)
 		}
 	}
-	if !validPrefix(cfg.prefix) {
+	if !protocol.ValidPrefix(cfg.prefix) {
 		return clientConfig{}, invalid("key prefix %q: must be non-empty, without '{' or '}'", cfg.prefix)
 	}
 	if err := cfg.sync.validate(); err != nil {
@@ -165,13 +167,13 @@ func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.T
 		c.rdb = nodes[0]
 	}
 	if !cfg.slotFences {
-		c.fence = fenceKey(cfg.prefix, "", false)
+		c.fence = protocol.FenceKey(cfg.prefix, "", false)
 	}
-	w := c.wakeTo(&keys{})
+	w := c.wakeTo(&protocol.Keys{})
 	c.wake = &w
 	own := ""
 	if !cfg.sharded {
-		own = c.wakeTo(&keys{}).base + c.id
+		own = c.wakeTo(&protocol.Keys{}).Base + c.id
 	}
 	for _, n := range nodes {
 		c.hubs = append(c.hubs, newHub(n, cfg.sharded, own, c.id))
@@ -214,16 +216,16 @@ func (c *Client) closed() bool { return c.life.Err() != nil }
 // with sharded pub/sub (a cluster) a channel must live in the slot of the
 // keys of the script that publishes on it, so there it is per lock,
 // <lock>:wake:<id>.
-func (c *Client) wakeTo(k *keys) wakeTo {
-	if k.wake != nil {
-		return *k.wake
+func (c *Client) wakeTo(k *protocol.Keys) protocol.WakeTo {
+	if k.Wake != nil {
+		return *k.Wake
 	}
 	base := c.prefix + ":wake:"
 	if c.publish == "SPUBLISH" {
-		base = k.lock + ":wake:"
+		base = k.Lock + ":wake:"
 	}
 	// Boxed once: a string made an interface costs an allocation.
-	return wakeTo{base: base, publish: c.publish, reserve: c.caps.reserve, baseArg: base, publishArg: c.publish}
+	return protocol.WakeTo{Base: base, Publish: c.publish, Reserve: c.caps.reserve, BaseArg: base, PublishArg: c.publish}
 }
 
 // member is how a waiter is registered in Redis: its Client's id, its
@@ -238,14 +240,14 @@ func (c *Client) member(token string, need int) string {
 
 // keys returns the Redis names of the lock of kind kd called name.
 // Where its releases wake its waiters is worked out once, here.
-func (c *Client) keys(kd kind, name string) *keys {
-	k := newKeysOf(c.prefix, kd, name, c.fence)
+func (c *Client) keys(kd protocol.Kind, name string) *protocol.Keys {
+	k := protocol.NewKeysOf(c.prefix, kd, name, c.fence)
 	if c.publish != "SPUBLISH" {
-		k.wake = c.wake // one channel per Client: shared by its locks
+		k.Wake = c.wake // one channel per Client: shared by its locks
 		return k
 	}
 	w := c.wakeTo(k)
-	k.wake = &w
+	k.Wake = &w
 	return k
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/telemetry"
 )
@@ -141,7 +143,7 @@ func (d *deployment) checkEviction(ctx context.Context, r driver.Driver) error {
 	infos := make([]driver.Reply, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
-		wg.Go(func() { infos[i] = n.Do(ctx, cmd("INFO", "memory")) })
+		wg.Go(func() { infos[i] = n.Do(ctx, protocol.Cmd("INFO", "memory")) })
 	}
 	wg.Wait()
 	for _, i := range infos {
@@ -200,7 +202,7 @@ func (c *Client) probePubSub(ctx context.Context, channel string) {
 	var wg sync.WaitGroup
 	for i, h := range c.hubs {
 		wg.Go(func() {
-			err := h.d.Do(ctx, cmd(d.publish, channel, wakeNone)).Err
+			err := h.d.Do(ctx, protocol.Cmd(d.publish, channel, wakeNone)).Err
 			if isReply(err) {
 				d.pubsubRefused(d.publish+" "+channel, err)
 			}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -48,7 +50,7 @@ type Election struct {
 // defaults of its Campaigns: a lease of 30 s renewed every 10 s unless
 // they say otherwise (WithTTL, WithLease, WithQueueTTL).
 func (c *Client) Election(name string, opts ...LockOption) *Election {
-	return &Election{handle{c, c.keys(kindElection, name), opts}}
+	return &Election{handle{c, c.keys(protocol.ElectionKind, name), opts}}
 }
 
 // electionProto is the Redis side of a leadership: a FairMutex hold
@@ -58,23 +60,23 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 // electionKind is what Inspect, Locks and ForceUnlock know of an
 // Election: a Mutex's hash with the leader's value; a forced release also
 // tells its observers.
-var electionKind = kindSpec{primitive: "Election", keys: kindElection, queue: true, fill: mutexHolders,
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
+var electionKind = kindSpec{primitive: "Election", keys: protocol.ElectionKind, queue: true, fill: mutexHolders,
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl, k.channel)
+		return protocol.ForceScript.Run(ctx, r, []string{k.Lock, k.Fence, k.Queue, k.Alive, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl, k.Channel)
 	}}
 
 type electionProto struct{ m mutexProto }
 
 func (p electionProto) release(token string, left int, seq int64) op {
 	c := p.m.unlock(token, left, seq)
-	c.args = slices.Clone(c.args)
-	c.args[5] = p.m.k.channel
+	c.Args = slices.Clone(c.Args)
+	c.Args[5] = p.m.k.Channel
 	return c
 }
 func (p electionProto) free(token string, fence int64, ttl time.Duration) op {
 	c := p.m.freeCall(token, fence, ttl)
-	c.args[5] = p.m.k.channel // free made a copy
+	c.Args[5] = p.m.k.Channel // free made a copy
 	return c
 }
 func (p electionProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
@@ -91,9 +93,9 @@ func (e *Election) request(value string) *request {
 	m := r.p.(mutexProto)
 	r.p = electionProto{m}
 	r.once = true // a win already lost is an error (see Campaign)
-	r.call = func(token, member string, queued bool, cfg lockConfig) call {
+	r.call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
 		c := m.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), true)
-		c.args = append(c.args, "", value, e.k.channel)
+		c.Args = append(c.Args, "", value, e.k.Channel)
 		return c
 	}
 	return r
@@ -125,7 +127,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if e == nil || e.c == nil {
 		return nil, invalid("nil Election")
 	}
-	if cur, ok := e.c.leading.Load(e.k.lock); ok && checkCall(ctx, e.c, e.k.name) == nil {
+	if cur, ok := e.c.leading.Load(e.k.Lock); ok && checkCall(ctx, e.c, e.k.Name) == nil {
 		// This Client leads already: a second candidate would wait for
 		// its own leadership forever. Proclaim, as etcd does for a
 		// session that campaigns again.
@@ -163,14 +165,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return nil, waitEnded(e.k.name, ctx.Err())
+			return nil, waitEnded(e.k.Name, ctx.Err())
 		case errors.Is(err, ErrLeaseLost):
-			return nil, wonButLost(e.k.name, err)
+			return nil, wonButLost(e.k.Name, err)
 		}
 		return nil, err
 	}
-	e.c.leading.Store(e.k.lock, ld)
-	l.whenDone(func(error) { e.c.leading.CompareAndDelete(e.k.lock, ld) })
+	e.c.leading.Store(e.k.Lock, ld)
+	l.whenDone(func(error) { e.c.leading.CompareAndDelete(e.k.Lock, ld) })
 	return ld, nil
 }
 
@@ -248,13 +250,13 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 	// In the hold's sequence (hold.go, "Late commands"): a Proclaim given
 	// up on that reaches the server after a later one is refused there.
 	r, _, _ := h.inOrder(ctx, true, func(seq int64) op {
-		return call{electScript, []string{k.lock}, []any{h.token, value, k.channel, ld.e.c.publish, seq}, nil}
+		return protocol.MakeCall(protocol.ElectScript, []string{k.Lock}, []any{h.token, value, k.Channel, ld.e.c.publish, seq}, nil)
 	})
 	if r.Err != nil {
-		return redisErr("proclaim", k.name, r.Err)
+		return redisErr("proclaim", k.Name, r.Err)
 	}
-	if v, _ := r.Slice(); len(v) == 0 || v[0] != int64(replyHeld) {
-		err := lost(reasonGone, k.name, "the election's lock was no longer held at proclaim")
+	if v, _ := r.Slice(); len(v) == 0 || v[0] != int64(protocol.ReplyHeld) {
+		err := lost(reasonGone, k.Name, "the election's lock was no longer held at proclaim")
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -311,12 +313,12 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	if e == nil || e.c == nil {
 		return LeaderInfo{}, invalid("nil Election")
 	}
-	if err := checkCall(ctx, e.c, e.k.name); err != nil {
+	if err := checkCall(ctx, e.c, e.k.Name); err != nil {
 		return LeaderInfo{}, err
 	}
 	info, _, err := e.read(ctx, nil)
 	if err == nil && info.Term == 0 {
-		err = fmt.Errorf("%w: %q", ErrNoLeader, e.k.name)
+		err = fmt.Errorf("%w: %q", ErrNoLeader, e.k.Name)
 	}
 	return info, err
 }
@@ -333,9 +335,9 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 		return LeaderInfo{}, 0, err
 	}
 	k := e.k
-	v, err := electReadScript.run(ctx, r, []string{k.lock}).Slice()
+	v, err := protocol.ElectReadScript.Run(ctx, r, []string{k.Lock}).Slice()
 	if err != nil {
-		return LeaderInfo{}, 0, redisErr("read the leader of", k.name, err)
+		return LeaderInfo{}, 0, redisErr("read the leader of", k.Name, err)
 	}
 	word := func(i int) string {
 		if i >= len(v) {
@@ -353,7 +355,7 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 		n, _ := strconv.ParseInt(word(i), 10, 64)
 		return n
 	}
-	if num(0) != replyHeld {
+	if num(0) != protocol.ReplyHeld {
 		return LeaderInfo{}, max(time.Duration(num(1))*time.Millisecond, 0), nil
 	}
 	tok := word(1)
@@ -364,7 +366,7 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 	if known != nil && known.Term == info.Term && known.Term != 0 {
 		info.Owner = known.Owner
 	} else {
-		li := &LockInfo{Name: k.name, Holders: []Holder{{Token: tok}}}
+		li := &LockInfo{Name: k.Name, Holders: []Holder{{Token: tok}}}
 		switch err := e.c.fillOwners(ctx, r, li); {
 		case noPerm(err):
 			// The owner record lies outside the election's keys: a user
@@ -416,7 +418,7 @@ const (
 // the Client closed.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
-	if e == nil || e.c == nil || checkCall(ctx, e.c, e.k.name) != nil || e.c.caps.supports("Election") != nil {
+	if e == nil || e.c == nil || checkCall(ctx, e.c, e.k.Name) != nil || e.c.caps.supports("Election") != nil {
 		close(out)
 		return out
 	}
@@ -447,7 +449,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 				return true, 0, nil
 			}
 			retry = min(max(2*retry, observeRetry), observeRetryMax)
-			c.tel.Log.Warn("dlock: observing an election: reading its leader failed", "election", e.k.name, "err", err)
+			c.tel.Log.Warn("dlock: observing an election: reading its leader failed", "election", e.k.Name, "err", err)
 			if !blind {
 				var stale LeaderInfo
 				if last != nil {
@@ -478,7 +480,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 		}
 		return false, min(observeIdle, observeBeat), nil
 	}
-	_ = c.waitLoop(ctx, e.k.name, e.k.channel, "", nil, 0, check)
+	_ = c.waitLoop(ctx, e.k.Name, e.k.Channel, "", nil, 0, check)
 }
 
 func (electionProto) ordered() bool { return true }

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // FairMutex is a reentrant lock granted in arrival order: waiters from
@@ -28,13 +30,13 @@ type FairMutex struct {
 // those of a Mutex of the same name, so a Mutex and a FairMutex of one
 // name are one lock, with one queue.
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
-	return &FairMutex{Mutex{handle{c, c.keys(kindMutex, name), opts}}}
+	return &FairMutex{Mutex{handle{c, c.keys(protocol.MutexKind, name), opts}}}
 }
 
 // Name returns the lock's name.
-func (f *FairMutex) Name() string { return f.m.k.name }
+func (f *FairMutex) Name() string { return f.m.k.Name }
 
-func (f *FairMutex) order() string { return f.m.k.lock }
+func (f *FairMutex) order() string { return f.m.k.Lock }
 
 // Lock takes a place in the queue and waits for its turn, as long as ctx
 // allows. When ctx ends first it leaves the queue (waking the next waiter

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keyslot"
 )
@@ -133,7 +135,7 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 		gctx, cancel = context.WithTimeout(ctx, q.timeout)
 		defer cancel()
 	}
-	got := r.Do(gctx, keyed("GET", mark))
+	got := r.Do(gctx, protocol.Keyed("GET", mark))
 	if got.Err != nil {
 		return got.Err
 	} else if got.Val == layout {
@@ -179,11 +181,11 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 	}
 	if layout == layoutShared {
 		// the counter is there before the mark (counterLost)
-		if err := r.Do(ctx, keyed("INCRBY", c.fence, 0)).Err; err != nil {
+		if err := r.Do(ctx, protocol.Keyed("INCRBY", c.fence, 0)).Err; err != nil {
 			return err
 		}
 	}
-	return r.Do(ctx, keyed("SET", mark, layout)).Err
+	return r.Do(ctx, protocol.Keyed("SET", mark, layout)).Err
 }
 
 // counterLost warns once when the shared fence counter is gone though the
@@ -198,7 +200,7 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 // taken. Per slot counters are made as used, so a lost one is not told
 // from one not used yet.
 func (c *Client) counterLost(ctx context.Context, r driver.Driver) {
-	n, err := r.Do(ctx, keyed("EXISTS", c.fence)).Int64()
+	n, err := r.Do(ctx, protocol.Keyed("EXISTS", c.fence)).Int64()
 	if err == nil && n == 0 {
 		c.dep.warnOnce("counter", "dlock: the fence counter is gone though fences were taken from it: "+
 			"every lock's fences restart at 1, and may repeat fences given before (was the key deleted?)",
@@ -226,12 +228,12 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 		switch {
 		case legacyFence(c.prefix, key):
 			// an older dlock's counter of one lock
-			olds, into = append(olds, key), append(into, []string{fenceKey(c.prefix, key, slots)})
-		case key == fenceKey(c.prefix, "", false) && slots:
+			olds, into = append(olds, key), append(into, []string{protocol.FenceKey(c.prefix, key, slots)})
+		case key == protocol.FenceKey(c.prefix, "", false) && slots:
 			// the shared counter, on a deployment now counting per slot
 			all := make([]string, keyslot.Slots)
 			for s := range all {
-				all[s] = fenceKey(c.prefix, keyslot.Tag(s), true) // a tag's slot is the slot it names
+				all[s] = protocol.FenceKey(c.prefix, keyslot.Tag(s), true) // a tag's slot is the slot it names
 			}
 			olds, into = append(olds, key), append(into, all)
 		case slotCounter(c.prefix, key) && !slots:
@@ -244,7 +246,7 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 	}
 	gets := make([]driver.Command, len(olds))
 	for i, k := range olds {
-		gets[i] = keyed("GET", k)
+		gets[i] = protocol.Keyed("GET", k)
 	}
 	vals := r.Pipeline(ctx, gets)
 	for _, v := range vals {
@@ -268,12 +270,12 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 		for _, counter := range into[i] {
 			if v > high[counter] {
 				if _, ok := high[counter]; !ok {
-					adds = append(adds, keyed("INCRBY", counter))
+					adds = append(adds, protocol.Keyed("INCRBY", counter))
 				}
 				high[counter] = v
 			}
 		}
-		dels = append(dels, keyed("DEL", k))
+		dels = append(dels, protocol.Keyed("DEL", k))
 	}
 	for i, a := range adds {
 		adds[i].Args = append(a.Args, high[a.Args[1].(string)])
@@ -290,7 +292,7 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 
 // slotCounter reports whether key is exactly the name of one of prefix's
 // counters per slot: <prefix>:fence:{<tag>}, where tag is keyslot.Tag of
-// a slot, as fenceKey makes it. Any other <prefix>:fence:{...} key is not
+// a slot, as protocol.FenceKey makes it. Any other <prefix>:fence:{...} key is not
 // the fold's: another deployment's whose prefix is <prefix>:fence (its
 // locks, its Semaphores' capacities, a fence guard's records).
 func slotCounter(prefix, key string) bool {
@@ -344,7 +346,7 @@ func pipelineErr(rs []driver.Reply) error {
 func scanKeys(ctx context.Context, r driver.Driver, pattern string, fn func([]string) error) error {
 	cursor := "0"
 	for {
-		v, err := r.Do(ctx, cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)).Slice()
+		v, err := r.Do(ctx, protocol.Cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)).Slice()
 		if err != nil {
 			return err
 		}

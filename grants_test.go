@@ -26,7 +26,7 @@ func grantedNames() map[string]grants.Command {
 // whose command is not written out is lib.lua's publish (PUBLISH or
 // SPUBLISH, both in the list).
 func TestGrantsCoverTheScripts(t *testing.T) {
-	files, err := filepath.Glob("scripts/*.lua")
+	files, err := filepath.Glob("internal/protocol/scripts/*.lua")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scripts: %v", err)
 	}
@@ -82,7 +82,7 @@ func TestGrantsCoverTheGoSide(t *testing.T) {
 		"readonly": "errors.go: the READONLY error reply's prefix",
 	}
 	var files []string
-	for _, dir := range []string{".", "internal/goredis", "rueidisdlock", "valkeydlock"} {
+	for _, dir := range []string{".", "internal/goredis", "internal/protocol", "rueidisdlock", "valkeydlock"} {
 		fs, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

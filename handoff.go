@@ -76,7 +76,7 @@ func handoffMember(member string, ttl time.Duration) string {
 }
 
 // handoff is a release's message to the waiter it handed the lock to
-// (its first word, the waiter's member, routes it: tokenOf).
+// (its first word, the waiter's member, routes it: protocol.TokenOf).
 type handoff struct {
 	fence int64 // the hold's fence: the fence counter right after the hand-off
 	ms    int64 // the lock is the waiter's for ms from the release

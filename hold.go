@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -16,8 +18,8 @@ import (
 // lease is unlocked, or for all of its leases at once when it is lost.
 type hold struct {
 	c        *Client
-	k        *keys
-	p        protocol
+	k        *protocol.Keys
+	p        holdOps
 	what     string    // the primitive, for telemetry
 	acquired time.Time // when the attempt that took it was sent
 	// maxFrom is when its max hold (WithMaxHold) began: acquired, or, for
@@ -115,7 +117,7 @@ func (h *hold) next() int64 {
 	return h.seq
 }
 
-func newHold(c *Client, k *keys, what string, p protocol, token string, fence int64, cfg lockConfig, start time.Time) *hold {
+func newHold(c *Client, k *protocol.Keys, what string, p holdOps, token string, fence int64, cfg lockConfig, start time.Time) *hold {
 	h := &hold{c: c, k: k, what: what, acquired: start, maxFrom: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
 		ttl: cfg.ttl, maxHold: cfg.maxHold, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.confirmed(start, cfg.ttl, 0)
@@ -163,13 +165,13 @@ func (h *hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
 // maxHoldReached is the error of a command refused because the hold's
 // max hold is (all but) over.
 func (h *hold) maxHoldReached() error {
-	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.name, h.maxHold)
+	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.Name, h.maxHold)
 }
 
 // confirmed records that a request sent at start, with place seq in the
 // hold's sequence, set the lease to ttl: the server will not expire it
 // before start+ttl, and the local deadline keeps a drift margin below
-// that. Call with h.mu held, or before h is shared.
+// that. protocol.Call with h.mu held, or before h is shared.
 func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	if len(h.unsure) > 0 {
 		ttl = h.capped(start, ttl, seq)
@@ -212,7 +214,7 @@ func (h *hold) end(err error) {
 	}
 	h.c.wd.remove(h)
 	reason, why := lossOf(err)
-	h.c.tel.HoldEnded(h.what, h.k.name, h.acquired, reason, why)
+	h.c.tel.HoldEnded(h.what, h.k.Name, h.acquired, reason, why)
 }
 
 // expireIfLate ends the hold as lost when its local deadline has passed,
@@ -233,7 +235,7 @@ func (h *hold) expireIfLate(now time.Time) error {
 	case !h.renew:
 		reason, why = reasonEnded, "its fixed lease ran out"
 	}
-	h.end(lost(reason, h.k.name, why))
+	h.end(lost(reason, h.k.Name, why))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.err
@@ -241,7 +243,7 @@ func (h *hold) expireIfLate(now time.Time) error {
 
 // A hold is what a single lease holds (see held).
 
-func (h *hold) name() string { return h.k.name }
+func (h *hold) name() string { return h.k.Name }
 func (h *hold) first() *hold { return h }
 
 // check ends the hold if its deadline has passed and returns why it ended:
@@ -253,7 +255,7 @@ func (h *hold) parts(l *Lease) []*Lease { return []*Lease{l} }
 
 // carry returns ctx carrying l for re-entry.
 func (h *hold) carry(ctx context.Context, l *Lease) context.Context {
-	return context.WithValue(ctx, leaseKey{h.c, h.k.lock, h.side}, l)
+	return context.WithValue(ctx, leaseKey{h.c, h.k.Lock, h.side}, l)
 }
 
 // unlock is Lease.Unlock of one of h's leases.
@@ -289,7 +291,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		res, err = r.Int64()
 	}
 	if err == nil && res < 0 {
-		err := lost(reasonGone, h.k.name, "the lock was no longer held at unlock")
+		err := lost(reasonGone, h.k.Name, "the lock was no longer held at unlock")
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -310,7 +312,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		h.recount()
 	}
 	if err != nil {
-		return redisErr("unlock", h.k.name, err)
+		return redisErr("unlock", h.k.Name, err)
 	}
 	return nil
 }
@@ -385,10 +387,10 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	ok, err := r.Int64()
 	if err != nil {
 		h.mayHaveSet(start, d, seq, settled(err))
-		return redisErr("extend", h.k.name, err)
+		return redisErr("extend", h.k.Name, err)
 	}
 	if ok != 1 {
-		err := lost(reasonGone, h.k.name, "the lock was no longer held at extend")
+		err := lost(reasonGone, h.k.Name, "the lock was no longer held at extend")
 		h.end(err)
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
@@ -494,7 +496,7 @@ func (h *hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, st
 		h.settle(start, seq)
 		h.mu.Unlock()
 		if err := ctx.Err(); err != nil {
-			return failedReply(err), seq, start
+			return protocol.FailedReply(err), seq, start
 		}
 	}
 }
@@ -506,9 +508,9 @@ func isStale(r driver.Reply) bool {
 	}
 	switch v := r.Val.(type) {
 	case int64:
-		return v == replyStale
+		return v == protocol.ReplyStale
 	case []any:
-		return len(v) == 1 && v[0] == int64(replyStale)
+		return len(v) == 1 && v[0] == int64(protocol.ReplyStale)
 	}
 	return false
 }
@@ -522,10 +524,10 @@ func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
 	}
 	ms, err := h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.p.ttl(h.token)) }).Int64()
 	if err != nil {
-		return 0, redisErr("ttl", h.k.name, err)
+		return 0, redisErr("ttl", h.k.Name, err)
 	}
-	if ms == replyTTLNotHeld {
-		err := lost(reasonGone, h.k.name, "the lock was no longer held")
+	if ms == protocol.ReplyTTLNotHeld {
+		err := lost(reasonGone, h.k.Name, "the lock was no longer held")
 		h.end(err)
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}

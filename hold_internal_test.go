@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // An Extend given up on, which may still set the lease to d on the server
@@ -15,7 +17,7 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	c, _ := serverClient(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
-	h := newHold(c, c.keys(kindMutex, "x"), "Mutex", mutexProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
+	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", mutexProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
 	h.mayHaveSet(t0, short, 2, make(chan struct{}))
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -49,7 +51,7 @@ func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
 	c, _ := serverClient(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
-	h := newHold(c, c.keys(kindMutex, "x"), "Mutex", plainProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
+	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", plainProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
 	done := make(chan struct{})
 	h.mayHaveSet(t0, short, 2, done)
 	h.mu.Lock()
@@ -83,7 +85,7 @@ func TestErrSeesAnEndBeforeItsLeasesAreTold(t *testing.T) {
 	c, _ := serverClient(t)
 	ended := lost(reasonDeadline, "x", "test")
 	newLeased := func(name string) (*hold, *Lease) {
-		h := newHold(c, c.keys(kindMutex, name), "Mutex", mutexProto{}, "tok-"+name, 1, lockConfig{ttl: time.Minute}, time.Now())
+		h := newHold(c, c.keys(protocol.MutexKind, name), "Mutex", mutexProto{}, "tok-"+name, 1, lockConfig{ttl: time.Minute}, time.Now())
 		l, err := h.newLease()
 		if err != nil {
 			t.Fatal(err)

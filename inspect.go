@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -35,14 +37,14 @@ const (
 // lock; each primitive states its own beside its protocol (mutex.go,
 // election.go, rwmutex.go, semaphore.go, latch.go).
 type kindSpec struct {
-	primitive string // for caps.supports
-	keys      kind   // its key layout
-	queue     bool   // waiters queue in lib_queue.lua's queue and places
-	plain     bool   // a script-free Client keeps it as a string: the owner's token
+	primitive string        // for caps.supports
+	keys      protocol.Kind // its key layout
+	queue     bool          // waiters queue in lib_queue.lua's queue and places
+	plain     bool          // a script-free Client keeps it as a string: the owner's token
 	// reads are what it reads beside what every kind does (the lock's
 	// TYPE and PTTL, the queue); their replies are
 	// inspection.extra, in order.
-	reads func(k *keys) []driver.Command
+	reads func(k *protocol.Keys) []driver.Command
 	// fill reads the holders and the state of the kind from in; the
 	// common part (holders sorted, Held) follows. It returns false when
 	// nothing more is to be read (a latch has no holders or waiters).
@@ -52,7 +54,7 @@ type kindSpec struct {
 	waiters func(in *inspection)
 	// force frees the lock as a release would (ForceUnlock); rc is the
 	// receipt a copy of it answers with (see forceReceipt).
-	force func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply
+	force func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply
 }
 
 // kindSpecs is the table of kinds.
@@ -102,7 +104,7 @@ func (in *inspection) queued(side string, permits bool) {
 		places[z.member] = z.score
 	}
 	for _, z := range in.queue {
-		w := Waiter{Token: tokenOf(z.member), Side: side, Since: time.UnixMicro(int64(z.score)), Expires: in.expiry(places[z.member])}
+		w := Waiter{Token: protocol.TokenOf(z.member), Side: side, Since: time.UnixMicro(int64(z.score)), Expires: in.expiry(places[z.member])}
 		if permits {
 			w.Permits = extraInt(z.member)
 		}
@@ -228,10 +230,10 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		return nil, err
 	}
 	k := c.keys(sp.keys, name)
-	info := &LockInfo{Kind: kd, Name: name, Key: k.lock}
-	cmds := []driver.Command{cmd("TIME"), keyed("TYPE", k.lock), keyed("PTTL", k.lock)}
+	info := &LockInfo{Kind: kd, Name: name, Key: k.Lock}
+	cmds := []driver.Command{protocol.Cmd("TIME"), protocol.Keyed("TYPE", k.Lock), protocol.Keyed("PTTL", k.Lock)}
 	if sp.queue {
-		cmds = append(cmds, zrange(k.queue), zrange(k.alive))
+		cmds = append(cmds, zrange(k.Queue), zrange(k.Alive))
 	}
 	base := len(cmds)
 	if sp.reads != nil {
@@ -252,14 +254,14 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	}
 	switch typ := text(1); {
 	case typ == "string" && sp.plain:
-		tok, err := r.Do(ctx, keyed("GET", k.lock)).Text()
+		tok, err := r.Do(ctx, protocol.Keyed("GET", k.Lock)).Text()
 		if err == nil {
 			info.Held = true
 			info.Holders = []Holder{{Token: tok, Holds: 1, TTL: info.TTL}}
 		}
 		return info, c.fillOwners(ctx, r, info)
 	case typ == "hash":
-		h := r.Do(ctx, keyed("HGETALL", k.lock))
+		h := r.Do(ctx, protocol.Keyed("HGETALL", k.Lock))
 		if h.Err != nil {
 			return nil, redisErr("inspect", name, h.Err)
 		}
@@ -284,7 +286,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 }
 
 // zrange reads a sorted set whole, with scores.
-func zrange(key string) driver.Command { return keyed("ZRANGE", key, 0, -1, "WITHSCORES") }
+func zrange(key string) driver.Command { return protocol.Keyed("ZRANGE", key, 0, -1, "WITHSCORES") }
 
 // extraInt is the number at the end of a semaphore waiter's member.
 func extraInt(member string) int64 {
@@ -386,7 +388,7 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 	var cmds []driver.Command
 	for id := range ids {
 		order = append(order, id)
-		cmds = append(cmds, keyed("HGETALL", ownerKey(c.prefix, id)))
+		cmds = append(cmds, protocol.Keyed("HGETALL", ownerKey(c.prefix, id)))
 	}
 	rs := r.Pipeline(ctx, cmds)
 	if err := firstErr(rs); err != nil {
@@ -488,7 +490,7 @@ func matches(pattern, name string) bool {
 	return ok
 }
 
-// tagUnescaper undoes escapeTag.
+// tagUnescaper undoes protocol.EscapeTag.
 var tagUnescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
 
 // parseKey tells the kind and name of a lock from one of its keys
@@ -515,13 +517,13 @@ func parseKey(prefix, key string) (Kind, string, bool) {
 	switch first {
 	case "", "queue", "alive":
 		return KindMutex, name, true
-	case string(kindRW):
+	case string(protocol.RWKind):
 		return KindRWMutex, name, true
-	case string(kindSemaphore):
+	case string(protocol.SemaphoreKind):
 		return KindSemaphore, name, true
-	case string(kindLatch):
+	case string(protocol.LatchKind):
 		return KindLatch, name, true
-	case string(kindElection):
+	case string(protocol.ElectionKind):
 		return KindElection, name, true
 	}
 	return "", "", false

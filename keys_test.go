@@ -6,19 +6,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestKeysShareOneSlot(t *testing.T) {
 	names := []string{"orders/42", "{", "}", "a}b", "{x}", "%7D", "with space", "new\nline", "日本"} // "" is refused by Lock
 	for _, n := range names {
-		k := newKeysOf("p", kindRW, n, "") // the fence counter of its slot, as on a cluster
-		s := redistest.KeySlot(k.lock)
-		if redistest.KeySlot(k.fence) != s || redistest.KeySlot(k.channel) != s {
-			t.Errorf("name %q: keys %q %q %q in different slots", n, k.lock, k.fence, k.channel)
+		k := protocol.NewKeysOf("p", protocol.RWKind, n, "") // the fence counter of its slot, as on a cluster
+		s := redistest.KeySlot(k.Lock)
+		if redistest.KeySlot(k.Fence) != s || redistest.KeySlot(k.Channel) != s {
+			t.Errorf("name %q: keys %q %q %q in different slots", n, k.Lock, k.Fence, k.Channel)
 		}
 		// The tag is exactly the escaped name.
-		if want := redistest.KeySlot("{" + escapeTag(n) + "}"); s != want {
+		if want := redistest.KeySlot("{" + protocol.EscapeTag(n) + "}"); s != want {
 			t.Errorf("name %q: slot %d, want the slot of its escaped name %d", n, s, want)
 		}
 	}
@@ -28,7 +30,7 @@ func TestEscapeIsOneToOne(t *testing.T) {
 	names := []string{"a}", "a%7D", "a%257D", "{", "%7B", "%", "%25", "a", ""}
 	seen := map[string]string{}
 	for _, n := range names {
-		e := escapeTag(n)
+		e := protocol.EscapeTag(n)
 		if o, dup := seen[e]; dup {
 			t.Fatalf("names %q and %q both escape to %q", o, n, e)
 		}
@@ -43,8 +45,8 @@ func TestEscapeIsOneToOne(t *testing.T) {
 
 func TestValidPrefix(t *testing.T) {
 	for p, want := range map[string]bool{"dlock": true, "my:app": true, "": false, "a{": false, "}": false} {
-		if validPrefix(p) != want {
-			t.Errorf("validPrefix(%q) = %v", p, !want)
+		if protocol.ValidPrefix(p) != want {
+			t.Errorf("ValidPrefix(%q) = %v", p, !want)
 		}
 	}
 }
@@ -91,25 +93,25 @@ func TestKeysOf(t *testing.T) {
 // alike never touch each other's keys. A kind has the common names and
 // its own, and no other kind's.
 func TestKindsHaveDisjointKeys(t *testing.T) {
-	kinds := []kind{kindMutex, kindRW, kindSemaphore, kindLatch}
-	all := func(k *keys) []string {
+	kinds := []protocol.Kind{protocol.MutexKind, protocol.RWKind, protocol.SemaphoreKind, protocol.LatchKind}
+	all := func(k *protocol.Keys) []string {
 		var out []string
-		for _, key := range []string{k.lock, k.channel, k.queue, k.alive, k.dead, // the fence counter is shared
-			k.readers, k.rqueue, k.rphase, k.leases, k.permits, k.ids} {
-			if key != "" { // another kind's (see newKeys)
+		for _, key := range []string{k.Lock, k.Channel, k.Queue, k.Alive, k.Dead, // the fence counter is shared
+			k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.IDs} {
+			if key != "" { // another kind's (see protocol.NewKeys)
 				out = append(out, key)
 			}
 		}
 		return out
 	}
-	own := map[kind]int{kindMutex: 5, kindRW: 8, kindSemaphore: 7, kindLatch: 6}
-	owner := map[string]kind{}
+	own := map[protocol.Kind]int{protocol.MutexKind: 5, protocol.RWKind: 8, protocol.SemaphoreKind: 7, protocol.LatchKind: 6}
+	owner := map[string]protocol.Kind{}
 	for _, kd := range kinds {
-		if n := len(all(newKeys("p", kd, "x"))); n != own[kd] {
+		if n := len(all(protocol.NewKeys("p", kd, "x"))); n != own[kd] {
 			t.Errorf("kind %q has %d keys, want %d", kd, n, own[kd])
 		}
 		for _, name := range []string{"x", "x:rw", "x}:rw"} {
-			for _, key := range all(newKeys("p", kd, name)) {
+			for _, key := range all(protocol.NewKeys("p", kd, name)) {
 				if o, ok := owner[key]; ok && o != kd {
 					t.Errorf("key %q is used by kinds %q and %q", key, o, kd)
 				}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -34,32 +36,32 @@ import (
 // seen, take two. A handle is safe for concurrent use.
 type Latch struct {
 	c     *Client
-	k     *keys
+	k     *protocol.Keys
 	keys  []string               // count, calls, the last phase's calls
 	phase atomic.Pointer[string] // the phase this handle last saw; nil: none yet
 }
 
 // Latch returns the handle of the count-down latch called name.
 func (c *Client) Latch(name string) *Latch {
-	k := c.keys(kindLatch, name)
-	return &Latch{c: c, k: k, keys: []string{k.lock, k.lock + ":calls", k.lock + ":calls:prev"}}
+	k := c.keys(protocol.LatchKind, name)
+	return &Latch{c: c, k: k, keys: []string{k.Lock, k.Lock + ":calls", k.Lock + ":calls:prev"}}
 }
 
 // latchKind is what Inspect, Locks and ForceUnlock know of a Latch: its
 // count, and nothing else (no holders, no waiters); forcing it opens it.
-var latchKind = kindSpec{primitive: "Latch", keys: kindLatch,
-	reads: func(k *keys) []driver.Command { return []driver.Command{keyed("GET", k.lock)} },
+var latchKind = kindSpec{primitive: "Latch", keys: protocol.LatchKind,
+	reads: func(k *protocol.Keys) []driver.Command { return []driver.Command{protocol.Keyed("GET", k.Lock)} },
 	fill: func(in *inspection) bool {
 		in.info.Count, _ = strconv.ParseInt(in.text(0), 10, 64)
 		in.info.Held = in.info.Count > 0
 		return false
 	},
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
-		return latchOpenScript.run(ctx, r, []string{k.lock, k.ids, k.dead}, k.channel, c.publish, rc.id, rc.ttl)
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
+		return protocol.LatchOpenScript.Run(ctx, r, []string{k.Lock, k.IDs, k.Dead}, k.Channel, c.publish, rc.id, rc.ttl)
 	}}
 
 // Name returns the latch's name.
-func (l *Latch) Name() string { return l.k.name }
+func (l *Latch) Name() string { return l.k.Name }
 
 // TrySetCount sets the count to n (at least 1) if the latch has no count,
 // with a time to live of ttl (at least 1 ms), and reports whether it did;
@@ -71,22 +73,22 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 		return false, err
 	}
 	if n < 1 {
-		return false, invalid("latch %q: count %d; want at least 1", l.k.name, n)
+		return false, invalid("latch %q: count %d; want at least 1", l.k.Name, n)
 	}
 	if ttl < minTTL {
-		return false, invalid("latch %q: TTL %v is below 1ms", l.k.name, ttl)
+		return false, invalid("latch %q: TTL %v is below 1ms", l.k.Name, ttl)
 	}
-	r, err := latchSetScript.run(ctx, l.c.rdb, l.keys, n, ttl.Milliseconds(), randomHex(16)).Slice()
+	r, err := protocol.LatchSetScript.Run(ctx, l.c.rdb, l.keys, n, ttl.Milliseconds(), randomHex(16)).Slice()
 	if err != nil {
-		return false, redisErr("set count", l.k.name, err)
+		return false, redisErr("set count", l.k.Name, err)
 	}
 	if len(r) != 2 {
-		return false, redisErr("set count", l.k.name, errReplyShape(r))
+		return false, redisErr("set count", l.k.Name, errReplyShape(r))
 	}
 	ok, _ := (driver.Reply{Val: r[0]}).Int64()
 	phase, err := (driver.Reply{Val: r[1]}).Text()
 	if err != nil {
-		return false, redisErr("set count", l.k.name, err)
+		return false, redisErr("set count", l.k.Name, err)
 	}
 	l.phase.Store(&phase)
 	return ok == 1, nil
@@ -107,7 +109,7 @@ func (l *Latch) CountDown(ctx context.Context) (int64, error) {
 // must not be empty.
 func (l *Latch) CountDownOnce(ctx context.Context, id string) (int64, error) {
 	if id == "" {
-		return 0, invalid("latch %q: empty id", l.k.name)
+		return 0, invalid("latch %q: empty id", l.k.Name)
 	}
 	return l.countDown(ctx, id)
 }
@@ -186,7 +188,7 @@ func errReplyShape(r []any) error { return fmt.Errorf("dlock: unexpected latch r
 
 // down runs one attempt of a count-down (see latch_down.lua).
 func (l *Latch) down(ctx context.Context, id, phase, once string) (status string, n int64, now string, err error) {
-	r, err := latchDownScript.run(ctx, l.c.rdb, l.keys, id, phase, once, l.k.channel, l.c.publish).Slice()
+	r, err := protocol.LatchDownScript.Run(ctx, l.c.rdb, l.keys, id, phase, once, l.k.Channel, l.c.publish).Slice()
 	if err == nil && len(r) != 3 {
 		err = errReplyShape(r)
 	}
@@ -203,7 +205,7 @@ func (l *Latch) down(ctx context.Context, id, phase, once string) (status string
 		err = errReplyShape(r)
 	}
 	if err != nil {
-		return "", 0, "", redisErr("count down", l.k.name, err)
+		return "", 0, "", redisErr("count down", l.k.Name, err)
 	}
 	return status, n, now, nil
 }
@@ -230,7 +232,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return l.c.waitLoop(ctx, l.k.name, l.k.channel, "", nil, left,
+	return l.c.waitLoop(ctx, l.k.Name, l.k.Channel, "", nil, left,
 		func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			n, left, err := l.count(ctx)
 			return n == 0, left, err
@@ -240,17 +242,17 @@ func (l *Latch) Wait(ctx context.Context) error {
 // count returns the count and how long the latch has to live; the handle
 // remembers the phase of a closed latch.
 func (l *Latch) count(ctx context.Context) (int64, time.Duration, error) {
-	rs := l.c.rdb.Pipeline(ctx, []driver.Command{keyed("GET", l.k.lock), keyed("PTTL", l.k.lock),
-		keyed("HGET", l.keys[1], "@p")})
+	rs := l.c.rdb.Pipeline(ctx, []driver.Command{protocol.Keyed("GET", l.k.Lock), protocol.Keyed("PTTL", l.k.Lock),
+		protocol.Keyed("HGET", l.keys[1], "@p")})
 	if err := firstErr(rs); err != nil {
-		return 0, 0, redisErr("count", l.k.name, err)
+		return 0, 0, redisErr("count", l.k.Name, err)
 	}
 	if rs[0].Val == nil {
 		return 0, 0, nil
 	}
 	n, err := rs[0].Int64()
 	if err != nil {
-		return 0, 0, redisErr("count", l.k.name, err)
+		return 0, 0, redisErr("count", l.k.Name, err)
 	}
 	phase, _ := rs[2].Text() // "" for a latch set by an older dlock
 	l.phase.Store(&phase)
@@ -268,7 +270,7 @@ func (l *Latch) check(ctx context.Context) error {
 	if l == nil {
 		return invalid("nil Latch")
 	}
-	if err := checkCall(ctx, l.c, l.k.name); err != nil {
+	if err := checkCall(ctx, l.c, l.k.Name); err != nil {
 		return err
 	}
 	if err := l.c.caps.supports("Latch"); err != nil {

@@ -3,11 +3,13 @@ package dlock
 import (
 	"regexp"
 	"testing"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // latch_down.lua answers with the statuses latch.go names, and only them.
 func TestLatchRepliesAgree(t *testing.T) {
-	src, err := scriptFiles.ReadFile("scripts/latch_down.lua")
+	src, err := protocol.ScriptFiles.ReadFile("scripts/latch_down.lua")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	h := l.of.first()
 	tel := h.c.tel
-	ctx, span := tel.Start(ctx, "dlock.Unlock", tel.SpanAttrs(h.what, h.k.name))
+	ctx, span := tel.Start(ctx, "dlock.Unlock", tel.SpanAttrs(h.what, h.k.Name))
 	err := l.of.unlock(ctx, l)
 	if err != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, err.Error())

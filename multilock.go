@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // LockAll acquires every one of lockers, all or nothing, and returns one
@@ -93,7 +95,7 @@ func isNilLocker(l Locker) bool {
 // then taken lock by lock, re-entering that one, rather than by one script
 // that would wait for the caller's own hold.
 func carriesAny(ctx context.Context, ms []*Mutex) bool {
-	return slices.ContainsFunc(ms, func(m *Mutex) bool { return leaseFrom(ctx, m.c, m.k.lock, "") != nil })
+	return slices.ContainsFunc(ms, func(m *Mutex) bool { return leaseFrom(ctx, m.c, m.k.Lock, "") != nil })
 }
 
 // oneScript returns the lockers as mutexes when one script can take them
@@ -123,7 +125,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 	c := ms[0].c
 	names := make([]string, len(ms))
 	for i, m := range ms {
-		names[i] = m.k.name
+		names[i] = m.k.Name
 	}
 	name := strings.Join(names, ", ")
 	if err := checkCall(ctx, c, name); err != nil {
@@ -137,12 +139,12 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (*Lease, error) {
 	token := c.newToken()
 	member := c.member(token, 0)
-	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).base + c.id, token: token}
+	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).Base + c.id, token: token}
 	var keys []string
-	var leave []call
+	var leave []protocol.Call
 	var place time.Duration
 	for _, m := range ms {
-		if m.k.name == "" {
+		if m.k.Name == "" {
 			return nil, invalid("empty lock name")
 		}
 		cfg := defaultLock.with(m.opts)
@@ -152,29 +154,29 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 		if err := cfg.refuse("Mutex", optQueueTTL); err != nil {
 			return nil, err
 		}
-		p := mutexProto{m.k, m.k.wake}
+		p := mutexProto{m.k, m.k.Wake}
 		a.parts = append(a.parts, part{k: m.k, what: "Mutex", p: p, cfg: cfg})
 		leave = append(leave, p.leave(member))
-		keys = append(keys, m.k.lock, m.k.fence, m.k.queue, m.k.alive, m.k.dead)
+		keys = append(keys, m.k.Lock, m.k.Fence, m.k.Queue, m.k.Alive, m.k.Dead)
 		place = max(place, cfg.queueTTL)
 	}
 	a.keepAlive = place / 3
-	a.leave = func() []call { return leave }
+	a.leave = func() []protocol.Call { return leave }
 	w := c.wakeTo(ms[0].k)
-	args := []any{token, member, place.Milliseconds(), w.baseArg, w.publishArg}
+	args := []any{token, member, place.Milliseconds(), w.BaseArg, w.PublishArg}
 	for _, p := range a.parts {
 		args = append(args, p.cfg.ttl.Milliseconds())
 	}
 	a.attempt = func(ctx context.Context, _, _ bool) (outcome, error) {
 		start := time.Now()
-		res, err := c.be.grant(ctx, call{lockAllScript, keys, args, nil}).Int64Slice()
-		if err == nil && (len(res) < 1 || (res[0] == replyHeld && len(res) != len(ms)+1) || (res[0] == replyBusy && len(res) != 3)) {
+		res, err := c.be.grant(ctx, protocol.MakeCall(protocol.LockAllScript, keys, args, nil)).Int64Slice()
+		if err == nil && (len(res) < 1 || (res[0] == protocol.ReplyHeld && len(res) != len(ms)+1) || (res[0] == protocol.ReplyBusy && len(res) != 3)) {
 			err = errors.New("unexpected script reply")
 		}
 		if err != nil {
 			return outcome{}, redisErr("lock", name, err)
 		}
-		if res[0] == replyBusy {
+		if res[0] == protocol.ReplyBusy {
 			return outcome{wait: retryAfter(res[2], a.parts[res[1]-1].cfg.ttl)}, nil
 		}
 		return outcome{granted: true, fences: res[1:], start: start}, nil

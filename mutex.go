@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -40,22 +42,22 @@ type Mutex struct {
 // options for its acquires.
 type handle struct {
 	c    *Client
-	k    *keys
+	k    *protocol.Keys
 	opts []LockOption
 }
 
 // Name returns the lock's name.
-func (h *handle) Name() string { return h.k.name }
+func (h *handle) Name() string { return h.k.Name }
 
 // order is the key LockAll sorts by.
-func (h *handle) order() string { return h.k.lock }
+func (h *handle) order() string { return h.k.Lock }
 
 // Mutex returns the handle of the reentrant lock called name. Any string is
 // a valid name but the empty one (Lock reports that); braces, spaces and
 // non-ASCII text are fine. opts set the handle's defaults for Lock and
 // TryLock: renewal every TTL/3 with a 30 s TTL unless they say otherwise.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
-	return &Mutex{handle{c, c.keys(kindMutex, name), opts}}
+	return &Mutex{handle{c, c.keys(protocol.MutexKind, name), opts}}
 }
 
 // Lock acquires the lock, waiting while another owner holds it. The wait
@@ -111,23 +113,23 @@ func (m *Mutex) request() *request {
 }
 
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.
-func (c *Client) mutexRequest(what string, k *keys, opts []LockOption, fair bool) *request {
-	p := mutexProto{k, k.wake}
+func (c *Client) mutexRequest(what string, k *protocol.Keys, opts []LockOption, fair bool) *request {
+	p := mutexProto{k, k.Wake}
 	return &request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: optQueueTTL, leave: p.leave,
-		call: func(token, member string, queued bool, cfg lockConfig) call {
+		call: func(token, member string, queued bool, cfg lockConfig) protocol.Call {
 			return p.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), fair)
 		}}
 }
 
 // mutexKind is what Inspect, Locks and ForceUnlock know of a Mutex (and
 // a FairMutex: the same keys).
-var mutexKind = kindSpec{primitive: "Mutex", keys: kindMutex, queue: true, plain: true, fill: mutexHolders,
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
+var mutexKind = kindSpec{primitive: "Mutex", keys: protocol.MutexKind, queue: true, plain: true, fill: mutexHolders,
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
 		if !c.caps.directed { // script-free: a plain key
 			return plainForce(ctx, c, r, k)
 		}
 		w := c.wakeTo(k)
-		return forceScript.run(ctx, r, []string{k.lock, k.fence, k.queue, k.alive, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl)
+		return protocol.ForceScript.Run(ctx, r, []string{k.Lock, k.Fence, k.Queue, k.Alive, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl)
 	}}
 
 // mutexHolders reads a Mutex's hash (an Election's too): each owner
@@ -137,16 +139,16 @@ func mutexHolders(in *inspection) bool {
 	info := in.info
 	for f, v := range in.fields {
 		switch {
-		case f == fieldNext:
+		case f == protocol.FieldNext:
 			info.KeptFor = v
-		case strings.HasPrefix(f, fieldValue):
+		case strings.HasPrefix(f, protocol.FieldValue):
 			info.Value = v
-		case strings.HasPrefix(f, fieldTaken), strings.HasPrefix(f, fieldSeq), strings.HasPrefix(f, fieldFence):
+		case strings.HasPrefix(f, protocol.FieldTaken), strings.HasPrefix(f, protocol.FieldSeq), strings.HasPrefix(f, protocol.FieldFence):
 		default:
 			n, _ := strconv.ParseInt(v, 10, 64)
-			fence, _ := strconv.ParseInt(in.fields[fieldFence+f], 10, 64)
+			fence, _ := strconv.ParseInt(in.fields[protocol.FieldFence+f], 10, 64)
 			info.Holders = append(info.Holders, Holder{Token: f, Holds: n, Fence: fence,
-				Since: in.msAt(in.fields[fieldTaken+f]), TTL: info.TTL})
+				Since: in.msAt(in.fields[protocol.FieldTaken+f]), TTL: info.TTL})
 		}
 	}
 	return true
@@ -154,8 +156,8 @@ func mutexHolders(in *inspection) bool {
 
 // mutexProto is the Redis side of a Mutex or FairMutex hold.
 type mutexProto struct {
-	k *keys
-	w *wakeTo // the keys' own, set by Client.keys (a pointer: a hold keeps its protocol, boxed)
+	k *protocol.Keys
+	w *protocol.WakeTo // the keys' own, set by Client.keys (a pointer: a hold keeps its protocol, boxed)
 }
 
 // The protocol's methods return the script calls (a quorum fans them
@@ -166,19 +168,19 @@ func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int6
 	return p.reenterCall(token, count, ttl, seq)
 }
 
-func (p mutexProto) reenterCall(token string, count int, ttl time.Duration, seq int64) call {
+func (p mutexProto) reenterCall(token string, count int, ttl time.Duration, seq int64) protocol.Call {
 	c := p.lock(token, ttl, count, "", false, 0, false)
-	c.args = append(c.args, seq)
+	c.Args = append(c.Args, seq)
 	return c
 }
 
 // lock is lock.lua: count 0 acquires (as member, keeping a place for
 // placeTTL ms if it is held; queued: an earlier attempt carried member),
 // count >= 2 re-enters.
-func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) call {
-	return call{lockScript, nil,
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, flag(fair), p.w.baseArg, p.w.publishArg, flag(queued)},
-		p.k.mutexWords}
+func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) protocol.Call {
+	return protocol.MakeCall(protocol.LockScript, nil,
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, protocol.Flag(fair), p.w.BaseArg, p.w.PublishArg, protocol.Flag(queued)},
+		p.k.MutexWords)
 }
 
 func (p mutexProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
@@ -187,36 +189,36 @@ func (p mutexProto) free(token string, fence int64, ttl time.Duration) op {
 	return p.freeCall(token, fence, ttl)
 }
 
-func (p mutexProto) freeCall(token string, fence int64, ttl time.Duration) call {
+func (p mutexProto) freeCall(token string, fence int64, ttl time.Duration) protocol.Call {
 	c := p.unlock(token, 0, 0)
-	c.args = append(slices.Clone(c.args), fence, ttl.Milliseconds())
+	c.Args = append(slices.Clone(c.Args), fence, ttl.Milliseconds())
 	return c
 }
 
 // unlock is the script call behind release.
-func (p mutexProto) unlock(token string, left int, seq int64) call {
-	return call{unlockScript, nil,
-		[]any{token, left, p.w.baseArg, p.w.publishArg, flag(p.w.reserve), "", seq}, p.k.mutexWords}
+func (p mutexProto) unlock(token string, left int, seq int64) protocol.Call {
+	return protocol.MakeCall(protocol.UnlockScript, nil,
+		[]any{token, left, p.w.BaseArg, p.w.PublishArg, protocol.Flag(p.w.Reserve), "", seq}, p.k.MutexWords)
 }
 
 // leave is what a waiter that gives up runs.
-func (p mutexProto) leave(member string) call {
-	return call{leaveScript, []string{p.k.lock, p.k.fence, p.k.queue, p.k.alive},
-		[]any{member, p.w.baseArg, p.w.publishArg, flag(p.w.reserve)}, nil}
+func (p mutexProto) leave(member string) protocol.Call {
+	return protocol.MakeCall(protocol.LeaveScript, []string{p.k.Lock, p.k.Fence, p.k.Queue, p.k.Alive},
+		[]any{member, p.w.BaseArg, p.w.PublishArg, protocol.Flag(p.w.Reserve)}, nil)
 }
 
 func (p mutexProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
 	return p.renewCall(token, ttl, exact, seq)
 }
 
-func (p mutexProto) renewCall(token string, ttl time.Duration, exact bool, seq int64) call {
-	return call{renewScript, []string{p.k.lock}, []any{token, ttl.Milliseconds(), flag(exact), seq}, nil}
+func (p mutexProto) renewCall(token string, ttl time.Duration, exact bool, seq int64) protocol.Call {
+	return protocol.MakeCall(protocol.RenewScript, []string{p.k.Lock}, []any{token, ttl.Milliseconds(), protocol.Flag(exact), seq}, nil)
 }
 
 func (p mutexProto) ttl(token string) op { return p.ttlCall(token) }
 
-func (p mutexProto) ttlCall(token string) call {
-	return call{ttlScript, []string{p.k.lock}, []any{token}, nil}
+func (p mutexProto) ttlCall(token string) protocol.Call {
+	return protocol.MakeCall(protocol.TTLScript, []string{p.k.Lock}, []any{token}, nil)
 }
 
 func (mutexProto) ordered() bool { return true }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // A Client records who it is (host, pid, program, label, start) under
@@ -57,7 +59,7 @@ func (c *Client) announce(ctx context.Context) {
 		return // written lately, or being written by another caller
 	}
 	args := append([]any{ownerTTL.Milliseconds()}, o.fields...)
-	err := c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, args, nil})
+	err := c.be.everywhere(ctx, protocol.MakeCall(protocol.OwnerScript, []string{ownerKey(c.prefix, c.id)}, args, nil))
 	switch {
 	case noPerm(err):
 		// An ACL user granted only its locks' keys: the record is
@@ -90,5 +92,5 @@ func (c *Client) forget() {
 	}
 	ctx, cancel := bounded(context.Background())
 	defer cancel()
-	_ = c.be.everywhere(ctx, call{ownerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}, nil})
+	_ = c.be.everywhere(ctx, protocol.MakeCall(protocol.OwnerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}, nil))
 }

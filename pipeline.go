@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -137,7 +139,7 @@ func (p *pipelined) Do(ctx context.Context, c driver.Command) driver.Reply {
 	case p.auto:
 		r, err := within(ctx, func() driver.Reply { return p.Driver.Do(ctx, c) })
 		if err != nil {
-			return failedReply(err)
+			return protocol.FailedReply(err)
 		}
 		return r
 	}
@@ -189,7 +191,7 @@ func (p *pipelined) Masters(ctx context.Context) ([]driver.Driver, error) {
 // batches are in flight, within ctx.
 func (p *pipelined) batched(ctx context.Context, cmd driver.Command) driver.Reply {
 	if err := ctx.Err(); err != nil {
-		return failedReply(err)
+		return protocol.FailedReply(err)
 	}
 	c := &pendingCall{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	p.mu.Lock()
@@ -218,7 +220,7 @@ func (p *pipelined) batched(ctx context.Context, cmd driver.Command) driver.Repl
 		if q == c {
 			p.queued = append(p.queued[:i], p.queued[i+1:]...)
 			p.mu.Unlock()
-			return failedReply(ctx.Err())
+			return protocol.FailedReply(ctx.Err())
 		}
 	}
 	p.mu.Unlock()
@@ -227,7 +229,7 @@ func (p *pipelined) batched(ctx context.Context, cmd driver.Command) driver.Repl
 		return c.reply // it came as ctx ended
 	default:
 	}
-	return failedReply(&lateCall{err: ctx.Err(), done: c.done})
+	return protocol.FailedReply(&lateCall{err: ctx.Err(), done: c.done})
 }
 
 // sendFrom sends c on its own, then, while calls have queued meanwhile,

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -48,7 +50,7 @@ func (d *casDetector) get(ctx context.Context, r driver.Driver) casMode {
 	d.once.Do(func() {
 		known := map[string]bool{}
 		// COMMAND INFO answers nil for a name it does not know.
-		res, err := r.Do(ctx, cmd("COMMAND", "INFO", "delex", "delifeq")).Slice()
+		res, err := r.Do(ctx, protocol.Cmd("COMMAND", "INFO", "delex", "delifeq")).Slice()
 		if err == nil {
 			for _, v := range res {
 				if info, ok := v.([]any); ok && len(info) > 0 {
@@ -79,8 +81,8 @@ func (b *plain) caps() caps { return caps{notThere: errNeedsScripts, reserve: tr
 func (b *plain) close()     {}
 
 // grant runs o: transactions have no replica sync (New refuses the mix).
-func (b *plain) grant(ctx context.Context, o op) driver.Reply { return o.run(ctx, b.rdb) }
-func (b *plain) run(ctx context.Context, o op) driver.Reply   { return o.run(ctx, b.rdb) }
+func (b *plain) grant(ctx context.Context, o op) driver.Reply { return o.Run(ctx, b.rdb) }
+func (b *plain) run(ctx context.Context, o op) driver.Reply   { return o.Run(ctx, b.rdb) }
 
 // batch runs the transactions side by side: they cannot share a pipeline.
 func (b *plain) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
@@ -90,11 +92,11 @@ func (b *plain) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
 // everywhere runs no script: without scripts nobody registers as a waiter
 // or buries a token, and a script-free Client writes no owner record
 // (newOwners), so nothing calls it; a caller that did would be told.
-func (b *plain) everywhere(context.Context, call) error {
+func (b *plain) everywhere(context.Context, protocol.Call) error {
 	return fmt.Errorf("%w: a script call on a Client made WithoutScripts", errors.ErrUnsupported)
 }
 
-func (b *plain) attempt(a *attemptSpec) (protocol, attemptFunc) {
+func (b *plain) attempt(a *attemptSpec) (holdOps, attemptFunc) {
 	p := plainProto{a.k, b}
 	return p, func(ctx context.Context, _, _ bool) (outcome, error) {
 		return b.lock(ctx, a.k, a.token, a.cfg)
@@ -102,12 +104,12 @@ func (b *plain) attempt(a *attemptSpec) (protocol, attemptFunc) {
 }
 
 // lock is one acquire of a Mutex without scripts.
-func (b *plain) lock(ctx context.Context, k *keys, token string, cfg lockConfig) (outcome, error) {
+func (b *plain) lock(ctx context.Context, k *protocol.Keys, token string, cfg lockConfig) (outcome, error) {
 	start := time.Now()
-	res, err := transaction(ctx, b.rdb, k.lock, keyed("INCR", k.fence),
-		keyed("SET", k.lock, token, "NX", "PX", cfg.ttl.Milliseconds()), keyed("GET", k.lock), keyed("PTTL", k.lock))
+	res, err := transaction(ctx, b.rdb, k.Lock, protocol.Keyed("INCR", k.Fence),
+		protocol.Keyed("SET", k.Lock, token, "NX", "PX", cfg.ttl.Milliseconds()), protocol.Keyed("GET", k.Lock), protocol.Keyed("PTTL", k.Lock))
 	if err != nil {
-		return outcome{}, redisErr("lock", k.name, err)
+		return outcome{}, redisErr("lock", k.Name, err)
 	}
 	if holder, _ := res[2].Text(); holder != token {
 		ms, err := res[3].Int64()
@@ -118,7 +120,7 @@ func (b *plain) lock(ctx context.Context, k *keys, token string, cfg lockConfig)
 	}
 	fence, err := res[0].Int64()
 	if err != nil {
-		return outcome{}, redisErr("lock", k.name, err)
+		return outcome{}, redisErr("lock", k.Name, err)
 	}
 	// Ours — by this transaction, or by an earlier one whose reply was lost
 	// and that go-redis sent again: then the fence of this one, still above
@@ -128,17 +130,17 @@ func (b *plain) lock(ctx context.Context, k *keys, token string, cfg lockConfig)
 
 // plainProto is the Redis side of a Mutex hold without scripts.
 type plainProto struct {
-	k *keys
+	k *protocol.Keys
 	b *plain
 }
 
 // plainOp is a transaction with the integer reply of the protocol.
 type plainOp func(ctx context.Context, r driver.Driver) (int64, error)
 
-func (f plainOp) run(ctx context.Context, r driver.Driver) driver.Reply {
+func (f plainOp) Run(ctx context.Context, r driver.Driver) driver.Reply {
 	v, err := f(ctx, r)
 	if err != nil {
-		return failedReply(err)
+		return protocol.FailedReply(err)
 	}
 	return driver.Reply{Val: v}
 }
@@ -167,7 +169,7 @@ var errTxFailed = errors.New("dlock: transaction aborted")
 // exec sends MULTI, cmds, EXEC on conn and returns the replies of cmds,
 // or nil when a WATCH aborted the transaction.
 func exec(ctx context.Context, conn driver.Conn, cmds []driver.Command) ([]driver.Reply, error) {
-	all := append(append([]driver.Command{cmd("MULTI")}, cmds...), cmd("EXEC"))
+	all := append(append([]driver.Command{protocol.Cmd("MULTI")}, cmds...), protocol.Cmd("EXEC"))
 	rs := conn.Pipeline(ctx, all)
 	for _, r := range rs[:len(rs)-1] {
 		if r.Err != nil {
@@ -188,7 +190,7 @@ func exec(ctx context.Context, conn driver.Conn, cmds []driver.Command) ([]drive
 	out := make([]driver.Reply, len(vs))
 	for i, v := range vs {
 		if e, ok := v.(error); ok {
-			out[i] = failedReply(e)
+			out[i] = protocol.FailedReply(e)
 		} else {
 			out[i] = driver.Reply{Val: v}
 		}
@@ -202,20 +204,20 @@ func (p plainProto) release(token string, _ int, _ int64) op {
 		var deleted bool
 		switch p.b.cas.get(ctx, r) {
 		case casDelex:
-			n, err := r.Do(ctx, keyed("DELEX", p.k.lock, "IFEQ", token)).Int64()
+			n, err := r.Do(ctx, protocol.Keyed("DELEX", p.k.Lock, "IFEQ", token)).Int64()
 			deleted = n == 1
 			if err != nil {
 				return 0, err
 			}
 		case casDelifeq:
-			n, err := r.Do(ctx, keyed("DELIFEQ", p.k.lock, token)).Int64()
+			n, err := r.Do(ctx, protocol.Keyed("DELIFEQ", p.k.Lock, token)).Int64()
 			deleted = n == 1
 			if err != nil {
 				return 0, err
 			}
 		default:
 			var err error
-			deleted, err = compareAndDo(ctx, r, p.k.lock, token, 0, keyed("DEL", p.k.lock))
+			deleted, err = compareAndDo(ctx, r, p.k.Lock, token, 0, protocol.Keyed("DEL", p.k.Lock))
 			if err != nil {
 				return 0, err
 			}
@@ -224,7 +226,7 @@ func (p plainProto) release(token string, _ int, _ int64) op {
 			return -1, nil
 		}
 		// A lost message costs a waiter at most the lease it was told.
-		_ = r.Do(ctx, keyed(strings.ToLower(p.b.publish), p.k.channel, wakeOne))
+		_ = r.Do(ctx, protocol.Keyed(strings.ToLower(p.b.publish), p.k.Channel, protocol.WakeOne))
 		return 1, nil
 	})
 }
@@ -234,7 +236,7 @@ func (p plainProto) release(token string, _ int, _ int64) op {
 func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) op {
 	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
 		if exact && p.b.cas.get(ctx, r) != casWatch {
-			res := r.Do(ctx, keyed("SET", p.k.lock, token, "IFEQ", token, "PX", ttl.Milliseconds()))
+			res := r.Do(ctx, protocol.Keyed("SET", p.k.Lock, token, "IFEQ", token, "PX", ttl.Milliseconds()))
 			if res.Err == nil && res.Val == nil {
 				return 0, nil
 			}
@@ -244,7 +246,7 @@ func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) 
 		if !exact {
 			atLeast = ttl
 		}
-		ok, err := compareAndDo(ctx, r, p.k.lock, token, atLeast, keyed("PEXPIRE", p.k.lock, ttl.Milliseconds()))
+		ok, err := compareAndDo(ctx, r, p.k.Lock, token, atLeast, protocol.Keyed("PEXPIRE", p.k.Lock, ttl.Milliseconds()))
 		if ok {
 			return 1, err
 		}
@@ -255,7 +257,7 @@ func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) 
 // ttl returns the key's PTTL if it holds token, else -3.
 func (p plainProto) ttl(token string) op {
 	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
-		res, err := transaction(ctx, r, p.k.lock, keyed("GET", p.k.lock), keyed("PTTL", p.k.lock))
+		res, err := transaction(ctx, r, p.k.Lock, protocol.Keyed("GET", p.k.Lock), protocol.Keyed("PTTL", p.k.Lock))
 		if err != nil {
 			return 0, err
 		}
@@ -275,23 +277,23 @@ func compareAndDo(ctx context.Context, r driver.Driver, key, want string, atLeas
 	for range 5 {
 		done, aborted := false, false
 		err := r.Dedicated(ctx, key, func(conn driver.Conn) error {
-			read := []driver.Command{keyed("WATCH", key), keyed("GET", key)}
+			read := []driver.Command{protocol.Keyed("WATCH", key), protocol.Keyed("GET", key)}
 			if atLeast > 0 {
-				read = append(read, keyed("PTTL", key))
+				read = append(read, protocol.Keyed("PTTL", key))
 			}
 			rs := conn.Pipeline(ctx, read)
 			if err := firstErr(rs); err != nil {
-				conn.Pipeline(ctx, []driver.Command{cmd("UNWATCH")})
+				conn.Pipeline(ctx, []driver.Command{protocol.Cmd("UNWATCH")})
 				return err
 			}
 			if v, _ := rs[1].Text(); v != want {
-				conn.Pipeline(ctx, []driver.Command{cmd("UNWATCH")})
+				conn.Pipeline(ctx, []driver.Command{protocol.Cmd("UNWATCH")})
 				return nil
 			}
 			if atLeast > 0 {
 				if left, err := rs[2].Int64(); err == nil && left >= atLeast.Milliseconds() {
 					done = true
-					conn.Pipeline(ctx, []driver.Command{cmd("UNWATCH")})
+					conn.Pipeline(ctx, []driver.Command{protocol.Cmd("UNWATCH")})
 					return nil
 				}
 			}
@@ -327,18 +329,18 @@ func (p plainProto) free(token string, _ int64, _ time.Duration) op { return p.r
 // lock another owner took after the first copy — as a bare DEL's copy
 // would. (The WATCH mode's MULTI/DEL/EXEC shares the limit of a plain
 // release: see TestPlainSentTwice.)
-func plainForce(ctx context.Context, c *Client, r driver.Driver, k *keys) driver.Reply {
-	got := r.Do(ctx, keyed("GET", k.lock))
+func plainForce(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys) driver.Reply {
+	got := r.Do(ctx, protocol.Keyed("GET", k.Lock))
 	if got.Err == nil && got.Val == nil {
 		return driver.Reply{Val: int64(0)} // free
 	}
 	holder, err := got.Text()
 	if err != nil {
-		return failedReply(err)
+		return protocol.FailedReply(err)
 	}
 	b, _ := c.be.(*plain)
 	if b == nil {
-		return failedReply(fmt.Errorf("dlock: a script-free Client without its backend"))
+		return protocol.FailedReply(fmt.Errorf("dlock: a script-free Client without its backend"))
 	}
-	return plainProto{k, b}.release(holder, 0, 0).run(ctx, r)
+	return plainProto{k, b}.release(holder, 0, 0).Run(ctx, r)
 }

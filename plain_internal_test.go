@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -82,7 +84,7 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	// EXEC aborts, the compare runs again and then succeeds.
 	rdb.Set(ctx, "k1", "mine", 0)
 	m := &meddler{Driver: d, other: other, value: "mine", meddles: 1}
-	if ok, err := compareAndDo(ctx, m, "k1", "mine", 0, keyed("DEL", "k1")); !ok || err != nil {
+	if ok, err := compareAndDo(ctx, m, "k1", "mine", 0, protocol.Keyed("DEL", "k1")); !ok || err != nil {
 		t.Fatalf("after a harmless concurrent write: %v, %v; want deleted", ok, err)
 	}
 	if m.meddles != 0 || rdb.Exists(ctx, "k1").Val() != 0 {
@@ -92,7 +94,7 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	// Another owner takes the key between WATCH and EXEC: nothing is done.
 	rdb.Set(ctx, "k2", "mine", 0)
 	m = &meddler{Driver: d, other: other, value: "theirs", meddles: 1}
-	if ok, err := compareAndDo(ctx, m, "k2", "mine", 0, keyed("DEL", "k2")); ok || err != nil {
+	if ok, err := compareAndDo(ctx, m, "k2", "mine", 0, protocol.Keyed("DEL", "k2")); ok || err != nil {
 		t.Fatalf("after another owner took the key: %v, %v; want not done", ok, err)
 	}
 	if v := rdb.Get(ctx, "k2").Val(); v != "theirs" {
@@ -102,7 +104,7 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 	// A key that changes every time gives up with an error, not a loop.
 	rdb.Set(ctx, "k3", "mine", 0)
 	m = &meddler{Driver: d, other: other, value: "mine", meddles: 100}
-	if ok, err := compareAndDo(ctx, m, "k3", "mine", 0, keyed("DEL", "k3")); ok || err == nil {
+	if ok, err := compareAndDo(ctx, m, "k3", "mine", 0, protocol.Keyed("DEL", "k3")); ok || err == nil {
 		t.Fatalf("a key that never settles: %v, %v; want an error", ok, err)
 	}
 }
@@ -115,7 +117,7 @@ func TestBuryOnlyWhereScriptsRun(t *testing.T) {
 	if p.caps().bury {
 		t.Fatal("the script-free backend says it buries tokens")
 	}
-	if err := p.everywhere(context.Background(), buryCall(newKeys("x", kindMutex, "n"), "tok", lockConfig{ttl: time.Second})); !errors.Is(err, errors.ErrUnsupported) {
+	if err := p.everywhere(context.Background(), buryCall(protocol.NewKeys("x", protocol.MutexKind, "n"), "tok", lockConfig{ttl: time.Second})); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("a script call on the script-free backend: %v, want ErrUnsupported", err)
 	}
 	if !(&single{}).caps().bury || !(&quorum{}).caps().bury {

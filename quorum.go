@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
 )
@@ -109,7 +111,7 @@ func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
 
 // fanout runs the call made by mk for each node on all nodes at once, each
 // bounded by the node timeout, and returns every node's reply.
-func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) call) []driver.Reply {
+func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) protocol.Call) []driver.Reply {
 	out := make([]driver.Reply, len(q.nodes))
 	var wg sync.WaitGroup
 	for _, i := range nodes {
@@ -118,7 +120,7 @@ func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) call
 			defer wg.Done()
 			nctx, cancel := context.WithTimeout(ctx, q.timeout)
 			defer cancel()
-			out[i] = mk(i).run(nctx, q.nodes[i])
+			out[i] = mk(i).Run(nctx, q.nodes[i])
 		}()
 	}
 	wg.Wait()
@@ -261,11 +263,11 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	k := p.k
 	start := time.Now()
 	nodes := q.all()
-	t := q.tally(q.fanout(ctx, nodes, func(int) call {
+	t := q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
 		return p.lock(token, cfg.ttl, 0, member, member != "", placeTTL(cfg, member), false)
-	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld })
+	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == protocol.ReplyHeld })
 	if len(t.failed) > 0 {
-		q.log.Warn("dlock: quorum nodes failed", "lock", k.name, "failed", len(t.failed),
+		q.log.Warn("dlock: quorum nodes failed", "lock", k.Name, "failed", len(t.failed),
 			"node", t.failed[0].Node, "err", t.failed[0].Err)
 	}
 	validity := cfg.ttl - time.Since(start) - q.drift.of(cfg.ttl)
@@ -280,7 +282,7 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 				// that no longer waits until its QueueTTL. They hold
 				// nothing of ours, so leave.lua releases nothing. A node
 				// that did not answer keeps it until its QueueTTL.
-				q.fanout(ctx, t.no, func(int) call { return p.leave(member) })
+				q.fanout(ctx, t.no, func(int) protocol.Call { return p.leave(member) })
 			}
 			return outcome{granted: true, fence: fence, start: start}, nil
 		}
@@ -291,8 +293,8 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	// background), and what may have been, where the reply was lost or
 	// came after ctx ended, once that node's call can no longer run there.
 	// Nodes that said "held by another" have nothing of ours.
-	back := q.giveBack(t, func(int) call { return p.unlock(token, 0, 0) },
-		func(int) call { return buryCall(k, token, cfg) })
+	back := q.giveBack(t, func(int) protocol.Call { return p.unlock(token, 0, 0) },
+		func(int) protocol.Call { return buryCall(k, token, cfg) })
 	if fenceErr != nil {
 		// No fence can be issued that is sure to be new (see "Fences on a
 		// quorum"): a TryLock fails with why; a Lock waits and tries
@@ -304,7 +306,7 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 		return outcome{giveBack: back}, fenceErr
 	}
 	if len(t.failed) > len(q.nodes)-q.majority() {
-		return outcome{giveBack: back}, &QuorumError{Op: "lock", Name: k.name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
+		return outcome{giveBack: back}, &QuorumError{Op: "lock", Name: k.Name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
 	var why error
 	if len(t.ok) >= q.majority() {
@@ -317,7 +319,7 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	// release; a split vote: retry soon. Either way add jitter.
 	wait := time.Duration(0)
 	for _, i := range t.no {
-		if v := t.vals[i]; len(v) == 2 && v[0] == replyBusy {
+		if v := t.vals[i]; len(v) == 2 && v[0] == protocol.ReplyBusy {
 			if d := retryAfter(v[1], cfg.ttl); wait == 0 || d < wait {
 				wait = d
 			}
@@ -342,7 +344,7 @@ const fenceRetry = 200 * time.Millisecond
 // a release that comes first would leave it held by nobody; buried, the
 // late attempt takes nothing. The acquire path tries a failed node's
 // undo again until the node answers (Client.undoLater).
-func (q *quorum) giveBack(t tally, mk, bury func(node int) call) []undoStep {
+func (q *quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []undoStep {
 	on := func(nodes []int) func(context.Context) error {
 		return func(ctx context.Context) error { return firstErr(q.fanout(ctx, nodes, mk)) }
 	}
@@ -415,7 +417,7 @@ func (q *quorum) giveBack(t tally, mk, bury func(node int) call) []undoStep {
 
 // raiseFences decides the fence of a round that a majority granted (t):
 // see "Fences on a quorum".
-func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, error) {
+func (q *quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (int64, error) {
 	var want int64
 	for _, i := range t.ok {
 		want = max(want, t.vals[i][1])
@@ -423,8 +425,8 @@ func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, erro
 	answered := append(slices.Clone(t.ok), t.no...)
 	mark := q.mark
 	run := func(nodes []int, fence int64, markThem bool) tally {
-		return q.tally(q.fanout(ctx, nodes, func(int) call {
-			return call{qfenceScript, []string{k.fence, mark}, []any{fence, flag(markThem)}, nil}
+		return q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
+			return protocol.MakeCall(protocol.QuorumFenceScript, []string{k.Fence, mark}, []any{fence, protocol.Flag(markThem)}, nil)
 		}), nodes, func(v []int64) bool { return len(v) == 2 })
 	}
 	r := run(answered, want, false)
@@ -453,16 +455,16 @@ func (q *quorum) raiseFences(ctx context.Context, k *keys, t tally) (int64, erro
 				notSeen = append(notSeen, i)
 			}
 		}
-		return 0, &QuorumError{Op: "fence", Name: k.name, OK: marked, Needed: q.majority(), Failing: r.failed, NotSeen: notSeen}
+		return 0, &QuorumError{Op: "fence", Name: k.Name, OK: marked, Needed: q.majority(), Failing: r.failed, NotSeen: notSeen}
 	}
 	if fence == want && marked == len(r.ok) {
 		return fence, nil // every node that answered has it, and is marked
 	}
-	w := q.tally(q.fanout(ctx, r.ok, func(int) call {
-		return call{qfenceScript, []string{k.fence, mark}, []any{fence, "1"}, nil}
+	w := q.tally(q.fanout(ctx, r.ok, func(int) protocol.Call {
+		return protocol.MakeCall(protocol.QuorumFenceScript, []string{k.Fence, mark}, []any{fence, "1"}, nil)
 	}), r.ok, func(v []int64) bool { return len(v) == 2 && v[1] >= fence })
 	if len(w.ok) < q.majority() {
-		return 0, &QuorumError{Op: "fence", Name: k.name, OK: len(w.ok), Needed: q.majority(), Failing: w.failed}
+		return 0, &QuorumError{Op: "fence", Name: k.Name, OK: len(w.ok), Needed: q.majority(), Failing: w.failed}
 	}
 	return fence, nil
 }
@@ -479,15 +481,15 @@ type quorumProto struct {
 type quorumOp struct {
 	p    quorumProto
 	name string // "lock", "unlock", "renew", "ttl"
-	mk   func(node int) call
+	mk   func(node int) protocol.Call
 	isOK func([]int64) bool
 	fold func(t tally, ok bool) any
 	// pre, if set, is sent just before mk's call, in the same pipeline;
 	// its reply is not counted
-	pre func(node int) call
+	pre func(node int) protocol.Call
 }
 
-func (o quorumOp) run(ctx context.Context, _ driver.Driver) driver.Reply {
+func (o quorumOp) Run(ctx context.Context, _ driver.Driver) driver.Reply {
 	return o.p.q.runOps(ctx, []quorumOp{o})[0]
 }
 
@@ -511,7 +513,7 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []driver.Reply {
 	ctx, cancel := context.WithCancel(ctx)    // ends the stragglers
 	defer cancel()
 	for i, n := range q.nodes {
-		calls := make([]call, 0, len(ops))
+		calls := make([]protocol.Call, 0, len(ops))
 		var at []int // where each op's own call is in calls
 		for _, o := range ops {
 			if o.pre != nil {
@@ -560,7 +562,7 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []driver.Reply {
 // reply folds an operation's tally into its reply; nodes that had not
 // answered count as failed with errNoReplyYet.
 func (q *quorum) reply(o quorumOp, t tally, answered []bool) driver.Reply {
-	ok, err := q.outcome(t, o.name, o.p.m.k.name)
+	ok, err := q.outcome(t, o.name, o.p.m.k.Name)
 	if err == nil {
 		return driver.Reply{Val: o.fold(t, ok)}
 	}
@@ -571,53 +573,55 @@ func (q *quorum) reply(o quorumOp, t tally, answered []bool) driver.Reply {
 			}
 		}
 	}
-	return failedReply(err)
+	return protocol.FailedReply(err)
 }
 
 func (p quorumProto) mutex() mutexProto { return p.m }
 
 func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
 	// A node that answers STALE ran a later command of the hold: it holds.
-	return quorumOp{p: p, name: "lock", mk: func(int) call { return p.mutex().reenterCall(token, count, ttl, seq) },
-		isOK: func(v []int64) bool { return len(v) == 2 && v[0] == replyHeld || len(v) == 1 && v[0] == replyStale },
+	return quorumOp{p: p, name: "lock", mk: func(int) protocol.Call { return p.mutex().reenterCall(token, count, ttl, seq) },
+		isOK: func(v []int64) bool {
+			return len(v) == 2 && v[0] == protocol.ReplyHeld || len(v) == 1 && v[0] == protocol.ReplyStale
+		},
 		fold: func(t tally, ok bool) any {
 			if !ok {
-				return []any{int64(replyNotHeld)}
+				return []any{int64(protocol.ReplyNotHeld)}
 			}
-			return []any{int64(replyHeld), int64(0)}
+			return []any{int64(protocol.ReplyHeld), int64(0)}
 		}}
 }
 
 func (p quorumProto) release(token string, left int, seq int64) op {
-	o := quorumOp{p: p, name: "unlock", mk: func(int) call { return p.mutex().unlock(token, left, seq) },
-		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
-		fold: func(t tally, ok bool) any { return either(ok, 1, replyNotHeld) }}
+	o := quorumOp{p: p, name: "unlock", mk: func(int) protocol.Call { return p.mutex().unlock(token, left, seq) },
+		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == protocol.ReplyStale },
+		fold: func(t tally, ok bool) any { return either(ok, 1, protocol.ReplyNotHeld) }}
 	if left == 0 {
 		// A node that did not answer the acquire (stopped, partitioned)
 		// may run it after this release: buried first, the token takes
 		// nothing there then, and the lock is not left held by nobody
 		// for its TTL (a majority that needs the node could not form).
-		o.pre = func(int) call {
-			return call{buryScript, []string{p.m.k.dead}, []any{token, releaseBury.Milliseconds()}, nil}
+		o.pre = func(int) protocol.Call {
+			return protocol.MakeCall(protocol.BuryScript, []string{p.m.k.Dead}, []any{token, releaseBury.Milliseconds()}, nil)
 		}
 	}
 	return o
 }
 
 func (p quorumProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return quorumOp{p: p, name: "renew", mk: func(int) call { return p.mutex().renewCall(token, ttl, exact, seq) },
-		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == replyStale },
+	return quorumOp{p: p, name: "renew", mk: func(int) protocol.Call { return p.mutex().renewCall(token, ttl, exact, seq) },
+		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == protocol.ReplyStale },
 		fold: func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }
 
 // ttl is how long a majority still holds the lock: the majority-th
 // longest of the nodes' PTTLs.
 func (p quorumProto) ttl(token string) op {
-	return quorumOp{p: p, name: "ttl", mk: func(int) call { return p.mutex().ttlCall(token) },
+	return quorumOp{p: p, name: "ttl", mk: func(int) protocol.Call { return p.mutex().ttlCall(token) },
 		isOK: func(v []int64) bool { return v[0] >= 0 },
 		fold: func(t tally, ok bool) any {
 			if !ok {
-				return int64(replyTTLNotHeld)
+				return int64(protocol.ReplyTTLNotHeld)
 			}
 			left := make([]int64, 0, len(t.ok))
 			for _, i := range t.ok {
@@ -637,16 +641,16 @@ func (q *quorum) caps() caps {
 	return caps{reentry: true, notThere: errNotOnQuorum, directed: true, bury: true}
 }
 
-func (q *quorum) everywhere(ctx context.Context, c call) error {
-	return firstErr(q.fanout(ctx, q.all(), func(int) call { return c }))
+func (q *quorum) everywhere(ctx context.Context, c protocol.Call) error {
+	return firstErr(q.fanout(ctx, q.all(), func(int) protocol.Call { return c }))
 }
 func (q *quorum) close() { q.stragglers.Wait() }
 
 // run runs a quorumOp: it fans out to the nodes itself.
-func (q *quorum) run(ctx context.Context, o op) driver.Reply { return o.run(ctx, nil) }
+func (q *quorum) run(ctx context.Context, o op) driver.Reply { return o.Run(ctx, nil) }
 
-func (q *quorum) attempt(a *attemptSpec) (protocol, attemptFunc) {
-	p := mutexProto{a.k, a.k.wake}
+func (q *quorum) attempt(a *attemptSpec) (holdOps, attemptFunc) {
+	p := mutexProto{a.k, a.k.Wake}
 	return quorumProto{q, p}, func(ctx context.Context, queued, _ bool) (outcome, error) {
 		m := ""
 		if queued {
@@ -657,7 +661,7 @@ func (q *quorum) attempt(a *attemptSpec) (protocol, attemptFunc) {
 }
 
 // grant runs a quorum operation (it goes to every node).
-func (q *quorum) grant(ctx context.Context, o op) driver.Reply { return o.run(ctx, nil) }
+func (q *quorum) grant(ctx context.Context, o op) driver.Reply { return o.Run(ctx, nil) }
 
 // batch runs quorum operations as one batch per node, all nodes at once.
 func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {

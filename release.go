@@ -97,7 +97,7 @@ func (c *Client) releaseLater(h *hold) {
 			timer.Reset(backoff)
 		}
 		c.tel.Log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
-			"lock", h.k.name, "err", err)
+			"lock", h.k.Name, "err", err)
 	})
 	if !started {
 		c.releaseNow(h) // Close is under way: one bounded try

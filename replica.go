@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -40,7 +42,7 @@ func (s replicaSync) check(wait driver.Reply, rs []driver.Reply) {
 	}
 	for i := range rs {
 		if rs[i].Err == nil {
-			rs[i] = failedReply(err)
+			rs[i] = protocol.FailedReply(err)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -60,7 +62,7 @@ type RWMutex struct {
 // the handle's defaults for every acquire (WithTTL, WithLease,
 // WithQueueTTL, WithReaderPreference).
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
-	return &RWMutex{handle{c, c.keys(kindRW, name), opts}}
+	return &RWMutex{handle{c, c.keys(protocol.RWKind, name), opts}}
 }
 
 // RLock takes a read hold, waiting while a writer holds the lock or (with
@@ -124,21 +126,21 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 		// (its own token, released or undone on its own), which the
 		// script lets in beside that write hold only (rw_read.lua).
 		parent := ""
-		if writer := leaseFrom(ctx, c, k.lock, sideWrite); writer != nil {
+		if writer := leaseFrom(ctx, c, k.Lock, sideWrite); writer != nil {
 			parent = writer.of.first().token
 		}
-		r.call = func(token, member string, _ bool, cfg lockConfig) call {
-			return call{rwReadScript, p.acquireKeys(),
-				[]any{token, cfg.ttl.Milliseconds(), 0, flag(cfg.readers), member, placeTTL(cfg, member), parent}, nil}
+		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
+			return protocol.MakeCall(protocol.RWReadScript, p.acquireKeys(),
+				[]any{token, cfg.ttl.Milliseconds(), 0, protocol.Flag(cfg.readers), member, placeTTL(cfg, member), parent}, nil)
 		}
 	} else {
 		r.token = func(ctx context.Context) (string, error) {
-			if leaseFrom(ctx, c, k.lock, sideRead) != nil {
-				return "", invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.name)
+			if leaseFrom(ctx, c, k.Lock, sideRead) != nil {
+				return "", invalid("RWMutex %q: a read lock cannot be upgraded to a write lock", k.Name)
 			}
 			return c.newToken(), nil
 		}
-		r.call = func(token, member string, _ bool, cfg lockConfig) call {
+		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
 			return p.write(token, cfg.ttl, 0, member, placeTTL(cfg, member))
 		}
 	}
@@ -157,21 +159,21 @@ const (
 // rwKind is what Inspect, Locks and ForceUnlock know of an RWMutex: its
 // readers' expiries, waiting readers and admitted readers are read beside
 // the hash (extra 0, 1, 2).
-var rwKind = kindSpec{primitive: "RWMutex", keys: kindRW, queue: true,
-	reads: func(k *keys) []driver.Command {
-		return []driver.Command{zrange(k.readers), zrange(k.rqueue), zrange(k.rphase)}
+var rwKind = kindSpec{primitive: "RWMutex", keys: protocol.RWKind, queue: true,
+	reads: func(k *protocol.Keys) []driver.Command {
+		return []driver.Command{zrange(k.Readers), zrange(k.RQueue), zrange(k.RPhase)}
 	},
 	fill: rwHolders, waiters: rwWaiters,
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return rwForceScript.run(ctx, r, []string{k.lock, k.readers, k.queue, k.alive, k.rqueue, k.rphase, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl)
+		return protocol.RWForceScript.Run(ctx, r, []string{k.Lock, k.Readers, k.Queue, k.Alive, k.RQueue, k.RPhase, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl)
 	}}
 
 // rwHolders reads the mode and the holds ('r:<token>', 'w:<token>'),
 // each with its own fence; a reader's TTL is its own.
 func rwHolders(in *inspection) bool {
 	info := in.info
-	info.Mode = in.fields[fieldMode]
+	info.Mode = in.fields[protocol.FieldMode]
 	until := in.untilOf(in.extra[0])
 	for f, v := range in.fields {
 		sd, tok, ok := strings.Cut(f, ":")
@@ -179,8 +181,8 @@ func rwHolders(in *inspection) bool {
 			continue
 		}
 		n, _ := strconv.ParseInt(v, 10, 64)
-		h := Holder{Token: tok, Side: "write", Holds: n, Since: in.msAt(in.fields[fieldTaken+tok]), TTL: info.TTL}
-		h.Fence, _ = strconv.ParseInt(in.fields[fieldFence+tok], 10, 64)
+		h := Holder{Token: tok, Side: "write", Holds: n, Since: in.msAt(in.fields[protocol.FieldTaken+tok]), TTL: info.TTL}
+		h.Fence, _ = strconv.ParseInt(in.fields[protocol.FieldFence+tok], 10, 64)
 		if sd == string(sideRead) {
 			left, live := until[tok]
 			if !live {
@@ -202,7 +204,7 @@ func rwHolders(in *inspection) bool {
 func rwWaiters(in *inspection) {
 	readers := func(r driver.Reply) {
 		for _, z := range zsetOf(r) {
-			in.info.Waiters = append(in.info.Waiters, Waiter{Token: tokenOf(z.member), Side: "read", Expires: in.expiry(z.score)})
+			in.info.Waiters = append(in.info.Waiters, Waiter{Token: protocol.TokenOf(z.member), Side: "read", Expires: in.expiry(z.score)})
 		}
 	}
 	readers(in.extra[2])
@@ -212,57 +214,57 @@ func rwWaiters(in *inspection) {
 
 // rwProto is the Redis side of a read or write hold of an RWMutex.
 type rwProto struct {
-	k    *keys
+	k    *protocol.Keys
 	side side
-	w    wakeTo
+	w    protocol.WakeTo
 }
 
 // acquireKeys are the keys of rw_read.lua and rw_write.lua.
 func (p rwProto) acquireKeys() []string {
-	return []string{p.k.lock, p.k.fence, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase, p.k.dead}
+	return []string{p.k.Lock, p.k.Fence, p.k.Readers, p.k.Queue, p.k.Alive, p.k.RQueue, p.k.RPhase, p.k.Dead}
 }
 
 func (p rwProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
 	if p.side == sideRead {
-		return call{rwReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0, "", seq}, nil}
+		return protocol.MakeCall(protocol.RWReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0, "", seq}, nil)
 	}
 	c := p.write(token, ttl, count, "", 0)
-	c.args = append(c.args, seq)
+	c.Args = append(c.Args, seq)
 	return c
 }
 
 // write is rw_write.lua: count 0 acquires (as member, keeping a place for
 // placeTTL ms if it must wait), count >= 2 re-enters.
-func (p rwProto) write(token string, ttl time.Duration, count int, member string, placeTTL int64) call {
-	return call{rwWriteScript, p.acquireKeys(),
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.baseArg, p.w.publishArg}, nil}
+func (p rwProto) write(token string, ttl time.Duration, count int, member string, placeTTL int64) protocol.Call {
+	return protocol.MakeCall(protocol.RWWriteScript, p.acquireKeys(),
+		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.BaseArg, p.w.PublishArg}, nil)
 }
 
 func (p rwProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
 
 // unlock is the script call behind release.
-func (p rwProto) unlock(token string, left int, seq int64) call {
-	return call{rwUnlockScript, []string{p.k.lock, p.k.readers, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
-		[]any{token, string(p.side), left, p.w.baseArg, p.w.publishArg, seq}, nil}
+func (p rwProto) unlock(token string, left int, seq int64) protocol.Call {
+	return protocol.MakeCall(protocol.RWUnlockScript, []string{p.k.Lock, p.k.Readers, p.k.Queue, p.k.Alive, p.k.RQueue, p.k.RPhase},
+		[]any{token, string(p.side), left, p.w.BaseArg, p.w.PublishArg, seq}, nil)
 }
 
 // leave is what a reader or writer that gives up its wait runs.
-func (p rwProto) leave(member string) call {
-	return call{rwLeaveScript, []string{p.k.lock, p.k.queue, p.k.alive, p.k.rqueue, p.k.rphase},
-		[]any{member, string(p.side), p.w.baseArg, p.w.publishArg}, nil}
+func (p rwProto) leave(member string) protocol.Call {
+	return protocol.MakeCall(protocol.RWLeaveScript, []string{p.k.Lock, p.k.Queue, p.k.Alive, p.k.RQueue, p.k.RPhase},
+		[]any{member, string(p.side), p.w.BaseArg, p.w.PublishArg}, nil)
 }
 
 func (p rwProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return call{rwRenewScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side), ttl.Milliseconds(), flag(exact), seq}, nil}
+	return protocol.MakeCall(protocol.RWRenewScript, []string{p.k.Lock, p.k.Readers}, []any{token, string(p.side), ttl.Milliseconds(), protocol.Flag(exact), seq}, nil)
 }
 
 func (p rwProto) ttl(token string) op {
-	return call{rwTTLScript, []string{p.k.lock, p.k.readers}, []any{token, string(p.side)}, nil}
+	return protocol.MakeCall(protocol.RWTTLScript, []string{p.k.Lock, p.k.Readers}, []any{token, string(p.side)}, nil)
 }
 
 func (rwProto) ordered() bool { return true }
 
 // free is the final release with its receipt (rw_unlock.lua, ARGV[7]).
 func (p rwProto) free(token string, _ int64, ttl time.Duration) op {
-	return withReceipt(p.unlock(token, 0, 0), p.k, ttl)
+	return protocol.WithReceipt(p.unlock(token, 0, 0), p.k, ttl)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -48,7 +50,7 @@ const MaxPermits = 1 << 52
 // capacity is permits unless the semaphore already has one in Redis.
 // opts set the handle's defaults (WithTTL, WithLease, WithQueueTTL).
 func (c *Client) Semaphore(name string, permits int, opts ...LockOption) *Semaphore {
-	return &Semaphore{handle{c, c.keys(kindSemaphore, name), opts}, permits}
+	return &Semaphore{handle{c, c.keys(protocol.SemaphoreKind, name), opts}, permits}
 }
 
 // Acquire takes n permits, waiting until that many are free or ctx ends.
@@ -85,7 +87,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	c, k := s.c, s.k
 	nested := false
 	if ctx != nil {
-		if outer := leaseFrom(ctx, c, k.lock, ""); outer != nil && outer.Err() == nil {
+		if outer := leaseFrom(ctx, c, k.Lock, ""); outer != nil && outer.Err() == nil {
 			nested, wait = wait, false // see Acquire
 		}
 	}
@@ -93,17 +95,17 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	l, err := c.acquire(ctx, &request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
 		queue: true, leave: p.leave, takes: optQueueTTL,
 		check: func() error {
-			if err := validPermits(k.name, s.permits); err != nil {
+			if err := validPermits(k.Name, s.permits); err != nil {
 				return err
 			}
 			if n < 1 || n > MaxPermits {
-				return invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", k.name, n)
+				return invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", k.Name, n)
 			}
 			return nil
 		},
-		call: func(token, member string, _ bool, cfg lockConfig) call {
-			return call{semAcquireScript, []string{k.lock, k.fence, k.leases, k.permits, k.queue, k.alive, k.dead},
-				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}, nil}
+		call: func(token, member string, _ bool, cfg lockConfig) protocol.Call {
+			return protocol.MakeCall(protocol.SemAcquireScript, []string{k.Lock, k.Fence, k.Leases, k.Permits, k.Queue, k.Alive, k.Dead},
+				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}, nil)
 		}}, wait, opts)
 	if nested && errors.Is(err, ErrNotObtained) {
 		err = fmt.Errorf("%w; a nested Acquire (its ctx carries a permit of this semaphore) does not wait, which could be a wait on its own permits", err)
@@ -112,13 +114,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 }
 
 func (s *Semaphore) check(ctx context.Context) error {
-	if err := checkCall(ctx, s.c, s.k.name); err != nil {
+	if err := checkCall(ctx, s.c, s.k.Name); err != nil {
 		return err
 	}
 	if err := s.c.caps.supports("Semaphore"); err != nil {
 		return err
 	}
-	return validPermits(s.k.name, s.permits)
+	return validPermits(s.k.Name, s.permits)
 }
 
 // SetPermits sets the capacity to n (at least 1), one round trip. Permits
@@ -132,7 +134,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := validPermits(s.k.name, n); err != nil {
+	if err := validPermits(s.k.Name, n); err != nil {
 		return err
 	}
 	_, _, err := s.info(ctx, n)
@@ -156,13 +158,13 @@ func (s *Semaphore) Permits(ctx context.Context) (capacity, free int, err error)
 func (s *Semaphore) info(ctx context.Context, set int) (capacity, used int, err error) {
 	k := s.k
 	w := s.c.wakeTo(k)
-	res, err := semPermitsScript.run(ctx, s.c.rdb, []string{k.lock, k.leases, k.permits, k.queue, k.alive},
-		s.permits, set, w.baseArg, w.publishArg).Int64Slice()
+	res, err := protocol.SemPermitsScript.Run(ctx, s.c.rdb, []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive},
+		s.permits, set, w.BaseArg, w.PublishArg).Int64Slice()
 	if err != nil {
-		return 0, 0, redisErr("permits", k.name, err)
+		return 0, 0, redisErr("permits", k.Name, err)
 	}
 	if len(res) != 2 {
-		return 0, 0, redisErr("permits", k.name, errors.New("unexpected script reply"))
+		return 0, 0, redisErr("permits", k.Name, errors.New("unexpected script reply"))
 	}
 	return int(res[0]), int(res[1]), nil
 }
@@ -178,13 +180,15 @@ func validPermits(name string, n int) error {
 // semKind is what Inspect, Locks and ForceUnlock know of a Semaphore: its
 // capacity and its holders' expiries are read beside the hash (extra 0,
 // 1); a waiter waits for some permits.
-var semKind = kindSpec{primitive: "Semaphore", keys: kindSemaphore, queue: true,
-	reads:   func(k *keys) []driver.Command { return []driver.Command{keyed("GET", k.permits), zrange(k.leases)} },
+var semKind = kindSpec{primitive: "Semaphore", keys: protocol.SemaphoreKind, queue: true,
+	reads: func(k *protocol.Keys) []driver.Command {
+		return []driver.Command{protocol.Keyed("GET", k.Permits), zrange(k.Leases)}
+	},
 	fill:    semHolders,
 	waiters: func(in *inspection) { in.queued("", true) },
-	force: func(ctx context.Context, c *Client, r driver.Driver, k *keys, rc forceReceipt) driver.Reply {
+	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return semForceScript.run(ctx, r, []string{k.lock, k.leases, k.permits, k.queue, k.alive, k.dead}, w.baseArg, w.publishArg, rc.id, rc.ttl)
+		return protocol.SemForceScript.Run(ctx, r, []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl)
 	}}
 
 // semHolders reads each holder's permits ('p:<token>'), fence and expiry,
@@ -195,7 +199,7 @@ func semHolders(in *inspection) bool {
 	until := in.untilOf(in.extra[1])
 	used := int64(0)
 	for f, v := range in.fields {
-		tok, ok := strings.CutPrefix(f, fieldPermits)
+		tok, ok := strings.CutPrefix(f, protocol.FieldPermits)
 		if !ok {
 			continue
 		}
@@ -205,8 +209,8 @@ func semHolders(in *inspection) bool {
 		}
 		n, _ := strconv.ParseInt(v, 10, 64)
 		used += n
-		h := Holder{Token: tok, Holds: n, Since: in.msAt(in.fields[fieldTaken+tok]), TTL: left}
-		h.Fence, _ = strconv.ParseInt(in.fields[fieldFence+tok], 10, 64)
+		h := Holder{Token: tok, Holds: n, Since: in.msAt(in.fields[protocol.FieldTaken+tok]), TTL: left}
+		h.Fence, _ = strconv.ParseInt(in.fields[protocol.FieldFence+tok], 10, 64)
 		info.Holders = append(info.Holders, h)
 	}
 	info.Free = info.Capacity - used
@@ -215,35 +219,35 @@ func semHolders(in *inspection) bool {
 
 // semProto is the Redis side of a semaphore hold.
 type semProto struct {
-	k *keys
-	w wakeTo
+	k *protocol.Keys
+	w protocol.WakeTo
 }
 
 func (p semProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
 
 // unlock is the script call behind release.
-func (p semProto) unlock(token string, left int, _ int64) call {
-	return call{semReleaseScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
-		[]any{token, left, p.w.baseArg, p.w.publishArg}, nil}
+func (p semProto) unlock(token string, left int, _ int64) protocol.Call {
+	return protocol.MakeCall(protocol.SemReleaseScript, []string{p.k.Lock, p.k.Leases, p.k.Permits, p.k.Queue, p.k.Alive},
+		[]any{token, left, p.w.BaseArg, p.w.PublishArg}, nil)
 }
 
 // leave is what a waiter that gives up runs.
-func (p semProto) leave(member string) call {
-	return call{semLeaveScript, []string{p.k.lock, p.k.leases, p.k.permits, p.k.queue, p.k.alive},
-		[]any{member, p.w.baseArg, p.w.publishArg}, nil}
+func (p semProto) leave(member string) protocol.Call {
+	return protocol.MakeCall(protocol.SemLeaveScript, []string{p.k.Lock, p.k.Leases, p.k.Permits, p.k.Queue, p.k.Alive},
+		[]any{member, p.w.BaseArg, p.w.PublishArg}, nil)
 }
 
 func (p semProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return call{semRenewScript, []string{p.k.lock, p.k.leases, p.k.permits}, []any{token, ttl.Milliseconds(), flag(exact), seq}, nil}
+	return protocol.MakeCall(protocol.SemRenewScript, []string{p.k.Lock, p.k.Leases, p.k.Permits}, []any{token, ttl.Milliseconds(), protocol.Flag(exact), seq}, nil)
 }
 
 func (p semProto) ttl(token string) op {
-	return call{semTTLScript, []string{p.k.lock, p.k.leases}, []any{token}, nil}
+	return protocol.MakeCall(protocol.SemTTLScript, []string{p.k.Lock, p.k.Leases}, []any{token}, nil)
 }
 
 func (semProto) ordered() bool { return true }
 
 // free is the final release with its receipt (sem_release.lua, ARGV[5]).
 func (p semProto) free(token string, _ int64, ttl time.Duration) op {
-	return withReceipt(p.unlock(token, 0, 0), p.k, ttl)
+	return protocol.WithReceipt(p.unlock(token, 0, 0), p.k, ttl)
 }

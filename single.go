@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -16,7 +18,7 @@ type single struct {
 	sync    replicaSync
 }
 
-func (s *single) run(ctx context.Context, o op) driver.Reply { return o.run(ctx, s.rdb) }
+func (s *single) run(ctx context.Context, o op) driver.Reply { return o.Run(ctx, s.rdb) }
 
 func (s *single) caps() caps {
 	// A hand-off skips the waiter's own grant, which WAIT (replica sync)
@@ -25,28 +27,28 @@ func (s *single) caps() caps {
 }
 func (s *single) close() {}
 
-func (s *single) everywhere(ctx context.Context, c call) error { return c.run(ctx, s.rdb).Err }
+func (s *single) everywhere(ctx context.Context, c protocol.Call) error { return c.Run(ctx, s.rdb).Err }
 
 // attempt runs the lock's acquire script.
-func (s *single) attempt(a *attemptSpec) (protocol, attemptFunc) {
+func (s *single) attempt(a *attemptSpec) (holdOps, attemptFunc) {
 	return a.p, func(ctx context.Context, queued, placed bool) (outcome, error) {
 		m := ""
 		if queued && a.queue {
 			m = a.member
 		}
 		start := time.Now()
-		res, err := fenceReply("lock", a.k.name, s.grant(ctx, a.call(a.token, m, placed, a.cfg)))
+		res, err := fenceReply("lock", a.k.Name, s.grant(ctx, a.call(a.token, m, placed, a.cfg)))
 		if err != nil {
 			return outcome{}, err
 		}
 		switch res[0] {
-		case replyHeld:
+		case protocol.ReplyHeld:
 			return outcome{granted: true, fence: res[1], start: start}, nil
-		case replyTooMany:
-			return outcome{}, invalid("%s %q: %d permits asked for; its capacity is %d", a.what, a.k.name, a.need, res[1])
+		case protocol.ReplyTooMany:
+			return outcome{}, invalid("%s %q: %d permits asked for; its capacity is %d", a.what, a.k.Name, a.need, res[1])
 		}
 		o := outcome{wait: retryAfter(res[1], a.cfg.ttl)}
-		if res[0] == replyBusy && m != "" {
+		if res[0] == protocol.ReplyBusy && m != "" {
 			o.placed = place{sent: start}
 			if len(res) > 2 {
 				o.placed.seen, o.placed.named = res[2], true
@@ -60,11 +62,11 @@ func (s *single) attempt(a *attemptSpec) (protocol, attemptFunc) {
 // follows it on the same connection, and too few acknowledgements turn a
 // successful reply into an error matching ErrReplicaSync.
 func (s *single) grant(ctx context.Context, o op) driver.Reply {
-	cl, ok := o.(call)
+	cl, ok := o.(protocol.Call)
 	if s.sync.replicas == 0 || !ok {
-		return o.run(ctx, s.rdb)
+		return o.Run(ctx, s.rdb)
 	}
-	return runBatch(ctx, s.rdb, []call{cl}, s.sync)[0] // on a connection of cl's node
+	return runBatch(ctx, s.rdb, []protocol.Call{cl}, s.sync)[0] // on a connection of cl's node
 }
 
 // batch sends the calls in one pipeline (go-redis splits a cluster's per
@@ -83,9 +85,9 @@ func (s *single) batch(ctx context.Context, ops []op, grant bool) []driver.Reply
 		}
 		return out
 	}
-	calls := make([]call, len(ops))
+	calls := make([]protocol.Call, len(ops))
 	for i, o := range ops {
-		calls[i] = o.(call) // every op of a script deployment is a call
+		calls[i] = o.(protocol.Call) // every op of a script deployment is a call
 	}
 	return runBatch(ctx, s.rdb, calls, sync)
 }

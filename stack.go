@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -76,7 +78,7 @@ func (c reportingConn) Pipeline(ctx context.Context, cmds []driver.Command) []dr
 // publish refused, and tells the deployment.
 func (r *reporter) unwrap(reply *driver.Reply) {
 	v, ok := reply.Val.([]any)
-	if !ok || len(v) < 2 || v[0] != refusedMark {
+	if !ok || len(v) < 2 || v[0] != protocol.RefusedMark {
 		return
 	}
 	if len(v) > 2 {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // attemptFunc makes one acquire attempt on the backend and says what it
@@ -79,7 +81,7 @@ type acquisition struct {
 	// leave, if set, gives up the waiter's places (one call per lock)
 	// when a Lock gives up without the lock (ctx ended, client closed,
 	// Redis error). Built only then.
-	leave func() []call
+	leave func() []protocol.Call
 	// handOff: a release may hand the lock to this waiter (handoff.go);
 	// last is its latest place, which a hand-off names.
 	handOff bool
@@ -95,10 +97,10 @@ type acquisition struct {
 
 // part is one lock an acquisition takes.
 type part struct {
-	k    *keys
+	k    *protocol.Keys
 	what string
 	side side
-	p    protocol
+	p    holdOps
 	cfg  lockConfig
 }
 
@@ -124,7 +126,7 @@ func (o *unsettled) after() <-chan struct{} {
 
 // each runs one call per lock of the acquisition (mk builds it) on every
 // node, and returns the errors joined.
-func (a *acquisition) each(ctx context.Context, mk func(p part) call) error {
+func (a *acquisition) each(ctx context.Context, mk func(p part) protocol.Call) error {
 	var errs []error
 	for _, p := range a.parts {
 		errs = append(errs, a.c.be.everywhere(ctx, mk(p)))
@@ -167,7 +169,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			// its TTL at most; the whole undo runs again later.
 			var err0, err1, err2 error
 			if c.caps.bury {
-				err0 = a.each(ctx, func(p part) call { return buryCall(p.k, a.token, p.cfg) })
+				err0 = a.each(ctx, func(p part) protocol.Call { return buryCall(p.k, a.token, p.cfg) })
 			}
 			if a.unknown {
 				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
@@ -294,15 +296,15 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 		_ = h.release(ctx)
 		return nil, ErrClosed
 	}
-	c.tel.HoldStarted(h.what, h.k.name)
+	c.tel.HoldStarted(h.what, h.k.Name)
 	c.announce(ctx)
 	return l, nil
 }
 
 // buryCall is bury.lua for token: its late attempts are refused for
 // twice the longest the acquire's lease or place could last.
-func buryCall(k *keys, token string, cfg lockConfig) call {
-	return call{buryScript, []string{k.dead}, []any{token, 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}, nil}
+func buryCall(k *protocol.Keys, token string, cfg lockConfig) protocol.Call {
+	return protocol.MakeCall(protocol.BuryScript, []string{k.Dead}, []any{token, 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}, nil)
 }
 
 // waitLoop waits on a channel until check reports done or fails. It

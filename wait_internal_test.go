@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -79,7 +81,7 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	}()
 	<-yReady
 
-	if err := rdb.Publish(ctx, channel, wakeOne).Err(); err != nil {
+	if err := rdb.Publish(ctx, channel, protocol.WakeOne).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-xDone; err == nil {
@@ -195,25 +197,25 @@ func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
 func TestHandedLockGivenUpGoesOn(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := serverClient(t)
-	k := c.keys(kindMutex, "x")
-	p := mutexProto{k, k.wake}
+	k := c.keys(protocol.MutexKind, "x")
+	p := mutexProto{k, k.Wake}
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The release handed the lock to a; b waits behind it.
-	rdb.HSet(ctx, k.lock, "a", 1)
-	rdb.PExpire(ctx, k.lock, time.Minute)
+	rdb.HSet(ctx, k.Lock, "a", 1)
+	rdb.PExpire(ctx, k.Lock, time.Minute)
 	b := "c1:b:h30000"
-	rdb.ZAdd(ctx, k.queue, redis.Z{Score: 1, Member: b})
-	rdb.ZAdd(ctx, k.alive, redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: b})
-	if err := p.leave("c0:a:h30000").run(ctx, goredis.New(rdb)).Err; err != nil {
+	rdb.ZAdd(ctx, k.Queue, redis.Z{Score: 1, Member: b})
+	rdb.ZAdd(ctx, k.Alive, redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: b})
+	if err := p.leave("c0:a:h30000").Run(ctx, goredis.New(rdb)).Err; err != nil {
 		t.Fatal(err)
 	}
-	if got := rdb.HGetAll(ctx, k.lock).Val(); got["b"] != "1" || got["a"] != "" {
+	if got := rdb.HGetAll(ctx, k.Lock).Val(); got["b"] != "1" || got["a"] != "" {
 		t.Fatalf("after a gave up the lock is %v; want it handed to b", got)
 	}
-	if n := rdb.ZCard(ctx, k.queue).Val(); n != 0 {
+	if n := rdb.ZCard(ctx, k.Queue).Val(); n != 0 {
 		t.Fatalf("%d waiters left in the queue; want none", n)
 	}
 }
@@ -227,7 +229,7 @@ func TestHandedLockGivenUpGoesOn(t *testing.T) {
 func TestMessageBeforeJoinIsKept(t *testing.T) {
 	c, admin := serverClient(t)
 	ctx := context.Background()
-	own := c.wakeTo(&keys{}).base + c.id
+	own := c.wakeTo(&protocol.Keys{}).Base + c.id
 
 	// Another waiter keeps the Client's own channel subscribed.
 	other := make(chan struct{}, 1)
@@ -279,7 +281,7 @@ func TestTransient(t *testing.T) {
 		{reply("LOADING Redis is loading the dataset in memory"), true},
 		{reply("READONLY You can't write against a read only replica."), true},
 		{fmt.Errorf("%w: WAIT: %w", ErrReplicaSync, reply("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)")), true},
-		{reply("ERR Script attempted to access a non local key in a cluster node script: abc, on @user_script:407."), true},
+		{reply("ERR protocol.Script attempted to access a non local key in a cluster node script: abc, on @user_script:407."), true},
 		{reply("Script attempted to access a non local key in a cluster node script: abc"), true}, // rueidis
 		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
 		{io.EOF, true},

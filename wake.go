@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -534,13 +536,13 @@ func (h *hub) notify(c *psConn, name, payload string) {
 		return
 	}
 	switch payload {
-	case wakeAll:
+	case protocol.WakeAll:
 		ch.wake("", "")
-	case wakeOne:
+	case protocol.WakeOne:
 		ch.wakeOne()
 	default:
 		// a member, or a hand-off '<member> <fence> <ms>'
-		if tok := tokenOf(payload); !ch.wake(tok, payload) && tok != "" {
+		if tok := protocol.TokenOf(payload); !ch.wake(tok, payload) && tok != "" {
 			ch.keep(tok, payload)
 		}
 	}

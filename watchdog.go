@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"sync"
 	"time"
 )
@@ -264,7 +266,7 @@ func (w *watchdog) renew(ctx context.Context, rs []renewal) {
 	cmds := w.c.be.batch(bctx, ops, true)
 	for i, cmd := range cmds {
 		v, err := cmd.Int64()
-		rs[i].ok, rs[i].stale, rs[i].err = v == 1, v == replyStale, err
+		rs[i].ok, rs[i].stale, rs[i].err = v == 1, v == protocol.ReplyStale, err
 	}
 	failed, first := failures(rs)
 	w.c.tel.Renewed(len(rs), failed, first, time.Since(start))
@@ -325,7 +327,7 @@ func (w *watchdog) apply(rs []renewal) {
 		}
 		h.mu.Unlock()
 		if gone {
-			h.end(lost(reasonGone, h.k.name, "renewal found the lock gone or held by another owner"))
+			h.end(lost(reasonGone, h.k.Name, "renewal found the lock gone or held by another owner"))
 		}
 	}
 }

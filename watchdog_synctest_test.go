@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,9 +40,9 @@ func (s *scriptServer) serve(conn net.Conn) {
 		switch strings.ToUpper(args[0]) {
 		case "EVALSHA":
 			switch args[1] {
-			case lockScript.sha:
+			case protocol.LockScript.SHA:
 				reply = "*2\r\n:1\r\n:1\r\n"
-			case renewScript.sha:
+			case protocol.RenewScript.SHA:
 				s.mu.Lock()
 				s.renews++
 				s.mu.Unlock()

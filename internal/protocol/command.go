@@ -1,23 +1,23 @@
-package dlock
+package protocol
 
 import "github.com/dlock-go/dlock/driver"
 
 // The driver seam (package driver) is what a Client reaches Redis
 // through; these build its values.
 
-// failedReply returns a reply that failed with err.
-func failedReply(err error) driver.Reply { return driver.Reply{Err: err} }
+// FailedReply returns a reply that failed with err.
+func FailedReply(err error) driver.Reply { return driver.Reply{Err: err} }
 
 // cmd makes a command without keys.
-func cmd(args ...any) driver.Command { return driver.Command{Args: args} }
+func Cmd(args ...any) driver.Command { return driver.Command{Args: args} }
 
 // keyed makes a command whose key is its second word (GET key, PTTL key).
-func keyed(args ...any) driver.Command { return driver.Command{Args: args, FirstKey: 1, Keys: 1} }
+func Keyed(args ...any) driver.Command { return driver.Command{Args: args, FirstKey: 1, Keys: 1} }
 
-// scriptCommand makes EVALSHA sha (or EVAL src) with keys and args.
+// ScriptCommand makes EVALSHA sha (or EVAL src) with keys and args.
 // boxed, when set, is keys made interfaces already (as is shaOrSrc): a
 // string made one costs an allocation.
-func scriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args []any) driver.Command {
+func ScriptCommand(name string, shaOrSrc any, keys []string, boxed []any, args []any) driver.Command {
 	n := len(keys)
 	if boxed != nil {
 		n = len(boxed)

@@ -1,0 +1,83 @@
+// Package protocol names, once, what dlock's Go code and its Lua scripts
+// (scripts/*.lua, embedded) agree on: the kinds of lock and their keys in
+// Redis, the shared fence counters, reply codes, hash fields, wake
+// messages, and the scripts with the calls that run them. It imports only
+// the driver seam's values (package driver) and internal/keyslot.
+package protocol
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// The protocol between Go and the Lua scripts, named once. scripts/lib.lua
+// names the same values for the scripts; TestProtocolAgrees checks that
+// both say the same.
+
+// Reply codes: the first element of a script's array reply, or its whole
+// integer reply.
+const (
+	ReplyHeld       = 1  // {1, fence}: acquired or re-entered
+	ReplyBusy       = 0  // {0, pttl}: held by another owner
+	ReplyNotHeld    = -1 // {-1} or -1: the caller holds nothing
+	ReplyTooMany    = -2 // {-2, capacity}: more permits than the semaphore has
+	ReplyTTLNotHeld = -3 // a ttl script: the caller holds nothing
+	ReplyStale      = -4 // {-4} or -4: a later command of the hold ran first (hold.go, "Late commands")
+)
+
+// RefusedMark starts the reply of a script whose publish was refused:
+// {RefusedMark, error, reply} (see publish in scripts/lib.lua and
+// reporter.unwrap in stack.go).
+const RefusedMark = "dlock:refused"
+
+// Wake messages, published on a lock's channel (script-free mutexes,
+// latches, an RWMutex's readers). A waiter whose turn it is is told on its
+// Client's own channel instead, by its member (see wakeTo).
+const (
+	WakeOne = "one" // wake one waiter per process
+	WakeAll = "all" // wake every waiter
+)
+
+// Hash fields of a lock's hash that inspection reads: a prefix and the
+// owner token ('t:<token>'), or a name. The scripts write them (lib*.lua
+// and the scripts of each kind); TestProtocolAgrees checks that the
+// scripts name each.
+const (
+	FieldTaken   = "t:"    // when the hold began, server ms
+	FieldSeq     = "q:"    // the hold's last sequence number (hold.go, "Late commands")
+	FieldValue   = "v:"    // an Election leader's value
+	FieldFence   = "f:"    // an RWMutex's or Semaphore's hold's own fence
+	FieldPermits = "p:"    // a Semaphore holder's permits
+	FieldMode    = "mode"  // an RWMutex's: 'read' or 'write'
+	FieldNext    = "@next" // a Mutex kept for the waiter told (lib_mutex.lua)
+)
+
+// WithReceipt makes a final release (c, the release of an RWMutex or
+// Semaphore hold) leave its token in k.dead for ttl as the receipt, so
+// that a copy of it that go-redis sent again reports done (sent_again in
+// lib_queue.lua): the dead set as a last key, the TTL as a last argument.
+func WithReceipt(c Call, k *Keys, ttl time.Duration) Call {
+	c.Keys = append(slices.Clone(c.Keys), k.Dead)
+	c.Args = append(c.Args, max(ttl, time.Millisecond).Milliseconds())
+	return c
+}
+
+// TokenOf is the owner token in a waiter's member, '<client id>:<token>
+// [:<more>]', or in a hand-off message, '<member> <fence> <ms>'.
+func TokenOf(member string) string {
+	member, _, _ = strings.Cut(member, " ")
+	_, t, _ := strings.Cut(member, ":")
+	t, _, _ = strings.Cut(t, ":")
+	return t
+}
+
+// WakeTo says where a release wakes the waiters whose turn it is: each on
+// its Client's channel, base + the Client's id (see Client.WakeTo).
+type WakeTo struct {
+	Base    string
+	Publish string // PUBLISH, or SPUBLISH on a cluster
+	Reserve bool   // keep a freed mutex for the waiter told (lib_mutex.lua)
+	// base and publish as script arguments, boxed once
+	BaseArg, PublishArg any
+}

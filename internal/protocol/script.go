@@ -1,0 +1,201 @@
+package protocol
+
+import (
+	"context"
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"regexp"
+	"strings"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+//go:embed scripts/*.lua
+var ScriptFiles embed.FS
+
+// Script is one embedded Lua Script, run by its SHA1 (EVALSHA) and sent
+// whole (EVAL) only when the server does not have it: after a restart, a
+// SCRIPT FLUSH, or on a node that never saw it.
+type Script struct {
+	Src string
+	SHA string
+	// src and sha boxed once, as command words
+	SrcArg, SHAArg any
+}
+
+// loadScript joins lib.lua, a family's helpers and a script (the last
+// name) into one script. The helpers go in front of the script, or, when
+// it has a line "-- @helpers", there: what comes before that line is the
+// script's common case, which runs without defining them. (Redis runs the
+// whole text at every call, and each function a script defines is made
+// anew each time: the helpers of a family cost about a microsecond per
+// call, as much as the common case's work.) lib.lua, small, always comes
+// first.
+func loadScript(names ...string) Script {
+	read := func(name string) string {
+		b, err := ScriptFiles.ReadFile("scripts/" + name)
+		if err != nil {
+			panic("dlock: missing embedded script " + name)
+		}
+		return string(b)
+	}
+	if names[0] != "lib.lua" {
+		names = append([]string{"lib.lua"}, names...)
+	}
+	var helpers strings.Builder
+	for _, name := range names[1 : len(names)-1] {
+		helpers.WriteString(read(name))
+	}
+	body := read(names[len(names)-1])
+	src := read("lib.lua")
+	if head, tail, ok := strings.Cut(body, helpersMark); ok {
+		src += head + helpersMark + helpers.String() + tail
+	} else {
+		src += helpers.String() + body
+	}
+	src = wrapPublishing(src)
+	sum := sha1.Sum([]byte(src))
+	sha := hex.EncodeToString(sum[:])
+	return Script{Src: src, SHA: sha, SrcArg: src, SHAArg: sha}
+}
+
+// helpersMark is the line of a script where its family's helpers go.
+const helpersMark = "\n-- @helpers\n"
+
+var (
+	LockScript   = mutexScript("lock.lua")
+	UnlockScript = mutexScript("unlock.lua")
+	LeaveScript  = mutexScript("leave.lua")
+	ForceScript  = mutexScript("force.lua")
+	// an Election is a fair mutex, with its value and observers
+	ElectScript     = loadScript("lib.lua", "lib_queue.lua", "elect.lua")
+	ElectReadScript = loadScript("elect_read.lua")
+	RenewScript     = loadScript("lib.lua", "renew.lua")
+	TTLScript       = loadScript("ttl.lua")
+
+	RWReadScript   = rwScript("rw_read.lua")
+	RWWriteScript  = rwScript("rw_write.lua")
+	RWUnlockScript = rwScript("rw_unlock.lua")
+	RWRenewScript  = rwScript("rw_renew.lua")
+	RWTTLScript    = rwScript("rw_ttl.lua")
+	RWLeaveScript  = rwScript("rw_leave.lua")
+	RWForceScript  = rwScript("rw_force.lua")
+
+	SemAcquireScript = semScript("sem_acquire.lua")
+	SemReleaseScript = semScript("sem_release.lua")
+	SemRenewScript   = semScript("sem_renew.lua")
+	SemTTLScript     = semScript("sem_ttl.lua")
+	SemPermitsScript = semScript("sem_permits.lua")
+	SemLeaveScript   = semScript("sem_leave.lua")
+	SemForceScript   = semScript("sem_force.lua")
+
+	LatchSetScript  = loadScript("latch_set.lua")
+	LatchDownScript = loadScript("latch_down.lua")
+	LatchOpenScript = loadScript("lib.lua", "lib_queue.lua", "latch_open.lua")
+
+	LockAllScript     = mutexScript("lock_all.lua")
+	BuryScript        = loadScript("bury.lua")
+	QuorumFenceScript = loadScript("quorum_fence.lua")
+	OwnerScript       = loadScript("owner.lua")
+)
+
+// The scripts of each family, with the helpers they share in front.
+func mutexScript(name string) Script {
+	return loadScript("lib.lua", "lib_queue.lua", "lib_mutex.lua", name)
+}
+func rwScript(name string) Script { return loadScript("lib.lua", "lib_queue.lua", "lib_rw.lua", name) }
+func semScript(name string) Script {
+	return loadScript("lib.lua", "lib_queue.lua", "lib_sem.lua", name)
+}
+
+// Run runs the script: one round trip when the server has it cached, two
+// when it answers NOSCRIPT.
+func (s Script) Run(ctx context.Context, d driver.Driver, keys []string, args ...any) driver.Reply {
+	return Call{S: s, Keys: keys, Args: args}.Run(ctx, d)
+}
+
+// Call is one script invocation: a script with its keys and arguments.
+type Call struct {
+	S    Script
+	Keys []string
+	Args []any
+	// Boxed, when set, are the keys already made interfaces (a lock's,
+	// made once: see keys.mutexWords), and keys is nil.
+	Boxed []any
+}
+
+// FirstKey is the call's first key: its node's, on a cluster.
+func (c Call) FirstKey() string {
+	if c.Boxed != nil {
+		k, _ := c.Boxed[0].(string)
+		return k
+	}
+	return c.Keys[0]
+}
+
+// Run runs the call on its own (see script.Run).
+func (c Call) Run(ctx context.Context, d driver.Driver) driver.Reply {
+	r := d.Do(ctx, c.Command(false))
+	if IsNoScript(r.Err) {
+		r = d.Do(ctx, c.Command(true))
+	}
+	return r
+}
+
+// Command is the call's EVALSHA, or with whole its EVAL.
+func (c Call) Command(whole bool) driver.Command {
+	if whole {
+		return ScriptCommand("EVAL", c.S.SrcArg, c.Keys, c.Boxed, c.Args)
+	}
+	return ScriptCommand("EVALSHA", c.S.SHAArg, c.Keys, c.Boxed, c.Args)
+}
+
+// IsNoScript reports whether err is the server's NOSCRIPT: it does not have
+// the script (restarted, SCRIPT FLUSH, a node that never saw it).
+func IsNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// flag is a boolean script argument: "1" or "0".
+func Flag(b bool) any {
+	if b {
+		return argTrue
+	}
+	return argFalse
+}
+
+// argTrue and argFalse are boxed once: a string made an interface
+// anew would cost an allocation per call.
+var argTrue, argFalse any = "1", "0"
+
+// publishes finds the scripts that call lib.lua's publish.
+var publishes = regexp.MustCompile(`\bpublish\(`)
+
+// wrapPublishing wraps a script that may publish (src: lib.lua, then the
+// rest) so that its reply R comes back as {REFUSED, error, R} when a
+// publish was refused (see publish in scripts/lib.lua). A script's common
+// case before its helpers mark (see loadScript) stays outside the wrapper
+// when it does not publish: the wrapper costs every call that runs it.
+func wrapPublishing(src string) string {
+	lib, err := ScriptFiles.ReadFile("scripts/lib.lua")
+	if err != nil || !strings.HasPrefix(src, string(lib)) {
+		panic("dlock: a script does not start with lib.lua")
+	}
+	rest := src[len(lib):]
+	if !publishes.MatchString(rest) {
+		return src
+	}
+	head := ""
+	if h, tail, ok := strings.Cut(rest, helpersMark); ok && !publishes.MatchString(h) {
+		head, rest = h+helpersMark, tail
+	}
+	return string(lib) + head + "local function main()\n" + rest +
+		"\nend\nlocal reply = main()\nif refused then\n  return {REFUSED, refused, reply}\nend\nreturn reply\n"
+}
+
+// MakeCall is the call of script s with keys (or boxed, keys made
+// interfaces once; keys nil then) and args.
+func MakeCall(s Script, keys []string, args []any, boxed []any) Call {
+	return Call{S: s, Keys: keys, Args: args, Boxed: boxed}
+}
