@@ -281,7 +281,7 @@ func TestTransient(t *testing.T) {
 		{reply("LOADING Redis is loading the dataset in memory"), true},
 		{reply("READONLY You can't write against a read only replica."), true},
 		{fmt.Errorf("%w: WAIT: %w", ErrReplicaSync, reply("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)")), true},
-		{reply("ERR protocol.Script attempted to access a non local key in a cluster node script: abc, on @user_script:407."), true},
+		{reply("ERR Script attempted to access a non local key in a cluster node script: abc, on @user_script:407."), true},
 		{reply("Script attempted to access a non local key in a cluster node script: abc"), true}, // rueidis
 		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
 		{io.EOF, true},
