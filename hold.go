@@ -171,7 +171,7 @@ func (h *hold) maxHoldReached() error {
 // confirmed records that a request sent at start, with place seq in the
 // hold's sequence, set the lease to ttl: the server will not expire it
 // before start+ttl, and the local deadline keeps a drift margin below
-// that. protocol.Call with h.mu held, or before h is shared.
+// that. Call with h.mu held, or before h is shared.
 func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	if len(h.unsure) > 0 {
 		ttl = h.capped(start, ttl, seq)
