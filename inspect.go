@@ -37,10 +37,10 @@ const (
 // lock; each primitive states its own beside its protocol (mutex.go,
 // election.go, rwmutex.go, semaphore.go, latch.go).
 type kindSpec struct {
-	primitive string        // for caps.supports
+	primitive string         // for caps.supports
 	keys      *protocol.Kind // its key layout
-	queue     bool          // waiters queue in lib_queue.lua's queue and places
-	plain     bool          // a script-free Client keeps it as a string: the owner's token
+	queue     bool           // waiters queue in lib_queue.lua's queue and places
+	plain     bool           // a script-free Client keeps it as a string: the owner's token
 	// reads are what it reads beside what every kind does (the lock's
 	// TYPE and PTTL, the queue); their replies are
 	// inspection.extra, in order.
