@@ -97,14 +97,14 @@ func TestKindsHaveDisjointKeys(t *testing.T) {
 	all := func(k *protocol.Keys) []string {
 		var out []string
 		for _, key := range []string{k.Lock, k.Channel, k.Queue, k.Alive, k.Dead, // the fence counter is shared
-			k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.IDs} {
+			k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.Calls, k.CallsPrev, k.IDs} {
 			if key != "" { // another kind's (see protocol.NewKeys)
 				out = append(out, key)
 			}
 		}
 		return out
 	}
-	own := map[*protocol.Kind]int{protocol.MutexKind: 5, protocol.RWKind: 8, protocol.SemaphoreKind: 7, protocol.LatchKind: 6, protocol.ElectionKind: 5}
+	own := map[*protocol.Kind]int{protocol.MutexKind: 5, protocol.RWKind: 8, protocol.SemaphoreKind: 7, protocol.LatchKind: 8, protocol.ElectionKind: 5}
 	owner := map[string]*protocol.Kind{}
 	for _, kd := range kinds {
 		if n := len(all(protocol.NewKeys("p", kd, "x"))); n != own[kd] {
@@ -137,7 +137,7 @@ func TestKindsListedOnce(t *testing.T) {
 			t.Errorf("kind %q: no inspection entry of its own", kd.Name)
 		}
 		k := protocol.NewKeys("p", kd, "a}b:rw")
-		for _, key := range []string{k.Lock, k.Queue, k.Alive, k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.IDs} {
+		for _, key := range []string{k.Lock, k.Queue, k.Alive, k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.Calls, k.CallsPrev, k.IDs} {
 			if key == "" {
 				continue
 			}

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/keyslot"
@@ -35,8 +36,8 @@ var (
 		own: func(n []string) *KindKeys { return &KindKeys{Readers: n[0], RQueue: n[1], RPhase: n[2]} }}
 	SemaphoreKind = &Kind{Name: "semaphore", Tag: "sem", Own: []string{":leases", ":permits"},
 		own: func(n []string) *KindKeys { return &KindKeys{Leases: n[0], Permits: n[1]} }}
-	LatchKind = &Kind{Name: "latch", Tag: "latch", Own: []string{":ids"},
-		own: func(n []string) *KindKeys { return &KindKeys{IDs: n[0]} }}
+	LatchKind = &Kind{Name: "latch", Tag: "latch", Own: []string{":calls", ":calls:prev", ":ids"},
+		own: func(n []string) *KindKeys { return &KindKeys{Calls: n[0], CallsPrev: n[1], IDs: n[2]} }}
 	ElectionKind = &Kind{Name: "election", Tag: "election", mutex: true}
 )
 
@@ -68,12 +69,14 @@ type Keys struct {
 // KindKeys are the keys of one kind only ("" for the others; kinds
 // without keys of their own share noKindKeys).
 type KindKeys struct {
-	Readers string // <lock>:readers  RWMutex: reader -> hold expiry
-	RQueue  string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
-	RPhase  string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
-	Leases  string // <lock>:leases   Semaphore: holder -> hold expiry
-	Permits string // <lock>:permits  Semaphore: capacity, never expires
-	IDs     string // <lock>:ids      Latch: ids that counted down
+	Readers   string // <lock>:readers  RWMutex: reader -> hold expiry
+	RQueue    string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
+	RPhase    string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
+	Leases    string // <lock>:leases   Semaphore: holder -> hold expiry
+	Permits   string // <lock>:permits  Semaphore: capacity, never expires
+	Calls     string // <lock>:calls       Latch: what the current phase remembers (latch_down.lua)
+	CallsPrev string // <lock>:calls:prev  Latch: what the phase before remembers
+	IDs       string // <lock>:ids         Latch: an older dlock's CountDownOnce ids (latch_open.lua deletes it)
 }
 
 var noKindKeys = &KindKeys{}
@@ -195,3 +198,7 @@ func ParseKey(prefix, key string) (kd *Kind, name string, ok bool) {
 	}
 	return nil, "", false
 }
+
+// KeySuffixes returns the suffixes of the keys every kind has, after
+// <lock>: "" (the lock itself), ":ch", ":queue", ":alive", ":dead".
+func KeySuffixes() []string { return slices.Clone(commonSuffixes) }
