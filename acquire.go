@@ -92,7 +92,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	member := c.member(token, r.need)
 	handOff := r.handOff && cfg.renew && c.caps.handOff
 	if handOff {
-		member = handoffMember(member, cfg.ttl)
+		member = protocol.HandOffMember(member, cfg.ttl)
 	}
 	a := &acquisition{c: c, what: r.what, name: r.k.Name, channel: r.k.Channel, token: token, handOff: handOff,
 		spec: attemptSpec{k: r.k, what: r.what, p: r.p, need: r.need, queue: r.queue, call: r.call,

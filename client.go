@@ -240,7 +240,7 @@ func (c *Client) member(token string, need int) string {
 
 // keys returns the Redis names of the lock of kind kd called name.
 // Where its releases wake its waiters is worked out once, here.
-func (c *Client) keys(kd protocol.Kind, name string) *protocol.Keys {
+func (c *Client) keys(kd *protocol.Kind, name string) *protocol.Keys {
 	k := protocol.NewKeysOf(c.prefix, kd, name, c.fence)
 	if c.publish != "SPUBLISH" {
 		k.Wake = c.wake // one channel per Client: shared by its locks

@@ -1,9 +1,9 @@
 package dlock
 
 import (
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Hand-off. A release that frees a Mutex (FairMutex, an Election's lock,
@@ -18,7 +18,7 @@ import (
 //     '<member>:h<ttl ms>' (handoffMember), and the release gives it the
 //     lock for that TTL.
 //   - What it is told: the handoff message on its Client's channel,
-//     '<member> <fence> <ms>' (parseHandoff): the lock is its for ms from
+//     protocol.HandOffMessage (protocol.ParseHandOff): the lock is its for ms from
 //     the release, with fence. The hub keeps a message for a waiter that
 //     is between two waits (wake.go).
 //   - What it knows of its place: every attempt that leaves it waiting in
@@ -69,31 +69,6 @@ import (
 // issue 33). A pause after the message is checked is the lease's own
 // business: its local deadline passes, and Err says so.
 
-// handoffMember is the member of a waiter that may be handed its lock for
-// ttl (lib_mutex.lua reads the suffix).
-func handoffMember(member string, ttl time.Duration) string {
-	return member + ":h" + strconv.FormatInt(ttl.Milliseconds(), 10)
-}
-
-// handoff is a release's message to the waiter it handed the lock to
-// (its first word, the waiter's member, routes it: protocol.TokenOf).
-type handoff struct {
-	fence int64 // the hold's fence: the fence counter right after the hand-off
-	ms    int64 // the lock is the waiter's for ms from the release
-}
-
-// parseHandoff reads a hand-off message; ok is false when msg is not one.
-func parseHandoff(msg string) (m handoff, ok bool) {
-	f := strings.Fields(msg)
-	if len(f) != 3 {
-		return m, false
-	}
-	var err1, err2 error
-	m.fence, err1 = strconv.ParseInt(f[1], 10, 64)
-	m.ms, err2 = strconv.ParseInt(f[2], 10, 64)
-	return m, err1 == nil && err2 == nil && m.ms > 0
-}
-
 // place is what a waiter knows of its latest place in the queue: the
 // fence counter's value as the attempt that made or kept it found it
 // (seen; named false when the reply said none), and when that attempt
@@ -111,11 +86,11 @@ type place struct {
 // time to count on (less than a quarter of the lease after the drift
 // margin d): the caller then makes an attempt.
 func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
-	m, ok := parseHandoff(msg)
-	if !ok || p.sent.IsZero() || !p.named || m.fence <= p.seen {
+	m, ok := protocol.ParseHandOff(msg)
+	if !ok || p.sent.IsZero() || !p.named || m.Fence <= p.seen {
 		return o, false
 	}
-	granted := time.Duration(m.ms) * time.Millisecond
+	granted := time.Duration(m.MS) * time.Millisecond
 	if time.Until(p.sent.Add(granted-d.of(granted))) < granted/4 {
 		return o, false
 	}
@@ -124,5 +99,5 @@ func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
 	// granted, at most the max hold (a TTL is cut to it), so Redis's hold
 	// ends before the max hold does, and renewals are cut to it (hold.go,
 	// "Max hold").
-	return outcome{granted: true, fence: m.fence, start: p.sent, ttl: granted, handed: true, maxFrom: time.Now()}, true
+	return outcome{granted: true, fence: m.Fence, start: p.sent, ttl: granted, handed: true, maxFrom: time.Now()}, true
 }

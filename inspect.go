@@ -37,10 +37,10 @@ const (
 // lock; each primitive states its own beside its protocol (mutex.go,
 // election.go, rwmutex.go, semaphore.go, latch.go).
 type kindSpec struct {
-	primitive string        // for caps.supports
-	keys      protocol.Kind // its key layout
-	queue     bool          // waiters queue in lib_queue.lua's queue and places
-	plain     bool          // a script-free Client keeps it as a string: the owner's token
+	primitive string         // for caps.supports
+	keys      *protocol.Kind // its key layout
+	queue     bool           // waiters queue in lib_queue.lua's queue and places
+	plain     bool           // a script-free Client keeps it as a string: the owner's token
 	// reads are what it reads beside what every kind does (the lock's
 	// TYPE and PTTL, the queue); their replies are
 	// inspection.extra, in order.
@@ -57,16 +57,28 @@ type kindSpec struct {
 	force func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply
 }
 
-// kindSpecs is the table of kinds.
-var kindSpecs = map[Kind]*kindSpec{KindMutex: &mutexKind, KindElection: &electionKind, KindRWMutex: &rwKind,
-	KindSemaphore: &semKind, KindLatch: &latchKind}
+// kindSpecs is the table of kinds, one per protocol.Kinds (TestKindsListedOnce).
+var kindSpecs = specsOf(&mutexKind, &electionKind, &rwKind, &semKind, &latchKind)
+
+// specsOf indexes the kinds' specs by their public name.
+func specsOf(specs ...*kindSpec) map[Kind]*kindSpec {
+	m := make(map[Kind]*kindSpec, len(specs))
+	for _, sp := range specs {
+		m[Kind(sp.keys.Name)] = sp
+	}
+	return m
+}
 
 // specOf returns kd's entry, or an error for an unknown kind.
 func specOf(kd Kind) (*kindSpec, error) {
 	if sp, ok := kindSpecs[kd]; ok {
 		return sp, nil
 	}
-	return nil, invalid("lock kind %q: want mutex, rwmutex, semaphore, latch or election", kd)
+	names := make([]string, len(protocol.Kinds))
+	for i, k := range protocol.Kinds {
+		names[i] = k.Name
+	}
+	return nil, invalid("lock kind %q: want one of %s", kd, strings.Join(names, ", "))
 }
 
 // inspection is one Inspect's replies, as a kind's fill reads them.
@@ -490,43 +502,14 @@ func matches(pattern, name string) bool {
 	return ok
 }
 
-// tagUnescaper undoes protocol.EscapeTag.
-var tagUnescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
-
 // parseKey tells the kind and name of a lock from one of its keys
-// (<prefix>:{<escaped name>}[:<kind>][:<part>]); ok is false for keys that
-// are not a lock's.
+// (protocol.ParseKey); ok is false for keys that are not a lock's.
 func parseKey(prefix, key string) (Kind, string, bool) {
-	rest, ok := strings.CutPrefix(key, prefix+":{")
+	kd, name, ok := protocol.ParseKey(prefix, key)
 	if !ok {
 		return "", "", false
 	}
-	i := strings.IndexByte(rest, '}')
-	if i < 0 {
-		return "", "", false
-	}
-	name, suffix := tagUnescaper.Replace(rest[:i]), rest[i+1:]
-	if strings.HasSuffix(suffix, ":dead") {
-		// the dead set holds only refused tokens and receipts (of a
-		// release, of a ForceUnlock): they outlive the lock, which is
-		// free when nothing else of it is left, and a free lock leaves
-		// nothing to list
-		return "", "", false
-	}
-	first, _, _ := strings.Cut(strings.TrimPrefix(suffix, ":"), ":")
-	switch first {
-	case "", "queue", "alive":
-		return KindMutex, name, true
-	case string(protocol.RWKind):
-		return KindRWMutex, name, true
-	case string(protocol.SemaphoreKind):
-		return KindSemaphore, name, true
-	case string(protocol.LatchKind):
-		return KindLatch, name, true
-	case string(protocol.ElectionKind):
-		return KindElection, name, true
-	}
-	return "", "", false
+	return Kind(kd.Name), name, true
 }
 
 // forceReceipt names one ForceUnlock, so that a copy of its script that

@@ -93,30 +93,60 @@ func TestKeysOf(t *testing.T) {
 // alike never touch each other's keys. A kind has the common names and
 // its own, and no other kind's.
 func TestKindsHaveDisjointKeys(t *testing.T) {
-	kinds := []protocol.Kind{protocol.MutexKind, protocol.RWKind, protocol.SemaphoreKind, protocol.LatchKind}
+	kinds := protocol.Kinds
 	all := func(k *protocol.Keys) []string {
 		var out []string
 		for _, key := range []string{k.Lock, k.Channel, k.Queue, k.Alive, k.Dead, // the fence counter is shared
-			k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.IDs} {
+			k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.Calls, k.CallsPrev, k.IDs} {
 			if key != "" { // another kind's (see protocol.NewKeys)
 				out = append(out, key)
 			}
 		}
 		return out
 	}
-	own := map[protocol.Kind]int{protocol.MutexKind: 5, protocol.RWKind: 8, protocol.SemaphoreKind: 7, protocol.LatchKind: 6}
-	owner := map[string]protocol.Kind{}
+	own := map[*protocol.Kind]int{protocol.MutexKind: 5, protocol.RWKind: 8, protocol.SemaphoreKind: 7, protocol.LatchKind: 8, protocol.ElectionKind: 5}
+	owner := map[string]*protocol.Kind{}
 	for _, kd := range kinds {
 		if n := len(all(protocol.NewKeys("p", kd, "x"))); n != own[kd] {
-			t.Errorf("kind %q has %d keys, want %d", kd, n, own[kd])
+			t.Errorf("kind %q has %d keys, want %d", kd.Name, n, own[kd])
 		}
 		for _, name := range []string{"x", "x:rw", "x}:rw"} {
 			for _, key := range all(protocol.NewKeys("p", kd, name)) {
 				if o, ok := owner[key]; ok && o != kd {
-					t.Errorf("key %q is used by kinds %q and %q", key, o, kd)
+					t.Errorf("key %q is used by kinds %q and %q", key, o.Name, kd.Name)
 				}
 				owner[key] = kd
 			}
 		}
+	}
+}
+
+// The kinds are listed once, in protocol.Kinds: the public Kind of each
+// is its name, inspection has one entry per kind, and every key a kind's
+// lock has parses back to that kind and name.
+func TestKindsListedOnce(t *testing.T) {
+	public := []Kind{KindMutex, KindRWMutex, KindSemaphore, KindLatch, KindElection}
+	if len(public) != len(protocol.Kinds) || len(kindSpecs) != len(protocol.Kinds) {
+		t.Fatalf("%d public kinds, %d inspection entries, %d protocol kinds", len(public), len(kindSpecs), len(protocol.Kinds))
+	}
+	for i, kd := range protocol.Kinds {
+		if Kind(kd.Name) != public[i] {
+			t.Errorf("protocol kind %d is %q; the public one %q", i, kd.Name, public[i])
+		}
+		if sp := kindSpecs[Kind(kd.Name)]; sp == nil || sp.keys != kd {
+			t.Errorf("kind %q: no inspection entry of its own", kd.Name)
+		}
+		k := protocol.NewKeys("p", kd, "a}b:rw")
+		for _, key := range []string{k.Lock, k.Queue, k.Alive, k.Readers, k.RQueue, k.RPhase, k.Leases, k.Permits, k.Calls, k.CallsPrev, k.IDs} {
+			if key == "" {
+				continue
+			}
+			if got, name, ok := protocol.ParseKey("p", key); !ok || got != kd || name != "a}b:rw" {
+				t.Errorf("key %q parses as %v %q %v; want kind %q", key, got, name, ok, kd.Name)
+			}
+		}
+	}
+	if _, _, ok := protocol.ParseKey("p", protocol.NewKeys("p", protocol.MutexKind, "x").Dead); ok {
+		t.Error("a dead set parses as a lock")
 	}
 }

@@ -44,7 +44,7 @@ type Latch struct {
 // Latch returns the handle of the count-down latch called name.
 func (c *Client) Latch(name string) *Latch {
 	k := c.keys(protocol.LatchKind, name)
-	return &Latch{c: c, k: k, keys: []string{k.Lock, k.Lock + ":calls", k.Lock + ":calls:prev"}}
+	return &Latch{c: c, k: k, keys: []string{k.Lock, k.Calls, k.CallsPrev}}
 }
 
 // latchKind is what Inspect, Locks and ForceUnlock know of a Latch: its

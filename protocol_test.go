@@ -9,7 +9,7 @@ import (
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// The hand-off message lib_mutex.lua publishes is the one parseHandoff
+// The hand-off message lib_mutex.lua publishes is the one protocol.ParseHandOff
 // reads, and the value a waiting attempt of lock.lua reports (seen) is the
 // fence counter as it found it: a hand-off that comes after that attempt
 // has a fence above it (handedOver honours it); an attempt after the
@@ -33,7 +33,7 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if res := attempt("a", ""); res[0] != protocol.ReplyHeld {
 		t.Fatalf("a's attempt = %v; want held", res)
 	}
-	member := handoffMember(c.member("b", 0), ttl)
+	member := protocol.HandOffMember(c.member("b", 0), ttl)
 	busy := attempt("b", member)
 	if len(busy) != 3 || busy[0] != protocol.ReplyBusy {
 		t.Fatalf("b's attempt = %v; want {busy, wait, seen}", busy)
@@ -52,14 +52,14 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, ok := parseHandoff(msg.Payload)
-	if !ok || protocol.TokenOf(msg.Payload) != "b" || m.ms <= 0 {
+	m, ok := protocol.ParseHandOff(msg.Payload)
+	if !ok || protocol.TokenOf(msg.Payload) != "b" || m.MS <= 0 {
 		t.Fatalf("hand-off message %q: parsed %+v, %v", msg.Payload, m, ok)
 	}
-	if fence, _ := rdb.HGet(ctx, k.Lock, protocol.FieldFence+"b").Int64(); fence != m.fence || m.fence <= b.seen {
-		t.Fatalf("message fence %d, hold's fence %d, b's attempt saw the counter at %d", m.fence, fence, b.seen)
+	if fence, _ := rdb.HGet(ctx, k.Lock, protocol.FieldFence+"b").Int64(); fence != m.Fence || m.Fence <= b.seen {
+		t.Fatalf("message fence %d, hold's fence %d, b's attempt saw the counter at %d", m.Fence, fence, b.seen)
 	}
-	if o, ok := handedOver(msg.Payload, b, c.drift); !ok || o.fence != m.fence {
+	if o, ok := handedOver(msg.Payload, b, c.drift); !ok || o.fence != m.Fence {
 		t.Fatalf("handedOver(%q, %+v) = %+v, %v; want the hand-off honoured", msg.Payload, b, o, ok)
 	}
 
@@ -69,8 +69,8 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	rdb.Del(ctx, k.Lock)
 	attempt("c", "")
 	again := attempt("b", member)
-	if len(again) != 3 || again[0] != protocol.ReplyBusy || again[2] < m.fence {
-		t.Fatalf("b's attempt after the hand-off = %v; want {busy, wait, >= %d}", again, m.fence)
+	if len(again) != 3 || again[0] != protocol.ReplyBusy || again[2] < m.Fence {
+		t.Fatalf("b's attempt after the hand-off = %v; want {busy, wait, >= %d}", again, m.Fence)
 	}
 	if _, ok := handedOver(msg.Payload, place{seen: again[2], named: true, sent: time.Now()}, c.drift); ok {
 		t.Fatalf("a hand-off older than b's latest attempt was honoured")

@@ -1,25 +1,48 @@
 package protocol
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/keyslot"
 )
 
-// Kind is a family of locks that share a layout in Redis. Each Kind has
+// Kind is a family of locks that share a layout in Redis. Each kind has
 // its own names, so that locks of different kinds called alike are
 // different locks and never read each other's keys (a Semaphore("x")
 // does not count a Mutex("x") holder as a permit, nor meet a WRONGTYPE).
-// Mutex and FairMutex are one Kind: one lock, which both can take.
-type Kind string
+// Mutex and FairMutex are one kind: one lock, which both can take.
+// Kinds lists them all, once; everything else that lists kinds (the
+// public dlock.Kind, inspection's table, the key parser) is made from it
+// or checked against it.
+type Kind struct {
+	Name string // as inspection reports it (dlock.Kind)
+	// Tag follows the hash tag in each of its keys' names, ":<Tag>"; a
+	// Mutex's has none: <prefix>:{<name>}...
+	Tag string
+	// Own are the suffixes of the keys only this kind has, after those
+	// every kind has (commonSuffixes), and own sets them in its KindKeys.
+	Own []string
+	own func(names []string) *KindKeys
+	// mutex: its scripts are the mutex's (lib_mutex.lua), whose keys a
+	// lock's Keys box once (MutexWords).
+	mutex bool
+}
 
-const (
-	MutexKind     Kind = ""         // <prefix>:{<name>}...   Mutex, FairMutex
-	RWKind        Kind = "rw"       // <prefix>:{<name>}:rw...  RWMutex
-	SemaphoreKind Kind = "sem"      // <prefix>:{<name>}:sem... Semaphore
-	LatchKind     Kind = "latch"    // <prefix>:{<name>}:latch... Latch
-	ElectionKind  Kind = "election" // <prefix>:{<name>}:election... Election
+// The kinds.
+var (
+	MutexKind = &Kind{Name: "mutex", mutex: true} // Mutex, FairMutex
+	RWKind    = &Kind{Name: "rwmutex", Tag: "rw", Own: []string{":readers", ":rqueue", ":rphase"},
+		own: func(n []string) *KindKeys { return &KindKeys{Readers: n[0], RQueue: n[1], RPhase: n[2]} }}
+	SemaphoreKind = &Kind{Name: "semaphore", Tag: "sem", Own: []string{":leases", ":permits"},
+		own: func(n []string) *KindKeys { return &KindKeys{Leases: n[0], Permits: n[1]} }}
+	LatchKind = &Kind{Name: "latch", Tag: "latch", Own: []string{":calls", ":calls:prev", ":ids"},
+		own: func(n []string) *KindKeys { return &KindKeys{Calls: n[0], CallsPrev: n[1], IDs: n[2]} }}
+	ElectionKind = &Kind{Name: "election", Tag: "election", mutex: true}
 )
+
+// Kinds lists every kind of lock, once.
+var Kinds = []*Kind{MutexKind, RWKind, SemaphoreKind, LatchKind, ElectionKind}
 
 // Keys names everything one lock uses in Redis. All of it carries the same
 // hash tag, {<escaped name>}, so that on a Redis Cluster the lock's Keys and
@@ -36,36 +59,31 @@ type Keys struct {
 	Dead    string // <lock>:dead     tokens of acquires given up on: token -> until (server ms); see bury.lua
 	*KindKeys
 
-	// Set by Client.keys: where releases Wake the lock's waiters, and the
+	// Set by Client.keys: where releases wake the lock's waiters, and the
 	// keys of a mutex's scripts (a Mutex's, a FairMutex's, an Election's),
 	// boxed once for their calls.
 	Wake       *WakeTo
 	MutexWords []any // lock, fence, queue, alive, dead
 }
 
-// KindKeys are the keys of one kind only ("" for the others, which share
-// noKindKeys: a Mutex's keys carry none of them).
+// KindKeys are the keys of one kind only ("" for the others; kinds
+// without keys of their own share noKindKeys).
 type KindKeys struct {
-	Readers string // <lock>:readers  RWMutex: reader -> hold expiry
-	RQueue  string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
-	RPhase  string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
-	Leases  string // <lock>:leases   Semaphore: holder -> hold expiry
-	Permits string // <lock>:permits  Semaphore: capacity, never expires
-	IDs     string // <lock>:ids      Latch: ids that counted down
+	Readers   string // <lock>:readers  RWMutex: reader -> hold expiry
+	RQueue    string // <lock>:rqueue   RWMutex: waiting reader -> place expiry
+	RPhase    string // <lock>:rphase   RWMutex: reader admitted before the next writer -> place expiry
+	Leases    string // <lock>:leases   Semaphore: holder -> hold expiry
+	Permits   string // <lock>:permits  Semaphore: capacity, never expires
+	Calls     string // <lock>:calls       Latch: what the current phase remembers (latch_down.lua)
+	CallsPrev string // <lock>:calls:prev  Latch: what the phase before remembers
+	IDs       string // <lock>:ids         Latch: an older dlock's CountDownOnce ids (latch_open.lua deletes it)
 }
 
 var noKindKeys = &KindKeys{}
 
-// keySuffixes are the names NewKeys makes of a lock's: those every kind
-// has, then each kind's own.
-var (
-	commonSuffixes = []string{"", ":ch", ":queue", ":alive", ":dead"}
-	kindSuffixes   = map[Kind][]string{
-		RWKind:        {":readers", ":rqueue", ":rphase"},
-		SemaphoreKind: {":leases", ":permits"},
-		LatchKind:     {":ids"},
-	}
-)
+// commonSuffixes are the names of the keys every kind has: the lock, its
+// channel, queue, places and dead set.
+var commonSuffixes = []string{"", ":ch", ":queue", ":alive", ":dead"}
 
 // NewKeys names the keys of kind kd's lock name; its fence counter is the
 // one a deployment that is not a cluster shares (FenceKey), which
@@ -74,21 +92,21 @@ var (
 // made, all in one string that the names are slices of, and a kind's own
 // apart (100 000 held Mutexes of distinct names kept 805 B of keys each,
 // 12 names of every kind made one by one).
-func NewKeys(prefix string, kd Kind, name string) *Keys {
+func NewKeys(prefix string, kd *Kind, name string) *Keys {
 	return NewKeysOf(prefix, kd, name, FenceKey(prefix, "", false))
 }
 
 // NewKeysOf is NewKeys with the fence counter given: fence, or with ""
 // the counter of the lock's cluster slot.
-func NewKeysOf(prefix string, kd Kind, name, fence string) *Keys {
+func NewKeysOf(prefix string, kd *Kind, name, fence string) *Keys {
 	base := prefix + ":{" + EscapeTag(name) + "}"
 	if fence == "" {
 		fence = FenceKey(prefix, base, true)
 	}
-	if kd != MutexKind {
-		base += ":" + string(kd)
+	if kd.Tag != "" {
+		base += ":" + kd.Tag
 	}
-	suffixes := append(commonSuffixes[:len(commonSuffixes):len(commonSuffixes)], kindSuffixes[kd]...)
+	suffixes := append(commonSuffixes[:len(commonSuffixes):len(commonSuffixes)], kd.Own...)
 	var b strings.Builder
 	b.Grow(len(suffixes)*len(base) + 64)
 	for _, sfx := range suffixes {
@@ -103,14 +121,10 @@ func NewKeysOf(prefix string, kd Kind, name, fence string) *Keys {
 	}
 	k := &Keys{Name: name, Lock: names[0], Fence: fence, Channel: names[1], Queue: names[2], Alive: names[3], Dead: names[4],
 		KindKeys: noKindKeys}
-	switch kd {
-	case RWKind:
-		k.KindKeys = &KindKeys{Readers: names[5], RQueue: names[6], RPhase: names[7]}
-	case SemaphoreKind:
-		k.KindKeys = &KindKeys{Leases: names[5], Permits: names[6]}
-	case LatchKind:
-		k.KindKeys = &KindKeys{IDs: names[5]}
-	case MutexKind, ElectionKind:
+	if kd.own != nil {
+		k.KindKeys = kd.own(names[len(commonSuffixes):])
+	}
+	if kd.mutex {
 		k.MutexWords = []any{k.Lock, k.Fence, k.Queue, k.Alive, k.Dead}
 	}
 	return k
@@ -150,3 +164,41 @@ func EscapeTag(name string) string { return tagEscaper.Replace(name) }
 func ValidPrefix(p string) bool {
 	return p != "" && !strings.ContainsAny(p, "{}")
 }
+
+// tagUnescaper undoes EscapeTag.
+var tagUnescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
+
+// ParseKey tells the kind and name of a lock from one of its keys
+// (<prefix>:{<escaped name>}[:<tag>][:<part>]); ok is false for keys that
+// are not a lock's, and for its dead set, which holds only refused tokens
+// and receipts (of a release, of a ForceUnlock): they outlive the lock,
+// which is free when nothing else of it is left, and a free lock leaves
+// nothing to list.
+func ParseKey(prefix, key string) (kd *Kind, name string, ok bool) {
+	rest, ok := strings.CutPrefix(key, prefix+":{")
+	if !ok {
+		return nil, "", false
+	}
+	i := strings.IndexByte(rest, '}')
+	if i < 0 {
+		return nil, "", false
+	}
+	name, suffix := tagUnescaper.Replace(rest[:i]), rest[i+1:]
+	if strings.HasSuffix(suffix, ":dead") {
+		return nil, "", false
+	}
+	first, _, _ := strings.Cut(strings.TrimPrefix(suffix, ":"), ":")
+	for _, kd := range Kinds {
+		if first == kd.Tag {
+			return kd, name, true
+		}
+	}
+	if first == "queue" || first == "alive" { // a Mutex's, without its lock (waiters only)
+		return MutexKind, name, true
+	}
+	return nil, "", false
+}
+
+// KeySuffixes returns the suffixes of the keys every kind has, after
+// <lock>: "" (the lock itself), ":ch", ":queue", ":alive", ":dead".
+func KeySuffixes() []string { return slices.Clone(commonSuffixes) }

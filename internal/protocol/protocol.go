@@ -7,6 +7,7 @@ package protocol
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -80,4 +81,35 @@ type WakeTo struct {
 	Reserve bool   // keep a freed mutex for the waiter told (lib_mutex.lua)
 	// base and publish as script arguments, boxed once
 	BaseArg, PublishArg any
+}
+
+// HandOffMessage is the form of a release's message to the waiter it
+// handed its lock to (lib_mutex.lua's hand_off): the waiter's member,
+// which routes it (TokenOf), the hold's fence and how long the lock is
+// the waiter's from the release. docs/how-it-works.md shows it as is
+// (internal/doclint checks).
+const HandOffMessage = "<member> <fence> <ms>"
+
+// HandOff is a hand-off message read (ParseHandOff).
+type HandOff struct {
+	Fence int64 // the hold's fence: the fence counter right after the hand-off
+	MS    int64 // the lock is the waiter's for MS from the release
+}
+
+// ParseHandOff reads a hand-off message; ok is false when msg is not one.
+func ParseHandOff(msg string) (m HandOff, ok bool) {
+	f := strings.Fields(msg)
+	if len(f) != strings.Count(HandOffMessage, " ")+1 {
+		return m, false
+	}
+	var err1, err2 error
+	m.Fence, err1 = strconv.ParseInt(f[1], 10, 64)
+	m.MS, err2 = strconv.ParseInt(f[2], 10, 64)
+	return m, err1 == nil && err2 == nil && m.MS > 0
+}
+
+// HandOffMember is the member of a waiter that may be handed its lock
+// for ttl (lib_mutex.lua reads the suffix).
+func HandOffMember(member string, ttl time.Duration) string {
+	return member + ":h" + strconv.FormatInt(ttl.Milliseconds(), 10)
 }
