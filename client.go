@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/wake"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -45,7 +46,8 @@ type Client struct {
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wd     *watchdog
-	hubs   []*hub // wake-ups: one per Redis node (one but for a quorum)
+	hubs   []*wake.Hub     // wake-ups: one per Redis node (one but for a quorum)
+	nodes  []driver.Driver // the Redis nodes: one but for a quorum
 	drift  drift
 	tel    *telemetry.Telemetry
 	owner  *owners // what it records of itself for inspectors
@@ -176,7 +178,8 @@ func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.T
 		own = c.wakeTo(&protocol.Keys{}).Base + c.id
 	}
 	for _, n := range nodes {
-		c.hubs = append(c.hubs, newHub(n, cfg.sharded, own, c.id))
+		c.hubs = append(c.hubs, wake.New(n, wake.Config{Sharded: cfg.sharded, Own: own, ID: c.id, Closed: ErrClosed}))
+		c.nodes = append(c.nodes, n)
 	}
 	c.life, c.cancel = context.WithCancel(context.Background())
 	c.wd = newWatchdog(c)
@@ -201,7 +204,7 @@ func (c *Client) Close() error {
 		c.forget()
 		c.be.close()
 		for _, h := range c.hubs {
-			h.close()
+			h.Close()
 		}
 	})
 	return nil

@@ -87,7 +87,7 @@ func (c *Client) checkDeployment(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.foldFences(ctx); err != nil && len(c.hubs) == 1 {
+	if err := c.foldFences(ctx); err != nil && len(c.nodes) == 1 {
 		return err
 	}
 	return nil
@@ -99,9 +99,9 @@ func (c *Client) checkEvictions(ctx context.Context) error {
 	// Calls made while the first check is under way check too, each
 	// within its own ctx (a lock held across the check would make a short
 	// ctx wait for a long one).
-	errs := make([]error, len(c.hubs))
+	errs := make([]error, len(c.nodes))
 	var wg sync.WaitGroup
-	for i, h := range c.hubs {
+	for i, n := range c.nodes {
 		wg.Go(func() {
 			nctx := ctx
 			if q, ok := c.be.(*quorum); ok {
@@ -111,7 +111,7 @@ func (c *Client) checkEvictions(ctx context.Context) error {
 				nctx, cancel = context.WithTimeout(ctx, q.timeout)
 				defer cancel()
 			}
-			errs[i] = d.checkEviction(nctx, h.d)
+			errs[i] = d.checkEviction(nctx, n)
 		})
 	}
 	wg.Wait()
@@ -122,7 +122,7 @@ func (c *Client) checkEvictions(ctx context.Context) error {
 		}
 		unread = unread || err != nil
 	}
-	if unread && len(c.hubs) == 1 {
+	if unread && len(c.nodes) == 1 {
 		return errs[0]
 	}
 	if !unread {
@@ -198,11 +198,11 @@ func (c *Client) probePubSub(ctx context.Context, channel string) {
 		return
 	}
 	defer d.probing.Store(false)
-	answered := make([]bool, len(c.hubs))
+	answered := make([]bool, len(c.nodes))
 	var wg sync.WaitGroup
-	for i, h := range c.hubs {
+	for i, n := range c.nodes {
 		wg.Go(func() {
-			err := h.d.Do(ctx, protocol.Cmd(d.publish, channel, wakeNone)).Err
+			err := n.Do(ctx, protocol.Cmd(d.publish, channel, wakeNone)).Err
 			if isReply(err) {
 				d.pubsubRefused(d.publish+" "+channel, err)
 			}

@@ -110,10 +110,10 @@ func (c *Client) foldAll(ctx context.Context) error {
 	if c.fence == "" {
 		layout = layoutSlots
 	}
-	errs := make([]error, len(c.hubs))
+	errs := make([]error, len(c.nodes))
 	var wg sync.WaitGroup
-	for i, h := range c.hubs {
-		wg.Go(func() { errs[i] = c.foldNode(ctx, h.d, layout) })
+	for i, n := range c.nodes {
+		wg.Go(func() { errs[i] = c.foldNode(ctx, n, layout) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

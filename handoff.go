@@ -20,7 +20,7 @@ import (
 //   - What it is told: the handoff message on its Client's channel,
 //     protocol.HandOffMessage (protocol.ParseHandOff): the lock is its for ms from
 //     the release, with fence. The hub keeps a message for a waiter that
-//     is between two waits (wake.go).
+//     is between two waits (internal/wake).
 //   - What it knows of its place: every attempt that leaves it waiting in
 //     the queue is told the value of the lock's fence counter as that
 //     attempt found it (lock.lua's {0, wait, seen}); the acquire keeps

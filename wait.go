@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/wake"
 )
 
 // attemptFunc makes one acquire attempt on the backend and says what it
@@ -319,21 +320,21 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 	check func(ctx context.Context, msg string) (done bool, next time.Duration, err error)) error {
 	c.probePubSub(ctx, channel) // once per Client: are its channels granted?
 	// One wake channel, however many nodes may publish the release.
-	wake := make(chan struct{}, 1)
+	wakeUp := make(chan struct{}, 1)
 	var ready <-chan struct{}
-	var first0 *waiter // on the first node (a hand-off comes from a single node only)
+	var first0 *wake.Waiter // on the first node (a hand-off comes from a single node only)
 	listening := seen != nil
 	for i, h := range c.hubs {
-		w, err := h.join(channel, token, wake)
+		w, err := h.Join(channel, token, wakeUp)
 		if err != nil {
 			return err
 		}
-		defer h.leave(w)
+		defer h.Leave(w)
 		if ready == nil {
-			ready = w.ready // the first node's is enough to know
+			ready = w.Ready // the first node's is enough to know
 			first0 = w
 		}
-		listening = listening && seen[i] > 0 && seen[i] == w.epoch
+		listening = listening && seen[i] > 0 && seen[i] == w.Epoch
 	}
 	if listening {
 		ready = nil // no check needed: a message for us cannot have been missed
@@ -352,12 +353,12 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		case <-ready:
 			ready = nil // closed now; once is enough
 			confirmed = true
-		case <-wake:
+		case <-wakeUp:
 			woken = true
 		case <-timer.C:
 			if !confirmed && c.dep.refused.Load() == nil { // refused: no subscription to look for
 				for _, h := range c.hubs {
-					h.recheck(channel)
+					h.Recheck(channel)
 				}
 				if !told && time.Since(began) > unconfirmedFor {
 					told = true // never silently: a wait that only polls says so, once
@@ -372,14 +373,14 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		}
 		msg := ""
 		if woken {
-			msg = c.hubs[0].message(first0)
+			msg = c.hubs[0].Message(first0)
 		}
 		done, next, err := check(ctx, msg)
 		if err != nil && woken {
 			// Woken, but the check failed (its ctx ended meanwhile, say):
 			// the wake-up was not used. Put it back, and leave hands it
 			// to the next waiter; else that one sleeps out the lease.
-			poke(wake)
+			wake.Poke(wakeUp)
 		}
 		if done || err != nil {
 			return err
@@ -487,7 +488,7 @@ func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o outcom
 func (c *Client) epochs(channel string) []uint64 {
 	e := make([]uint64, len(c.hubs))
 	for i, h := range c.hubs {
-		e[i] = h.epoch(channel)
+		e[i] = h.Epoch(channel)
 	}
 	return e
 }

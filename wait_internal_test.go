@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -97,100 +96,6 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	}
 }
 
-// Confirmations cannot be counted against SUBSCRIBEs: two sent on a
-// connection that dies are answered by go-redis's one resubscription.
-// Whatever confirmation comes, a channel's waiters then check the lock,
-// or a release published before the subscription took effect is lost for
-// the holder's whole lease.
-func TestEveryConfirmationMakesWaitersCheck(t *testing.T) {
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	defer rdb.Close()
-	h := newHub(goredis.New(rdb), false, "", "id")
-	defer h.close()
-	// The pub/sub connection is up (a first channel is confirmed) before
-	// the server is paused, so that SUBSCRIBEs are written to it.
-	w0, err := h.join("other", "z", make(chan struct{}, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.leave(w0)
-	<-w0.ready
-	if err := s.Pause(); err != nil { // no confirmation comes back by itself
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Resume() }()
-	const name = "dlock:{x}:ch"
-	// A waiter comes and goes, then another comes: two SUBSCRIBEs sent.
-	w1, err := h.join(name, "a", make(chan struct{}, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.leave(w1)
-	w2, err := h.join(name, "b", make(chan struct{}, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.leave(w2)
-	// One confirmation comes: a resubscription after a reconnect answers
-	// both.
-	h.confirmed(h.shared, name)
-	select {
-	case <-w2.ready:
-	default:
-		t.Fatal("after a confirmation of its channel the waiter was not told to check the lock")
-	}
-}
-
-// A SUBSCRIBE that meets a connection killed a moment before is sent
-// again: go-redis's reconnect, made inside that failed call, subscribes the
-// new connection only to the channels it had before.
-func TestSubscribeOnAKilledConnectionIsSentAgain(t *testing.T) {
-	s := redistest.StartT(t, redistest.Options{})
-	rdb, admin := s.Client(), s.Client()
-	defer rdb.Close()
-	defer admin.Close()
-	h := newHub(goredis.New(rdb), false, "", "id")
-	defer h.close()
-	ctx := context.Background()
-	w0, err := h.join("other", "z", make(chan struct{}, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.leave(w0)
-	<-w0.ready
-	missing := 0
-	for i := range 40 {
-		if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
-			t.Fatal(err)
-		}
-		name := "ch-" + strconv.Itoa(i)
-		w, err := h.join(name, "a", make(chan struct{}, 1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Polls the server's state: with the bug no signal ever comes.
-		subscribed := false
-		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			n, err := admin.PubSubNumSub(ctx, name).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n[name] > 0 {
-				subscribed = true
-				break
-			}
-		}
-		if !subscribed {
-			missing++
-		}
-		h.leave(w)
-	}
-	if missing > 0 {
-		t.Fatalf("%d of 40 channels never subscribed after a connection kill", missing)
-	}
-}
-
 // A waiter handed the lock that gives up before it takes it (its ctx
 // ended as the release came) passes it on to the next waiter: leaving
 // never leaves the lock held by nobody.
@@ -233,12 +138,12 @@ func TestMessageBeforeJoinIsKept(t *testing.T) {
 
 	// Another waiter keeps the Client's own channel subscribed.
 	other := make(chan struct{}, 1)
-	w0, err := c.hubs[0].join(own, "z", other)
+	w0, err := c.hubs[0].Join(own, "z", other)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.hubs[0].leave(w0)
-	<-w0.ready
+	defer c.hubs[0].Leave(w0)
+	<-w0.Ready
 
 	// The waiter's attempt has been made (the epochs are read before
 	// it); the release that names it comes before it joins.

@@ -1,4 +1,9 @@
-package dlock
+// Package wake wakes waiting acquires when their turn comes: a Hub per
+// Redis node keeps the pub/sub subscriptions of a Client's waits and
+// routes each message to the waiter it names (or, for a broadcast, to
+// every waiter of the channel). It imports only the driver seam and
+// internal/protocol.
+package wake
 
 import (
 	"context"
@@ -12,10 +17,10 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// hub wakes waiting acquires when their turn comes. A waiter registered in
+// Hub wakes waiting acquires when their turn comes. A waiter registered in
 // Redis is told on its Client's own channel (Client.wakeTo), by a message
 // naming it; a latch's waiters, an RWMutex's readers and script-free
-// mutexes listen on their lock's channel for broadcasts. The hub
+// mutexes listen on their lock's channel for broadcasts. The Hub
 // subscribes to a channel when it first has a waiter here; it unsubscribes
 // when the last one leaves, except from the Client's own channel on a
 // single node, which it keeps until Close (waits come and go; one
@@ -31,11 +36,12 @@ import (
 // A notification is only a hint: a waiter also wakes when the holder's
 // lease would have run out, so a message lost to a reconnect or a failover
 // costs at most that lease's remaining time.
-type hub struct {
-	d       driver.Driver
-	sharded bool
-	own     string // the Client's own channel, kept once subscribed ("" on a cluster)
-	id      string // the Client's id: its channels end with ":wake:<id>"
+type Hub struct {
+	d         driver.Driver
+	sharded   bool
+	own       string // the Client's own channel, kept once subscribed ("" on a cluster)
+	id        string // the Client's id: its channels end with ":wake:<id>"
+	closedErr error
 
 	mu       sync.Mutex
 	shared   *psConn              // single node: the one connection
@@ -50,7 +56,7 @@ type hub struct {
 // listeners is this hub's state of one lock's pub/sub channel: who waits
 // on it here, and its subscription.
 type listeners struct {
-	waiters   []*waiter // in arrival order
+	waiters   []*Waiter // in arrival order
 	ready     chan struct{}
 	confirms  uint64 // confirmations of the subscription so far
 	conn      *psConn
@@ -70,18 +76,18 @@ type nodeConn struct {
 	channels int
 }
 
-// waiter is one waiting acquire.
-type waiter struct {
+// Waiter is one waiting acquire.
+type Waiter struct {
 	name  string
 	token string          // the owner token it is trying to acquire with
-	ready <-chan struct{} // closed once the subscription is confirmed
-	epoch uint64          // the subscription's confirmations when it joined
+	Ready <-chan struct{} // closed once the subscription is confirmed
+	Epoch uint64          // the subscription's confirmations when it joined
 	wake  chan struct{}   // its turn came (buffer of one; may be shared by hubs)
 	msg   string          // the last message naming it (a hand-off carries the lock)
 }
 
-// message returns and forgets the last message that named w.
-func (h *hub) message(w *waiter) string {
+// Message returns and forgets the last message that named w.
+func (h *Hub) Message(w *Waiter) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := w.msg
@@ -89,16 +95,25 @@ func (h *hub) message(w *waiter) string {
 	return m
 }
 
-func newHub(d driver.Driver, sharded bool, own, id string) *hub {
-	return &hub{d: d, sharded: sharded, own: own, id: id,
+// Config is what a Hub is told of its Client.
+type Config struct {
+	Sharded bool   // sharded pub/sub: SSUBSCRIBE, a connection per cluster node
+	Own     string // the Client's own channel, kept once subscribed ("" on a cluster)
+	ID      string // the Client's id: its channels end with ":wake:<id>"
+	Closed  error  // what Join returns once the hub is closed
+}
+
+// New makes the hub of node d.
+func New(d driver.Driver, cfg Config) *Hub {
+	return &Hub{d: d, sharded: cfg.Sharded, own: cfg.Own, id: cfg.ID, closedErr: cfg.Closed,
 		waiting: make(map[string]*listeners), nodes: make(map[string]*nodeConn)}
 }
 
-// epoch is how many times the subscription to a channel has been
+// Epoch is how many times the subscription to a channel has been
 // confirmed (0: it is not subscribed). A waiter that registered in Redis
 // after it read a count, and joins with the same count, was listening
 // when it registered: a message for it cannot have been missed.
-func (h *hub) epoch(name string) uint64 {
+func (h *Hub) Epoch(name string) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ch := h.waiting[name]; ch != nil {
@@ -107,14 +122,14 @@ func (h *hub) epoch(name string) uint64 {
 	return 0
 }
 
-// join registers a waiter on the named channel, subscribing to it if it
+// Join registers a waiter on the named channel, subscribing to it if it
 // is the channel's first waiter here. It does not wait for the
 // subscription: the waiter's ready channel closes when it is confirmed.
-func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
+func (h *Hub) Join(name, token string, wake chan struct{}) (*Waiter, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, ErrClosed
+		return nil, h.closedErr
 	}
 	ch := h.waiting[name]
 	if ch == nil {
@@ -143,7 +158,7 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 			}
 		})
 	}
-	w := &waiter{name: name, token: token, ready: ch.ready, epoch: ch.confirms, wake: wake}
+	w := &Waiter{name: name, token: token, Ready: ch.ready, Epoch: ch.confirms, wake: wake}
 	ch.waiters = append(ch.waiters, w)
 	if token != "" {
 		ch.claim(w)
@@ -151,9 +166,9 @@ func (h *hub) join(name, token string, wake chan struct{}) (*waiter, error) {
 	return w, nil
 }
 
-// leave removes a waiter. A wake-up it received but did not use goes to
-// the next waiter; the last waiter to leave unsubscribes.
-func (h *hub) leave(w *waiter) {
+// Leave removes a waiter. A wake-up it received but did not use goes to
+// the next waiter; the last waiter to Leave unsubscribes.
+func (h *Hub) Leave(w *Waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[w.name]
@@ -193,7 +208,7 @@ func (h *hub) leave(w *waiter) {
 // its own if alone): it closes a connection of its own, or its node's
 // when no other channel is on it, and reports whether it closed one (its
 // receive loop ends then). h.mu is held.
-func (h *hub) detach(conn *psConn, node *nodeConn, alone bool) bool {
+func (h *Hub) detach(conn *psConn, node *nodeConn, alone bool) bool {
 	switch {
 	case alone:
 		h.send(func() { _ = conn.Close() })
@@ -210,7 +225,7 @@ func (h *hub) detach(conn *psConn, node *nodeConn, alone bool) bool {
 
 // attach gives a sharded channel the connection to node addr, opening
 // it on first use. h.mu is held.
-func (h *hub) attach(ch *listeners, addr string) {
+func (h *Hub) attach(ch *listeners, addr string) {
 	n := h.nodes[addr]
 	if n == nil {
 		n = &nodeConn{addr: addr, conn: h.open(addr)}
@@ -228,7 +243,7 @@ func (h *hub) attach(ch *listeners, addr string) {
 // or leave, or the delivery of wake-ups, which wait for h.mu. The waiter's
 // ready channel and timer cover the time until the subscription takes
 // effect. h.mu is held.
-func (h *hub) send(op func()) {
+func (h *Hub) send(op func()) {
 	h.ops = append(h.ops, op)
 	if h.sending {
 		return
@@ -256,7 +271,7 @@ func (h *hub) send(op func()) {
 // that serves its slot, opening it on first use. When the node cannot be
 // told (no slot map yet), the channel gets a connection of its own
 // instead, which the driver opens to the channel's node. h.mu is held.
-func (h *hub) openNode(ctx context.Context, ch *listeners, name string) {
+func (h *Hub) openNode(ctx context.Context, ch *listeners, name string) {
 	addr, err := h.d.NodeOf(ctx, name)
 	if err != nil {
 		ch.conn, ch.node, ch.alone = h.open(""), nil, true // no channel yet: nothing sent
@@ -273,7 +288,7 @@ func (ch *listeners) wakeOne() {
 	if len(ch.waiters) == 0 {
 		return
 	}
-	poke(ch.waiters[0].wake)
+	Poke(ch.waiters[0].wake)
 }
 
 // wake wakes the waiters that match: every one, or those with the token,
@@ -287,7 +302,7 @@ func (ch *listeners) wake(token, msg string) bool {
 			if token != "" {
 				w.msg = msg
 			}
-			poke(w.wake)
+			Poke(w.wake)
 		}
 	}
 	return woken
@@ -322,7 +337,7 @@ func (ch *listeners) keep(token, msg string) {
 }
 
 // claim gives w the last message kept for its token, if any, and wakes it.
-func (ch *listeners) claim(w *waiter) {
+func (ch *listeners) claim(w *Waiter) {
 	found := false
 	ch.kept = slices.DeleteFunc(ch.kept, func(u unclaimed) bool {
 		if u.token != w.token {
@@ -332,13 +347,13 @@ func (ch *listeners) claim(w *waiter) {
 		return true
 	})
 	if found {
-		poke(w.wake)
+		Poke(w.wake)
 	}
 }
 
-// poke wakes whoever waits on wake, a channel with a buffer of one; a
+// Poke wakes whoever waits on wake, a channel with a buffer of one; a
 // wake-up already pending is enough.
-func poke(wake chan struct{}) {
+func Poke(wake chan struct{}) {
 	select {
 	case wake <- struct{}{}:
 	default:
@@ -350,7 +365,7 @@ type psConn struct{ driver.PubSub }
 
 // open opens a pub/sub connection to node ("": the driver's choice),
 // whose events come to the hub. h.mu is held.
-func (h *hub) open(node string) *psConn {
+func (h *Hub) open(node string) *psConn {
 	c := &psConn{}
 	c.PubSub = h.d.PubSub(node, h.sharded, func(e driver.Event) {
 		switch {
@@ -375,7 +390,7 @@ func (h *hub) open(node string) *psConn {
 // of an earlier SUBSCRIBE of the channel, since unsubscribed) costs an
 // extra check, and the confirmation of the latest SUBSCRIBE, which comes
 // after it took effect, makes them check again.
-func (h *hub) confirmed(c *psConn, name string) {
+func (h *Hub) confirmed(c *psConn, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[name]
@@ -410,7 +425,7 @@ const (
 
 // moved handles the end of a sharded channel's subscription that the
 // server made (see "Topology").
-func (h *hub) moved(c *psConn, name string) {
+func (h *Hub) moved(c *psConn, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[name]
@@ -426,7 +441,7 @@ func (h *hub) moved(c *psConn, name string) {
 // driver forgot the channel), so past within it follows the answer as it
 // is; else (a subscription never confirmed) it stays unless the node
 // changed. h.mu is held.
-func (h *hub) move(ch *listeners, name string, within time.Duration, ended bool) {
+func (h *Hub) move(ch *listeners, name string, within time.Duration, ended bool) {
 	ch.moving = true
 	old := ""
 	if ch.node != nil {
@@ -449,7 +464,7 @@ func (h *hub) move(ch *listeners, name string, within time.Duration, ended bool)
 // nodeAfter returns the node that serves name's slot once the driver
 // knows it is not old ("" if it cannot tell), or its answer after within
 // (one lookup for 0); sooner if the hub closes.
-func (h *hub) nodeAfter(name, old string, within time.Duration) string {
+func (h *Hub) nodeAfter(name, old string, within time.Duration) string {
 	deadline := time.Now().Add(within)
 	pause := movedFirst
 	for {
@@ -474,7 +489,7 @@ func (h *hub) nodeAfter(name, old string, within time.Duration) string {
 // follow moves ch to the connection of node addr ("": one of its own, to
 // the node of its first channel) and subscribes it there, if it still has
 // waiters here; ended as for move.
-func (h *hub) follow(ch *listeners, name, addr string, ended bool) {
+func (h *Hub) follow(ch *listeners, name, addr string, ended bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch.moving = false
@@ -499,13 +514,13 @@ func (h *hub) follow(ch *listeners, name, addr string, ended bool) {
 	}
 }
 
-// recheck is for a wait whose subscription has not been confirmed for a
+// Recheck is for a wait whose subscription has not been confirmed for a
 // while (see waitLoop): on a cluster, a SUBSCRIBE that reached a node
 // after the channel's slot had moved away is refused there (MOVED) and
 // never confirmed, and nothing else tells. If the slot's node, looked up
 // again, is not the channel's connection's, the channel moves there (see
 // "Topology"). At most once per recheckEvery per channel.
-func (h *hub) recheck(name string) {
+func (h *Hub) Recheck(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[name]
@@ -528,7 +543,7 @@ const recheckEvery = time.Second
 // latch opened, a writer left), "one" wakes one (a script-free mutex was
 // released), and anything else is the member of the waiter whose turn it
 // is, '<client id>:<token>[:<permits>]', woken if it still waits.
-func (h *hub) notify(c *psConn, name, payload string) {
+func (h *Hub) notify(c *psConn, name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.waiting[name]
@@ -548,8 +563,8 @@ func (h *hub) notify(c *psConn, name, payload string) {
 	}
 }
 
-// close closes every pub/sub connection and waits for the receive loops.
-func (h *hub) close() {
+// Close closes every pub/sub connection and waits for the receive loops.
+func (h *Hub) Close() {
 	h.mu.Lock()
 	h.closed = true
 	var conns []*psConn
