@@ -25,9 +25,9 @@ import (
 // that matches ctx.Err() and is a *lateCall: the command may still run on
 // the server, and lateCall.done closes when go-redis is done with it (a
 // reply, or its own timeout). The acquire path waits for that before it
-// undoes what the call may have granted (the root's wait.go), so that the undoing
-// cannot run on the server before the grant does. A result a caller gave
-// up on is not read by anybody.
+// undoes what the call may have granted (the root's wait.go), so that the
+// undoing cannot run on the server before the grant does. A result a
+// caller gave up on is not read by anybody.
 //
 // Batched. While maxBatches batches are in flight, single commands (Do)
 // from other goroutines queue; when one returns, the goroutine that sent
