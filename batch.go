@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -24,8 +25,8 @@ func runBatch(ctx context.Context, d driver.Driver, calls []protocol.Call, sync 
 		out = sendBatch(ctx, conn.Pipeline, calls, sync)
 		return nil
 	})
-	if err != nil { // out is not ours to read when ctx ended (gaveUp)
-		return failedAll(len(calls), err)
+	if err != nil { // out is not ours to read when ctx ended (transport.GaveUp)
+		return transport.FailedAll(len(calls), err)
 	}
 	return out
 }
@@ -79,13 +80,4 @@ func firstErr(rs []driver.Reply) error {
 		}
 	}
 	return nil
-}
-
-// failedAll returns n replies that failed with err.
-func failedAll(n int, err error) []driver.Reply {
-	out := make([]driver.Reply, n)
-	for i := range out {
-		out[i] = protocol.FailedReply(err)
-	}
-	return out
 }

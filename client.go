@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
 
 	"github.com/dlock-go/dlock/driver"
@@ -111,7 +112,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	tel := newTelemetry(cfg)
 	dep := newDeployment(cfg, tel)
-	rdb := stack(d, dep)
+	rdb := transport.Stack(d, dep)
 	var be backend
 	if cfg.noScripts {
 		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}

@@ -25,7 +25,7 @@ import (
 //     error in its receive loop (PubSub.Subscribe only sends the command;
 //     ChannelWithSubscriptions's goroutine swallows the error reply), so the
 //     hub cannot see it. Scripts therefore publish through pcall and report a
-//     refusal in their reply (scripts/lib.lua; the reporter in stack.go), and a Client
+//     refusal in their reply (scripts/lib.lua; the reporter of internal/transport), and a Client
 //     probes its wake-up channel with one PUBLISH at its first wait. Once
 //     either has seen a refusal, the Client warns once, Health reports it,
 //     and its waits poll (poller) instead of sleeping until the next renewal
@@ -243,14 +243,20 @@ func (d *deployment) pubsubRefused(what string, cause error) {
 	}
 }
 
-// commandRefused logs once, per refusal, that the Client's ACL user may
-// not run a command dlock sends (err from the reply to cmd): the caller
+// PublishRefused records that the server refused a script's publish
+// (err): the driver stack read it in the script's reply
+// (transport.Reports).
+func (d *deployment) PublishRefused(err error) { d.pubsubRefused("a script's "+d.publish, err) }
+
+// CommandRefused logs once, per refusal, that the Client's ACL user may
+// not run a command dlock sends (err from the reply to cmd; the driver
+// stack tells it of every reply: transport.Reports): the caller
 // gets the error, but some calls that meet one go on in the background
 // (the bury of a given-up wait, an undo, a renewal), where it would be
 // silent. A refused PUBLISH is pubsubRefused's; a key or a channel
 // refused is not a command refused (a user limited to some locks meets
 // those by design).
-func (d *deployment) commandRefused(cmd driver.Command, err error) {
+func (d *deployment) CommandRefused(cmd driver.Command, err error) {
 	if err == nil || !isReply(err) {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -386,7 +387,7 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	})
 	ok, err := r.Int64()
 	if err != nil {
-		h.mayHaveSet(start, d, seq, settled(err))
+		h.mayHaveSet(start, d, seq, transport.Settled(err))
 		return redisErr("extend", h.k.Name, err)
 	}
 	if ok != 1 {

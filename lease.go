@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/transport"
+
 	"go.opentelemetry.io/otel/codes"
 )
 
@@ -55,7 +57,7 @@ func (l *Lease) Done() <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.done == nil {
 		if l.err != nil {
-			return closedChan
+			return transport.Closed()
 		}
 		l.done = make(chan struct{})
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -155,7 +156,7 @@ func transaction(ctx context.Context, d driver.Driver, key string, cmds ...drive
 		return err
 	})
 	if err != nil {
-		return nil, err // out is not ours to read if ctx ended (gaveUp)
+		return nil, err // out is not ours to read if ctx ended (transport.GaveUp)
 	}
 	if out == nil {
 		return nil, errTxFailed // no WATCH: cannot happen
@@ -308,7 +309,7 @@ func compareAndDo(ctx context.Context, r driver.Driver, key, want string, atLeas
 			done = err == nil
 			return err
 		})
-		if gaveUp(err) {
+		if transport.GaveUp(err) {
 			return false, err // done is not ours to read: fn may still run
 		}
 		if !aborted {

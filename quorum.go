@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -85,7 +86,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	tel := newTelemetry(cfg)
 	dep := newDeployment(cfg, tel)
 	for i, n := range rs {
-		rs[i] = stack(n, dep)
+		rs[i] = transport.Stack(n, dep)
 	}
 	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
@@ -354,7 +355,7 @@ func (q *quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []undo
 	}
 	for _, f := range t.failed {
 		node := []int{f.Node}
-		steps = append(steps, undoStep{settled(f.Err), func(ctx context.Context) error {
+		steps = append(steps, undoStep{transport.Settled(f.Err), func(ctx context.Context) error {
 			if err := firstErr(q.fanout(ctx, node, bury)); err != nil {
 				return err
 			}

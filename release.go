@@ -144,7 +144,7 @@ func graced(ctx context.Context) (context.Context, context.CancelFunc) {
 // undoLater runs undo in the background — undoing what an acquire may
 // have left in Redis: a hold, a place in a queue — once after has closed:
 // the call that may have left it can no longer run on the server (see
-// lateCall), so the undoing cannot come first. Each try gets a ctx
+// transport.Settled), so the undoing cannot come first. Each try gets a ctx
 // bounded by cleanupTimeout.
 //
 // It tries again, with backoff, until undo succeeds: a server that does

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
@@ -114,13 +115,13 @@ type unsettled struct {
 }
 
 // failed records an attempt that failed with err, its outcome unknown.
-func (o *unsettled) failed(err error) { o.unknown, o.settled = true, settled(err) }
+func (o *unsettled) failed(err error) { o.unknown, o.settled = true, transport.Settled(err) }
 
 // after closes when what an acquire left may be undone: at once, unless
 // an attempt given up on may still run.
 func (o *unsettled) after() <-chan struct{} {
 	if o.settled == nil {
-		return closedChan
+		return transport.Closed()
 	}
 	return o.settled
 }
@@ -139,7 +140,7 @@ func (a *acquisition) each(ctx context.Context, mk func(p part) protocol.Call) e
 // What an acquire that ends without the lock may have left in Redis — a
 // hold taken by an attempt whose outcome is unknown (a Redis error, a
 // reply that came after ctx ended), a place in a queue — is undone once
-// that attempt can no longer run on the server (see lateCall): before run
+// that attempt can no longer run on the server (transport.Settled): before run
 // returns when Redis answers within undoGrace, else in the background
 // (Client.undo). So no lock is left held by nobody, and run returns as
 // soon as ctx ends.
@@ -409,7 +410,7 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	o, err := a.attempt(ctx, queued, !a.last.sent.IsZero())
 	for _, g := range o.giveBack {
 		if g.after == nil {
-			a.c.undo(ctx, closedChan, a.ttl(), g.undo)
+			a.c.undo(ctx, transport.Closed(), a.ttl(), g.undo)
 		} else {
 			a.c.undoLater(g.after, a.ttl(), g.undo)
 		}

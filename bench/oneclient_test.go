@@ -260,7 +260,7 @@ func oneClient(lk locker, g int) func(*testing.B) {
 		// request's (-oneclient.ctx: see newCtx); a stall cancels it and
 		// the stuck calls are made again with the next. dlock runs each
 		// round trip on a goroutine of its own when the ctx can end
-		// (pipeline.go): context.Background() is cheaper for it.
+		// (internal/transport): context.Background() is cheaper for it.
 		ctxs := newRunCtx()
 		defer ctxs.cancel()
 		since := make([]atomic.Int64, g)

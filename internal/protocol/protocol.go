@@ -29,7 +29,7 @@ const (
 
 // RefusedMark starts the reply of a script whose publish was refused:
 // {RefusedMark, error, reply} (see publish in scripts/lib.lua and
-// reporter.unwrap in stack.go).
+// the reporter of internal/transport).
 const RefusedMark = "dlock:refused"
 
 // Wake messages, published on a lock's channel (script-free mutexes,

@@ -1,4 +1,4 @@
-package dlock
+package transport
 
 import (
 	"cmp"
@@ -25,9 +25,9 @@ import (
 // that matches ctx.Err() and is a *lateCall: the command may still run on
 // the server, and lateCall.done closes when go-redis is done with it (a
 // reply, or its own timeout). The acquire path waits for that before it
-// undoes what the call may have granted (wait.go), so that the undoing
-// cannot run on the server before the grant does. A result a caller gave
-// up on is not read by anybody.
+// undoes what the call may have granted (the root's wait.go), so that the
+// undoing cannot run on the server before the grant does. A result a
+// caller gave up on is not read by anybody.
 //
 // Batched. While maxBatches batches are in flight, single commands (Do)
 // from other goroutines queue; when one returns, the goroutine that sent
@@ -77,24 +77,37 @@ type lateCall struct {
 func (e *lateCall) Error() string { return e.err.Error() }
 func (e *lateCall) Unwrap() error { return e.err }
 
-// gaveUp reports whether err is a lateCall's: the caller gave up on the
+// GaveUp reports whether err is a lateCall's: the caller gave up on the
 // call (see within), and must not read what the call writes.
-func gaveUp(err error) bool {
+func GaveUp(err error) bool {
 	_, ok := errors.AsType[*lateCall](err)
 	return ok
 }
 
-// settled returns a channel that closes when the call that failed with
+// Settled returns a channel that closes when the call that failed with
 // err can no longer run on the server, as far as this side can tell: at
 // once, unless err is a lateCall's.
-func settled(err error) <-chan struct{} {
+func Settled(err error) <-chan struct{} {
 	if l, ok := errors.AsType[*lateCall](err); ok {
 		return l.done
 	}
 	return closedChan
 }
 
+// Closed returns a channel that is closed: the Settled of a call that
+// cannot run on the server any more (one channel, made once).
+func Closed() <-chan struct{} { return closedChan }
+
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// FailedAll returns n replies that failed with err.
+func FailedAll(n int, err error) []driver.Reply {
+	out := make([]driver.Reply, n)
+	for i := range out {
+		out[i] = protocol.FailedReply(err)
+	}
+	return out
+}
 
 // within runs f, a round trip to Redis, and returns its result, or, when
 // ctx ends first, the zero value and a *lateCall while f goes on in the
@@ -153,7 +166,7 @@ func (p *pipelined) Pipeline(ctx context.Context, cmds []driver.Command) []drive
 	}
 	out, err := within(ctx, func() []driver.Reply { return p.Driver.Pipeline(ctx, cmds) })
 	if err != nil {
-		return failedAll(len(cmds), err)
+		return FailedAll(len(cmds), err)
 	}
 	return out
 }
