@@ -171,7 +171,8 @@ func TestCallIsBoundByItsCtx(t *testing.T) {
 	go func() { got <- p.Do(ctx, protocol.Keyed("SET", key, "late")) }()
 	<-d.entered
 	// Sampling, not synchronisation: go-redis writes the command (to a
-	// connection of its pool) soon after its Do starts.
+	// connection of its pool) soon after its Do starts; the test holds
+	// whether it did or not (see the GET below).
 	time.Sleep(20 * time.Millisecond)
 	cancel()
 	var r driver.Reply
@@ -195,8 +196,10 @@ func TestCallIsBoundByItsCtx(t *testing.T) {
 	if n := d.returned.Load(); n != 1 {
 		t.Fatalf("settled, but the driver's Do returned %d times; want 1", n)
 	}
-	if v := p.Do(context.Background(), protocol.Keyed("GET", key)); v.Val != "late" {
-		t.Fatalf("GET after the late SET: %v, %v; want late", v.Val, v.Err)
+	// The SET ran when the server went on, unless go-redis saw the ctx
+	// end before it wrote it (a loaded machine): then nothing ran.
+	if v := p.Do(context.Background(), protocol.Keyed("GET", key)); v.Err != nil || v.Val != "late" && v.Val != nil {
+		t.Fatalf("GET after the late SET: %v, %v; want late, or nothing if it was never written", v.Val, v.Err)
 	}
 }
 
