@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
@@ -20,55 +21,53 @@ var (
 	// found it taken, or a Lock's wait ended (its context was cancelled or
 	// timed out) before the lock came free. An error from a wait that ended
 	// with its context also matches ctx.Err() under errors.Is.
-	ErrNotObtained = errors.New("dlock: lock not obtained")
+	ErrNotObtained = errs.NotObtained
 
 	// ErrNotHeld means the caller does not hold the lock it tried to
 	// release, extend or inspect: the lease was already unlocked, or lost.
-	ErrNotHeld = errors.New("dlock: lock not held")
+	ErrNotHeld = errs.NotHeld
 
 	// ErrLeaseLost is a lease's Err once it may have ended without an
 	// Unlock: a renewal found the key gone or owned by another, no renewal
 	// was confirmed before the lease's local deadline, or a fixed lease ran
 	// out. Another owner may hold the lock from that moment on.
-	ErrLeaseLost = errors.New("dlock: lease lost")
+	ErrLeaseLost = errs.LeaseLost
 
 	// ErrUnlocked is a lease's Err after its Unlock succeeded.
-	ErrUnlocked = errors.New("dlock: lease unlocked")
+	ErrUnlocked = errs.Unlocked
 
 	// ErrClosed is returned by calls on a closed Client, and is the Err of
 	// leases that were still held when their Client was closed.
-	ErrClosed = errors.New("dlock: client closed")
+	ErrClosed = errs.Closed
 
 	// ErrReplicaSync means fewer replicas than WithReplicaSync asks for
 	// acknowledged a grant in time. An acquire that fails with it has been
 	// released.
-	ErrReplicaSync = errors.New("dlock: not acknowledged by enough replicas")
+	ErrReplicaSync = errs.ReplicaSync
 
 	// ErrEvictionPolicy is returned by a Client's first Lock or TryLock
 	// when a server's maxmemory-policy may evict keys (anything but
 	// noeviction): an evicted lock lets a second owner in, an evicted fence
 	// counter issues the same fences again. Set maxmemory-policy
 	// noeviction, or accept the risk with WithEvictionRisk.
-	ErrEvictionPolicy = errors.New("dlock: the server may evict lock keys")
+	ErrEvictionPolicy = errs.EvictionPolicy
 
 	// ErrPubSubRefused is matched by Client.Health's error once the server
 	// refused the Client's PUBLISH or SUBSCRIBE (an ACL user without the
 	// channels &<prefix>:*): releases wake nobody, and waits poll.
-	ErrPubSubRefused = errors.New("dlock: pub/sub refused by the server")
+	ErrPubSubRefused = errs.PubSubRefused
 
 	// ErrInvalidArgument is wrapped by every error about bad input: an
 	// empty lock name, a TTL out of range, a nil context or client.
-	ErrInvalidArgument = errors.New("dlock: invalid argument")
+	ErrInvalidArgument = errs.InvalidArgument
 
 	// ErrNoLeader is returned by Election.Leader when nobody leads the
 	// election.
-	ErrNoLeader = errors.New("dlock: no leader")
+	ErrNoLeader = errs.NoLeader
 )
 
 // invalid returns an error wrapping ErrInvalidArgument with a description.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
+func invalid(format string, args ...any) error { return errs.Invalid(format, args...) }
 
 // waitEnded is the error of a wait cut short by its context: it matches
 // ErrNotObtained and the context's error.

@@ -1,0 +1,29 @@
+// Package errs holds the values of dlock's sentinel errors, which the
+// root package exports (dlock.ErrNotObtained is errs.NotObtained), so that
+// the internal packages can return them without importing the root; and
+// the helpers that wrap them.
+package errs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The sentinel errors; their documentation is the root's (errors.go).
+var (
+	NotObtained     = errors.New("dlock: lock not obtained")                   // dlock.ErrNotObtained
+	NotHeld         = errors.New("dlock: lock not held")                       // dlock.ErrNotHeld
+	LeaseLost       = errors.New("dlock: lease lost")                          // dlock.ErrLeaseLost
+	Unlocked        = errors.New("dlock: lease unlocked")                      // dlock.ErrUnlocked
+	Closed          = errors.New("dlock: client closed")                       // dlock.ErrClosed
+	ReplicaSync     = errors.New("dlock: not acknowledged by enough replicas") // dlock.ErrReplicaSync
+	EvictionPolicy  = errors.New("dlock: the server may evict lock keys")      // dlock.ErrEvictionPolicy
+	PubSubRefused   = errors.New("dlock: pub/sub refused by the server")       // dlock.ErrPubSubRefused
+	InvalidArgument = errors.New("dlock: invalid argument")                    // dlock.ErrInvalidArgument
+	NoLeader        = errors.New("dlock: no leader")                           // dlock.ErrNoLeader
+)
+
+// Invalid returns an error wrapping InvalidArgument with a description.
+func Invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", InvalidArgument, fmt.Sprintf(format, args...))
+}
