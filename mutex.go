@@ -160,7 +160,7 @@ type mutexProto struct {
 }
 
 // The protocol's methods return the script calls (a quorum fans them
-// out; an Election rewrites them); the op-typed ones are the protocol
+// out; an Election builds on their args); the op-typed ones are the protocol
 // interfaces' (protocol.go).
 
 func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
