@@ -11,7 +11,8 @@
 -- ARGV[2]  (go: Wake) publish command (PUBLISH or SPUBLISH)
 -- ARGV[3]  (go: ID) the ForceUnlock's id
 -- ARGV[4]  (go: ReceiptTTL) its receipt's TTL in ms
--- ARGV[5]  (go: Observers, if Election) an Election's observers' channel, told 'all' (absent for a mutex)
+-- ARGV[5]  (go: Observers, if Election) an Election's observers' channel,
+--          told 'all' (absent for a mutex)
 --
 -- Returns  1 if there was a lock to free, 0 if not
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

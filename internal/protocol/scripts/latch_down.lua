@@ -6,11 +6,14 @@
 -- KEYS[2]  (go: Calls) calls
 -- KEYS[3]  (go: PrevCalls) the last phase's calls (see
 --          latch_set.lua)
--- ARGV[1]  (go: ID) the call's id: random, one per CountDown or CountDownOnce call
--- ARGV[2]  (go: Phase) the phase the call belongs to: the id of the TrySetCount that
---          began it ('' for a latch set by an older dlock), or '?' when
---          the caller does not know it yet (nothing is counted then)
--- ARGV[3]  (go: Once) the CountDownOnce id, counted once per phase; '' for CountDown
+-- ARGV[1]  (go: ID) the call's id: random, one per CountDown or CountDownOnce
+--          call
+-- ARGV[2]  (go: Phase) the phase the call belongs to: the id of the
+--          TrySetCount that began it ('' for a latch set by an older dlock),
+--          or '?' when the caller does not know it yet (nothing is counted
+--          then)
+-- ARGV[3]  (go: Once) the CountDownOnce id, counted once per phase; '' for
+--          CountDown
 -- ARGV[4]  (go: Channel) channel
 -- ARGV[5]  (go: Publish) publish command (PUBLISH or SPUBLISH)
 --

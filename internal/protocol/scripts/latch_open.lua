@@ -5,7 +5,8 @@
 --
 -- KEYS[1]  (go: Lock) count
 -- KEYS[2]  (go: IDs) the ids set of an older dlock's CountDownOnce
--- KEYS[3]  (go: Dead) dead (the lock's <lock>:dead set): where the receipt is left
+-- KEYS[3]  (go: Dead) dead (the lock's <lock>:dead set): where the receipt is
+--          left
 -- ARGV[1]  (go: Channel) channel
 -- ARGV[2]  (go: Publish) publish command (PUBLISH or SPUBLISH)
 -- ARGV[3]  (go: ID) the ForceUnlock's id

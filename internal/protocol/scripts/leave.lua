@@ -9,8 +9,8 @@
 -- ARGV[1]  (go: Member) the waiter's member
 -- ARGV[2]  (go: Wake) channel base
 -- ARGV[3]  (go: Wake) publish command (PUBLISH or SPUBLISH)
--- ARGV[4]  (go: Reserve) '1' to hand the lock on or keep it for the next waiter (not on
---          a quorum)
+-- ARGV[4]  (go: Reserve) '1' to hand the lock on or keep it for the next
+--          waiter (not on a quorum)
 --
 -- Returns  1
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

@@ -5,7 +5,8 @@
 --             lib_queue.lua)
 -- KEYS[5i-2]  (go: Queue) its queue
 -- KEYS[5i-1]  (go: Alive) its alive set (see lib_queue.lua)
--- KEYS[5i]    (go: Dead) its dead set: tokens whose acquire was given up on (bury.lua)
+-- KEYS[5i]    (go: Dead) its dead set: tokens whose acquire was given up on
+--             (bury.lua)
 -- ARGV[1]     (go: Token) owner token (the same for every mutex of the set)
 -- ARGV[2]     (go: Member) the waiter's member; '' to take no place (TryLock)
 -- ARGV[3]     (go: PlaceTTL) place TTL in milliseconds; 0 to take no place

@@ -6,7 +6,8 @@
 -- KEYS[2]  (go: Mark) the node's mark: set once its counters are known to be at
 --          least every fence issued; a restart without persistence loses
 --          it with the counters
--- ARGV[1]  (go: Fence) the value to raise the counter to, a decimal integer >= 0
+-- ARGV[1]  (go: Fence) the value to raise the counter to, a decimal integer
+--          >= 0
 -- ARGV[2]  (go: Mark) '1' to mark the node
 --
 -- Returns  {marked, counter}: 1 if the node was marked before this call,

@@ -5,8 +5,8 @@
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: Side) 'r' for a read hold, 'w' for the write hold
 -- ARGV[3]  (go: TTL) lease TTL in milliseconds
--- ARGV[4]  (go: Exact) '1' to set the hold's TTL to exactly ARGV[3] (Extend); '0' to
---          make it at least that (a watchdog renewal, which must not
+-- ARGV[4]  (go: Exact) '1' to set the hold's TTL to exactly ARGV[3] (Extend);
+--          '0' to make it at least that (a watchdog renewal, which must not
 --          shorten what an Extend lengthened)
 -- ARGV[5]  (go: Seq) the call's place in the hold's sequence (in_order in
 --          lib_queue.lua): a renewal or Extend older than a command of the

@@ -13,8 +13,10 @@
 -- ARGV[2]  (go: TTL) lease TTL in milliseconds
 -- ARGV[3]  (go: Permits) permits wanted, n >= 1
 -- ARGV[4]  (go: Capacity) capacity to set if the semaphore has none yet
--- ARGV[5]  (go: Member) the waiter's member ('<client id>:<token>:<n>'); '' for none
--- ARGV[6]  (go: PlaceTTL) place TTL in milliseconds; 0 to take no place (TryAcquire)
+-- ARGV[5]  (go: Member) the waiter's member ('<client id>:<token>:<n>'); ''
+--          for none
+-- ARGV[6]  (go: PlaceTTL) place TTL in milliseconds; 0 to take no place
+--          (TryAcquire)
 --
 -- Returns  {1, fence}    held (idempotent: a retried call answers the same)
 --          {0, wait}     not enough free beside what is kept for the first

@@ -5,10 +5,10 @@
 -- KEYS[3]  (go: Permits) capacity (see lib_sem.lua)
 -- KEYS[4]  (go: Queue) queue
 -- KEYS[5]  (go: Alive) alive (see lib_queue.lua)
--- ARGV[1]  (go: Capacity) the capacity it has if it has none yet (not written: a
---          semaphore nobody uses keeps no key)
--- ARGV[2]  (go: Set) new capacity (kept until changed: it never expires), or 0 to
---          leave it as it is
+-- ARGV[1]  (go: Capacity) the capacity it has if it has none yet (not
+--          written: a semaphore nobody uses keeps no key)
+-- ARGV[2]  (go: Set) new capacity (kept until changed: it never expires), or
+--          0 to leave it as it is
 -- ARGV[3]  (go: Wake) channel base
 -- ARGV[4]  (go: Wake) publish command (PUBLISH or SPUBLISH)
 --

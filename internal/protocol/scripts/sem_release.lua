@@ -10,9 +10,11 @@
 -- ARGV[2]  (go: Left) holds to leave (permits are not re-entrant: always 0)
 -- ARGV[3]  (go: Wake) channel base
 -- ARGV[4]  (go: Wake) publish command (PUBLISH or SPUBLISH)
--- ARGV[5]  (go: ReceiptTTL, if Receipt) optional: the hold's lease TTL in milliseconds, with
--- KEYS[6]  (go: Dead, if Receipt) dead (bury.lua): the receipt of the release, as in
---          rw_unlock.lua: a copy sent again answers done, not -1
+-- ARGV[5]  (go: ReceiptTTL, if Receipt) optional: the hold's lease TTL in
+--          milliseconds, with
+-- KEYS[6]  (go: Dead, if Receipt) dead (bury.lua): the receipt of the
+--          release, as in rw_unlock.lua: a copy sent again answers done, not
+--          -1
 --
 -- Returns  1 done, -1 the caller holds nothing
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,
