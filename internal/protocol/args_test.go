@@ -126,11 +126,11 @@ func parseHeader(src string) ([]slotLine, error) {
 		if !strings.HasPrefix(ln, "--") {
 			break
 		}
+		if strings.Contains(ln, ", KEYS[") || strings.Contains(ln, ", ARGV[") {
+			return nil, fmt.Errorf("a slot inside a line, give it its own: %q", ln)
+		}
 		m := slotRE.FindStringSubmatch(ln)
 		if m == nil {
-			if strings.Contains(ln, ", KEYS[") || strings.Contains(ln, ", ARGV[") {
-				return nil, fmt.Errorf("a slot inside a line, give it its own: %q", ln)
-			}
 			continue
 		}
 		if m[3] == "" {
