@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -63,21 +62,20 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 var electionKind = kindSpec{primitive: "Election", keys: protocol.ElectionKind, queue: true, fill: mutexHolders,
 	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return protocol.ForceScript.Run(ctx, r, []string{k.Lock, k.Fence, k.Queue, k.Alive, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl, k.Channel)
+		return protocol.ForceArgs{Wake: w, ID: rc.id, ReceiptTTL: rc.ttl, Election: true, Observers: k.Channel}.Call(k).Run(ctx, r)
 	}}
 
 type electionProto struct{ m mutexProto }
 
 func (p electionProto) release(token string, left int, seq int64) op {
-	c := p.m.unlock(token, left, seq)
-	c.Args = slices.Clone(c.Args)
-	c.Args[5] = p.m.k.Channel
-	return c
+	a := p.m.unlockArgs(token, left, seq)
+	a.Observers = p.m.k.Channel
+	return a.Call(p.m.k)
 }
 func (p electionProto) free(token string, fence int64, ttl time.Duration) op {
-	c := p.m.freeCall(token, fence, ttl)
-	c.Args[5] = p.m.k.Channel // free made a copy
-	return c
+	a := p.m.freeArgs(token, fence, ttl)
+	a.Observers = p.m.k.Channel
+	return a.Call(p.m.k)
 }
 func (p electionProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
 	return p.m.renew(token, ttl, exact, seq)
@@ -94,9 +92,9 @@ func (e *Election) request(value string) *request {
 	r.p = electionProto{m}
 	r.once = true // a win already lost is an error (see Campaign)
 	r.call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
-		c := m.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), true)
-		c.Args = append(c.Args, "", value, e.k.Channel)
-		return c
+		a := m.lockArgs(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), true)
+		a.Campaign, a.Value, a.Observers = true, value, e.k.Channel
+		return a.Call(e.k)
 	}
 	return r
 }
@@ -250,7 +248,7 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 	// In the hold's sequence (hold.go, "Late commands"): a Proclaim given
 	// up on that reaches the server after a later one is refused there.
 	r, _, _ := h.inOrder(ctx, true, func(seq int64) op {
-		return protocol.MakeCall(protocol.ElectScript, []string{k.Lock}, []any{h.token, value, k.Channel, ld.e.c.publish, seq}, nil)
+		return protocol.ElectArgs{Token: h.token, Value: value, Observers: k.Channel, Publish: ld.e.c.publish, Seq: seq}.Call(k)
 	})
 	if r.Err != nil {
 		return redisErr("proclaim", k.Name, r.Err)
@@ -335,7 +333,7 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 		return LeaderInfo{}, 0, err
 	}
 	k := e.k
-	v, err := protocol.ElectReadScript.Run(ctx, r, []string{k.Lock}).Slice()
+	v, err := protocol.ElectReadArgs{}.Call(k).Run(ctx, r).Slice()
 	if err != nil {
 		return LeaderInfo{}, 0, redisErr("read the leader of", k.Name, err)
 	}

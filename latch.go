@@ -44,7 +44,7 @@ type Latch struct {
 // Latch returns the handle of the count-down latch called name.
 func (c *Client) Latch(name string) *Latch {
 	k := c.keys(protocol.LatchKind, name)
-	return &Latch{c: c, k: k, keys: []string{k.Lock, k.Calls, k.CallsPrev}}
+	return &Latch{c: c, k: k, keys: protocol.LatchKeys(k)}
 }
 
 // latchKind is what Inspect, Locks and ForceUnlock know of a Latch: its
@@ -57,7 +57,7 @@ var latchKind = kindSpec{primitive: "Latch", keys: protocol.LatchKind,
 		return false
 	},
 	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
-		return protocol.LatchOpenScript.Run(ctx, r, []string{k.Lock, k.IDs, k.Dead}, k.Channel, c.publish, rc.id, rc.ttl)
+		return protocol.LatchOpenArgs{Channel: k.Channel, Publish: c.publish, ID: rc.id, ReceiptTTL: rc.ttl}.Call(k).Run(ctx, r)
 	}}
 
 // Name returns the latch's name.
@@ -78,7 +78,7 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 	if ttl < minTTL {
 		return false, invalid("latch %q: TTL %v is below 1ms", l.k.Name, ttl)
 	}
-	r, err := protocol.LatchSetScript.Run(ctx, l.c.rdb, l.keys, n, ttl.Milliseconds(), randomHex(16)).Slice()
+	r, err := protocol.LatchSetArgs{Count: n, TTL: ttl.Milliseconds(), ID: randomHex(16)}.Call(l.keys).Run(ctx, l.c.rdb).Slice()
 	if err != nil {
 		return false, redisErr("set count", l.k.Name, err)
 	}
@@ -188,7 +188,7 @@ func errReplyShape(r []any) error { return fmt.Errorf("dlock: unexpected latch r
 
 // down runs one attempt of a count-down (see latch_down.lua).
 func (l *Latch) down(ctx context.Context, id, phase, once string) (status string, n int64, now string, err error) {
-	r, err := protocol.LatchDownScript.Run(ctx, l.c.rdb, l.keys, id, phase, once, l.k.Channel, l.c.publish).Slice()
+	r, err := protocol.LatchDownArgs{ID: id, Phase: phase, Once: once, Channel: l.k.Channel, Publish: l.c.publish}.Call(l.keys).Run(ctx, l.c.rdb).Slice()
 	if err == nil && len(r) != 3 {
 		err = errReplyShape(r)
 	}

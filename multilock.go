@@ -140,7 +140,7 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 	token := c.newToken()
 	member := c.member(token, 0)
 	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).Base + c.id, token: token}
-	var keys []string
+	var keys []*protocol.Keys
 	var leave []protocol.Call
 	var place time.Duration
 	for _, m := range ms {
@@ -157,19 +157,20 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 		p := mutexProto{m.k, m.k.Wake}
 		a.parts = append(a.parts, part{k: m.k, what: "Mutex", p: p, cfg: cfg})
 		leave = append(leave, p.leave(member))
-		keys = append(keys, m.k.Lock, m.k.Fence, m.k.Queue, m.k.Alive, m.k.Dead)
+		keys = append(keys, m.k)
 		place = max(place, cfg.queueTTL)
 	}
 	a.keepAlive = place / 3
 	a.leave = func() []protocol.Call { return leave }
 	w := c.wakeTo(ms[0].k)
-	args := []any{token, member, place.Milliseconds(), w.BaseArg, w.PublishArg}
+	args := protocol.LockAllArgs{Token: token, Member: member, PlaceTTL: place.Milliseconds(), Wake: w}
 	for _, p := range a.parts {
-		args = append(args, p.cfg.ttl.Milliseconds())
+		args.TTLs = append(args.TTLs, p.cfg.ttl.Milliseconds())
 	}
+	call := args.Call(keys)
 	a.attempt = func(ctx context.Context, _, _ bool) (outcome, error) {
 		start := time.Now()
-		res, err := c.be.grant(ctx, protocol.MakeCall(protocol.LockAllScript, keys, args, nil)).Int64Slice()
+		res, err := c.be.grant(ctx, call).Int64Slice()
 		if err == nil && (len(res) < 1 || (res[0] == protocol.ReplyHeld && len(res) != len(ms)+1) || (res[0] == protocol.ReplyBusy && len(res) != 3)) {
 			err = errors.New("unexpected script reply")
 		}

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -129,7 +128,7 @@ var mutexKind = kindSpec{primitive: "Mutex", keys: protocol.MutexKind, queue: tr
 			return plainForce(ctx, c, r, k)
 		}
 		w := c.wakeTo(k)
-		return protocol.ForceScript.Run(ctx, r, []string{k.Lock, k.Fence, k.Queue, k.Alive, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl)
+		return protocol.ForceArgs{Wake: w, ID: rc.id, ReceiptTTL: rc.ttl}.Call(k).Run(ctx, r)
 	}}
 
 // mutexHolders reads a Mutex's hash (an Election's too): each owner
@@ -161,7 +160,7 @@ type mutexProto struct {
 }
 
 // The protocol's methods return the script calls (a quorum fans them
-// out; an Election rewrites them); the op-typed ones are the protocol
+// out; an Election builds on their args); the op-typed ones are the protocol
 // interfaces' (protocol.go).
 
 func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
@@ -169,18 +168,22 @@ func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int6
 }
 
 func (p mutexProto) reenterCall(token string, count int, ttl time.Duration, seq int64) protocol.Call {
-	c := p.lock(token, ttl, count, "", false, 0, false)
-	c.Args = append(c.Args, seq)
-	return c
+	a := p.lockArgs(token, ttl, count, "", false, 0, false)
+	a.Reentry, a.Seq = true, seq
+	return a.Call(p.k)
 }
 
 // lock is lock.lua: count 0 acquires (as member, keeping a place for
 // placeTTL ms if it is held; queued: an earlier attempt carried member),
 // count >= 2 re-enters.
 func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) protocol.Call {
-	return protocol.MakeCall(protocol.LockScript, nil,
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, protocol.Flag(fair), p.w.BaseArg, p.w.PublishArg, protocol.Flag(queued)},
-		p.k.MutexWords)
+	return p.lockArgs(token, ttl, count, member, queued, placeTTL, fair).Call(p.k)
+}
+
+// lockArgs are lock's arguments, for a re-entry or a Campaign to add to.
+func (p mutexProto) lockArgs(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) protocol.LockArgs {
+	return protocol.LockArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Member: member, PlaceTTL: placeTTL,
+		Fair: fair, Wake: *p.w, Queued: queued}
 }
 
 func (p mutexProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
@@ -190,21 +193,30 @@ func (p mutexProto) free(token string, fence int64, ttl time.Duration) op {
 }
 
 func (p mutexProto) freeCall(token string, fence int64, ttl time.Duration) protocol.Call {
-	c := p.unlock(token, 0, 0)
-	c.Args = append(slices.Clone(c.Args), fence, ttl.Milliseconds())
-	return c
+	return p.freeArgs(token, fence, ttl).Call(p.k)
+}
+
+// freeArgs are the final release's, with its receipt (unlock.lua's
+// ARGV[8] and ARGV[9]).
+func (p mutexProto) freeArgs(token string, fence int64, ttl time.Duration) protocol.UnlockArgs {
+	a := p.unlockArgs(token, 0, 0)
+	a.Free, a.Fence, a.ReceiptTTL = true, fence, ttl.Milliseconds()
+	return a
 }
 
 // unlock is the script call behind release.
 func (p mutexProto) unlock(token string, left int, seq int64) protocol.Call {
-	return protocol.MakeCall(protocol.UnlockScript, nil,
-		[]any{token, left, p.w.BaseArg, p.w.PublishArg, protocol.Flag(p.w.Reserve), "", seq}, p.k.MutexWords)
+	return p.unlockArgs(token, left, seq).Call(p.k)
+}
+
+// unlockArgs are unlock's arguments, for an Election to add to.
+func (p mutexProto) unlockArgs(token string, left int, seq int64) protocol.UnlockArgs {
+	return protocol.UnlockArgs{Token: token, Left: left, Wake: *p.w, Reserve: p.w.Reserve, Seq: seq}
 }
 
 // leave is what a waiter that gives up runs.
 func (p mutexProto) leave(member string) protocol.Call {
-	return protocol.MakeCall(protocol.LeaveScript, []string{p.k.Lock, p.k.Fence, p.k.Queue, p.k.Alive},
-		[]any{member, p.w.BaseArg, p.w.PublishArg, protocol.Flag(p.w.Reserve)}, nil)
+	return protocol.LeaveArgs{Member: member, Wake: *p.w, Reserve: p.w.Reserve}.Call(p.k)
 }
 
 func (p mutexProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
@@ -212,13 +224,13 @@ func (p mutexProto) renew(token string, ttl time.Duration, exact bool, seq int64
 }
 
 func (p mutexProto) renewCall(token string, ttl time.Duration, exact bool, seq int64) protocol.Call {
-	return protocol.MakeCall(protocol.RenewScript, []string{p.k.Lock}, []any{token, ttl.Milliseconds(), protocol.Flag(exact), seq}, nil)
+	return protocol.RenewArgs{Token: token, TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
 }
 
 func (p mutexProto) ttl(token string) op { return p.ttlCall(token) }
 
 func (p mutexProto) ttlCall(token string) protocol.Call {
-	return protocol.MakeCall(protocol.TTLScript, []string{p.k.Lock}, []any{token}, nil)
+	return protocol.TTLArgs{Token: token}.Call(p.k)
 }
 
 func (mutexProto) ordered() bool { return true }

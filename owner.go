@@ -58,8 +58,7 @@ func (c *Client) announce(ctx context.Context) {
 	if now-last <= int64(ownerTTL/2) || !o.written.CompareAndSwap(last, now) {
 		return // written lately, or being written by another caller
 	}
-	args := append([]any{ownerTTL.Milliseconds()}, o.fields...)
-	err := c.be.everywhere(ctx, protocol.MakeCall(protocol.OwnerScript, []string{ownerKey(c.prefix, c.id)}, args, nil))
+	err := c.be.everywhere(ctx, protocol.OwnerArgs{TTL: ownerTTL.Milliseconds(), Fields: o.fields}.Call(ownerKey(c.prefix, c.id)))
 	switch {
 	case noPerm(err):
 		// An ACL user granted only its locks' keys: the record is
@@ -92,5 +91,5 @@ func (c *Client) forget() {
 	}
 	ctx, cancel := bounded(context.Background())
 	defer cancel()
-	_ = c.be.everywhere(ctx, protocol.MakeCall(protocol.OwnerScript, []string{ownerKey(c.prefix, c.id)}, []any{0}, nil))
+	_ = c.be.everywhere(ctx, protocol.OwnerArgs{TTL: 0}.Call(ownerKey(c.prefix, c.id)))
 }

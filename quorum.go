@@ -427,7 +427,7 @@ func (q *quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 	mark := q.mark
 	run := func(nodes []int, fence int64, markThem bool) tally {
 		return q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
-			return protocol.MakeCall(protocol.QuorumFenceScript, []string{k.Fence, mark}, []any{fence, protocol.Flag(markThem)}, nil)
+			return protocol.QuorumFenceArgs{Fence: fence, Mark: markThem}.Call(k, mark)
 		}), nodes, func(v []int64) bool { return len(v) == 2 })
 	}
 	r := run(answered, want, false)
@@ -462,7 +462,7 @@ func (q *quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		return fence, nil // every node that answered has it, and is marked
 	}
 	w := q.tally(q.fanout(ctx, r.ok, func(int) protocol.Call {
-		return protocol.MakeCall(protocol.QuorumFenceScript, []string{k.Fence, mark}, []any{fence, "1"}, nil)
+		return protocol.QuorumFenceArgs{Fence: fence, Mark: true}.Call(k, mark)
 	}), r.ok, func(v []int64) bool { return len(v) == 2 && v[1] >= fence })
 	if len(w.ok) < q.majority() {
 		return 0, &QuorumError{Op: "fence", Name: k.Name, OK: len(w.ok), Needed: q.majority(), Failing: w.failed}
@@ -603,7 +603,7 @@ func (p quorumProto) release(token string, left int, seq int64) op {
 		// nothing there then, and the lock is not left held by nobody
 		// for its TTL (a majority that needs the node could not form).
 		o.pre = func(int) protocol.Call {
-			return protocol.MakeCall(protocol.BuryScript, []string{p.m.k.Dead}, []any{token, releaseBury.Milliseconds()}, nil)
+			return protocol.BuryArgs{Token: token, For: releaseBury.Milliseconds()}.Call(p.m.k)
 		}
 	}
 	return o

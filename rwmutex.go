@@ -130,8 +130,8 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			parent = writer.of.first().token
 		}
 		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
-			return protocol.MakeCall(protocol.RWReadScript, p.acquireKeys(),
-				[]any{token, cfg.ttl.Milliseconds(), 0, protocol.Flag(cfg.readers), member, placeTTL(cfg, member), parent}, nil)
+			return protocol.RWReadArgs{Token: token, TTL: cfg.ttl.Milliseconds(), Readers: cfg.readers, Member: member,
+				PlaceTTL: placeTTL(cfg, member), Parent: parent}.Call(k)
 		}
 	} else {
 		r.token = func(ctx context.Context) (string, error) {
@@ -166,7 +166,7 @@ var rwKind = kindSpec{primitive: "RWMutex", keys: protocol.RWKind, queue: true,
 	fill: rwHolders, waiters: rwWaiters,
 	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return protocol.RWForceScript.Run(ctx, r, []string{k.Lock, k.Readers, k.Queue, k.Alive, k.RQueue, k.RPhase, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl)
+		return protocol.RWForceArgs{Wake: w, ID: rc.id, ReceiptTTL: rc.ttl}.Call(k).Run(ctx, r)
 	}}
 
 // rwHolders reads the mode and the holds ('r:<token>', 'w:<token>'),
@@ -219,52 +219,54 @@ type rwProto struct {
 	w    protocol.WakeTo
 }
 
-// acquireKeys are the keys of rw_read.lua and rw_write.lua.
-func (p rwProto) acquireKeys() []string {
-	return []string{p.k.Lock, p.k.Fence, p.k.Readers, p.k.Queue, p.k.Alive, p.k.RQueue, p.k.RPhase, p.k.Dead}
-}
-
 func (p rwProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
 	if p.side == sideRead {
-		return protocol.MakeCall(protocol.RWReadScript, p.acquireKeys(), []any{token, ttl.Milliseconds(), count, "1", "", 0, "", seq}, nil)
+		return protocol.RWReadArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Readers: true, Reentry: true, Seq: seq}.Call(p.k)
 	}
-	c := p.write(token, ttl, count, "", 0)
-	c.Args = append(c.Args, seq)
-	return c
+	a := p.writeArgs(token, ttl, count, "", 0)
+	a.Reentry, a.Seq = true, seq
+	return a.Call(p.k)
 }
 
 // write is rw_write.lua: count 0 acquires (as member, keeping a place for
 // placeTTL ms if it must wait), count >= 2 re-enters.
 func (p rwProto) write(token string, ttl time.Duration, count int, member string, placeTTL int64) protocol.Call {
-	return protocol.MakeCall(protocol.RWWriteScript, p.acquireKeys(),
-		[]any{token, ttl.Milliseconds(), count, member, placeTTL, p.w.BaseArg, p.w.PublishArg}, nil)
+	return p.writeArgs(token, ttl, count, member, placeTTL).Call(p.k)
+}
+
+func (p rwProto) writeArgs(token string, ttl time.Duration, count int, member string, placeTTL int64) protocol.RWWriteArgs {
+	return protocol.RWWriteArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Member: member, PlaceTTL: placeTTL, Wake: p.w}
 }
 
 func (p rwProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
 
 // unlock is the script call behind release.
 func (p rwProto) unlock(token string, left int, seq int64) protocol.Call {
-	return protocol.MakeCall(protocol.RWUnlockScript, []string{p.k.Lock, p.k.Readers, p.k.Queue, p.k.Alive, p.k.RQueue, p.k.RPhase},
-		[]any{token, string(p.side), left, p.w.BaseArg, p.w.PublishArg, seq}, nil)
+	return p.unlockArgs(token, left, seq).Call(p.k)
+}
+
+func (p rwProto) unlockArgs(token string, left int, seq int64) protocol.RWUnlockArgs {
+	return protocol.RWUnlockArgs{Token: token, Side: string(p.side), Left: left, Wake: p.w, Seq: seq}
 }
 
 // leave is what a reader or writer that gives up its wait runs.
 func (p rwProto) leave(member string) protocol.Call {
-	return protocol.MakeCall(protocol.RWLeaveScript, []string{p.k.Lock, p.k.Queue, p.k.Alive, p.k.RQueue, p.k.RPhase},
-		[]any{member, string(p.side), p.w.BaseArg, p.w.PublishArg}, nil)
+	return protocol.RWLeaveArgs{Member: member, Side: string(p.side), Wake: p.w}.Call(p.k)
 }
 
 func (p rwProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return protocol.MakeCall(protocol.RWRenewScript, []string{p.k.Lock, p.k.Readers}, []any{token, string(p.side), ttl.Milliseconds(), protocol.Flag(exact), seq}, nil)
+	return protocol.RWRenewArgs{Token: token, Side: string(p.side), TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
 }
 
 func (p rwProto) ttl(token string) op {
-	return protocol.MakeCall(protocol.RWTTLScript, []string{p.k.Lock, p.k.Readers}, []any{token, string(p.side)}, nil)
+	return protocol.RWTTLArgs{Token: token, Side: string(p.side)}.Call(p.k)
 }
 
 func (rwProto) ordered() bool { return true }
 
 // free is the final release with its receipt (rw_unlock.lua, ARGV[7]).
 func (p rwProto) free(token string, _ int64, ttl time.Duration) op {
-	return protocol.WithReceipt(p.unlock(token, 0, 0), p.k, ttl)
+	a := p.unlockArgs(token, 0, 0)
+	a.Receipt, a.ReceiptTTL = true, max(ttl, time.Millisecond).Milliseconds()
+	return a.Call(p.k)
 }

@@ -104,8 +104,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 			return nil
 		},
 		call: func(token, member string, _ bool, cfg lockConfig) protocol.Call {
-			return protocol.MakeCall(protocol.SemAcquireScript, []string{k.Lock, k.Fence, k.Leases, k.Permits, k.Queue, k.Alive, k.Dead},
-				[]any{token, cfg.ttl.Milliseconds(), n, s.permits, member, placeTTL(cfg, member)}, nil)
+			return protocol.SemAcquireArgs{Token: token, TTL: cfg.ttl.Milliseconds(), Permits: n, Capacity: s.permits,
+				Member: member, PlaceTTL: placeTTL(cfg, member)}.Call(k)
 		}}, wait, opts)
 	if nested && errors.Is(err, ErrNotObtained) {
 		err = fmt.Errorf("%w; a nested Acquire (its ctx carries a permit of this semaphore) does not wait, which could be a wait on its own permits", err)
@@ -158,8 +158,7 @@ func (s *Semaphore) Permits(ctx context.Context) (capacity, free int, err error)
 func (s *Semaphore) info(ctx context.Context, set int) (capacity, used int, err error) {
 	k := s.k
 	w := s.c.wakeTo(k)
-	res, err := protocol.SemPermitsScript.Run(ctx, s.c.rdb, []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive},
-		s.permits, set, w.BaseArg, w.PublishArg).Int64Slice()
+	res, err := protocol.SemPermitsArgs{Capacity: s.permits, Set: set, Wake: w}.Call(k).Run(ctx, s.c.rdb).Int64Slice()
 	if err != nil {
 		return 0, 0, redisErr("permits", k.Name, err)
 	}
@@ -188,7 +187,7 @@ var semKind = kindSpec{primitive: "Semaphore", keys: protocol.SemaphoreKind, que
 	waiters: func(in *inspection) { in.queued("", true) },
 	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
 		w := c.wakeTo(k)
-		return protocol.SemForceScript.Run(ctx, r, []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive, k.Dead}, w.BaseArg, w.PublishArg, rc.id, rc.ttl)
+		return protocol.SemForceArgs{Wake: w, ID: rc.id, ReceiptTTL: rc.ttl}.Call(k).Run(ctx, r)
 	}}
 
 // semHolders reads each holder's permits ('p:<token>'), fence and expiry,
@@ -227,27 +226,25 @@ func (p semProto) release(token string, left int, seq int64) op { return p.unloc
 
 // unlock is the script call behind release.
 func (p semProto) unlock(token string, left int, _ int64) protocol.Call {
-	return protocol.MakeCall(protocol.SemReleaseScript, []string{p.k.Lock, p.k.Leases, p.k.Permits, p.k.Queue, p.k.Alive},
-		[]any{token, left, p.w.BaseArg, p.w.PublishArg}, nil)
+	return protocol.SemReleaseArgs{Token: token, Left: left, Wake: p.w}.Call(p.k)
 }
 
 // leave is what a waiter that gives up runs.
 func (p semProto) leave(member string) protocol.Call {
-	return protocol.MakeCall(protocol.SemLeaveScript, []string{p.k.Lock, p.k.Leases, p.k.Permits, p.k.Queue, p.k.Alive},
-		[]any{member, p.w.BaseArg, p.w.PublishArg}, nil)
+	return protocol.SemLeaveArgs{Member: member, Wake: p.w}.Call(p.k)
 }
 
 func (p semProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return protocol.MakeCall(protocol.SemRenewScript, []string{p.k.Lock, p.k.Leases, p.k.Permits}, []any{token, ttl.Milliseconds(), protocol.Flag(exact), seq}, nil)
+	return protocol.SemRenewArgs{Token: token, TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
 }
 
 func (p semProto) ttl(token string) op {
-	return protocol.MakeCall(protocol.SemTTLScript, []string{p.k.Lock, p.k.Leases}, []any{token}, nil)
+	return protocol.SemTTLArgs{Token: token}.Call(p.k)
 }
 
 func (semProto) ordered() bool { return true }
 
 // free is the final release with its receipt (sem_release.lua, ARGV[5]).
 func (p semProto) free(token string, _ int64, ttl time.Duration) op {
-	return protocol.WithReceipt(p.unlock(token, 0, 0), p.k, ttl)
+	return protocol.SemReleaseArgs{Token: token, Wake: p.w, Receipt: true, ReceiptTTL: max(ttl, time.Millisecond).Milliseconds()}.Call(p.k)
 }

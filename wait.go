@@ -306,7 +306,7 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 // buryCall is bury.lua for token: its late attempts are refused for
 // twice the longest the acquire's lease or place could last.
 func buryCall(k *protocol.Keys, token string, cfg lockConfig) protocol.Call {
-	return protocol.MakeCall(protocol.BuryScript, []string{k.Dead}, []any{token, 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}, nil)
+	return protocol.BuryArgs{Token: token, For: 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}.Call(k)
 }
 
 // waitLoop waits on a channel until check reports done or fails. It

@@ -6,7 +6,6 @@
 package protocol
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,16 +52,6 @@ const (
 	FieldMode    = "mode"  // an RWMutex's: 'read' or 'write'
 	FieldNext    = "@next" // a Mutex kept for the waiter told (lib_mutex.lua)
 )
-
-// WithReceipt makes a final release (c, the release of an RWMutex or
-// Semaphore hold) leave its token in k.dead for ttl as the receipt, so
-// that a copy of it that go-redis sent again reports done (sent_again in
-// lib_queue.lua): the dead set as a last key, the TTL as a last argument.
-func WithReceipt(c Call, k *Keys, ttl time.Duration) Call {
-	c.Keys = append(slices.Clone(c.Keys), k.Dead)
-	c.Args = append(c.Args, max(ttl, time.Millisecond).Milliseconds())
-	return c
-}
 
 // TokenOf is the owner token in a waiter's member, '<client id>:<token>
 // [:<more>]', or in a hand-off message, '<member> <fence> <ms>'.

@@ -109,12 +109,6 @@ func semScript(name string) Script {
 	return loadScript("lib.lua", "lib_queue.lua", "lib_sem.lua", name)
 }
 
-// Run runs the script: one round trip when the server has it cached, two
-// when it answers NOSCRIPT.
-func (s Script) Run(ctx context.Context, d driver.Driver, keys []string, args ...any) driver.Reply {
-	return Call{S: s, Keys: keys, Args: args}.Run(ctx, d)
-}
-
 // Call is one script invocation: a script with its keys and arguments.
 type Call struct {
 	S    Script
@@ -134,7 +128,8 @@ func (c Call) FirstKey() string {
 	return c.Keys[0]
 }
 
-// Run runs the call on its own (see script.Run).
+// Run runs the call on its own: one round trip when the server has its
+// script cached, two when it answers NOSCRIPT.
 func (c Call) Run(ctx context.Context, d driver.Driver) driver.Reply {
 	r := d.Do(ctx, c.Command(false))
 	if IsNoScript(r.Err) {
@@ -192,10 +187,4 @@ func wrapPublishing(src string) string {
 	}
 	return string(lib) + head + "local function main()\n" + rest +
 		"\nend\nlocal reply = main()\nif refused then\n  return {REFUSED, refused, reply}\nend\nreturn reply\n"
-}
-
-// MakeCall is the call of script s with keys (or boxed, keys made
-// interfaces once; keys nil then) and args.
-func MakeCall(s Script, keys []string, args []any, boxed []any) Call {
-	return Call{S: s, Keys: keys, Args: args, Boxed: boxed}
 }

@@ -3,14 +3,15 @@
 -- lock.lua record it; and at each Proclaim), and tell the election's
 -- observers.
 --
--- KEYS[1]  the election's lock hash: owner token -> hold count,
+-- KEYS[1]  (go: Lock) the election's lock hash: owner token -> hold count,
 --          't:<token>' -> when taken (server ms), 'f:<token>' -> its
 --          fence (the leader's term), 'v:<token>' -> value
--- ARGV[1]  owner token
--- ARGV[2]  value
--- ARGV[3]  the observers' channel, ARGV[4] publish command (PUBLISH or
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: Value) value
+-- ARGV[3]  (go: Observers) the observers' channel
+-- ARGV[4]  (go: Publish) publish command (PUBLISH or
 --          SPUBLISH)
--- ARGV[5]  the call's place in the hold's sequence (in_order in
+-- ARGV[5]  (go: Seq) the call's place in the hold's sequence (in_order in
 --          lib_queue.lua; hold.go, "Late commands")
 --
 -- Returns  {1, term}  recorded (or this very call ran already)

@@ -1,7 +1,7 @@
 -- elect_read.lua: who leads an Election, read in one step.
 --
--- KEYS[1]  the election's lock hash (see elect.lua): the leader's term is
---          its hold's fence
+-- KEYS[1]  (go: Lock) the election's lock hash (see elect.lua): the leader's
+--          term is its hold's fence
 --
 -- Returns  {1, token, value, term, since, pttl}  a leader: its owner
 --                   token, value, term, when it took the lock (server

@@ -2,11 +2,17 @@
 -- the next waiter gets it as from a release. Its holder learns of the loss
 -- at its next renewal.
 --
--- KEYS[1]  lock hash, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] alive
--- KEYS[5]  dead (bury.lua's set): where the receipt is left
--- ARGV[1]  channel base, ARGV[2] publish command (PUBLISH or SPUBLISH)
--- ARGV[3]  the ForceUnlock's id, ARGV[4] its receipt's TTL in ms
--- ARGV[5]  an Election's observers' channel, told 'all' (absent for a mutex)
+-- KEYS[1]  (go: Lock) lock hash
+-- KEYS[2]  (go: Fence) fence counter
+-- KEYS[3]  (go: Queue) queue
+-- KEYS[4]  (go: Alive) alive
+-- KEYS[5]  (go: Dead) dead (bury.lua's set): where the receipt is left
+-- ARGV[1]  (go: Wake) channel base
+-- ARGV[2]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  (go: ID) the ForceUnlock's id
+-- ARGV[4]  (go: ReceiptTTL) its receipt's TTL in ms
+-- ARGV[5]  (go: Observers, if Election) an Election's observers' channel,
+--          told 'all' (absent for a mutex)
 --
 -- Returns  1 if there was a lock to free, 0 if not
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

@@ -2,14 +2,20 @@
 -- CountDownOnce id), in the phase the call belongs to; at zero the count
 -- is deleted and every waiter is woken.
 --
--- KEYS[1]  count, KEYS[2] calls, KEYS[3] the last phase's calls (see
+-- KEYS[1]  (go: Lock) count
+-- KEYS[2]  (go: Calls) calls
+-- KEYS[3]  (go: CallsPrev) the last phase's calls (see
 --          latch_set.lua)
--- ARGV[1]  the call's id: random, one per CountDown or CountDownOnce call
--- ARGV[2]  the phase the call belongs to: the id of the TrySetCount that
---          began it ('' for a latch set by an older dlock), or '?' when
---          the caller does not know it yet (nothing is counted then)
--- ARGV[3]  the CountDownOnce id, counted once per phase; '' for CountDown
--- ARGV[4]  channel, ARGV[5] publish command (PUBLISH or SPUBLISH)
+-- ARGV[1]  (go: ID) the call's id: random, one per CountDown or CountDownOnce
+--          call
+-- ARGV[2]  (go: Phase) the phase the call belongs to: the id of the
+--          TrySetCount that began it ('' for a latch set by an older dlock),
+--          or '?' when the caller does not know it yet (nothing is counted
+--          then)
+-- ARGV[3]  (go: Once) the CountDownOnce id, counted once per phase; '' for
+--          CountDown
+-- ARGV[4]  (go: Channel) channel
+-- ARGV[5]  (go: Publish) publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {status, count, phase}, phase being the latch's current or last
 --          phase (its count is 0 when it is open), and status one of

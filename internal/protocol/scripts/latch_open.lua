@@ -3,10 +3,14 @@
 -- with the latch's TTL): a late copy of a call of this phase still finds
 -- them and changes nothing (see latch_down.lua).
 --
--- KEYS[1]  count, KEYS[2] the ids set of an older dlock's CountDownOnce
--- KEYS[3]  dead (the lock's <lock>:dead set): where the receipt is left
--- ARGV[1]  channel, ARGV[2] publish command (PUBLISH or SPUBLISH)
--- ARGV[3]  the ForceUnlock's id, ARGV[4] its receipt's TTL in ms
+-- KEYS[1]  (go: Lock) count
+-- KEYS[2]  (go: IDs) the ids set of an older dlock's CountDownOnce
+-- KEYS[3]  (go: Dead) dead (the lock's <lock>:dead set): where the receipt is
+--          left
+-- ARGV[1]  (go: Channel) channel
+-- ARGV[2]  (go: Publish) publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  (go: ID) the ForceUnlock's id
+-- ARGV[4]  (go: ReceiptTTL) its receipt's TTL in ms
 --
 -- Returns  1 if the latch was closed, 0 if not
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

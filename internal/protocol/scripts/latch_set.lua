@@ -1,14 +1,16 @@
 -- latch_set.lua: set a count-down latch's count, if it has none; this
 -- begins a new phase of the latch, named by the call's id.
 --
--- KEYS[1]  count (a string: the count left; deleted when the latch opens)
--- KEYS[2]  calls: what the latch's current (or last) phase remembers, a
---          hash: '@p' -> the phase's id; 'n:<call id>' -> the count a
---          count-down left; 'o:<id>' -> 1 for a CountDownOnce id
--- KEYS[3]  the calls of the phase before it (the same shape)
--- ARGV[1]  count, n >= 1
--- ARGV[2]  TTL of the latch in milliseconds
--- ARGV[3]  the call's id: random, one per TrySetCount call; the phase's id
+-- KEYS[1]  (go: Lock) count (a string: the count left; deleted when the latch
+--          opens)
+-- KEYS[2]  (go: Calls) calls: what the latch's current (or last) phase
+--          remembers, a hash: '@p' -> the phase's id; 'n:<call id>' -> the
+--          count a count-down left; 'o:<id>' -> 1 for a CountDownOnce id
+-- KEYS[3]  (go: CallsPrev) the calls of the phase before it (the same shape)
+-- ARGV[1]  (go: Count) count, n >= 1
+-- ARGV[2]  (go: TTL) TTL of the latch in milliseconds
+-- ARGV[3]  (go: ID) the call's id: random, one per TrySetCount call; the
+--          phase's id
 --
 -- Returns  {1, phase} set, by this copy of the call or an earlier one;
 --          {0, phase} the latch has a count, of that phase ('' when no

@@ -2,13 +2,15 @@
 -- or was kept for it or handed to it (a hand-off it will not use), it goes
 -- to the next waiter.
 --
--- KEYS[1]  lock hash
--- KEYS[2]  fence counter
--- KEYS[3]  queue, KEYS[4] alive (see lib_queue.lua)
--- ARGV[1]  the waiter's member
--- ARGV[2]  channel base, ARGV[3] publish command (PUBLISH or SPUBLISH)
--- ARGV[4]  '1' to hand the lock on or keep it for the next waiter (not on
---          a quorum)
+-- KEYS[1]  (go: Lock) lock hash
+-- KEYS[2]  (go: Fence) fence counter
+-- KEYS[3]  (go: Queue) queue
+-- KEYS[4]  (go: Alive) alive (see lib_queue.lua)
+-- ARGV[1]  (go: Member) the waiter's member
+-- ARGV[2]  (go: Wake) channel base
+-- ARGV[3]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[4]  (go: Reserve) '1' to hand the lock on or keep it for the next
+--          waiter (not on a quorum)
 --
 -- Returns  1
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

@@ -1,31 +1,37 @@
 -- lock.lua: acquire the reentrant mutex (Mutex or FairMutex), or re-enter a
 -- hold of it, or keep a waiter's place in its queue.
 --
--- KEYS[1]  lock hash: owner token -> hold count, 't:<token>' -> when it was
---          taken (server ms), 'f:<token>' -> the hold's fence; or
+-- KEYS[1]  (go: Lock) lock hash: owner token -> hold count, 't:<token>' ->
+--          when it was taken (server ms), 'f:<token>' -> the hold's fence; or
 --          RESERVED -> a waiter
--- KEYS[2]  the fence counter of the lock's slot (INCR'd on first entry
---          only, see next_fence in lib_queue.lua; read when the caller
+-- KEYS[2]  (go: Fence) the fence counter of the lock's slot (INCR'd on first
+--          entry only, see next_fence in lib_queue.lua; read when the caller
 --          waits: the reply's seen)
--- KEYS[3]  queue: member -> arrival number (lib_queue.lua: server µs,
---          but above every earlier waiter's whatever the clock did)
--- KEYS[4]  alive: member -> place expiry (server ms)
--- KEYS[5]  dead: tokens whose acquire was given up on (bury.lua)
--- ARGV[1]  owner token
--- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
--- ARGV[4]  the waiter's member ('<client id>:<token>[:h<lease ttl>]', see
---          lib_mutex.lua); '' to take no place
--- ARGV[5]  place TTL in milliseconds; 0 to take no place (TryLock)
--- ARGV[6]  '1' for a FairMutex: a free lock goes to the first waiter
--- ARGV[7]  channel base, ARGV[8] publish command (PUBLISH or SPUBLISH)
--- ARGV[9]  '1' if an earlier attempt of this acquire carried its member
---          (it may have a place to give up when it takes the lock)
--- ARGV[10] re-entry only: its place in the hold's sequence (in_order in
---          lib_queue.lua; hold.go, "Late commands"); '' otherwise
--- ARGV[11] an Election's Campaign only: the candidate's value, recorded
---          when this call grants it the lock ('v:<token>', as elect.lua
---          records it), and ARGV[12] the observers' channel, told then.
+-- KEYS[3]  (go: Queue) queue: member -> arrival number (lib_queue.lua: server
+--          µs, but above every earlier waiter's whatever the clock did)
+-- KEYS[4]  (go: Alive) alive: member -> place expiry (server ms)
+-- KEYS[5]  (go: Dead) dead: tokens whose acquire was given up on (bury.lua)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: TTL) lease TTL in milliseconds
+-- ARGV[3]  (go: Count) 0 to acquire; n >= 2 to re-enter, setting the hold
+--          count to n
+-- ARGV[4]  (go: Member) the waiter's member ('<client id>:<token>[:h<lease
+--          ttl>]', see lib_mutex.lua); '' to take no place
+-- ARGV[5]  (go: PlaceTTL) place TTL in milliseconds; 0 to take no place
+--          (TryLock)
+-- ARGV[6]  (go: Fair) '1' for a FairMutex: a free lock goes to the first waiter
+-- ARGV[7]  (go: Wake) channel base
+-- ARGV[8]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[9]  (go: Queued) '1' if an earlier attempt of this acquire carried its
+--          member (it may have a place to give up when it takes the lock)
+-- ARGV[10] (go: Seq, if Reentry|Campaign) re-entry only: its place in the
+--          hold's sequence (in_order in lib_queue.lua; hold.go, "Late
+--          commands"); '' otherwise
+-- ARGV[11] (go: Value, if Campaign) an Election's Campaign only: the
+--          candidate's value, recorded when this call grants it the lock
+--          ('v:<token>', as elect.lua records it)
+-- ARGV[12] (go: Observers, if Campaign) an Election's Campaign only: the
+--          observers' channel, told then.
 --          A Campaign that is handed the lock by a release records its
 --          value itself (elect.lua): the release does not know it. As in
 --          elect.lua, the value is a field of the caller's own token,

@@ -1,15 +1,18 @@
 -- lock_all.lua: take several mutexes at once, all or none.
 --
--- KEYS[5i-4]  lock hash of the i-th mutex: owner token -> hold count
--- KEYS[5i-3]  the fence counter of its slot (see next_fence in
+-- KEYS[5i-4]  (go: Lock) lock hash of the i-th mutex: owner token -> hold count
+-- KEYS[5i-3]  (go: Fence) the fence counter of its slot (see next_fence in
 --             lib_queue.lua)
--- KEYS[5i-2]  its queue, KEYS[5i-1] its alive set (see lib_queue.lua)
--- KEYS[5i]    its dead set: tokens whose acquire was given up on (bury.lua)
--- ARGV[1]     owner token (the same for every mutex of the set)
--- ARGV[2]     the waiter's member; '' to take no place (TryLock)
--- ARGV[3]     place TTL in milliseconds; 0 to take no place
--- ARGV[4]     channel base, ARGV[5] publish command
--- ARGV[i+5]   the i-th mutex's lease TTL in milliseconds
+-- KEYS[5i-2]  (go: Queue) its queue
+-- KEYS[5i-1]  (go: Alive) its alive set (see lib_queue.lua)
+-- KEYS[5i]    (go: Dead) its dead set: tokens whose acquire was given up on
+--             (bury.lua)
+-- ARGV[1]     (go: Token) owner token (the same for every mutex of the set)
+-- ARGV[2]     (go: Member) the waiter's member; '' to take no place (TryLock)
+-- ARGV[3]     (go: PlaceTTL) place TTL in milliseconds; 0 to take no place
+-- ARGV[4]     (go: Wake) channel base
+-- ARGV[5]     (go: Wake) publish command
+-- ARGV[i+5]   (go: TTLs) the i-th mutex's lease TTL in milliseconds
 --
 -- Returns  {1, fence_1, ..., fence_n}  all held (idempotent: a retried
 --                                      call answers the same)

@@ -2,9 +2,9 @@
 -- inspectors: host, pid, program, label, started. Owner tokens start with
 -- the Client's id, which names this key.
 --
--- KEYS[1]  <prefix>:client:<client id>
--- ARGV[1]  TTL in milliseconds
--- ARGV[2..] field, value, ...
+-- KEYS[1]  (go: Client) <prefix>:client:<client id>
+-- ARGV[1]  (go: TTL) TTL in milliseconds
+-- ARGV[2..] (go: Fields) field, value, ...
 --
 -- Returns  1
 if #ARGV < 2 then

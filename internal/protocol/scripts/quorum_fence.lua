@@ -2,12 +2,13 @@
 -- "Fences on a quorum"): raise the lock's fence counter to at least a
 -- value, say whether the node kept its state, and mark it as having it.
 --
--- KEYS[1]  fence counter (never expires)
--- KEYS[2]  the node's mark: set once its counters are known to be at
+-- KEYS[1]  (go: Fence) fence counter (never expires)
+-- KEYS[2]  (go: Mark) the node's mark: set once its counters are known to be at
 --          least every fence issued; a restart without persistence loses
 --          it with the counters
--- ARGV[1]  the value to raise the counter to, a decimal integer >= 0
--- ARGV[2]  '1' to mark the node
+-- ARGV[1]  (go: Fence) the value to raise the counter to, a decimal integer
+--          >= 0
+-- ARGV[2]  (go: Mark) '1' to mark the node
 --
 -- Returns  {marked, counter}: 1 if the node was marked before this call,
 --          else 0; the counter after the call (as a string: exact past

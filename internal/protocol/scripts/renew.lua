@@ -1,14 +1,14 @@
 -- renew.lua: extend the lease of a hold the caller still owns.
 --
--- KEYS[1]  lock hash: owner token -> hold count
--- ARGV[1]  owner token
--- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  '1' to set the TTL to exactly ARGV[2] (Extend); '0' to make it
---          at least ARGV[2] (a watchdog renewal: one still in flight when
---          Extend lengthened the lease must not shorten it again)
--- ARGV[4]  the command's place in its hold's sequence (see hold.go, "Late
---          commands"): the hold's field 'q:<token>' keeps the highest one
---          that ran
+-- KEYS[1]  (go: Lock) lock hash: owner token -> hold count
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: TTL) lease TTL in milliseconds
+-- ARGV[3]  (go: Exact) '1' to set the TTL to exactly ARGV[2] (Extend); '0' to
+--          make it at least ARGV[2] (a watchdog renewal: one still in flight
+--          when Extend lengthened the lease must not shorten it again)
+-- ARGV[4]  (go: Seq) the command's place in its hold's sequence (see hold.go,
+--          "Late commands"): the hold's field 'q:<token>' keeps the highest
+--          one that ran
 --
 -- Returns  1  renewed (or this very call ran already: a copy sent again)
 --          0  the caller holds nothing (the key expired, was deleted or

@@ -1,12 +1,18 @@
 -- rw_force.lua: free a read-write lock whoever holds it (unlock --force);
 -- whoever waited is told, as after a release.
 --
--- KEYS[1]  lock hash, KEYS[2] readers, KEYS[3] writers' queue,
--- KEYS[4]  writers' places, KEYS[5] waiting readers, KEYS[6] admitted
+-- KEYS[1]  (go: Lock) lock hash
+-- KEYS[2]  (go: Readers) readers
+-- KEYS[3]  (go: Queue) writers' queue,
+-- KEYS[4]  (go: Alive) writers' places
+-- KEYS[5]  (go: RQueue) waiting readers
+-- KEYS[6]  (go: RPhase) admitted
 --          readers (see lib_rw.lua)
--- KEYS[7]  dead (bury.lua's set): where the receipt is left
--- ARGV[1]  channel base, ARGV[2] publish command (PUBLISH or SPUBLISH)
--- ARGV[3]  the ForceUnlock's id, ARGV[4] its receipt's TTL in ms
+-- KEYS[7]  (go: Dead) dead (bury.lua's set): where the receipt is left
+-- ARGV[1]  (go: Wake) channel base
+-- ARGV[2]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  (go: ID) the ForceUnlock's id
+-- ARGV[4]  (go: ReceiptTTL) its receipt's TTL in ms
 --
 -- Returns  1 if there was a lock to free, 0 if not
 --

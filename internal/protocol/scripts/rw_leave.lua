@@ -4,12 +4,15 @@
 -- When a reader admitted by a writer's release leaves and it was the last
 -- of them to come, the next writer is told if the lock is free.
 --
--- KEYS[1]  lock hash (see lib_rw.lua)
--- KEYS[2]  writers' queue, KEYS[3] writers' places (see lib_queue.lua)
--- KEYS[4]  waiting readers, KEYS[5] admitted readers (see lib_rw.lua)
--- ARGV[1]  the waiter's member
--- ARGV[2]  'r' for a reader, 'w' for a writer
--- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
+-- KEYS[1]  (go: Lock) lock hash (see lib_rw.lua)
+-- KEYS[2]  (go: Queue) writers' queue
+-- KEYS[3]  (go: Alive) writers' places (see lib_queue.lua)
+-- KEYS[4]  (go: RQueue) waiting readers
+-- KEYS[5]  (go: RPhase) admitted readers (see lib_rw.lua)
+-- ARGV[1]  (go: Member) the waiter's member
+-- ARGV[2]  (go: Side) 'r' for a reader, 'w' for a writer
+-- ARGV[3]  (go: Wake) channel base
+-- ARGV[4]  (go: Wake) publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1
 if ARGV[2] == 'r' then

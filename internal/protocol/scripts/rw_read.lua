@@ -1,23 +1,29 @@
 -- rw_read.lua: take or re-enter a read hold of the read-write lock.
 --
--- KEYS[1]  lock hash (see lib_rw.lua)
--- KEYS[2]  fence counter (never expires)
--- KEYS[3]  readers: token -> hold expiry (server ms)
--- KEYS[4]  writers' queue, KEYS[5] writers' places (see lib_queue.lua)
--- KEYS[6]  waiting readers: member -> place expiry (server ms)
--- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)
--- KEYS[8]  dead: tokens whose acquire was given up on (bury.lua)
--- ARGV[1]  owner token: every read hold has its own, a read inside a
---          write hold too
--- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
--- ARGV[4]  '1' to let readers in while writers wait (reader preference)
--- ARGV[5]  the waiter's member ('<client id>:<token>'); '' for none
--- ARGV[6]  place TTL in milliseconds; 0 to take no place (TryRLock)
--- ARGV[7]  the token of the caller's own write hold, to read inside it
---          ('' for none)
--- ARGV[8]  re-entry only: its place in the hold's sequence (in_order in
---          lib_queue.lua)
+-- KEYS[1]  (go: Lock) lock hash (see lib_rw.lua)
+-- KEYS[2]  (go: Fence) fence counter (never expires)
+-- KEYS[3]  (go: Readers) readers: token -> hold expiry (server ms)
+-- KEYS[4]  (go: Queue) writers' queue
+-- KEYS[5]  (go: Alive) writers' places (see lib_queue.lua)
+-- KEYS[6]  (go: RQueue) waiting readers: member -> place expiry (server ms)
+-- KEYS[7]  (go: RPhase) admitted readers (a read phase): member -> place
+--          expiry (server ms)
+-- KEYS[8]  (go: Dead) dead: tokens whose acquire was given up on (bury.lua)
+-- ARGV[1]  (go: Token) owner token: every read hold has its own, a read
+--          inside a write hold too
+-- ARGV[2]  (go: TTL) lease TTL in milliseconds
+-- ARGV[3]  (go: Count) 0 to acquire; n >= 2 to re-enter, setting the hold
+--          count to n
+-- ARGV[4]  (go: Readers) '1' to let readers in while writers wait (reader
+--          preference)
+-- ARGV[5]  (go: Member) the waiter's member ('<client id>:<token>'); '' for
+--          none
+-- ARGV[6]  (go: PlaceTTL) place TTL in milliseconds; 0 to take no place
+--          (TryRLock)
+-- ARGV[7]  (go: Parent) the token of the caller's own write hold, to read
+--          inside it ('' for none)
+-- ARGV[8]  (go: Seq, if Reentry) re-entry only: its place in the hold's
+--          sequence (in_order in lib_queue.lua)
 --
 -- A waiting writer keeps new readers out, but not those that a writer's
 -- release admitted (lib_rw.lua): they go before the next writer.

@@ -1,14 +1,14 @@
 -- rw_renew.lua: extend a read or write hold of the read-write lock.
 --
--- KEYS[1]  lock hash (see lib_rw.lua)
--- KEYS[2]  readers: token -> hold expiry (server ms)
--- ARGV[1]  owner token
--- ARGV[2]  'r' for a read hold, 'w' for the write hold
--- ARGV[3]  lease TTL in milliseconds
--- ARGV[4]  '1' to set the hold's TTL to exactly ARGV[3] (Extend); '0' to
---          make it at least that (a watchdog renewal, which must not
+-- KEYS[1]  (go: Lock) lock hash (see lib_rw.lua)
+-- KEYS[2]  (go: Readers) readers: token -> hold expiry (server ms)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: Side) 'r' for a read hold, 'w' for the write hold
+-- ARGV[3]  (go: TTL) lease TTL in milliseconds
+-- ARGV[4]  (go: Exact) '1' to set the hold's TTL to exactly ARGV[3] (Extend);
+--          '0' to make it at least that (a watchdog renewal, which must not
 --          shorten what an Extend lengthened)
--- ARGV[5]  the call's place in the hold's sequence (in_order in
+-- ARGV[5]  (go: Seq) the call's place in the hold's sequence (in_order in
 --          lib_queue.lua): a renewal or Extend older than a command of the
 --          hold that ran changes nothing
 --

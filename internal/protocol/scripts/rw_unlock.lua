@@ -1,21 +1,26 @@
 -- rw_unlock.lua: release read or write holds of the read-write lock.
 --
--- KEYS[1]  lock hash (see lib_rw.lua)
--- KEYS[2]  readers: token -> hold expiry (server ms)
--- KEYS[3]  writers' queue, KEYS[4] writers' places (see lib_queue.lua)
--- KEYS[5]  waiting readers, KEYS[6] admitted readers (see lib_rw.lua)
--- ARGV[1]  owner token
--- ARGV[2]  'r' for a read hold, 'w' for the write hold
--- ARGV[3]  holds to leave: n >= 1 keeps n; 0 releases the hold
--- ARGV[4]  channel base, ARGV[5] publish command (PUBLISH or SPUBLISH)
--- ARGV[6]  n >= 1 only: the call's place in the hold's sequence (in_order
---          in lib_queue.lua): a late inner unlock changes nothing
--- ARGV[7]  n = 0, optional: the hold's lease TTL in milliseconds, with
--- KEYS[7]  dead (bury.lua): the release leaves its token there as a
---          receipt, and a copy of it sent again (go-redis re-sends a call
---          whose reply it lost; the server runs both) that finds the hold
---          gone and the receipt there answers done, not -1. Only this
---          token's own release writes its receipt, so done is the truth.
+-- KEYS[1]  (go: Lock) lock hash (see lib_rw.lua)
+-- KEYS[2]  (go: Readers) readers: token -> hold expiry (server ms)
+-- KEYS[3]  (go: Queue) writers' queue
+-- KEYS[4]  (go: Alive) writers' places (see lib_queue.lua)
+-- KEYS[5]  (go: RQueue) waiting readers
+-- KEYS[6]  (go: RPhase) admitted readers (see lib_rw.lua)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: Side) 'r' for a read hold, 'w' for the write hold
+-- ARGV[3]  (go: Left) holds to leave: n >= 1 keeps n; 0 releases the hold
+-- ARGV[4]  (go: Wake) channel base
+-- ARGV[5]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[6]  (go: Seq) n >= 1 only: the call's place in the hold's sequence
+--          (in_order in lib_queue.lua): a late inner unlock changes nothing
+-- ARGV[7]  (go: ReceiptTTL, if Receipt) n = 0, optional: the hold's lease TTL
+--          in milliseconds, with
+-- KEYS[7]  (go: Dead, if Receipt) dead (bury.lua): the release leaves its
+--          token there as a receipt, and a copy of it sent again (go-redis
+--          re-sends a call whose reply it lost; the server runs both) that
+--          finds the hold gone and the receipt there answers done, not -1.
+--          Only this token's own release writes its receipt, so done is the
+--          truth.
 --
 -- Returns  1 done, -1 the caller holds nothing, -4 STALE (n >= 1: a later
 --          command of the hold ran; nothing changed)

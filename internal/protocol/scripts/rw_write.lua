@@ -1,23 +1,30 @@
 -- rw_write.lua: take or re-enter the write hold of the read-write lock,
 -- or keep a place in the writers' queue.
 --
--- KEYS[1]  lock hash (see lib_rw.lua)
--- KEYS[2]  fence counter (never expires)
--- KEYS[3]  readers: token -> hold expiry (server ms)
--- KEYS[4]  writers' queue: member -> arrival number (lib_queue.lua: server
---          µs, but above every earlier waiter's whatever the clock did)
--- KEYS[5]  writers' places: member -> place expiry (server ms)
--- KEYS[6]  waiting readers (unused here: the keys are rw_read.lua's)
--- KEYS[7]  admitted readers (a read phase): member -> place expiry (server ms)
--- KEYS[8]  dead: tokens whose acquire was given up on (bury.lua)
--- ARGV[1]  owner token
--- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  0 to acquire; n >= 2 to re-enter, setting the hold count to n
--- ARGV[4]  the waiter's member ('<client id>:<token>'); '' for none
--- ARGV[5]  place TTL in milliseconds; 0 for TryLock (take no place)
--- ARGV[6]  channel base, ARGV[7] publish command (PUBLISH or SPUBLISH)
--- ARGV[8]  re-entry only: its place in the hold's sequence (in_order in
---          lib_queue.lua)
+-- KEYS[1]  (go: Lock) lock hash (see lib_rw.lua)
+-- KEYS[2]  (go: Fence) fence counter (never expires)
+-- KEYS[3]  (go: Readers) readers: token -> hold expiry (server ms)
+-- KEYS[4]  (go: Queue) writers' queue: member -> arrival number
+--          (lib_queue.lua: server µs, but above every earlier waiter's
+--          whatever the clock did)
+-- KEYS[5]  (go: Alive) writers' places: member -> place expiry (server ms)
+-- KEYS[6]  (go: RQueue) waiting readers (unused here: the keys are
+--          rw_read.lua's)
+-- KEYS[7]  (go: RPhase) admitted readers (a read phase): member -> place
+--          expiry (server ms)
+-- KEYS[8]  (go: Dead) dead: tokens whose acquire was given up on (bury.lua)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: TTL) lease TTL in milliseconds
+-- ARGV[3]  (go: Count) 0 to acquire; n >= 2 to re-enter, setting the hold
+--          count to n
+-- ARGV[4]  (go: Member) the waiter's member ('<client id>:<token>'); '' for
+--          none
+-- ARGV[5]  (go: PlaceTTL) place TTL in milliseconds; 0 for TryLock (take no
+--          place)
+-- ARGV[6]  (go: Wake) channel base
+-- ARGV[7]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[8]  (go: Seq, if Reentry) re-entry only: its place in the hold's
+--          sequence (in_order in lib_queue.lua)
 --
 -- The write hold is granted only on a free lock (no 'mode'), to the first
 -- live writer in the queue (or to any when none waits), and only when no

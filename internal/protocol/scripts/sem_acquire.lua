@@ -1,19 +1,22 @@
 -- sem_acquire.lua: take n permits of the semaphore, or keep a waiter's
 -- place in its queue.
 --
--- KEYS[1]  holders hash (see lib_sem.lua)
--- KEYS[2]  the fence counter of the semaphore's slot (next_fence in
+-- KEYS[1]  (go: Lock) holders hash (see lib_sem.lua)
+-- KEYS[2]  (go: Fence) the fence counter of the semaphore's slot (next_fence in
 --          lib_queue.lua)
--- KEYS[3]  leases: token -> hold expiry (server ms)
--- KEYS[4]  capacity (see lib_sem.lua)
--- KEYS[5]  queue, KEYS[6] alive (see lib_queue.lua)
--- KEYS[7]  dead: tokens whose acquire was given up on (bury.lua)
--- ARGV[1]  owner token
--- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  permits wanted, n >= 1
--- ARGV[4]  capacity to set if the semaphore has none yet
--- ARGV[5]  the waiter's member ('<client id>:<token>:<n>'); '' for none
--- ARGV[6]  place TTL in milliseconds; 0 to take no place (TryAcquire)
+-- KEYS[3]  (go: Leases) leases: token -> hold expiry (server ms)
+-- KEYS[4]  (go: Permits) capacity (see lib_sem.lua)
+-- KEYS[5]  (go: Queue) queue
+-- KEYS[6]  (go: Alive) alive (see lib_queue.lua)
+-- KEYS[7]  (go: Dead) dead: tokens whose acquire was given up on (bury.lua)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: TTL) lease TTL in milliseconds
+-- ARGV[3]  (go: Permits) permits wanted, n >= 1
+-- ARGV[4]  (go: Capacity) capacity to set if the semaphore has none yet
+-- ARGV[5]  (go: Member) the waiter's member ('<client id>:<token>:<n>'); ''
+--          for none
+-- ARGV[6]  (go: PlaceTTL) place TTL in milliseconds; 0 to take no place
+--          (TryAcquire)
 --
 -- Returns  {1, fence}    held (idempotent: a retried call answers the same)
 --          {0, wait}     not enough free beside what is kept for the first

@@ -1,11 +1,16 @@
 -- sem_force.lua: take back every permit of a semaphore (unlock --force);
 -- the waiters that now fit are told. The capacity stays.
 --
--- KEYS[1]  holders hash, KEYS[2] leases, KEYS[3] capacity (see lib_sem.lua)
--- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
--- KEYS[6]  dead (bury.lua's set): where the receipt is left
--- ARGV[1]  channel base, ARGV[2] publish command (PUBLISH or SPUBLISH)
--- ARGV[3]  the ForceUnlock's id, ARGV[4] its receipt's TTL in ms
+-- KEYS[1]  (go: Lock) holders hash
+-- KEYS[2]  (go: Leases) leases
+-- KEYS[3]  (go: Permits) capacity (see lib_sem.lua)
+-- KEYS[4]  (go: Queue) queue
+-- KEYS[5]  (go: Alive) alive (see lib_queue.lua)
+-- KEYS[6]  (go: Dead) dead (bury.lua's set): where the receipt is left
+-- ARGV[1]  (go: Wake) channel base
+-- ARGV[2]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  (go: ID) the ForceUnlock's id
+-- ARGV[4]  (go: ReceiptTTL) its receipt's TTL in ms
 --
 -- Returns  1 if permits were held, 0 if not
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

@@ -1,12 +1,14 @@
 -- sem_leave.lua: a semaphore waiter gives up its place; the waiters that
 -- now fit (it may have been first) are told.
 --
--- KEYS[1]  holders hash (see lib_sem.lua)
--- KEYS[2]  leases: token -> hold expiry (server ms)
--- KEYS[3]  capacity (see lib_sem.lua)
--- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
--- ARGV[1]  the waiter's member
--- ARGV[2]  channel base, ARGV[3] publish command (PUBLISH or SPUBLISH)
+-- KEYS[1]  (go: Lock) holders hash (see lib_sem.lua)
+-- KEYS[2]  (go: Leases) leases: token -> hold expiry (server ms)
+-- KEYS[3]  (go: Permits) capacity (see lib_sem.lua)
+-- KEYS[4]  (go: Queue) queue
+-- KEYS[5]  (go: Alive) alive (see lib_queue.lua)
+-- ARGV[1]  (go: Member) the waiter's member
+-- ARGV[2]  (go: Wake) channel base
+-- ARGV[3]  (go: Wake) publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  1
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

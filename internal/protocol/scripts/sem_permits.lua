@@ -1,14 +1,16 @@
 -- sem_permits.lua: read, and optionally set, the semaphore's capacity.
 --
--- KEYS[1]  holders hash (see lib_sem.lua)
--- KEYS[2]  leases: token -> hold expiry (server ms)
--- KEYS[3]  capacity (see lib_sem.lua)
--- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
--- ARGV[1]  the capacity it has if it has none yet (not written: a
---          semaphore nobody uses keeps no key)
--- ARGV[2]  new capacity (kept until changed: it never expires), or 0 to
---          leave it as it is
--- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
+-- KEYS[1]  (go: Lock) holders hash (see lib_sem.lua)
+-- KEYS[2]  (go: Leases) leases: token -> hold expiry (server ms)
+-- KEYS[3]  (go: Permits) capacity (see lib_sem.lua)
+-- KEYS[4]  (go: Queue) queue
+-- KEYS[5]  (go: Alive) alive (see lib_queue.lua)
+-- ARGV[1]  (go: Capacity) the capacity it has if it has none yet (not
+--          written: a semaphore nobody uses keeps no key)
+-- ARGV[2]  (go: Set) new capacity (kept until changed: it never expires), or
+--          0 to leave it as it is
+-- ARGV[3]  (go: Wake) channel base
+-- ARGV[4]  (go: Wake) publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {capacity, permits held}
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

@@ -1,16 +1,20 @@
 -- sem_release.lua: give a holder's permits back and tell the waiters, in
 -- order, whose permits now fit.
 --
--- KEYS[1]  holders hash (see lib_sem.lua)
--- KEYS[2]  leases: token -> hold expiry (server ms)
--- KEYS[3]  capacity (see lib_sem.lua)
--- KEYS[4]  queue, KEYS[5] alive (see lib_queue.lua)
--- ARGV[1]  owner token
--- ARGV[2]  holds to leave (permits are not re-entrant: always 0)
--- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
--- ARGV[5]  optional: the hold's lease TTL in milliseconds, with
--- KEYS[6]  dead (bury.lua): the receipt of the release, as in
---          rw_unlock.lua: a copy sent again answers done, not -1
+-- KEYS[1]  (go: Lock) holders hash (see lib_sem.lua)
+-- KEYS[2]  (go: Leases) leases: token -> hold expiry (server ms)
+-- KEYS[3]  (go: Permits) capacity (see lib_sem.lua)
+-- KEYS[4]  (go: Queue) queue
+-- KEYS[5]  (go: Alive) alive (see lib_queue.lua)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: Left) holds to leave (permits are not re-entrant: always 0)
+-- ARGV[3]  (go: Wake) channel base
+-- ARGV[4]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[5]  (go: ReceiptTTL, if Receipt) optional: the hold's lease TTL in
+--          milliseconds, with
+-- KEYS[6]  (go: Dead, if Receipt) dead (bury.lua): the receipt of the
+--          release, as in rw_unlock.lua: a copy sent again answers done, not
+--          -1
 --
 -- Returns  1 done, -1 the caller holds nothing
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

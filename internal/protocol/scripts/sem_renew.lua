@@ -1,14 +1,15 @@
 -- sem_renew.lua: extend a holder's permits.
 --
--- KEYS[1]  holders hash (see lib_sem.lua)
--- KEYS[2]  leases: token -> hold expiry (server ms)
--- KEYS[3]  capacity (see lib_sem.lua: it lives as long as the holds)
--- ARGV[1]  owner token
--- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  '1' to set the hold's expiry to exactly now + ARGV[2] (Extend);
---          '0' to make it at least that (a watchdog renewal, which must
---          not shorten what an Extend lengthened)
--- ARGV[4]  the call's place in the hold's sequence (in_order in
+-- KEYS[1]  (go: Lock) holders hash (see lib_sem.lua)
+-- KEYS[2]  (go: Leases) leases: token -> hold expiry (server ms)
+-- KEYS[3]  (go: Permits) capacity (see lib_sem.lua: it lives as long as the
+--          holds)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: TTL) lease TTL in milliseconds
+-- ARGV[3]  (go: Exact) '1' to set the hold's expiry to exactly now + ARGV[2]
+--          (Extend); '0' to make it at least that (a watchdog renewal, which
+--          must not shorten what an Extend lengthened)
+-- ARGV[4]  (go: Seq) the call's place in the hold's sequence (in_order in
 --          lib_queue.lua): a renewal or Extend older than a command of the
 --          hold that ran changes nothing
 --

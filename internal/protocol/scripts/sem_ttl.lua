@@ -1,8 +1,8 @@
 -- sem_ttl.lua: how long a holder's permits have left.
 --
--- KEYS[1]  holders hash (see lib_sem.lua)
--- KEYS[2]  leases: token -> hold expiry (server ms)
--- ARGV[1]  owner token
+-- KEYS[1]  (go: Lock) holders hash (see lib_sem.lua)
+-- KEYS[2]  (go: Leases) leases: token -> hold expiry (server ms)
+-- ARGV[1]  (go: Token) owner token
 --
 -- Returns  ms left, or -3 when the caller holds nothing
 if redis.call('HEXISTS', KEYS[1], 'p:' .. ARGV[1]) == 0 then

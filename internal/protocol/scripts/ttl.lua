@@ -1,7 +1,7 @@
 -- ttl.lua: how long the caller's hold has left, as the server sees it.
 --
--- KEYS[1]  lock hash: owner token -> hold count
--- ARGV[1]  owner token
+-- KEYS[1]  (go: Lock) lock hash: owner token -> hold count
+-- ARGV[1]  (go: Token) owner token
 --
 -- Returns  pttl >= 0  milliseconds left
 --          -1         held without expiry (never set by dlock)

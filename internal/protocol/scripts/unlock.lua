@@ -1,25 +1,29 @@
 -- unlock.lua: release holds of the reentrant mutex (Mutex or FairMutex);
 -- when it becomes free, hand it to the first waiter (lib_mutex.lua).
 --
--- KEYS[1]  lock hash: owner token -> hold count
--- KEYS[2]  the fence counter of the lock's slot (for a waiter handed the
---          lock)
--- KEYS[3]  queue, KEYS[4] alive (see lib_queue.lua)
--- ARGV[1]  owner token
--- ARGV[2]  holds to leave: n >= 1 keeps the lock with count n; 0 frees it
--- ARGV[3]  channel base, ARGV[4] publish command (PUBLISH or SPUBLISH)
--- ARGV[5]  '1' to hand the lock to the waiter told, or keep it for it (not
---          on a quorum)
--- ARGV[6]  an Election's observers' channel, told 'all' when its leader
---          resigns ('' for a mutex)
--- ARGV[7]  n >= 1 only: the call's place in the hold's sequence (in_order
---          in lib_queue.lua): a late inner unlock changes nothing
--- ARGV[8]  n = 0, optional: the hold's fence, ARGV[9] its lease TTL in
+-- KEYS[1]  (go: Lock) lock hash: owner token -> hold count
+-- KEYS[2]  (go: Fence) the fence counter of the lock's slot (for a waiter
+--          handed the lock)
+-- KEYS[3]  (go: Queue) queue
+-- KEYS[4]  (go: Alive) alive (see lib_queue.lua)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: Left) holds to leave: n >= 1 keeps the lock with count n; 0
+--          frees it
+-- ARGV[3]  (go: Wake) channel base
+-- ARGV[4]  (go: Wake) publish command (PUBLISH or SPUBLISH)
+-- ARGV[5]  (go: Reserve) '1' to hand the lock to the waiter told, or keep it
+--          for it (not on a quorum)
+-- ARGV[6]  (go: Observers) an Election's observers' channel, told 'all' when
+--          its leader resigns ('' for a mutex)
+-- ARGV[7]  (go: Seq) n >= 1 only: the call's place in the hold's sequence
+--          (in_order in lib_queue.lua): a late inner unlock changes nothing
+-- ARGV[8]  (go: Fence, if Free) n = 0, optional: the hold's fence
+-- ARGV[9]  (go: ReceiptTTL, if Free) its lease TTL in
 --          milliseconds: the release answers done, not -1, when it is
 --          sent again after it ran (see "Sent again" below)
--- KEYS[5]  dead: tokens that must not take the lock again (bury.lua); a
---          release that hands the lock on leaves its token there as the
---          receipt
+-- KEYS[5]  (go: Dead) dead: tokens that must not take the lock again
+--          (bury.lua); a release that hands the lock on leaves its token
+--          there as the receipt
 --
 -- Returns  1   done
 --          -1  the caller holds nothing: its lease was lost, or never held

@@ -1,0 +1,509 @@
+package protocol
+
+// The arguments of each script, named and typed: one struct per script,
+// its fields in ARGV order, each tagged with the slots it fills
+// (`lua:"ARGV[n]"`); a bool field tagged `lua:"variant"` selects optional
+// trailing keys or arguments. A struct's Call makes the script's call
+// from the lock's keys and those arguments, by hand (no reflection: it
+// runs at every call); the boxed-once values stay boxed once (a lock's
+// MutexWords, WakeTo's BaseArg and PublishArg, Flag's "1" and "0").
+// Each script's header names its KEYS and ARGV, one slot a line ending
+// "(go: Name)"; TestScriptHeadersMatchGo checks that the header and the
+// struct agree, slot by slot, in every variant.
+
+// LockArgs are lock.lua's: acquire, re-enter, or an Election's Campaign.
+type LockArgs struct {
+	Token    string `lua:"ARGV[1]"`
+	TTL      int64  `lua:"ARGV[2]"` // ms
+	Count    int    `lua:"ARGV[3]"` // 0 to acquire; n >= 2 to re-enter
+	Member   string `lua:"ARGV[4]"`
+	PlaceTTL int64  `lua:"ARGV[5]"` // ms
+	Fair     bool   `lua:"ARGV[6]"`
+	Wake     WakeTo `lua:"ARGV[7],ARGV[8]"`
+	Queued   bool   `lua:"ARGV[9]"`
+	// Reentry adds Seq, the re-entry's place in the hold's sequence.
+	Reentry bool  `lua:"variant"`
+	Seq     int64 `lua:"ARGV[10]"`
+	// Campaign adds Value and Observers (ARGV[10] is '' then).
+	Campaign  bool   `lua:"variant"`
+	Value     string `lua:"ARGV[11]"`
+	Observers string `lua:"ARGV[12]"`
+}
+
+// Call is lock.lua's call on k (a mutex's or an Election's keys).
+func (a LockArgs) Call(k *Keys) Call {
+	n := 9
+	switch {
+	case a.Campaign:
+		n = 12
+	case a.Reentry:
+		n = 10
+	}
+	args := make([]any, 9, n)
+	args[0], args[1], args[2], args[3], args[4] = a.Token, a.TTL, a.Count, a.Member, a.PlaceTTL
+	args[5], args[6], args[7], args[8] = Flag(a.Fair), a.Wake.BaseArg, a.Wake.PublishArg, Flag(a.Queued)
+	switch {
+	case a.Campaign:
+		args = append(args, "", a.Value, a.Observers)
+	case a.Reentry:
+		args = append(args, a.Seq)
+	}
+	return Call{S: LockScript, Args: args, Boxed: k.MutexWords}
+}
+
+// UnlockArgs are unlock.lua's: release holds, or (Free) the final
+// release with its receipt.
+type UnlockArgs struct {
+	Token     string `lua:"ARGV[1]"`
+	Left      int    `lua:"ARGV[2]"`
+	Wake      WakeTo `lua:"ARGV[3],ARGV[4]"`
+	Reserve   bool   `lua:"ARGV[5]"`
+	Observers string `lua:"ARGV[6]"` // an Election's; '' for a mutex
+	Seq       int64  `lua:"ARGV[7]"`
+	// Free adds the hold's fence and its receipt's TTL.
+	Free       bool  `lua:"variant"`
+	Fence      int64 `lua:"ARGV[8]"`
+	ReceiptTTL int64 `lua:"ARGV[9]"` // ms
+}
+
+// Call is unlock.lua's call on k.
+func (a UnlockArgs) Call(k *Keys) Call {
+	n := 7
+	if a.Free {
+		n = 9
+	}
+	args := make([]any, 7, n)
+	args[0], args[1], args[2], args[3] = a.Token, a.Left, a.Wake.BaseArg, a.Wake.PublishArg
+	args[4], args[5], args[6] = Flag(a.Reserve), a.Observers, a.Seq
+	if a.Free {
+		args = append(args, a.Fence, a.ReceiptTTL)
+	}
+	return Call{S: UnlockScript, Args: args, Boxed: k.MutexWords}
+}
+
+// LeaveArgs are leave.lua's: a mutex's waiter gives up its place.
+type LeaveArgs struct {
+	Member  string `lua:"ARGV[1]"`
+	Wake    WakeTo `lua:"ARGV[2],ARGV[3]"`
+	Reserve bool   `lua:"ARGV[4]"`
+}
+
+// Call is leave.lua's call on k.
+func (a LeaveArgs) Call(k *Keys) Call {
+	return Call{S: LeaveScript, Keys: []string{k.Lock, k.Fence, k.Queue, k.Alive},
+		Args: []any{a.Member, a.Wake.BaseArg, a.Wake.PublishArg, Flag(a.Reserve)}}
+}
+
+// ForceArgs are force.lua's: ForceUnlock of a mutex or an Election.
+type ForceArgs struct {
+	Wake       WakeTo `lua:"ARGV[1],ARGV[2]"`
+	ID         string `lua:"ARGV[3]"`
+	ReceiptTTL int64  `lua:"ARGV[4]"` // ms
+	// Election adds the observers' channel, told 'all'.
+	Election  bool   `lua:"variant"`
+	Observers string `lua:"ARGV[5]"`
+}
+
+// Call is force.lua's call on k.
+func (a ForceArgs) Call(k *Keys) Call {
+	args := []any{a.Wake.BaseArg, a.Wake.PublishArg, a.ID, a.ReceiptTTL}
+	if a.Election {
+		args = append(args, a.Observers)
+	}
+	return Call{S: ForceScript, Keys: []string{k.Lock, k.Fence, k.Queue, k.Alive, k.Dead}, Args: args}
+}
+
+// ElectArgs are elect.lua's: a leader records its value.
+type ElectArgs struct {
+	Token     string `lua:"ARGV[1]"`
+	Value     string `lua:"ARGV[2]"`
+	Observers string `lua:"ARGV[3]"`
+	Publish   string `lua:"ARGV[4]"` // PUBLISH or SPUBLISH
+	Seq       int64  `lua:"ARGV[5]"`
+}
+
+// Call is elect.lua's call on k.
+func (a ElectArgs) Call(k *Keys) Call {
+	return Call{S: ElectScript, Keys: []string{k.Lock}, Args: []any{a.Token, a.Value, a.Observers, a.Publish, a.Seq}}
+}
+
+// ElectReadArgs are elect_read.lua's: none.
+type ElectReadArgs struct{}
+
+// Call is elect_read.lua's call on k.
+func (ElectReadArgs) Call(k *Keys) Call {
+	return Call{S: ElectReadScript, Keys: []string{k.Lock}}
+}
+
+// RenewArgs are renew.lua's: a mutex hold's lease renewed or set.
+type RenewArgs struct {
+	Token string `lua:"ARGV[1]"`
+	TTL   int64  `lua:"ARGV[2]"` // ms
+	Exact bool   `lua:"ARGV[3]"`
+	Seq   int64  `lua:"ARGV[4]"`
+}
+
+// Call is renew.lua's call on k.
+func (a RenewArgs) Call(k *Keys) Call {
+	return Call{S: RenewScript, Keys: []string{k.Lock}, Args: []any{a.Token, a.TTL, Flag(a.Exact), a.Seq}}
+}
+
+// TTLArgs are ttl.lua's: a mutex hold's time left.
+type TTLArgs struct {
+	Token string `lua:"ARGV[1]"`
+}
+
+// Call is ttl.lua's call on k.
+func (a TTLArgs) Call(k *Keys) Call {
+	return Call{S: TTLScript, Keys: []string{k.Lock}, Args: []any{a.Token}}
+}
+
+// RWAcquireKeys are the keys of rw_read.lua and rw_write.lua.
+func RWAcquireKeys(k *Keys) []string {
+	return []string{k.Lock, k.Fence, k.Readers, k.Queue, k.Alive, k.RQueue, k.RPhase, k.Dead}
+}
+
+// RWReadArgs are rw_read.lua's: a read hold acquired or re-entered.
+type RWReadArgs struct {
+	Token    string `lua:"ARGV[1]"`
+	TTL      int64  `lua:"ARGV[2]"` // ms
+	Count    int    `lua:"ARGV[3]"`
+	Readers  bool   `lua:"ARGV[4]"` // reader preference
+	Member   string `lua:"ARGV[5]"`
+	PlaceTTL int64  `lua:"ARGV[6]"` // ms
+	Parent   string `lua:"ARGV[7]"` // the caller's own write hold's token
+	// Reentry adds Seq.
+	Reentry bool  `lua:"variant"`
+	Seq     int64 `lua:"ARGV[8]"`
+}
+
+// Call is rw_read.lua's call on k.
+func (a RWReadArgs) Call(k *Keys) Call {
+	n := 7
+	if a.Reentry {
+		n = 8
+	}
+	args := make([]any, 7, n)
+	args[0], args[1], args[2], args[3] = a.Token, a.TTL, a.Count, Flag(a.Readers)
+	args[4], args[5], args[6] = a.Member, a.PlaceTTL, a.Parent
+	if a.Reentry {
+		args = append(args, a.Seq)
+	}
+	return Call{S: RWReadScript, Keys: RWAcquireKeys(k), Args: args}
+}
+
+// RWWriteArgs are rw_write.lua's: the write hold acquired or re-entered.
+type RWWriteArgs struct {
+	Token    string `lua:"ARGV[1]"`
+	TTL      int64  `lua:"ARGV[2]"` // ms
+	Count    int    `lua:"ARGV[3]"`
+	Member   string `lua:"ARGV[4]"`
+	PlaceTTL int64  `lua:"ARGV[5]"` // ms
+	Wake     WakeTo `lua:"ARGV[6],ARGV[7]"`
+	// Reentry adds Seq.
+	Reentry bool  `lua:"variant"`
+	Seq     int64 `lua:"ARGV[8]"`
+}
+
+// Call is rw_write.lua's call on k.
+func (a RWWriteArgs) Call(k *Keys) Call {
+	n := 7
+	if a.Reentry {
+		n = 8
+	}
+	args := make([]any, 7, n)
+	args[0], args[1], args[2], args[3] = a.Token, a.TTL, a.Count, a.Member
+	args[4], args[5], args[6] = a.PlaceTTL, a.Wake.BaseArg, a.Wake.PublishArg
+	if a.Reentry {
+		args = append(args, a.Seq)
+	}
+	return Call{S: RWWriteScript, Keys: RWAcquireKeys(k), Args: args}
+}
+
+// RWUnlockArgs are rw_unlock.lua's: release holds, or (Receipt) the
+// final release, which leaves its token in the dead set as the receipt.
+type RWUnlockArgs struct {
+	Token string `lua:"ARGV[1]"`
+	Side  string `lua:"ARGV[2]"` // 'r' or 'w'
+	Left  int    `lua:"ARGV[3]"`
+	Wake  WakeTo `lua:"ARGV[4],ARGV[5]"`
+	Seq   int64  `lua:"ARGV[6]"`
+	// Receipt adds the dead set (a last key) and the receipt's TTL.
+	Receipt    bool  `lua:"variant"`
+	ReceiptTTL int64 `lua:"ARGV[7]"` // ms
+}
+
+// Call is rw_unlock.lua's call on k.
+func (a RWUnlockArgs) Call(k *Keys) Call {
+	n := 6
+	if a.Receipt {
+		n = 7
+	}
+	args := make([]any, 6, n)
+	args[0], args[1], args[2], args[3], args[4], args[5] = a.Token, a.Side, a.Left, a.Wake.BaseArg, a.Wake.PublishArg, a.Seq
+	keys := []string{k.Lock, k.Readers, k.Queue, k.Alive, k.RQueue, k.RPhase}
+	if a.Receipt {
+		keys = append(keys, k.Dead)
+		args = append(args, a.ReceiptTTL)
+	}
+	return Call{S: RWUnlockScript, Keys: keys, Args: args}
+}
+
+// RWLeaveArgs are rw_leave.lua's: a reader or writer gives up its wait.
+type RWLeaveArgs struct {
+	Member string `lua:"ARGV[1]"`
+	Side   string `lua:"ARGV[2]"`
+	Wake   WakeTo `lua:"ARGV[3],ARGV[4]"`
+}
+
+// Call is rw_leave.lua's call on k.
+func (a RWLeaveArgs) Call(k *Keys) Call {
+	return Call{S: RWLeaveScript, Keys: []string{k.Lock, k.Queue, k.Alive, k.RQueue, k.RPhase},
+		Args: []any{a.Member, a.Side, a.Wake.BaseArg, a.Wake.PublishArg}}
+}
+
+// RWRenewArgs are rw_renew.lua's.
+type RWRenewArgs struct {
+	Token string `lua:"ARGV[1]"`
+	Side  string `lua:"ARGV[2]"`
+	TTL   int64  `lua:"ARGV[3]"` // ms
+	Exact bool   `lua:"ARGV[4]"`
+	Seq   int64  `lua:"ARGV[5]"`
+}
+
+// Call is rw_renew.lua's call on k.
+func (a RWRenewArgs) Call(k *Keys) Call {
+	return Call{S: RWRenewScript, Keys: []string{k.Lock, k.Readers}, Args: []any{a.Token, a.Side, a.TTL, Flag(a.Exact), a.Seq}}
+}
+
+// RWTTLArgs are rw_ttl.lua's.
+type RWTTLArgs struct {
+	Token string `lua:"ARGV[1]"`
+	Side  string `lua:"ARGV[2]"`
+}
+
+// Call is rw_ttl.lua's call on k.
+func (a RWTTLArgs) Call(k *Keys) Call {
+	return Call{S: RWTTLScript, Keys: []string{k.Lock, k.Readers}, Args: []any{a.Token, a.Side}}
+}
+
+// RWForceArgs are rw_force.lua's: ForceUnlock of an RWMutex.
+type RWForceArgs struct {
+	Wake       WakeTo `lua:"ARGV[1],ARGV[2]"`
+	ID         string `lua:"ARGV[3]"`
+	ReceiptTTL int64  `lua:"ARGV[4]"` // ms
+}
+
+// Call is rw_force.lua's call on k.
+func (a RWForceArgs) Call(k *Keys) Call {
+	return Call{S: RWForceScript, Keys: []string{k.Lock, k.Readers, k.Queue, k.Alive, k.RQueue, k.RPhase, k.Dead},
+		Args: []any{a.Wake.BaseArg, a.Wake.PublishArg, a.ID, a.ReceiptTTL}}
+}
+
+// SemAcquireArgs are sem_acquire.lua's.
+type SemAcquireArgs struct {
+	Token    string `lua:"ARGV[1]"`
+	TTL      int64  `lua:"ARGV[2]"` // ms
+	Permits  int    `lua:"ARGV[3]"` // wanted
+	Capacity int    `lua:"ARGV[4]"` // set if the semaphore has none
+	Member   string `lua:"ARGV[5]"`
+	PlaceTTL int64  `lua:"ARGV[6]"` // ms
+}
+
+// Call is sem_acquire.lua's call on k.
+func (a SemAcquireArgs) Call(k *Keys) Call {
+	return Call{S: SemAcquireScript, Keys: []string{k.Lock, k.Fence, k.Leases, k.Permits, k.Queue, k.Alive, k.Dead},
+		Args: []any{a.Token, a.TTL, a.Permits, a.Capacity, a.Member, a.PlaceTTL}}
+}
+
+// SemReleaseArgs are sem_release.lua's: release, or (Receipt) the final
+// release, which leaves its token in the dead set as the receipt.
+type SemReleaseArgs struct {
+	Token string `lua:"ARGV[1]"`
+	Left  int    `lua:"ARGV[2]"`
+	Wake  WakeTo `lua:"ARGV[3],ARGV[4]"`
+	// Receipt adds the dead set (a last key) and the receipt's TTL.
+	Receipt    bool  `lua:"variant"`
+	ReceiptTTL int64 `lua:"ARGV[5]"` // ms
+}
+
+// Call is sem_release.lua's call on k.
+func (a SemReleaseArgs) Call(k *Keys) Call {
+	n := 4
+	if a.Receipt {
+		n = 5
+	}
+	args := make([]any, 4, n)
+	args[0], args[1], args[2], args[3] = a.Token, a.Left, a.Wake.BaseArg, a.Wake.PublishArg
+	keys := []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive}
+	if a.Receipt {
+		keys = append(keys, k.Dead)
+		args = append(args, a.ReceiptTTL)
+	}
+	return Call{S: SemReleaseScript, Keys: keys, Args: args}
+}
+
+// SemLeaveArgs are sem_leave.lua's.
+type SemLeaveArgs struct {
+	Member string `lua:"ARGV[1]"`
+	Wake   WakeTo `lua:"ARGV[2],ARGV[3]"`
+}
+
+// Call is sem_leave.lua's call on k.
+func (a SemLeaveArgs) Call(k *Keys) Call {
+	return Call{S: SemLeaveScript, Keys: []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive},
+		Args: []any{a.Member, a.Wake.BaseArg, a.Wake.PublishArg}}
+}
+
+// SemRenewArgs are sem_renew.lua's.
+type SemRenewArgs struct {
+	Token string `lua:"ARGV[1]"`
+	TTL   int64  `lua:"ARGV[2]"` // ms
+	Exact bool   `lua:"ARGV[3]"`
+	Seq   int64  `lua:"ARGV[4]"`
+}
+
+// Call is sem_renew.lua's call on k.
+func (a SemRenewArgs) Call(k *Keys) Call {
+	return Call{S: SemRenewScript, Keys: []string{k.Lock, k.Leases, k.Permits}, Args: []any{a.Token, a.TTL, Flag(a.Exact), a.Seq}}
+}
+
+// SemTTLArgs are sem_ttl.lua's.
+type SemTTLArgs struct {
+	Token string `lua:"ARGV[1]"`
+}
+
+// Call is sem_ttl.lua's call on k.
+func (a SemTTLArgs) Call(k *Keys) Call {
+	return Call{S: SemTTLScript, Keys: []string{k.Lock, k.Leases}, Args: []any{a.Token}}
+}
+
+// SemPermitsArgs are sem_permits.lua's: read or set the capacity.
+type SemPermitsArgs struct {
+	Capacity int    `lua:"ARGV[1]"` // if it has none yet
+	Set      int    `lua:"ARGV[2]"` // the new capacity, or 0
+	Wake     WakeTo `lua:"ARGV[3],ARGV[4]"`
+}
+
+// Call is sem_permits.lua's call on k.
+func (a SemPermitsArgs) Call(k *Keys) Call {
+	return Call{S: SemPermitsScript, Keys: []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive},
+		Args: []any{a.Capacity, a.Set, a.Wake.BaseArg, a.Wake.PublishArg}}
+}
+
+// SemForceArgs are sem_force.lua's: ForceUnlock of a Semaphore.
+type SemForceArgs struct {
+	Wake       WakeTo `lua:"ARGV[1],ARGV[2]"`
+	ID         string `lua:"ARGV[3]"`
+	ReceiptTTL int64  `lua:"ARGV[4]"` // ms
+}
+
+// Call is sem_force.lua's call on k.
+func (a SemForceArgs) Call(k *Keys) Call {
+	return Call{S: SemForceScript, Keys: []string{k.Lock, k.Leases, k.Permits, k.Queue, k.Alive, k.Dead},
+		Args: []any{a.Wake.BaseArg, a.Wake.PublishArg, a.ID, a.ReceiptTTL}}
+}
+
+// LatchKeys are the keys of latch_set.lua and latch_down.lua: the count
+// (the lock's key), the current phase's calls and the last phase's.
+func LatchKeys(k *Keys) []string {
+	return []string{k.Lock, k.Calls, k.CallsPrev}
+}
+
+// LatchSetArgs are latch_set.lua's: TrySetCount.
+type LatchSetArgs struct {
+	Count int64  `lua:"ARGV[1]"`
+	TTL   int64  `lua:"ARGV[2]"` // ms
+	ID    string `lua:"ARGV[3]"`
+}
+
+// Call is latch_set.lua's call on keys (LatchKeys).
+func (a LatchSetArgs) Call(keys []string) Call {
+	return Call{S: LatchSetScript, Keys: keys, Args: []any{a.Count, a.TTL, a.ID}}
+}
+
+// LatchDownArgs are latch_down.lua's: one attempt of a count-down.
+type LatchDownArgs struct {
+	ID      string `lua:"ARGV[1]"`
+	Phase   string `lua:"ARGV[2]"`
+	Once    string `lua:"ARGV[3]"`
+	Channel string `lua:"ARGV[4]"`
+	Publish string `lua:"ARGV[5]"`
+}
+
+// Call is latch_down.lua's call on keys (LatchKeys).
+func (a LatchDownArgs) Call(keys []string) Call {
+	return Call{S: LatchDownScript, Keys: keys, Args: []any{a.ID, a.Phase, a.Once, a.Channel, a.Publish}}
+}
+
+// LatchOpenArgs are latch_open.lua's: ForceUnlock of a Latch.
+type LatchOpenArgs struct {
+	Channel    string `lua:"ARGV[1]"`
+	Publish    string `lua:"ARGV[2]"`
+	ID         string `lua:"ARGV[3]"`
+	ReceiptTTL int64  `lua:"ARGV[4]"` // ms
+}
+
+// Call is latch_open.lua's call on k.
+func (a LatchOpenArgs) Call(k *Keys) Call {
+	return Call{S: LatchOpenScript, Keys: []string{k.Lock, k.IDs, k.Dead}, Args: []any{a.Channel, a.Publish, a.ID, a.ReceiptTTL}}
+}
+
+// LockAllArgs are lock_all.lua's: every mutex of a set, or none.
+type LockAllArgs struct {
+	Token    string  `lua:"ARGV[1]"`
+	Member   string  `lua:"ARGV[2]"`
+	PlaceTTL int64   `lua:"ARGV[3]"` // ms
+	Wake     WakeTo  `lua:"ARGV[4],ARGV[5]"`
+	TTLs     []int64 `lua:"ARGV[i+5]"` // each mutex's lease, ms
+}
+
+// Call is lock_all.lua's call on ks, the mutexes' keys (as many as TTLs).
+func (a LockAllArgs) Call(ks []*Keys) Call {
+	keys := make([]string, 0, 5*len(ks))
+	for _, k := range ks {
+		keys = append(keys, k.Lock, k.Fence, k.Queue, k.Alive, k.Dead)
+	}
+	args := make([]any, 0, 5+len(a.TTLs))
+	args = append(args, a.Token, a.Member, a.PlaceTTL, a.Wake.BaseArg, a.Wake.PublishArg)
+	for _, t := range a.TTLs {
+		args = append(args, t)
+	}
+	return Call{S: LockAllScript, Keys: keys, Args: args}
+}
+
+// BuryArgs are bury.lua's: refuse a token's late attempts.
+type BuryArgs struct {
+	Token string `lua:"ARGV[1]"`
+	For   int64  `lua:"ARGV[2]"` // ms
+}
+
+// Call is bury.lua's call on k.
+func (a BuryArgs) Call(k *Keys) Call {
+	return Call{S: BuryScript, Keys: []string{k.Dead}, Args: []any{a.Token, a.For}}
+}
+
+// QuorumFenceArgs are quorum_fence.lua's: raise a node's fence counter.
+type QuorumFenceArgs struct {
+	Fence int64 `lua:"ARGV[1]"`
+	Mark  bool  `lua:"ARGV[2]"`
+}
+
+// Call is quorum_fence.lua's call on k's fence counter and the node's
+// mark.
+func (a QuorumFenceArgs) Call(k *Keys, mark string) Call {
+	return Call{S: QuorumFenceScript, Keys: []string{k.Fence, mark}, Args: []any{a.Fence, Flag(a.Mark)}}
+}
+
+// OwnerArgs are owner.lua's: a Client's record written, or deleted.
+type OwnerArgs struct {
+	TTL    int64 `lua:"ARGV[1]"`   // ms; 0 deletes
+	Fields []any `lua:"ARGV[2..]"` // field, value, ...
+}
+
+// Call is owner.lua's call on the record's key.
+func (a OwnerArgs) Call(key string) Call {
+	args := make([]any, 0, 1+len(a.Fields))
+	args = append(append(args, a.TTL), a.Fields...)
+	return Call{S: OwnerScript, Keys: []string{key}, Args: args}
+}
