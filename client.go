@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -33,11 +34,6 @@ type Client struct {
 	// fence is the fence counter every lock shares, or "" for one per
 	// cluster slot (keys.go, "Fence counters").
 	fence string
-	// folded: the fence counters of other layouts are folded into this
-	// Client's; folding: the fold under way, if any (fold.go).
-	folded  atomic.Bool
-	foldMu  sync.Mutex
-	folding *foldRun
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
 	caps caps // what be can do (be.caps(), asked once)
@@ -51,9 +47,8 @@ type Client struct {
 	nodes  []driver.Driver // the Redis nodes: one but for a quorum
 	drift  drift
 	tel    *telemetry.Telemetry
-	owner  *owners // what it records of itself for inspectors
-	dep    *deployment
-	wake   *protocol.WakeTo // where releases wake this Client's waiters (not sharded)
+	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
+	wake   *protocol.WakeTo   // where releases wake this Client's waiters (not sharded)
 
 	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
@@ -156,16 +151,16 @@ func configure(opts []Option) (clientConfig, error) {
 
 // newDeployment is what a Client will learn of its deployment, reported
 // through tel: built before the driver stack, which reports to it.
-func newDeployment(cfg clientConfig, tel *telemetry.Telemetry) *deployment {
-	return &deployment{prefix: cfg.prefix, publish: publishCommand(cfg.sharded), evictionRisk: cfg.evictionRisk,
-		tel: tel, warned: map[string]bool{}}
+func newDeployment(cfg clientConfig, tel *telemetry.Telemetry) *deploy.Deployment {
+	return deploy.New(deploy.Config{Prefix: cfg.prefix, Publish: publishCommand(cfg.sharded), EvictionRisk: cfg.evictionRisk,
+		NoOwner: cfg.noOwner || cfg.noScripts, Label: cfg.label, Tel: tel})
 }
 
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
-func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.Telemetry, dep *deployment) *Client {
-	c := &Client{be: be, prefix: cfg.prefix, publish: dep.publish, drift: cfg.drift,
-		id: randomHex(8), caps: be.caps(), tel: tel, owner: newOwners(cfg), dep: dep}
+func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.Telemetry, dep *deploy.Deployment) *Client {
+	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
+		id: randomHex(8), caps: be.caps(), tel: tel, dep: dep}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}
@@ -183,6 +178,12 @@ func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.T
 		c.nodes = append(c.nodes, n)
 	}
 	c.life, c.cancel = context.WithCancel(context.Background())
+	var timeout time.Duration // a quorum's node timeout bounds its checks of one node
+	if q, ok := be.(*quorum); ok {
+		timeout = q.timeout
+	}
+	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id,
+		Everywhere: be.everywhere, Life: c.life, Background: c.background})
 	c.wd = newWatchdog(c)
 	go c.wd.run(c.life)
 	return c
@@ -202,7 +203,9 @@ func (c *Client) Close() error {
 		c.cancel()
 		<-c.wd.done // it ends and releases the holds still there
 		c.waitReleases()
-		c.forget()
+		ctx, cancel := bounded(context.Background())
+		c.dep.Forget(ctx) // its owner record
+		cancel()
 		c.be.close()
 		for _, h := range c.hubs {
 			h.Close()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -366,10 +367,10 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 	} else {
 		li := &LockInfo{Name: k.Name, Holders: []Holder{{Token: tok}}}
 		switch err := e.c.fillOwners(ctx, r, li); {
-		case noPerm(err):
+		case deploy.NoPerm(err):
 			// The owner record lies outside the election's keys: a user
 			// granted exactly those reads the leader without its Owner.
-			e.c.ownersRefused(err)
+			e.c.dep.OwnersRefused(err)
 		case err != nil:
 			return LeaderInfo{}, 0, err
 		default:

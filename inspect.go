@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -400,7 +401,7 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 	var cmds []driver.Command
 	for id := range ids {
 		order = append(order, id)
-		cmds = append(cmds, protocol.Keyed("HGETALL", ownerKey(c.prefix, id)))
+		cmds = append(cmds, protocol.Keyed("HGETALL", deploy.OwnerKey(c.prefix, id)))
 	}
 	rs := r.Pipeline(ctx, cmds)
 	if err := firstErr(rs); err != nil {
@@ -458,7 +459,7 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 	var mu sync.Mutex
 	found := map[id]bool{}
 	scan := func(ctx context.Context, r driver.Driver) error {
-		return scanKeys(ctx, r, escapeGlob(c.prefix)+":{*", func(keys []string) error {
+		return deploy.ScanKeys(ctx, r, deploy.EscapeGlob(c.prefix)+":{*", func(keys []string) error {
 			for _, s := range keys {
 				kd, name, ok := parseKey(c.prefix, s)
 				if ok && (pattern == "" || matches(pattern, name)) {

@@ -62,7 +62,7 @@ func useEveryKind(t *testing.T, a, b *dlock.Client, n int) {
 
 // persistentKeys returns the keys on rdb that never expire, and the longest
 // TTL of the others but the Clients' own records (one a Client, for a day:
-// owner.go).
+// internal/deploy/owner.go).
 func persistentKeys(t *testing.T, rdb *redis.Client) (keys []string, longest time.Duration) {
 	t.Helper()
 	ctx := context.Background()

@@ -41,7 +41,7 @@ type clientConfig struct {
 	label                     string
 	noOwner                   bool
 
-	evictionRisk bool // WithEvictionRisk (deploy.go)
+	evictionRisk bool // WithEvictionRisk (internal/deploy)
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:
@@ -51,7 +51,7 @@ type clientConfig struct {
 // followed by ":fence" ("app" and "app:fence"): with slot fences the
 // counters of "app" are app:fence:{<tag>}, <tag> a string of one to three
 // characters 0-9a-z, the names of the locks of "app:fence" so called.
-// (The fold of fence counters, fold.go, takes only its own keys: their
+// (The fold of fence counters, internal/deploy/fold.go, takes only its own keys: their
 // exact names, holding integers.)
 func WithPrefix(prefix string) Option {
 	return func(c *clientConfig) { c.prefix = prefix }
@@ -73,7 +73,7 @@ func WithShardedPubSub(on bool) Option {
 // Switching it for a deployment that has issued fences keeps fences
 // growing only when no Client of the old layout runs after the first of
 // the new one has started: a Client folds the other layout's counters
-// into its own once, before its first fence (fold.go), and a Client of
+// into its own once, before its first fence (internal/deploy/fold.go), and a Client of
 // the old layout still running takes fences from a counter nobody reads
 // again, which repeat. Stop them all, then start the new ones.
 func WithSlotFences(on bool) Option {

@@ -92,7 +92,7 @@ func (b *plain) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
 
 // everywhere runs no script: without scripts nobody registers as a waiter
 // or buries a token, and a script-free Client writes no owner record
-// (newOwners), so nothing calls it; a caller that did would be told.
+// (deploy.Config.NoOwner), so nothing calls it; a caller that did would be told.
 func (b *plain) everywhere(context.Context, protocol.Call) error {
 	return fmt.Errorf("%w: a script call on a Client made WithoutScripts", errors.ErrUnsupported)
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -149,7 +150,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	start := time.Now()
 	ctx, span := c.tel.AcquireStarted(ctx, a.what, a.name, wait)
 	defer func() { c.tel.AcquireEnded(ctx, span, a.what, a.name, start, err) }()
-	if err := c.checkDeployment(ctx); err != nil {
+	if err := c.dep.Check(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, waitEnded(a.name, ctx.Err())
 		}
@@ -202,7 +203,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
 	}
 
-	c.announce(ctx) // inspectors can tell who waits
+	c.dep.Announce(ctx) // inspectors can tell who waits
 	c.tel.Waiting(a.what, a.name, 1)
 	defer c.tel.Waiting(a.what, a.name, -1)
 	err = c.waitLoop(ctx, a.name, a.channel, a.token, seen, a.bound(next),
@@ -299,7 +300,7 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	c.tel.HoldStarted(h.what, h.k.Name)
-	c.announce(ctx)
+	c.dep.Announce(ctx)
 	return l, nil
 }
 
@@ -319,7 +320,7 @@ func buryCall(k *protocol.Keys, token string, cfg lockConfig) protocol.Call {
 // closes, ErrClosed.
 func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen []uint64, bound time.Duration,
 	check func(ctx context.Context, msg string) (done bool, next time.Duration, err error)) error {
-	c.probePubSub(ctx, channel) // once per Client: are its channels granted?
+	c.dep.ProbePubSub(ctx, channel) // once per Client: are its channels granted?
 	// One wake channel, however many nodes may publish the release.
 	wakeUp := make(chan struct{}, 1)
 	var ready <-chan struct{}
@@ -357,7 +358,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 		case <-wakeUp:
 			woken = true
 		case <-timer.C:
-			if !confirmed && c.dep.refused.Load() == nil { // refused: no subscription to look for
+			if !confirmed && c.dep.Refused() == nil { // refused: no subscription to look for
 				for _, h := range c.hubs {
 					h.Recheck(channel)
 				}
@@ -516,7 +517,7 @@ const (
 
 // poller is one wait's polling backoff (fresh for every wait).
 type poller struct {
-	d    *deployment
+	d    *deploy.Deployment
 	next time.Duration
 }
 
@@ -525,7 +526,7 @@ type poller struct {
 // wait's subscription is unconfirmed (a confirmation takes a round trip:
 // a wait that finds none after pollMax checks the lock, and again).
 func (p *poller) cap(bound time.Duration, unconfirmed bool) time.Duration {
-	if p.d.refused.Load() == nil {
+	if p.d.Refused() == nil {
 		if unconfirmed {
 			return min(bound, pollMax)
 		}

@@ -142,7 +142,7 @@ func NewKeysOf(prefix string, kd *Kind, name, fence string) *Keys {
 // fences still only grow, though not one by one; a hold keeps its own in
 // its lock's hash. Fences of an older dlock, which counted in a key per
 // name (<lock>:fence), are folded into the shared counters before the
-// first fence is taken (fold.go).
+// first fence is taken (internal/deploy/fold.go).
 //
 // FenceKey names the counter of the lock whose key is lock.
 func FenceKey(prefix, lock string, cluster bool) string {

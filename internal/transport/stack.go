@@ -22,7 +22,7 @@ import (
 //   - reporter: a script whose publish was refused replies
 //     {REFUSED, error, reply} (publish in scripts/lib.lua); the reporter
 //     gives the call its reply and tells reports (the Client's deployment,
-//     whose waits then poll: deploy.go); and it tells reports of every
+//     whose waits then poll: internal/deploy); and it tells reports of every
 //     command the ACL user may not run, which is logged once
 //     (CommandRefused), since some calls that meet one go on in the
 //     background;
@@ -36,7 +36,7 @@ func Stack(d driver.Driver, reports Reports) driver.Driver {
 }
 
 // Reports is what the stack tells of the refusals it reads in replies:
-// the root's deployment (deploy.go).
+// the Client's deploy.Deployment (internal/deploy).
 type Reports interface {
 	// PublishRefused is told that a script's publish was refused (err,
 	// the server's error): the Client's waits must then poll.

@@ -1,4 +1,4 @@
-package dlock
+package deploy
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 // A Client records who it is (host, pid, program, label, start) under
 // <prefix>:client:<id>, with a TTL, when it first holds or waits, and again
-// when half that TTL has passed; Close deletes it. Inspectors (inspect.go,
-// the CLI) and an Election's Leader and Observe show it beside the holds
+// when half that TTL has passed; Close deletes it. Inspectors (the root's
+// inspect.go, the CLI) and an Election's Leader and Observe show it beside the holds
 // whose tokens carry the Client's id. The record is optional: an ACL user
 // that may not use <prefix>:client:* (granted only its locks' keys) works
 // all the same, shown without its Owner, and is told so once.
@@ -30,27 +30,28 @@ type owners struct {
 	written atomic.Int64 // when the record was last written (unix ns); 0: not
 }
 
-func newOwners(cfg clientConfig) *owners {
-	if cfg.noOwner || cfg.noScripts {
-		// WithoutScripts writes none: the record is a script call on
-		// every node (owner.lua), which the script-free backend cannot run.
+func newOwners(cfg Config) *owners {
+	if cfg.NoOwner {
+		// WithoutOwnerInfo, or WithoutScripts, which writes none: the
+		// record is a script call on every node (owner.lua), which the
+		// script-free backend cannot run.
 		return &owners{off: true}
 	}
 	host, _ := os.Hostname()
 	prog := filepath.Base(os.Args[0])
 	return &owners{fields: []any{"host", host, "pid", os.Getpid(), "program", prog,
-		"label", cfg.label, "started", time.Now().UnixMilli()}}
+		"label", cfg.Label, "started", time.Now().UnixMilli()}}
 }
 
-// ownerKey names a Client's record.
-func ownerKey(prefix, id string) string { return prefix + ":client:" + id }
+// OwnerKey names the record of the Client id (under prefix).
+func OwnerKey(prefix, id string) string { return prefix + ":client:" + id }
 
-// announce records who the Client is when it takes a hold or waits and
+// Announce records who the Client is when it takes a hold or waits and
 // its record is missing or half its life old. It costs one call, rarely,
 // within the caller's ctx (a short ctx is not stretched for it: a record
 // that could not be written is tried again next time).
-func (c *Client) announce(ctx context.Context) {
-	o := c.owner
+func (d *Deployment) Announce(ctx context.Context) {
+	o := d.owner
 	if o.off {
 		return
 	}
@@ -58,38 +59,36 @@ func (c *Client) announce(ctx context.Context) {
 	if now-last <= int64(ownerTTL/2) || !o.written.CompareAndSwap(last, now) {
 		return // written lately, or being written by another caller
 	}
-	err := c.be.everywhere(ctx, protocol.OwnerArgs{TTL: ownerTTL.Milliseconds(), Fields: o.fields}.Call(ownerKey(c.prefix, c.id)))
+	err := d.reach.Everywhere(ctx, protocol.OwnerArgs{TTL: ownerTTL.Milliseconds(), Fields: o.fields}.Call(OwnerKey(d.prefix, d.reach.ID)))
 	switch {
-	case noPerm(err):
+	case NoPerm(err):
 		// An ACL user granted only its locks' keys: the record is
 		// optional, so it is not tried again at every acquire (only when
 		// half its life has passed, as if written).
-		c.ownersRefused(err)
+		d.OwnersRefused(err)
 	case err != nil:
 		o.written.Store(0)
 	}
 }
 
-// noPerm reports whether err is the server refusing a key or command to
+// NoPerm reports whether err is the server refusing a key or command to
 // the ACL user (a NOPERM reply).
-func noPerm(err error) bool {
-	return err != nil && isReply(err) && strings.Contains(err.Error(), "NOPERM")
+func NoPerm(err error) bool {
+	return err != nil && IsReply(err) && strings.Contains(err.Error(), "NOPERM")
 }
 
-// ownersRefused says once that the ACL user may not read or write the
+// OwnersRefused says once that the ACL user may not read or write the
 // owner records: a user granted exactly its locks' keys (an election's,
 // say) works, but holders and leaders are shown without their Owner.
-func (c *Client) ownersRefused(err error) {
-	c.dep.warnOnce("owners", "dlock: the ACL user may not use the owner records: locks work, but holders and leaders "+
-		"are shown without who they are; grant ~"+c.prefix+":client:* to show them", "err", err)
+func (d *Deployment) OwnersRefused(err error) {
+	d.warnOnce("owners", "dlock: the ACL user may not use the owner records: locks work, but holders and leaders "+
+		"are shown without who they are; grant ~"+d.prefix+":client:* to show them", "err", err)
 }
 
-// forget deletes the Client's record (Close).
-func (c *Client) forget() {
-	if c.owner.off {
+// Forget deletes the Client's record (Close), within ctx.
+func (d *Deployment) Forget(ctx context.Context) {
+	if d.owner.off {
 		return
 	}
-	ctx, cancel := bounded(context.Background())
-	defer cancel()
-	_ = c.be.everywhere(ctx, protocol.OwnerArgs{TTL: 0}.Call(ownerKey(c.prefix, c.id)))
+	_ = d.reach.Everywhere(ctx, protocol.OwnerArgs{TTL: 0}.Call(OwnerKey(d.prefix, d.reach.ID)))
 }

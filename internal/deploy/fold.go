@@ -1,4 +1,4 @@
-package dlock
+package deploy
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/protocol"
-
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyslot"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Folding fence counters. A Client takes fences from the counters of its
-// layout (keys.go, "Fence counters"): one shared by every lock, or one per
+// layout (the root's keys.go, "Fence counters"): one shared by every lock, or one per
 // cluster slot (WithSlotFences). Other counters may hold fences already
 // given for the same locks: an older dlock's, one per lock name
 // (<lock>:fence), and those of the other layout, when a deployment
@@ -70,97 +70,93 @@ type foldRun struct {
 // later acquire: its old counters are then not read until then, which can
 // matter only if the old layout's fences were issued on a majority that
 // the nodes folded so far do not meet.
-func (c *Client) foldFences(ctx context.Context) error {
-	if c.folded.Load() {
+func (d *Deployment) foldFences(ctx context.Context) error {
+	if d.folded.Load() {
 		return nil
 	}
-	c.foldMu.Lock()
-	run := c.folding
+	d.foldMu.Lock()
+	run := d.folding
 	if run == nil {
 		run = &foldRun{done: make(chan struct{})}
-		if !c.background(func() {
-			fctx, cancel := context.WithTimeout(c.life, foldTimeout)
+		if !d.reach.Background(func() {
+			fctx, cancel := context.WithTimeout(d.reach.Life, foldTimeout)
 			defer cancel()
-			run.err = c.foldAll(fctx)
+			run.err = d.foldAll(fctx)
 			if run.err == nil {
-				c.folded.Store(true)
+				d.folded.Store(true)
 			}
-			c.foldMu.Lock()
-			c.folding = nil
-			c.foldMu.Unlock()
+			d.foldMu.Lock()
+			d.folding = nil
+			d.foldMu.Unlock()
 			close(run.done)
 		}) {
-			c.foldMu.Unlock()
-			return ErrClosed
+			d.foldMu.Unlock()
+			return errs.Closed
 		}
-		c.folding = run
+		d.folding = run
 	}
-	c.foldMu.Unlock()
+	d.foldMu.Unlock()
 	select {
 	case <-run.done:
 		return run.err
 	case <-ctx.Done():
-		return redisErr("fold fence counters", c.prefix+":fence", ctx.Err())
+		return redisErr("fold fence counters", d.prefix+":fence", ctx.Err())
 	}
 }
 
 // foldAll is one fold, on every node.
-func (c *Client) foldAll(ctx context.Context) error {
+func (d *Deployment) foldAll(ctx context.Context) error {
 	layout := layoutShared
-	if c.fence == "" {
+	if d.reach.Fence == "" {
 		layout = layoutSlots
 	}
-	errs := make([]error, len(c.nodes))
+	failed := make([]error, len(d.reach.Nodes))
 	var wg sync.WaitGroup
-	for i, n := range c.nodes {
-		wg.Go(func() { errs[i] = c.foldNode(ctx, n, layout) })
+	for i, n := range d.reach.Nodes {
+		wg.Go(func() { failed[i] = d.foldNode(ctx, n, layout) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return redisErr("fold fence counters", c.prefix+":fence", err)
+	if err := errors.Join(failed...); err != nil {
+		return redisErr("fold fence counters", d.prefix+":fence", err)
 	}
 	return nil
 }
 
 // foldNode folds the counters of one deployment (one node of a quorum),
 // unless its mark says it was done for layout.
-func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) error {
-	mark := foldMark(c.prefix)
-	gctx := ctx
-	if q, ok := c.be.(*quorum); ok {
-		// A quorum node that does not answer within the node timeout (a
-		// stopped one) is left for a later acquire, not waited for:
-		// every acquire waits for this fold.
-		var cancel context.CancelFunc
-		gctx, cancel = context.WithTimeout(ctx, q.timeout)
-		defer cancel()
-	}
+func (d *Deployment) foldNode(ctx context.Context, r driver.Driver, layout string) error {
+	mark := foldMark(d.prefix)
+	// A quorum node that does not answer within the node timeout (a
+	// stopped one) is left for a later acquire, not waited for: every
+	// acquire waits for this fold.
+	gctx, cancel := d.nodeCtx(ctx)
+	defer cancel()
 	got := r.Do(gctx, protocol.Keyed("GET", mark))
 	if got.Err != nil {
 		return got.Err
 	} else if got.Val == layout {
 		if layout == layoutShared {
-			c.counterLost(ctx, r)
+			d.counterLost(ctx, r)
 		}
 		return nil
 	} else if got.Val == layoutShared || got.Val == layoutSlots {
 		// Clients of the other layout ran: those still running take
 		// fences from counters this fold deletes and nobody reads again
-		c.dep.warnOnce("layout", "dlock: fence counters of the other WithSlotFences layout were in use: "+
+		d.warnOnce("layout", "dlock: fence counters of the other WithSlotFences layout were in use: "+
 			"a Client of that layout still running repeats fences; stop them all before starting Clients of this one",
-			"prefix", c.prefix, "was", got.Val, "now", layout)
+			"prefix", d.prefix, "was", got.Val, "now", layout)
 	}
 	nodes, err := r.Masters(ctx)
 	if err != nil {
 		return err
 	}
-	errs := make([]error, len(nodes))
+	failed := make([]error, len(nodes))
 	var denied atomic.Bool
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Go(func() {
-			errs[i] = scanKeys(ctx, n, escapeGlob(c.prefix)+":*fence*", func(keys []string) error {
-				some, err := c.foldKeys(ctx, r, keys)
+			failed[i] = ScanKeys(ctx, n, EscapeGlob(d.prefix)+":*fence*", func(keys []string) error {
+				some, err := d.foldKeys(ctx, r, keys)
 				if some {
 					denied.Store(true)
 				}
@@ -169,19 +165,19 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(failed...); err != nil {
 		return err
 	}
 	if denied.Load() {
 		// Counters of locks this Client's ACL user may not touch, so may
 		// not take either: a Client of a user who may folds them (the
 		// mark is not left until then).
-		c.dep.warnOnce("fold", "dlock: the ACL user may not read some older fence counters (of locks it cannot take); a Client of a user who may read them folds them", "prefix", c.prefix)
+		d.warnOnce("fold", "dlock: the ACL user may not read some older fence counters (of locks it cannot take); a Client of a user who may read them folds them", "prefix", d.prefix)
 		return nil
 	}
 	if layout == layoutShared {
 		// the counter is there before the mark (counterLost)
-		if err := r.Do(ctx, protocol.Keyed("INCRBY", c.fence, 0)).Err; err != nil {
+		if err := r.Do(ctx, protocol.Keyed("INCRBY", d.reach.Fence, 0)).Err; err != nil {
 			return err
 		}
 	}
@@ -199,12 +195,12 @@ func (c *Client) foldNode(ctx context.Context, r driver.Driver, layout string) e
 // did not leave the counter, may be warned about if no fence was ever
 // taken. Per slot counters are made as used, so a lost one is not told
 // from one not used yet.
-func (c *Client) counterLost(ctx context.Context, r driver.Driver) {
-	n, err := r.Do(ctx, protocol.Keyed("EXISTS", c.fence)).Int64()
+func (d *Deployment) counterLost(ctx context.Context, r driver.Driver) {
+	n, err := r.Do(ctx, protocol.Keyed("EXISTS", d.reach.Fence)).Int64()
 	if err == nil && n == 0 {
-		c.dep.warnOnce("counter", "dlock: the fence counter is gone though fences were taken from it: "+
+		d.warnOnce("counter", "dlock: the fence counter is gone though fences were taken from it: "+
 			"every lock's fences restart at 1, and may repeat fences given before (was the key deleted?)",
-			"prefix", c.prefix, "counter", c.fence)
+			"prefix", d.prefix, "counter", d.reach.Fence)
 	}
 }
 
@@ -220,25 +216,25 @@ func (c *Client) counterLost(ctx context.Context, r driver.Driver) {
 // than raising to the value needs no script (WithoutScripts folds too),
 // and leaves the counter above the value whatever it was, as a raise
 // would; fences only have to grow.
-func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (denied bool, err error) {
-	slots := c.fence == ""
+func (d *Deployment) foldKeys(ctx context.Context, r driver.Driver, keys []string) (denied bool, err error) {
+	slots := d.reach.Fence == ""
 	var olds []string
 	var into [][]string // the counters each old one counts for
 	for _, key := range keys {
 		switch {
-		case legacyFence(c.prefix, key):
+		case legacyFence(d.prefix, key):
 			// an older dlock's counter of one lock
-			olds, into = append(olds, key), append(into, []string{protocol.FenceKey(c.prefix, key, slots)})
-		case key == protocol.FenceKey(c.prefix, "", false) && slots:
+			olds, into = append(olds, key), append(into, []string{protocol.FenceKey(d.prefix, key, slots)})
+		case key == protocol.FenceKey(d.prefix, "", false) && slots:
 			// the shared counter, on a deployment now counting per slot
 			all := make([]string, keyslot.Slots)
 			for s := range all {
-				all[s] = protocol.FenceKey(c.prefix, keyslot.Tag(s), true) // a tag's slot is the slot it names
+				all[s] = protocol.FenceKey(d.prefix, keyslot.Tag(s), true) // a tag's slot is the slot it names
 			}
 			olds, into = append(olds, key), append(into, all)
-		case slotCounter(c.prefix, key) && !slots:
+		case slotCounter(d.prefix, key) && !slots:
 			// a slot's counter, on a deployment now sharing one
-			olds, into = append(olds, key), append(into, []string{c.fence})
+			olds, into = append(olds, key), append(into, []string{d.reach.Fence})
 		}
 	}
 	if len(olds) == 0 {
@@ -250,7 +246,7 @@ func (c *Client) foldKeys(ctx context.Context, r driver.Driver, keys []string) (
 	}
 	vals := r.Pipeline(ctx, gets)
 	for _, v := range vals {
-		if noPerm(v.Err) {
+		if NoPerm(v.Err) {
 			denied = true
 		} else if v.Err != nil && !wrongType(v.Err) {
 			return false, v.Err
@@ -310,7 +306,7 @@ func slotCounter(prefix, key string) bool {
 // wrongType reports whether err is Redis's refusal of a command on a key
 // of another type.
 func wrongType(err error) bool {
-	return err != nil && isReply(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
+	return err != nil && IsReply(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
 // legacyFence reports whether key is an older dlock's fence counter of
@@ -341,9 +337,9 @@ func pipelineErr(rs []driver.Reply) error {
 	return nil
 }
 
-// scanKeys SCANs one node for the keys that match pattern, giving them to
+// ScanKeys SCANs one node for the keys that match pattern, giving them to
 // fn a page at a time.
-func scanKeys(ctx context.Context, r driver.Driver, pattern string, fn func([]string) error) error {
+func ScanKeys(ctx context.Context, r driver.Driver, pattern string, fn func([]string) error) error {
 	cursor := "0"
 	for {
 		v, err := r.Do(ctx, protocol.Cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)).Slice()
@@ -373,4 +369,11 @@ func scanKeys(ctx context.Context, r driver.Driver, pattern string, fn func([]st
 // globEscaper escapes what SCAN's MATCH would read as a pattern.
 var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
 
-func escapeGlob(s string) string { return globEscaper.Replace(s) }
+// EscapeGlob escapes s for a SCAN's MATCH pattern: it matches s alone.
+func EscapeGlob(s string) string { return globEscaper.Replace(s) }
+
+// redisErr wraps an error from Redis with what dlock was doing (as the
+// root's redisErr).
+func redisErr(op, name string, err error) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
