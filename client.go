@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -26,8 +28,8 @@ import (
 // A Client is safe for concurrent use. Close it when done: Close ends the
 // leases still held and releases their locks, then stops its goroutines.
 type Client struct {
-	rdb     driver.Driver // nil for a quorum
-	be      backend       // the deployment
+	rdb     driver.Driver   // nil for a quorum
+	be      backend.Backend // the deployment
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
 	// fence is the fence counter every lock shares, or "" for one per
@@ -40,7 +42,7 @@ type Client struct {
 	folding *foldRun
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
-	caps caps // what be can do (be.caps(), asked once)
+	caps backend.Caps // what be can do (be.caps(), asked once)
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
@@ -49,7 +51,7 @@ type Client struct {
 	wd     *watchdog
 	hubs   []*wake.Hub     // wake-ups: one per Redis node (one but for a quorum)
 	nodes  []driver.Driver // the Redis nodes: one but for a quorum
-	drift  drift
+	drift  backend.Drift
 	tel    *telemetry.Telemetry
 	owner  *owners // what it records of itself for inspectors
 	dep    *deployment
@@ -113,11 +115,11 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	tel := newTelemetry(cfg)
 	dep := newDeployment(cfg, tel)
 	rdb := transport.Stack(d, dep)
-	var be backend
+	var be backend.Backend
 	if cfg.noScripts {
-		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
+		be = backend.NewPlain(rdb, publishCommand(cfg.sharded))
 	} else {
-		be = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
+		be = backend.NewSingle(rdb, cfg.sharded, cfg.sync)
 	}
 	return start(be, []driver.Driver{rdb}, cfg, tel, dep), nil
 }
@@ -142,13 +144,13 @@ func configure(opts []Option) (clientConfig, error) {
 	if !protocol.ValidPrefix(cfg.prefix) {
 		return clientConfig{}, invalid("key prefix %q: must be non-empty, without '{' or '}'", cfg.prefix)
 	}
-	if err := cfg.sync.validate(); err != nil {
+	if err := cfg.sync.Validate(); err != nil {
 		return clientConfig{}, err
 	}
-	if err := cfg.drift.validate(); err != nil {
+	if err := cfg.drift.Validate(); err != nil {
 		return clientConfig{}, err
 	}
-	if cfg.noScripts && cfg.sync != (replicaSync{}) {
+	if cfg.noScripts && cfg.sync != (backend.ReplicaSync{}) {
 		return clientConfig{}, invalid("WithoutScripts and WithReplicaSync cannot be combined")
 	}
 	return cfg, nil
@@ -163,9 +165,9 @@ func newDeployment(cfg clientConfig, tel *telemetry.Telemetry) *deployment {
 
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
-func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.Telemetry, dep *deployment) *Client {
+func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.Telemetry, dep *deployment) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: dep.publish, drift: cfg.drift,
-		id: randomHex(8), caps: be.caps(), tel: tel, owner: newOwners(cfg), dep: dep}
+		id: randomHex(8), caps: be.Caps(), tel: tel, owner: newOwners(cfg), dep: dep}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}
@@ -203,7 +205,7 @@ func (c *Client) Close() error {
 		<-c.wd.done // it ends and releases the holds still there
 		c.waitReleases()
 		c.forget()
-		c.be.close()
+		c.be.Close()
 		for _, h := range c.hubs {
 			h.Close()
 		}
@@ -229,7 +231,7 @@ func (c *Client) wakeTo(k *protocol.Keys) protocol.WakeTo {
 		base = k.Lock + ":wake:"
 	}
 	// Boxed once: a string made an interface costs an allocation.
-	return protocol.WakeTo{Base: base, Publish: c.publish, Reserve: c.caps.reserve, BaseArg: base, PublishArg: c.publish}
+	return protocol.WakeTo{Base: base, Publish: c.publish, Reserve: c.caps.Reserve, BaseArg: base, PublishArg: c.publish}
 }
 
 // member is how a waiter is registered in Redis: its Client's id, its

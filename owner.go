@@ -58,7 +58,7 @@ func (c *Client) announce(ctx context.Context) {
 	if now-last <= int64(ownerTTL/2) || !o.written.CompareAndSwap(last, now) {
 		return // written lately, or being written by another caller
 	}
-	err := c.be.everywhere(ctx, protocol.OwnerArgs{TTL: ownerTTL.Milliseconds(), Fields: o.fields}.Call(ownerKey(c.prefix, c.id)))
+	err := c.be.Everywhere(ctx, protocol.OwnerArgs{TTL: ownerTTL.Milliseconds(), Fields: o.fields}.Call(ownerKey(c.prefix, c.id)))
 	switch {
 	case noPerm(err):
 		// An ACL user granted only its locks' keys: the record is
@@ -91,5 +91,5 @@ func (c *Client) forget() {
 	}
 	ctx, cancel := bounded(context.Background())
 	defer cancel()
-	_ = c.be.everywhere(ctx, protocol.OwnerArgs{TTL: 0}.Call(ownerKey(c.prefix, c.id)))
+	_ = c.be.Everywhere(ctx, protocol.OwnerArgs{TTL: 0}.Call(ownerKey(c.prefix, c.id)))
 }
