@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -15,13 +17,13 @@ import (
 // for all of them: checks, options, re-entry, the attempt, the wait, the
 // lease and its watchdog registration.
 type request struct {
-	what   string         // the primitive, for errors: "Mutex", "RWMutex", ...
-	k      *protocol.Keys // its keys
-	side   side           // an RWMutex's read or write side: a separate re-entry per side
-	p      holdOps        // its protocol on one deployment with scripts
-	handle []LockOption   // the handle's defaults
-	takes  lockOpts       // the options it takes beyond TTL and lease
-	need   int            // permits a semaphore request waits for; 0 for locks
+	what   string           // the primitive, for errors: "Mutex", "RWMutex", ...
+	k      *protocol.Keys   // its keys
+	side   side             // an RWMutex's read or write side: a separate re-entry per side
+	p      backend.HoldOps  // its protocol on one deployment with scripts
+	handle []LockOption     // the handle's defaults
+	takes  backend.LockOpts // the options it takes beyond TTL and lease
+	need   int              // permits a semaphore request waits for; 0 for locks
 	// queue: a Lock's waiter registers in Redis (lib_queue.lua), renews its
 	// place as it waits, runs leave when it gives up, and is told on its
 	// Client's channel when its turn comes. Without it (an RWMutex's
@@ -54,7 +56,7 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 	if err := checkCall(ctx, c, r.k.Name); err != nil {
 		return nil, err
 	}
-	if err := c.caps.supports(r.what); err != nil {
+	if err := c.caps.Supports(r.what); err != nil {
 		return nil, err
 	}
 	if r.check != nil {
@@ -62,16 +64,16 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 			return nil, err
 		}
 	}
-	cfg := defaultLock.with(r.handle).with(opts)
-	if err := cfg.validate(); err != nil {
+	cfg := withOpts(withOpts(defaultLock, r.handle), opts)
+	if err := validLock(cfg); err != nil {
 		return nil, err
 	}
-	if err := cfg.refuse(r.what, r.takes); err != nil {
+	if err := cfg.Refuse(r.what, r.takes); err != nil {
 		return nil, err
 	}
-	if _, ok := r.p.(reentrant); ok {
+	if _, ok := r.p.(backend.Reentrant); ok {
 		if outer := leaseFrom(ctx, c, r.k.Lock, r.side); outer != nil {
-			if err := c.caps.supports("re-entry"); err != nil {
+			if err := c.caps.Supports("re-entry"); err != nil {
 				return nil, err
 			}
 			return reenter(ctx, outer)
@@ -90,20 +92,20 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 		}
 	}
 	member := c.member(token, r.need)
-	handOff := r.handOff && cfg.renew && c.caps.handOff
+	handOff := r.handOff && cfg.Renew && c.caps.HandOff
 	if handOff {
-		member = protocol.HandOffMember(member, cfg.ttl)
+		member = protocol.HandOffMember(member, cfg.TTL)
 	}
 	a := &acquisition{c: c, what: r.what, name: r.k.Name, channel: r.k.Channel, token: token, handOff: handOff,
-		spec: attemptSpec{k: r.k, what: r.what, p: r.p, need: r.need, queue: r.queue, call: r.call,
-			token: token, member: member, cfg: cfg}}
-	p, attempt := c.be.attempt(&a.spec)
+		spec: backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call,
+			Token: token, Member: member, Cfg: cfg}}
+	p, attempt := c.be.Attempt(&a.spec)
 	a.attempt = attempt
 	a.one[0] = part{k: r.k, what: r.what, side: r.side, p: p, cfg: cfg}
 	a.parts = a.one[:]
-	if r.queue && c.caps.directed {
+	if r.queue && c.caps.Directed {
 		a.channel = c.wakeTo(r.k).Base + c.id
-		a.keepAlive = cfg.queueTTL / 3
+		a.keepAlive = cfg.QueueTTL / 3
 		a.leave = func() []protocol.Call { return []protocol.Call{r.leave(member)} }
 	}
 	return a.run(ctx, wait)
@@ -131,7 +133,7 @@ func placeTTL(cfg lockConfig, member string) int64 {
 	if member == "" {
 		return 0
 	}
-	return cfg.queueTTL.Milliseconds()
+	return cfg.QueueTTL.Milliseconds()
 }
 
 // checkCall validates what every acquire checks first.
@@ -172,10 +174,10 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 		return nil, h.maxHoldReached()
 	}
 	var ttl time.Duration
-	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) op {
+	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) backend.Op {
 		ttl, _ = h.cut(want, start)
 		ttl = max(ttl, minTTL)
-		return h.p.(reentrant).reenter(h.token, count, ttl, seq)
+		return h.p.(backend.Reentrant).Reenter(h.token, count, ttl, seq)
 	})
 	res, err := r.Int64Slice()
 	if err != nil {

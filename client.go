@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
@@ -27,8 +28,8 @@ import (
 // A Client is safe for concurrent use. Close it when done: Close ends the
 // leases still held and releases their locks, then stops its goroutines.
 type Client struct {
-	rdb     driver.Driver // nil for a quorum
-	be      backend       // the deployment
+	rdb     driver.Driver   // nil for a quorum
+	be      backend.Backend // the deployment
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
 	// fence is the fence counter every lock shares, or "" for one per
@@ -36,7 +37,7 @@ type Client struct {
 	fence string
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
-	caps caps // what be can do (be.caps(), asked once)
+	caps backend.Caps // what be can do (be.caps(), asked once)
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
@@ -45,7 +46,7 @@ type Client struct {
 	wd     *watchdog
 	hubs   []*wake.Hub     // wake-ups: one per Redis node (one but for a quorum)
 	nodes  []driver.Driver // the Redis nodes: one but for a quorum
-	drift  drift
+	drift  backend.Drift
 	tel    *telemetry.Telemetry
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
 	wake   *protocol.WakeTo   // where releases wake this Client's waiters (not sharded)
@@ -108,11 +109,11 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	tel := newTelemetry(cfg)
 	dep := newDeployment(cfg, tel)
 	rdb := transport.Stack(d, dep)
-	var be backend
+	var be backend.Backend
 	if cfg.noScripts {
-		be = &plain{rdb: rdb, publish: publishCommand(cfg.sharded)}
+		be = backend.NewPlain(rdb, publishCommand(cfg.sharded))
 	} else {
-		be = &single{rdb: rdb, sharded: cfg.sharded, sync: cfg.sync}
+		be = backend.NewSingle(rdb, cfg.sharded, cfg.sync)
 	}
 	return start(be, []driver.Driver{rdb}, cfg, tel, dep), nil
 }
@@ -137,13 +138,13 @@ func configure(opts []Option) (clientConfig, error) {
 	if !protocol.ValidPrefix(cfg.prefix) {
 		return clientConfig{}, invalid("key prefix %q: must be non-empty, without '{' or '}'", cfg.prefix)
 	}
-	if err := cfg.sync.validate(); err != nil {
+	if err := cfg.sync.Validate(); err != nil {
 		return clientConfig{}, err
 	}
-	if err := cfg.drift.validate(); err != nil {
+	if err := cfg.drift.Validate(); err != nil {
 		return clientConfig{}, err
 	}
-	if cfg.noScripts && cfg.sync != (replicaSync{}) {
+	if cfg.noScripts && cfg.sync != (backend.ReplicaSync{}) {
 		return clientConfig{}, invalid("WithoutScripts and WithReplicaSync cannot be combined")
 	}
 	return cfg, nil
@@ -158,9 +159,9 @@ func newDeployment(cfg clientConfig, tel *telemetry.Telemetry) *deploy.Deploymen
 
 // start makes a Client on a backend with a hub per node, and starts its
 // watchdog.
-func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.Telemetry, dep *deploy.Deployment) *Client {
+func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.Telemetry, dep *deploy.Deployment) *Client {
 	c := &Client{be: be, prefix: cfg.prefix, publish: publishCommand(cfg.sharded), drift: cfg.drift,
-		id: randomHex(8), caps: be.caps(), tel: tel, dep: dep}
+		id: randomHex(8), caps: be.Caps(), tel: tel, dep: dep}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
 	}
@@ -183,7 +184,7 @@ func start(be backend, nodes []driver.Driver, cfg clientConfig, tel *telemetry.T
 		timeout = q.timeout
 	}
 	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id,
-		Everywhere: be.everywhere, Life: c.life, Background: c.background})
+		Everywhere: be.Everywhere, Life: c.life, Background: c.background})
 	c.wd = newWatchdog(c)
 	go c.wd.run(c.life)
 	return c
@@ -206,7 +207,7 @@ func (c *Client) Close() error {
 		ctx, cancel := bounded(context.Background())
 		c.dep.Forget(ctx) // its owner record
 		cancel()
-		c.be.close()
+		c.be.Close()
 		for _, h := range c.hubs {
 			h.Close()
 		}
@@ -232,7 +233,7 @@ func (c *Client) wakeTo(k *protocol.Keys) protocol.WakeTo {
 		base = k.Lock + ":wake:"
 	}
 	// Boxed once: a string made an interface costs an allocation.
-	return protocol.WakeTo{Base: base, Publish: c.publish, Reserve: c.caps.reserve, BaseArg: base, PublishArg: c.publish}
+	return protocol.WakeTo{Base: base, Publish: c.publish, Reserve: c.caps.Reserve, BaseArg: base, PublishArg: c.publish}
 }
 
 // member is how a waiter is registered in Redis: its Client's id, its

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 
@@ -68,20 +69,20 @@ var electionKind = kindSpec{primitive: "Election", keys: protocol.ElectionKind, 
 
 type electionProto struct{ m mutexProto }
 
-func (p electionProto) release(token string, left int, seq int64) op {
+func (p electionProto) Release(token string, left int, seq int64) backend.Op {
 	a := p.m.unlockArgs(token, left, seq)
 	a.Observers = p.m.k.Channel
 	return a.Call(p.m.k)
 }
-func (p electionProto) free(token string, fence int64, ttl time.Duration) op {
+func (p electionProto) Free(token string, fence int64, ttl time.Duration) backend.Op {
 	a := p.m.freeArgs(token, fence, ttl)
 	a.Observers = p.m.k.Channel
 	return a.Call(p.m.k)
 }
-func (p electionProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
-	return p.m.renew(token, ttl, exact, seq)
+func (p electionProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
+	return p.m.Renew(token, ttl, exact, seq)
 }
-func (p electionProto) ttl(token string) op { return p.m.ttl(token) }
+func (p electionProto) TTL(token string) backend.Op { return p.m.TTL(token) }
 
 // request is what a Campaign for value tells the acquire path: a
 // FairMutex's request, under the election's keys and protocol, whose
@@ -93,7 +94,7 @@ func (e *Election) request(value string) *request {
 	r.p = electionProto{m}
 	r.once = true // a win already lost is an error (see Campaign)
 	r.call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
-		a := m.lockArgs(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), true)
+		a := m.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), true)
 		a.Campaign, a.Value, a.Observers = true, value, e.k.Channel
 		return a.Call(e.k)
 	}
@@ -248,7 +249,7 @@ func (ld *Leadership) record(ctx context.Context, value string) error {
 	k := ld.e.k
 	// In the hold's sequence (hold.go, "Late commands"): a Proclaim given
 	// up on that reaches the server after a later one is refused there.
-	r, _, _ := h.inOrder(ctx, true, func(seq int64) op {
+	r, _, _ := h.inOrder(ctx, true, func(seq int64) backend.Op {
 		return protocol.ElectArgs{Token: h.token, Value: value, Observers: k.Channel, Publish: ld.e.c.publish, Seq: seq}.Call(k)
 	})
 	if r.Err != nil {
@@ -326,7 +327,7 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 // change by itself: when the lock expires (0: not by itself). The owner
 // record is read unless known has the same term: its owner is reused.
 func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, time.Duration, error) {
-	if err := e.c.caps.supports("Election"); err != nil {
+	if err := e.c.caps.Supports("Election"); err != nil {
 		return LeaderInfo{}, 0, err
 	}
 	r, err := e.c.reader()
@@ -417,7 +418,7 @@ const (
 // the Client closed.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
-	if e == nil || e.c == nil || checkCall(ctx, e.c, e.k.Name) != nil || e.c.caps.supports("Election") != nil {
+	if e == nil || e.c == nil || checkCall(ctx, e.c, e.k.Name) != nil || e.c.caps.Supports("Election") != nil {
 		close(out)
 		return out
 	}
@@ -482,4 +483,4 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	_ = c.waitLoop(ctx, e.k.Name, e.k.Channel, "", nil, 0, check)
 }
 
-func (electionProto) ordered() bool { return true }
+func (electionProto) Ordered() bool { return true }

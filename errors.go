@@ -76,9 +76,7 @@ func waitEnded(name string, ctxErr error) error {
 }
 
 // redisErr wraps an error from Redis with what dlock was doing.
-func redisErr(op, name string, err error) error {
-	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
-}
+func redisErr(op, name string, err error) error { return errs.Redis(op, name, err) }
 
 // transient reports whether err is one a cluster answers while a slot
 // moves or a master fails over (see "Topology changes" in client.go): a

@@ -3,6 +3,8 @@ package dlock
 import (
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -69,29 +71,19 @@ import (
 // issue 33). A pause after the message is checked is the lease's own
 // business: its local deadline passes, and Err says so.
 
-// place is what a waiter knows of its latest place in the queue: the
-// fence counter's value as the attempt that made or kept it found it
-// (seen; named false when the reply said none), and when that attempt
-// was sent (zero: it has made none).
-type place struct {
-	seen  int64
-	named bool
-	sent  time.Time
-}
-
 // handedOver reads msg, a hand-off to this waiter, whose latest place is
 // p (see "Hand-off" above), as the outcome of an attempt: the lock taken
 // with no request. ok is false when msg is not a hand-off, came before
 // p's attempt ran (its fence is not above p.seen), or leaves too little
 // time to count on (less than a quarter of the lease after the drift
 // margin d): the caller then makes an attempt.
-func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
+func handedOver(msg string, p backend.Place, d backend.Drift) (o backend.Outcome, ok bool) {
 	m, ok := protocol.ParseHandOff(msg)
-	if !ok || p.sent.IsZero() || !p.named || m.Fence <= p.seen {
+	if !ok || p.Sent.IsZero() || !p.Named || m.Fence <= p.Seen {
 		return o, false
 	}
 	granted := time.Duration(m.MS) * time.Millisecond
-	if time.Until(p.sent.Add(granted-d.of(granted))) < granted/4 {
+	if time.Until(p.Sent.Add(granted-d.Of(granted))) < granted/4 {
 		return o, false
 	}
 	// Its validity counts from p.sent (above); its max hold from now, when
@@ -99,5 +91,5 @@ func handedOver(msg string, p place, d drift) (o outcome, ok bool) {
 	// granted, at most the max hold (a TTL is cut to it), so Redis's hold
 	// ends before the max hold does, and renewals are cut to it (hold.go,
 	// "Max hold").
-	return outcome{granted: true, fence: m.Fence, start: p.sent, ttl: granted, handed: true, maxFrom: time.Now()}, true
+	return backend.Outcome{Granted: true, Fence: m.Fence, Start: p.Sent, TTL: granted, Handed: true, MaxFrom: time.Now()}, true
 }

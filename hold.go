@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 
@@ -20,7 +22,7 @@ import (
 type hold struct {
 	c        *Client
 	k        *protocol.Keys
-	p        holdOps
+	p        backend.HoldOps
 	what     string    // the primitive, for telemetry
 	acquired time.Time // when the attempt that took it was sent
 	// maxFrom is when its max hold (WithMaxHold) began: acquired, or, for
@@ -101,7 +103,7 @@ type hold struct {
 // unsure is an Extend given up on (its ctx ended first) that may still
 // set the lease to exactly d on the server, at any time, until a command
 // of the hold with a later place (seq) is known to have run. Without
-// scripts (plain.go) the server keeps no sequence: there it may run until
+// scripts (internal/backend/plain.go) the server keeps no sequence: there it may run until
 // the client library is done with it (done), and caps every confirmation
 // sent before that was seen.
 type unsure struct {
@@ -118,10 +120,10 @@ func (h *hold) next() int64 {
 	return h.seq
 }
 
-func newHold(c *Client, k *protocol.Keys, what string, p holdOps, token string, fence int64, cfg lockConfig, start time.Time) *hold {
-	h := &hold{c: c, k: k, what: what, acquired: start, maxFrom: start, p: p, token: token, fence: fence, renew: cfg.renew, count: 1,
-		ttl: cfg.ttl, maxHold: cfg.maxHold, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
-	h.confirmed(start, cfg.ttl, 0)
+func newHold(c *Client, k *protocol.Keys, what string, p backend.HoldOps, token string, fence int64, cfg lockConfig, start time.Time) *hold {
+	h := &hold{c: c, k: k, what: what, acquired: start, maxFrom: start, p: p, token: token, fence: fence, renew: cfg.Renew, count: 1,
+		ttl: cfg.TTL, maxHold: cfg.MaxHold, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h.confirmed(start, cfg.TTL, 0)
 	return h
 }
 
@@ -177,7 +179,7 @@ func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	if len(h.unsure) > 0 {
 		ttl = h.capped(start, ttl, seq)
 	}
-	if d := start.Add(ttl - h.c.drift.of(ttl)); d.After(h.deadline) {
+	if d := start.Add(ttl - h.c.drift.Of(ttl)); d.After(h.deadline) {
 		h.deadline = d
 	}
 	h.nextRenew = start.Add(ttl / 3)
@@ -286,9 +288,9 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		// goroutine's, sharing a Leadership say) must stop believing it
 		// holds by then. Err says ErrUnlocked from here on.
 		h.end(ErrUnlocked)
-		res, err = h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.free()) }).Int64()
+		res, err = h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.free()) }).Int64()
 	} else {
-		r, _, _ := h.inOrder(ctx, false, func(seq int64) op { return h.p.release(h.token, left, seq) })
+		r, _, _ := h.inOrder(ctx, false, func(seq int64) backend.Op { return h.p.Release(h.token, left, seq) })
 		res, err = r.Int64()
 	}
 	if err == nil && res < 0 {
@@ -356,7 +358,7 @@ func (h *hold) recount() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(h.c.life, releaseTry)
-			r := h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.p.release(h.token, count, seq)) })
+			r := h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.p.Release(h.token, count, seq)) })
 			cancel()
 			if r.Err == nil || !wait() { // set, STALE (a later command set it) or gone
 				return
@@ -380,10 +382,10 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 		return h.maxHoldReached()
 	}
 	want := d
-	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) op {
+	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) backend.Op {
 		d, _ = h.cut(want, start)
 		d = max(d, minTTL) // what is left fell below 1 ms since the check: overshoot by that much at most
-		return h.p.renew(h.token, d, true, seq)
+		return h.p.Renew(h.token, d, true, seq)
 	})
 	ok, err := r.Int64()
 	if err != nil {
@@ -418,7 +420,7 @@ func (h *hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-ch
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unsure = append(h.unsure, unsure{d: d, seq: seq, done: done})
-	if dl := start.Add(d - h.c.drift.of(d)); dl.Before(h.deadline) {
+	if dl := start.Add(d - h.c.drift.Of(d)); dl.Before(h.deadline) {
 		h.deadline = dl
 	}
 	if next := start.Add(d / 3); next.Before(h.nextRenew) {
@@ -444,7 +446,7 @@ func (h *hold) capped(start time.Time, ttl time.Duration, seq int64) time.Durati
 // run or met a later one. Without a sequence on the server, those seen
 // done on the client's side before start. h.mu is held.
 func (h *hold) settle(start time.Time, seq int64) {
-	if h.p.ordered() {
+	if h.p.Ordered() {
 		h.unsure = slices.DeleteFunc(h.unsure, func(u unsure) bool { return u.seq < seq })
 		return
 	}
@@ -471,13 +473,13 @@ func (h *hold) settle(start time.Time, seq int64) {
 // while the server answers STALE (a renewal sent meanwhile ran first),
 // until ctx ends. It returns the last reply, that command's place and
 // when it was sent.
-func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) op) (r driver.Reply, seq int64, start time.Time) {
-	return h.inOrderAt(ctx, grant, func(seq int64, _ time.Time) op { return cmd(seq) })
+func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) backend.Op) (r driver.Reply, seq int64, start time.Time) {
+	return h.inOrderAt(ctx, grant, func(seq int64, _ time.Time) backend.Op { return cmd(seq) })
 }
 
 // inOrderAt is inOrder for a command that depends on when it is sent
 // (start: a TTL cut to the max hold).
-func (h *hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, start time.Time) op) (r driver.Reply, seq int64, start time.Time) {
+func (h *hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, start time.Time) backend.Op) (r driver.Reply, seq int64, start time.Time) {
 	for {
 		h.mu.Lock()
 		seq = h.next()
@@ -486,9 +488,9 @@ func (h *hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, st
 		o := cmd(seq, start)
 		r = h.c.moving(ctx, func() driver.Reply {
 			if grant {
-				return h.c.be.grant(ctx, o)
+				return h.c.be.Grant(ctx, o)
 			}
-			return h.c.be.run(ctx, o)
+			return h.c.be.Run(ctx, o)
 		})
 		if !isStale(r) {
 			return r, seq, start
@@ -523,7 +525,7 @@ func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
 	if err := l.Err(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
-	ms, err := h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.p.ttl(h.token)) }).Int64()
+	ms, err := h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.p.TTL(h.token)) }).Int64()
 	if err != nil {
 		return 0, redisErr("ttl", h.k.Name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -17,7 +18,7 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	c, _ := serverClient(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
-	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", mutexProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
+	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", mutexProto{}, "tok", 1, lockConfig{TTL: long, Renew: true}, t0)
 	h.mayHaveSet(t0, short, 2, make(chan struct{}))
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -36,7 +37,7 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	// A command placed after it (3) has run: it counts in full.
 	t2 := time.Now().Add(time.Millisecond)
 	h.confirmed(t2, long, 3)
-	if want := t2.Add(long - c.drift.of(long)); h.deadline.Before(want) {
+	if want := t2.Add(long - c.drift.Of(long)); h.deadline.Before(want) {
 		t.Fatalf("a confirmation placed after the late Extend still capped: deadline %v short", want.Sub(h.deadline))
 	}
 	if len(h.unsure) != 0 {
@@ -51,7 +52,7 @@ func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
 	c, _ := serverClient(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
-	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", plainProto{}, "tok", 1, lockConfig{ttl: long, renew: true}, t0)
+	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", backend.PlainOps(nil, nil), "tok", 1, lockConfig{TTL: long, Renew: true}, t0)
 	done := make(chan struct{})
 	h.mayHaveSet(t0, short, 2, done)
 	h.mu.Lock()
@@ -66,7 +67,7 @@ func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
 	h.confirmed(t1, long, 4) // sees it done
 	t2 := time.Now().Add(time.Millisecond)
 	h.confirmed(t2, long, 5)
-	if want := t2.Add(long - c.drift.of(long)); h.deadline.Before(want) {
+	if want := t2.Add(long - c.drift.Of(long)); h.deadline.Before(want) {
 		t.Fatalf("a confirmation sent after the Extend was done still capped: deadline %v short", want.Sub(h.deadline))
 	}
 	if len(h.unsure) != 0 {
@@ -85,7 +86,7 @@ func TestErrSeesAnEndBeforeItsLeasesAreTold(t *testing.T) {
 	c, _ := serverClient(t)
 	ended := lost(reasonDeadline, "x", "test")
 	newLeased := func(name string) (*hold, *Lease) {
-		h := newHold(c, c.keys(protocol.MutexKind, name), "Mutex", mutexProto{}, "tok-"+name, 1, lockConfig{ttl: time.Minute}, time.Now())
+		h := newHold(c, c.keys(protocol.MutexKind, name), "Mutex", mutexProto{}, "tok-"+name, 1, lockConfig{TTL: time.Minute}, time.Now())
 		l, err := h.newLease()
 		if err != nil {
 			t.Fatal(err)

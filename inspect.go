@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 
@@ -404,7 +405,7 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 		cmds = append(cmds, protocol.Keyed("HGETALL", deploy.OwnerKey(c.prefix, id)))
 	}
 	rs := r.Pipeline(ctx, cmds)
-	if err := firstErr(rs); err != nil {
+	if err := backend.FirstErr(rs); err != nil {
 		return redisErr("inspect", info.Name, err)
 	}
 	for i, id := range order {
@@ -553,7 +554,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 		return nil, err
 	}
 	sp, _ := specOf(kd) // known: Inspect checked it
-	if err := c.caps.supports(sp.primitive); err != nil {
+	if err := c.caps.Supports(sp.primitive); err != nil {
 		return nil, err
 	}
 	r, _ := c.reader()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -52,10 +54,10 @@ func TestValidPrefix(t *testing.T) {
 }
 
 func TestDriftAndRetry(t *testing.T) {
-	if d := defaultDrift.of(30 * time.Second); d != 302*time.Millisecond {
+	if d := defaultDrift.Of(30 * time.Second); d != 302*time.Millisecond {
 		t.Errorf("drift(30s) = %v, want 302ms", d)
 	}
-	if d := defaultDrift.of(100 * time.Millisecond); d != 3*time.Millisecond {
+	if d := defaultDrift.Of(100 * time.Millisecond); d != 3*time.Millisecond {
 		t.Errorf("drift(100ms) = %v, want 3ms", d)
 	}
 	tests := []struct {
@@ -67,7 +69,7 @@ func TestDriftAndRetry(t *testing.T) {
 		{-1, time.Minute}, // a key without expiry: retry after our TTL
 	}
 	for _, tt := range tests {
-		if got := retryAfter(tt.pttl, time.Minute); got != tt.want {
+		if got := backend.RetryAfter(tt.pttl, time.Minute); got != tt.want {
 			t.Errorf("retryAfter(%d) = %v, want %v", tt.pttl, got, tt.want)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -244,7 +246,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 func (l *Latch) count(ctx context.Context) (int64, time.Duration, error) {
 	rs := l.c.rdb.Pipeline(ctx, []driver.Command{protocol.Keyed("GET", l.k.Lock), protocol.Keyed("PTTL", l.k.Lock),
 		protocol.Keyed("HGET", l.keys[1], "@p")})
-	if err := firstErr(rs); err != nil {
+	if err := backend.FirstErr(rs); err != nil {
 		return 0, 0, redisErr("count", l.k.Name, err)
 	}
 	if rs[0].Val == nil {
@@ -273,7 +275,7 @@ func (l *Latch) check(ctx context.Context) error {
 	if err := checkCall(ctx, l.c, l.k.Name); err != nil {
 		return err
 	}
-	if err := l.c.caps.supports("Latch"); err != nil {
+	if err := l.c.caps.Supports("Latch"); err != nil {
 		return err
 	}
 	return nil

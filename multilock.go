@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -102,7 +104,7 @@ func carriesAny(ctx context.Context, ms []*Mutex) bool {
 // all: plain mutexes of one Client, on a single node.
 func oneScript(lockers []Locker) ([]*Mutex, bool) {
 	first, ok := lockers[0].(*Mutex)
-	if !ok || !first.c.caps.oneScript {
+	if !ok || !first.c.caps.OneScript {
 		return nil, false
 	}
 	ms := make([]*Mutex, len(lockers))
@@ -147,40 +149,40 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 		if m.k.Name == "" {
 			return nil, invalid("empty lock name")
 		}
-		cfg := defaultLock.with(m.opts)
-		if err := cfg.validate(); err != nil {
+		cfg := withOpts(defaultLock, m.opts)
+		if err := validLock(cfg); err != nil {
 			return nil, err
 		}
-		if err := cfg.refuse("Mutex", optQueueTTL); err != nil {
+		if err := cfg.Refuse("Mutex", backend.OptQueueTTL); err != nil {
 			return nil, err
 		}
 		p := mutexProto{m.k, m.k.Wake}
 		a.parts = append(a.parts, part{k: m.k, what: "Mutex", p: p, cfg: cfg})
 		leave = append(leave, p.leave(member))
 		keys = append(keys, m.k)
-		place = max(place, cfg.queueTTL)
+		place = max(place, cfg.QueueTTL)
 	}
 	a.keepAlive = place / 3
 	a.leave = func() []protocol.Call { return leave }
 	w := c.wakeTo(ms[0].k)
 	args := protocol.LockAllArgs{Token: token, Member: member, PlaceTTL: place.Milliseconds(), Wake: w}
 	for _, p := range a.parts {
-		args.TTLs = append(args.TTLs, p.cfg.ttl.Milliseconds())
+		args.TTLs = append(args.TTLs, p.cfg.TTL.Milliseconds())
 	}
 	call := args.Call(keys)
-	a.attempt = func(ctx context.Context, _, _ bool) (outcome, error) {
+	a.attempt = func(ctx context.Context, _, _ bool) (backend.Outcome, error) {
 		start := time.Now()
-		res, err := c.be.grant(ctx, call).Int64Slice()
+		res, err := c.be.Grant(ctx, call).Int64Slice()
 		if err == nil && (len(res) < 1 || (res[0] == protocol.ReplyHeld && len(res) != len(ms)+1) || (res[0] == protocol.ReplyBusy && len(res) != 3)) {
 			err = errors.New("unexpected script reply")
 		}
 		if err != nil {
-			return outcome{}, redisErr("lock", name, err)
+			return backend.Outcome{}, redisErr("lock", name, err)
 		}
 		if res[0] == protocol.ReplyBusy {
-			return outcome{wait: retryAfter(res[2], a.parts[res[1]-1].cfg.ttl)}, nil
+			return backend.Outcome{Wait: backend.RetryAfter(res[2], a.parts[res[1]-1].cfg.TTL)}, nil
 		}
-		return outcome{granted: true, fences: res[1:], start: start}, nil
+		return backend.Outcome{Granted: true, Fences: res[1:], Start: start}, nil
 	}
 	return a.run(ctx, true)
 }

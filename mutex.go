@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -85,7 +87,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 // least 30 s; see docs/guarantees.md). On a quorum, a *QuorumError; a
 // new quorum issues no fence until every node has answered once, and a
 // Lock waits for that within ctx (a TryLock returns the *QuorumError,
-// Op "fence", naming the nodes not yet seen).
+// backend.Op "fence", naming the nodes not yet seen).
 func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (*Lease, error) {
 	return m.acquire(ctx, true, opts)
 }
@@ -114,9 +116,9 @@ func (m *Mutex) request() *request {
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.
 func (c *Client) mutexRequest(what string, k *protocol.Keys, opts []LockOption, fair bool) *request {
 	p := mutexProto{k, k.Wake}
-	return &request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: optQueueTTL, leave: p.leave,
+	return &request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: backend.OptQueueTTL, leave: p.leave,
 		call: func(token, member string, queued bool, cfg lockConfig) protocol.Call {
-			return p.lock(token, cfg.ttl, 0, member, queued, placeTTL(cfg, member), fair)
+			return p.lock(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), fair)
 		}}
 }
 
@@ -124,7 +126,7 @@ func (c *Client) mutexRequest(what string, k *protocol.Keys, opts []LockOption, 
 // a FairMutex: the same keys).
 var mutexKind = kindSpec{primitive: "Mutex", keys: protocol.MutexKind, queue: true, plain: true, fill: mutexHolders,
 	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {
-		if !c.caps.directed { // script-free: a plain key
+		if !c.caps.Directed { // script-free: a plain key
 			return plainForce(ctx, c, r, k)
 		}
 		w := c.wakeTo(k)
@@ -161,9 +163,9 @@ type mutexProto struct {
 
 // The protocol's methods return the script calls (a quorum fans them
 // out; an Election builds on their args); the op-typed ones are the protocol
-// interfaces' (protocol.go).
+// interfaces' (internal/backend/ops.go).
 
-func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
+func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
 	return p.reenterCall(token, count, ttl, seq)
 }
 
@@ -186,9 +188,11 @@ func (p mutexProto) lockArgs(token string, ttl time.Duration, count int, member 
 		Fair: fair, Wake: *p.w, Queued: queued}
 }
 
-func (p mutexProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
+func (p mutexProto) Release(token string, left int, seq int64) backend.Op {
+	return p.unlock(token, left, seq)
+}
 
-func (p mutexProto) free(token string, fence int64, ttl time.Duration) op {
+func (p mutexProto) Free(token string, fence int64, ttl time.Duration) backend.Op {
 	return p.freeCall(token, fence, ttl)
 }
 
@@ -219,7 +223,7 @@ func (p mutexProto) leave(member string) protocol.Call {
 	return protocol.LeaveArgs{Member: member, Wake: *p.w, Reserve: p.w.Reserve}.Call(p.k)
 }
 
-func (p mutexProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+func (p mutexProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
 	return p.renewCall(token, ttl, exact, seq)
 }
 
@@ -227,10 +231,28 @@ func (p mutexProto) renewCall(token string, ttl time.Duration, exact bool, seq i
 	return protocol.RenewArgs{Token: token, TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
 }
 
-func (p mutexProto) ttl(token string) op { return p.ttlCall(token) }
+func (p mutexProto) TTL(token string) backend.Op { return p.ttlCall(token) }
 
 func (p mutexProto) ttlCall(token string) protocol.Call {
 	return protocol.TTLArgs{Token: token}.Call(p.k)
 }
 
-func (mutexProto) ordered() bool { return true }
+func (mutexProto) Ordered() bool { return true }
+
+// plainForce is ForceUnlock without scripts: it deletes the key if it
+// still names the holder it read, so that a copy of the delete that the
+// client library sends again (the server may run both) cannot free a
+// lock another owner took after the first copy — as a bare DEL's copy
+// would. (The WATCH mode's MULTI/DEL/EXEC shares the limit of a plain
+// release: see TestPlainSentTwice.)
+func plainForce(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys) driver.Reply {
+	got := r.Do(ctx, protocol.Keyed("GET", k.Lock))
+	if got.Err == nil && got.Val == nil {
+		return driver.Reply{Val: int64(0)} // free
+	}
+	holder, err := got.Text()
+	if err != nil {
+		return protocol.FailedReply(err)
+	}
+	return backend.PlainOps(c.be, k).Release(holder, 0, 0).Run(ctx, r)
+}

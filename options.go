@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -30,9 +32,9 @@ type clientConfig struct {
 	shardOK   bool // sharded was set explicitly
 
 	slotFences, slotFencesSet bool // WithSlotFences
-	sync                      replicaSync
+	sync                      backend.ReplicaSync
 	noScripts                 bool
-	drift                     drift
+	drift                     backend.Drift
 	quorum                    quorumConfig
 	logger                    *slog.Logger
 	meters                    metric.MeterProvider
@@ -84,38 +86,10 @@ func WithSlotFences(on bool) Option {
 // handle's default, or to Lock or TryLock for one call.
 type LockOption func(*lockConfig)
 
-type lockConfig struct {
-	ttl      time.Duration
-	maxHold  time.Duration // WithMaxHold; 0: none
-	renew    bool
-	queueTTL time.Duration
-	readers  bool     // RWMutex: readers first
-	set      lockOpts // the options given that only some locks take
-}
+// lockConfig is what the lock options set (backend.LockConfig).
+type lockConfig = backend.LockConfig
 
-// lockOpts are the lock options that only some locks take; a lock refuses
-// the others (ErrInvalidArgument) rather than ignore them.
-type lockOpts int
-
-const (
-	optQueueTTL lockOpts = 1 << iota // Mutex, FairMutex, Semaphore, RWMutex writers
-	optReaders                       // RWMutex
-)
-
-// names of the options in lockOpts, for errors.
-var optNames = map[lockOpts]string{optQueueTTL: "WithQueueTTL", optReaders: "WithReaderPreference"}
-
-// refuse returns an error for an option given that what does not take.
-func (c lockConfig) refuse(what string, takes lockOpts) error {
-	for o, name := range optNames {
-		if c.set&o != 0 && takes&o == 0 {
-			return invalid("%s does not apply to a %s", name, what)
-		}
-	}
-	return nil
-}
-
-var defaultLock = lockConfig{ttl: DefaultTTL, renew: true, queueTTL: DefaultQueueTTL}
+var defaultLock = lockConfig{TTL: DefaultTTL, Renew: true, QueueTTL: DefaultQueueTTL}
 
 // DefaultQueueTTL is how long a waiter's place in a queue (FairMutex, a
 // writer waiting on an RWMutex) outlives the waiter's last sign of life.
@@ -131,7 +105,7 @@ const DefaultQueueTTL = 3 * time.Second
 // place too: one let in by a writer's release that never comes holds the
 // next writer up at most d.
 func WithQueueTTL(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.queueTTL, c.set = d, c.set|optQueueTTL }
+	return func(c *lockConfig) { c.QueueTTL, c.Set = d, c.Set|backend.OptQueueTTL }
 }
 
 // WithTTL gives the lease a time to live of d, renewed by the Client's
@@ -139,7 +113,7 @@ func WithQueueTTL(d time.Duration) LockOption {
 // TTL frees a crashed holder's lock sooner and costs more renewals. d must
 // be at least 1 ms.
 func WithTTL(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.ttl, c.renew = d, true }
+	return func(c *lockConfig) { c.TTL, c.Renew = d, true }
 }
 
 // WithLease gives the lease a fixed time to live of d with no renewal: the
@@ -147,7 +121,7 @@ func WithTTL(d time.Duration) LockOption {
 // lease's Done closes just before that, with Err ErrLeaseLost. d must be at
 // least 1 ms.
 func WithLease(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.ttl, c.renew = d, false }
+	return func(c *lockConfig) { c.TTL, c.Renew = d, false }
 }
 
 // WithMaxHold limits how long a hold can last: the watchdog renews the
@@ -167,7 +141,7 @@ func WithLease(d time.Duration) LockOption {
 // when the hand-off reached the waiter. After d, Extend and re-entry fail
 // with ErrNotHeld. d must be at least 1 ms. Default: none.
 func WithMaxHold(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.maxHold = d }
+	return func(c *lockConfig) { c.MaxHold = d }
 }
 
 // WithReaderPreference lets an RWMutex's readers in while writers wait.
@@ -178,55 +152,38 @@ func WithMaxHold(d time.Duration) LockOption {
 // Client.RWMutex so that every reader of the handle uses it. Other locks
 // refuse it (ErrInvalidArgument).
 func WithReaderPreference() LockOption {
-	return func(c *lockConfig) { c.readers, c.set = true, c.set|optReaders }
+	return func(c *lockConfig) { c.Readers, c.Set = true, c.Set|backend.OptReaders }
 }
 
-func (c lockConfig) with(opts []LockOption) lockConfig {
+// withOpts is c with opts applied.
+func withOpts(c lockConfig, opts []LockOption) lockConfig {
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	if c.maxHold > 0 && c.ttl > c.maxHold {
-		c.ttl = c.maxHold // a lease does not outlive its max hold
+	if c.MaxHold > 0 && c.TTL > c.MaxHold {
+		c.TTL = c.MaxHold // a lease does not outlive its max hold
 	}
 	return c
 }
 
-func (c lockConfig) validate() error {
-	if c.ttl < minTTL {
-		return invalid("lease TTL %v is below 1ms", c.ttl)
+// validLock says whether c can be used.
+func validLock(c lockConfig) error {
+	if c.TTL < minTTL {
+		return invalid("lease TTL %v is below 1ms", c.TTL)
 	}
-	if c.maxHold != 0 && c.maxHold < minTTL {
-		return invalid("max hold %v is below 1ms", c.maxHold)
+	if c.MaxHold != 0 && c.MaxHold < minTTL {
+		return invalid("max hold %v is below 1ms", c.MaxHold)
 	}
-	if c.queueTTL < 3*minTTL {
-		return invalid("queue TTL %v is below 3ms", c.queueTTL)
+	if c.QueueTTL < 3*minTTL {
+		return invalid("queue TTL %v is below 3ms", c.QueueTTL)
 	}
 	return nil
-}
-
-// drift is the margin a holder keeps between its local deadline and the
-// server's expiry: a share of the TTL for clock-rate differences plus a
-// fixed slack for timers and scheduling.
-type drift struct {
-	factor float64
-	extra  time.Duration
 }
 
 // defaultDrift is 1% of the TTL plus 2 ms, as RedLock's analysis uses.
-var defaultDrift = drift{0.01, 2 * time.Millisecond}
-
-func (d drift) of(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*d.factor) + d.extra
-}
-
-func (d drift) validate() error {
-	if d.factor < 0 || d.factor >= 1 || d.extra < 0 {
-		return invalid("clock drift %v of the TTL + %v: want a factor in [0, 1) and a non-negative extra", d.factor, d.extra)
-	}
-	return nil
-}
+var defaultDrift = backend.Drift{Factor: 0.01, Extra: 2 * time.Millisecond}
 
 // WithClockDrift sets the margin every lease keeps between its local
 // deadline and the server's expiry: factor × TTL + extra. Default: 0.01 ×
@@ -234,7 +191,7 @@ func (d drift) validate() error {
 // where a process may stall between reading the clock and acting. For a
 // quorum (NewQuorum) the same margin is taken off a lock's validity.
 func WithClockDrift(factor float64, extra time.Duration) Option {
-	return func(c *clientConfig) { c.drift = drift{factor, extra} }
+	return func(c *clientConfig) { c.drift = backend.Drift{Factor: factor, Extra: extra} }
 }
 
 // WithoutScripts makes the Client use no Lua, for proxies and managed
@@ -297,7 +254,7 @@ func WithRetryJitter(d time.Duration) Option {
 // a cluster, the write and its WAIT go to the master of the lock's slot,
 // and renewals are sent one lock at a time rather than in a pipeline.
 func WithReplicaSync(replicas int, timeout time.Duration) Option {
-	return func(c *clientConfig) { c.sync = replicaSync{replicas, timeout} }
+	return func(c *clientConfig) { c.sync = backend.ReplicaSync{Replicas: replicas, Timeout: timeout} }
 }
 
 // WithoutOwnerInfo stops a Client from recording who it is: inspectors then

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
@@ -24,7 +26,7 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	const ttl, placeTTL = time.Minute, 60000
 	attempt := func(token, member string) []int64 {
 		t.Helper()
-		res, err := fenceReply("lock", "x", p.lock(token, ttl, 0, member, true, placeTTL, false).Run(ctx, d))
+		res, err := backend.FenceReply("lock", "x", p.lock(token, ttl, 0, member, true, placeTTL, false).Run(ctx, d))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +40,7 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if len(busy) != 3 || busy[0] != protocol.ReplyBusy {
 		t.Fatalf("b's attempt = %v; want {busy, wait, seen}", busy)
 	}
-	b := place{seen: busy[2], named: true, sent: time.Now()}
+	b := backend.Place{Seen: busy[2], Named: true, Sent: time.Now()}
 
 	sub := rdb.Subscribe(ctx, k.Wake.Base+c.id)
 	defer sub.Close()
@@ -56,10 +58,10 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if !ok || protocol.TokenOf(msg.Payload) != "b" || m.MS <= 0 {
 		t.Fatalf("hand-off message %q: parsed %+v, %v", msg.Payload, m, ok)
 	}
-	if fence, _ := rdb.HGet(ctx, k.Lock, protocol.FieldFence+"b").Int64(); fence != m.Fence || m.Fence <= b.seen {
-		t.Fatalf("message fence %d, hold's fence %d, b's attempt saw the counter at %d", m.Fence, fence, b.seen)
+	if fence, _ := rdb.HGet(ctx, k.Lock, protocol.FieldFence+"b").Int64(); fence != m.Fence || m.Fence <= b.Seen {
+		t.Fatalf("message fence %d, hold's fence %d, b's attempt saw the counter at %d", m.Fence, fence, b.Seen)
 	}
-	if o, ok := handedOver(msg.Payload, b, c.drift); !ok || o.fence != m.Fence {
+	if o, ok := handedOver(msg.Payload, b, c.drift); !ok || o.Fence != m.Fence {
 		t.Fatalf("handedOver(%q, %+v) = %+v, %v; want the hand-off honoured", msg.Payload, b, o, ok)
 	}
 
@@ -72,7 +74,7 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if len(again) != 3 || again[0] != protocol.ReplyBusy || again[2] < m.Fence {
 		t.Fatalf("b's attempt after the hand-off = %v; want {busy, wait, >= %d}", again, m.Fence)
 	}
-	if _, ok := handedOver(msg.Payload, place{seen: again[2], named: true, sent: time.Now()}, c.drift); ok {
+	if _, ok := handedOver(msg.Payload, backend.Place{Seen: again[2], Named: true, Sent: time.Now()}, c.drift); ok {
 		t.Fatalf("a hand-off older than b's latest attempt was honoured")
 	}
 	// A message of an older dlock (a Client not yet upgraded released the

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 
@@ -24,7 +26,7 @@ type quorum struct {
 	nodes []driver.Driver
 	quorumConfig
 	mark  string // the key of each node's mark (see "Fences on a quorum")
-	drift drift
+	drift backend.Drift
 	log   *slog.Logger
 	// stragglers are node calls still running after their operation was
 	// decided by a majority; Close waits for them.
@@ -88,7 +90,7 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	for i, n := range rs {
 		rs[i] = transport.Stack(n, dep)
 	}
-	if cfg.noScripts || cfg.sync != (replicaSync{}) || cfg.shardOK {
+	if cfg.noScripts || cfg.sync != (backend.ReplicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
 	}
 	q := &quorum{nodes: rs, quorumConfig: cfg.quorum, mark: cfg.prefix + ":quorum:mark", drift: cfg.drift, log: cfg.logger}
@@ -153,7 +155,7 @@ func (e NodeError) Unwrap() error { return e.Err }
 // nodes. errors.As finds it; Nodes says what each failed node answered,
 // and errors.Is looks through them (for context.DeadlineExceeded, say).
 //
-// Op "fence" is a lock that a majority granted but that no fence could be
+// backend.Op "fence" is a lock that a majority granted but that no fence could be
 // issued for (see NewQuorum): OK nodes of those that answered are known
 // to hold every fence issued so far, Needed are needed, and NotSeen lists
 // the nodes not known to (never seen by this deployment's fences since
@@ -166,7 +168,7 @@ type QuorumError struct {
 	OK      int // nodes that did what was asked
 	Needed  int // the majority
 	Failing []NodeError
-	NotSeen []int // Op "fence": the nodes not yet known to hold every fence issued
+	NotSeen []int // backend.Op "fence": the nodes not yet known to hold every fence issued
 }
 
 // Error says what the quorum call did and why each failing node failed.
@@ -260,18 +262,18 @@ func (q *quorum) outcome(t tally, op, name string) (bool, error) {
 }
 
 // lock is one RedLock round for a Mutex.
-func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig, waiting bool) (outcome, error) {
+func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig, waiting bool) (backend.Outcome, error) {
 	k := p.k
 	start := time.Now()
 	nodes := q.all()
 	t := q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
-		return p.lock(token, cfg.ttl, 0, member, member != "", placeTTL(cfg, member), false)
+		return p.lock(token, cfg.TTL, 0, member, member != "", placeTTL(cfg, member), false)
 	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == protocol.ReplyHeld })
 	if len(t.failed) > 0 {
 		q.log.Warn("dlock: quorum nodes failed", "lock", k.Name, "failed", len(t.failed),
 			"node", t.failed[0].Node, "err", t.failed[0].Err)
 	}
-	validity := cfg.ttl - time.Since(start) - q.drift.of(cfg.ttl)
+	validity := cfg.TTL - time.Since(start) - q.drift.Of(cfg.TTL)
 	var fenceErr error
 	if len(t.ok) >= q.majority() && validity > 0 {
 		fence, err := q.raiseFences(ctx, k, t)
@@ -285,7 +287,7 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 				// that did not answer keeps it until its QueueTTL.
 				q.fanout(ctx, t.no, func(int) protocol.Call { return p.leave(member) })
 			}
-			return outcome{granted: true, fence: fence, start: start}, nil
+			return backend.Outcome{Granted: true, Fence: fence, Start: start}, nil
 		}
 		fenceErr = err
 	}
@@ -302,26 +304,26 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 		// again within its ctx, as for a lock held elsewhere, and says
 		// why if its ctx ends first.
 		if waiting {
-			return outcome{wait: fenceRetry + rand.N(q.jitter+1), giveBack: back, why: fenceErr}, nil
+			return backend.Outcome{Wait: fenceRetry + rand.N(q.jitter+1), GiveBack: back, Why: fenceErr}, nil
 		}
-		return outcome{giveBack: back}, fenceErr
+		return backend.Outcome{GiveBack: back}, fenceErr
 	}
 	if len(t.failed) > len(q.nodes)-q.majority() {
-		return outcome{giveBack: back}, &QuorumError{Op: "lock", Name: k.Name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
+		return backend.Outcome{GiveBack: back}, &QuorumError{Op: "lock", Name: k.Name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
 	}
 	var why error
 	if len(t.ok) >= q.majority() {
 		// A majority granted, but too late to be of use: the error of a
 		// TryLock, or of a Lock whose ctx ends first, says so (not "held").
 		why = fmt.Errorf("a majority granted, but the round took %v of the lease's %v (less the drift allowance): no validity left",
-			time.Since(start).Round(time.Millisecond), cfg.ttl)
+			time.Since(start).Round(time.Millisecond), cfg.TTL)
 	}
 	// Held elsewhere: wait for the soonest holder's lease to end, or a
 	// release; a split vote: retry soon. Either way add jitter.
 	wait := time.Duration(0)
 	for _, i := range t.no {
 		if v := t.vals[i]; len(v) == 2 && v[0] == protocol.ReplyBusy {
-			if d := retryAfter(v[1], cfg.ttl); wait == 0 || d < wait {
+			if d := backend.RetryAfter(v[1], cfg.TTL); wait == 0 || d < wait {
 				wait = d
 			}
 		}
@@ -329,7 +331,7 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	if len(t.ok) > 0 {
 		wait = 0 // we won some votes: someone else did too; try again soon
 	}
-	return outcome{wait: wait + rand.N(q.jitter+1), giveBack: back, why: why}, nil
+	return backend.Outcome{Wait: wait + rand.N(q.jitter+1), GiveBack: back, Why: why}, nil
 }
 
 // fenceRetry is how soon a Lock tries again when a majority granted but
@@ -345,18 +347,18 @@ const fenceRetry = 200 * time.Millisecond
 // a release that comes first would leave it held by nobody; buried, the
 // late attempt takes nothing. The acquire path tries a failed node's
 // undo again until the node answers (Client.undoLater).
-func (q *quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []undoStep {
+func (q *quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []backend.UndoStep {
 	on := func(nodes []int) func(context.Context) error {
-		return func(ctx context.Context) error { return firstErr(q.fanout(ctx, nodes, mk)) }
+		return func(ctx context.Context) error { return backend.FirstErr(q.fanout(ctx, nodes, mk)) }
 	}
-	var steps []undoStep
+	var steps []backend.UndoStep
 	if len(t.ok) > 0 {
-		steps = append(steps, undoStep{nil, on(t.ok)})
+		steps = append(steps, backend.UndoStep{Undo: on(t.ok)})
 	}
 	for _, f := range t.failed {
 		node := []int{f.Node}
-		steps = append(steps, undoStep{transport.Settled(f.Err), func(ctx context.Context) error {
-			if err := firstErr(q.fanout(ctx, node, bury)); err != nil {
+		steps = append(steps, backend.UndoStep{After: transport.Settled(f.Err), Undo: func(ctx context.Context) error {
+			if err := backend.FirstErr(q.fanout(ctx, node, bury)); err != nil {
 				return err
 			}
 			return on(node)(ctx)
@@ -390,7 +392,7 @@ func (q *quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []undo
 //     deployment is new (or lost every node at once): the same, marking
 //     them all.
 //   - Otherwise no fence is issued: the round is given back; a TryLock
-//     fails with a *QuorumError of Op "fence" naming the nodes not yet
+//     fails with a *QuorumError of backend.Op "fence" naming the nodes not yet
 //     seen, and a Lock tries again within its ctx until a majority of
 //     marked nodes answers (its error says why, if its ctx ends first).
 //
@@ -528,7 +530,7 @@ func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []driver.Reply {
 			defer q.stragglers.Done()
 			nctx, cancel := context.WithTimeout(ctx, q.timeout)
 			defer cancel()
-			all := runBatch(nctx, n, calls, replicaSync{})
+			all := backend.RunBatch(nctx, n, calls, backend.ReplicaSync{})
 			own := make([]driver.Reply, len(at))
 			for j, k := range at {
 				own[j] = all[k]
@@ -579,7 +581,7 @@ func (q *quorum) reply(o quorumOp, t tally, answered []bool) driver.Reply {
 
 func (p quorumProto) mutex() mutexProto { return p.m }
 
-func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
+func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
 	// A node that answers STALE ran a later command of the hold: it holds.
 	return quorumOp{p: p, name: "lock", mk: func(int) protocol.Call { return p.mutex().reenterCall(token, count, ttl, seq) },
 		isOK: func(v []int64) bool {
@@ -593,7 +595,7 @@ func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int
 		}}
 }
 
-func (p quorumProto) release(token string, left int, seq int64) op {
+func (p quorumProto) Release(token string, left int, seq int64) backend.Op {
 	o := quorumOp{p: p, name: "unlock", mk: func(int) protocol.Call { return p.mutex().unlock(token, left, seq) },
 		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == protocol.ReplyStale },
 		fold: func(t tally, ok bool) any { return either(ok, 1, protocol.ReplyNotHeld) }}
@@ -609,15 +611,15 @@ func (p quorumProto) release(token string, left int, seq int64) op {
 	return o
 }
 
-func (p quorumProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+func (p quorumProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
 	return quorumOp{p: p, name: "renew", mk: func(int) protocol.Call { return p.mutex().renewCall(token, ttl, exact, seq) },
 		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == protocol.ReplyStale },
 		fold: func(t tally, ok bool) any { return either(ok, 1, 0) }}
 }
 
-// ttl is how long a majority still holds the lock: the majority-th
+// TTL is how long a majority still holds the lock: the majority-th
 // longest of the nodes' PTTLs.
-func (p quorumProto) ttl(token string) op {
+func (p quorumProto) TTL(token string) backend.Op {
 	return quorumOp{p: p, name: "ttl", mk: func(int) protocol.Call { return p.mutex().ttlCall(token) },
 		isOK: func(v []int64) bool { return v[0] >= 0 },
 		fold: func(t tally, ok bool) any {
@@ -636,36 +638,36 @@ func (p quorumProto) ttl(token string) op {
 
 // The quorum as a backend: it runs a Mutex, with re-entry.
 
-// caps: a re-entrant Mutex; no hand-off and no reservation (the nodes'
+// Caps: a re-entrant Mutex; no hand-off and no reservation (the nodes'
 // queues may disagree on who is next), waiters told on their own channel.
-func (q *quorum) caps() caps {
-	return caps{reentry: true, notThere: errNotOnQuorum, directed: true, bury: true}
+func (q *quorum) Caps() backend.Caps {
+	return backend.Caps{Reentry: true, NotThere: errNotOnQuorum, Directed: true, Bury: true}
 }
 
-func (q *quorum) everywhere(ctx context.Context, c protocol.Call) error {
-	return firstErr(q.fanout(ctx, q.all(), func(int) protocol.Call { return c }))
+func (q *quorum) Everywhere(ctx context.Context, c protocol.Call) error {
+	return backend.FirstErr(q.fanout(ctx, q.all(), func(int) protocol.Call { return c }))
 }
-func (q *quorum) close() { q.stragglers.Wait() }
+func (q *quorum) Close() { q.stragglers.Wait() }
 
-// run runs a quorumOp: it fans out to the nodes itself.
-func (q *quorum) run(ctx context.Context, o op) driver.Reply { return o.Run(ctx, nil) }
+// Run runs a quorumOp: it fans out to the nodes itself.
+func (q *quorum) Run(ctx context.Context, o backend.Op) driver.Reply { return o.Run(ctx, nil) }
 
-func (q *quorum) attempt(a *attemptSpec) (holdOps, attemptFunc) {
-	p := mutexProto{a.k, a.k.Wake}
-	return quorumProto{q, p}, func(ctx context.Context, queued, _ bool) (outcome, error) {
+func (q *quorum) Attempt(a *backend.AttemptSpec) (backend.HoldOps, backend.AttemptFunc) {
+	p := mutexProto{a.K, a.K.Wake}
+	return quorumProto{q, p}, func(ctx context.Context, queued, _ bool) (backend.Outcome, error) {
 		m := ""
 		if queued {
-			m = a.member
+			m = a.Member
 		}
-		return q.lock(ctx, p, a.token, m, a.cfg, queued)
+		return q.lock(ctx, p, a.Token, m, a.Cfg, queued)
 	}
 }
 
-// grant runs a quorum operation (it goes to every node).
-func (q *quorum) grant(ctx context.Context, o op) driver.Reply { return o.Run(ctx, nil) }
+// Grant runs a quorum operation (it goes to every node).
+func (q *quorum) Grant(ctx context.Context, o backend.Op) driver.Reply { return o.Run(ctx, nil) }
 
-// batch runs quorum operations as one batch per node, all nodes at once.
-func (q *quorum) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
+// Batch runs quorum operations as one Batch per node, all nodes at once.
+func (q *quorum) Batch(ctx context.Context, ops []backend.Op, _ bool) []driver.Reply {
 	qops := make([]quorumOp, len(ops))
 	for i, o := range ops {
 		qops[i] = o.(quorumOp) // every op of a quorum is one
@@ -690,6 +692,8 @@ func errNotOnQuorum(what string) error {
 	return fmt.Errorf("dlock: %s is not available on a quorum (NewQuorum): %w", what, errors.ErrUnsupported)
 }
 
-func (quorumProto) ordered() bool { return true }
+func (quorumProto) Ordered() bool { return true }
 
-func (p quorumProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }
+func (p quorumProto) Free(token string, _ int64, _ time.Duration) backend.Op {
+	return p.Release(token, 0, 0)
+}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -34,16 +36,16 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // free is the hold's final release (protocol.free).
-func (h *hold) free() op {
+func (h *hold) free() backend.Op {
 	h.mu.Lock()
 	ttl := h.ttl
 	h.mu.Unlock()
-	return h.p.free(h.token, h.fence, ttl)
+	return h.p.Free(h.token, h.fence, ttl)
 }
 
 // release frees every hold of h's token in Redis: one call.
 func (h *hold) release(ctx context.Context) error {
-	return h.c.moving(ctx, func() driver.Reply { return h.c.be.run(ctx, h.free()) }).Err
+	return h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.free()) }).Err
 }
 
 // releasers tracks the Client's background releases, so that Close can
@@ -74,7 +76,7 @@ func (c *Client) background(f func()) bool {
 // server, whichever comes first; at Close it makes one last bounded try.
 func (c *Client) releaseLater(h *hold) {
 	h.mu.Lock()
-	until := h.deadline.Add(h.c.drift.of(h.ttl))
+	until := h.deadline.Add(h.c.drift.Of(h.ttl))
 	h.mu.Unlock()
 	started := c.background(func() {
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx
@@ -214,11 +216,11 @@ func (c *Client) releaseHolds(hs []*hold) {
 	}
 	ctx, cancel := bounded(context.Background())
 	defer cancel()
-	ops := make([]op, len(hs))
+	ops := make([]backend.Op, len(hs))
 	for i, h := range hs {
 		ops[i] = h.free()
 	}
-	c.be.batch(ctx, ops, false)
+	c.be.Batch(ctx, ops, false)
 }
 
 // waitReleases stops new background releases and waits for those under

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -119,7 +121,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 	}
 	c, k := rw.c, rw.k
 	p := rwProto{k, s, c.wakeTo(k)}
-	r := &request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: optQueueTTL | optReaders,
+	r := &request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: backend.OptQueueTTL | backend.OptReaders,
 		queue: true, leave: p.leave}
 	if s == sideRead {
 		// A read inside the caller's own write hold is a hold of its own
@@ -130,7 +132,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			parent = writer.of.first().token
 		}
 		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
-			return protocol.RWReadArgs{Token: token, TTL: cfg.ttl.Milliseconds(), Readers: cfg.readers, Member: member,
+			return protocol.RWReadArgs{Token: token, TTL: cfg.TTL.Milliseconds(), Readers: cfg.Readers, Member: member,
 				PlaceTTL: placeTTL(cfg, member), Parent: parent}.Call(k)
 		}
 	} else {
@@ -141,7 +143,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			return c.newToken(), nil
 		}
 		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
-			return p.write(token, cfg.ttl, 0, member, placeTTL(cfg, member))
+			return p.write(token, cfg.TTL, 0, member, placeTTL(cfg, member))
 		}
 	}
 	return c.acquire(ctx, r, wait, opts)
@@ -219,7 +221,7 @@ type rwProto struct {
 	w    protocol.WakeTo
 }
 
-func (p rwProto) reenter(token string, count int, ttl time.Duration, seq int64) op {
+func (p rwProto) reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
 	if p.side == sideRead {
 		return protocol.RWReadArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Readers: true, Reentry: true, Seq: seq}.Call(p.k)
 	}
@@ -238,7 +240,9 @@ func (p rwProto) writeArgs(token string, ttl time.Duration, count int, member st
 	return protocol.RWWriteArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Member: member, PlaceTTL: placeTTL, Wake: p.w}
 }
 
-func (p rwProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
+func (p rwProto) Release(token string, left int, seq int64) backend.Op {
+	return p.unlock(token, left, seq)
+}
 
 // unlock is the script call behind release.
 func (p rwProto) unlock(token string, left int, seq int64) protocol.Call {
@@ -254,18 +258,18 @@ func (p rwProto) leave(member string) protocol.Call {
 	return protocol.RWLeaveArgs{Member: member, Side: string(p.side), Wake: p.w}.Call(p.k)
 }
 
-func (p rwProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+func (p rwProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
 	return protocol.RWRenewArgs{Token: token, Side: string(p.side), TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
 }
 
-func (p rwProto) ttl(token string) op {
+func (p rwProto) TTL(token string) backend.Op {
 	return protocol.RWTTLArgs{Token: token, Side: string(p.side)}.Call(p.k)
 }
 
-func (rwProto) ordered() bool { return true }
+func (rwProto) Ordered() bool { return true }
 
-// free is the final release with its receipt (rw_unlock.lua, ARGV[7]).
-func (p rwProto) free(token string, _ int64, ttl time.Duration) op {
+// Free is the final release with its receipt (rw_unlock.lua, ARGV[7]).
+func (p rwProto) Free(token string, _ int64, ttl time.Duration) backend.Op {
 	a := p.unlockArgs(token, 0, 0)
 	a.Receipt, a.ReceiptTTL = true, max(ttl, time.Millisecond).Milliseconds()
 	return a.Call(p.k)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -93,7 +95,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	}
 	p := semProto{k, c.wakeTo(k)}
 	l, err := c.acquire(ctx, &request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
-		queue: true, leave: p.leave, takes: optQueueTTL,
+		queue: true, leave: p.leave, takes: backend.OptQueueTTL,
 		check: func() error {
 			if err := validPermits(k.Name, s.permits); err != nil {
 				return err
@@ -104,7 +106,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 			return nil
 		},
 		call: func(token, member string, _ bool, cfg lockConfig) protocol.Call {
-			return protocol.SemAcquireArgs{Token: token, TTL: cfg.ttl.Milliseconds(), Permits: n, Capacity: s.permits,
+			return protocol.SemAcquireArgs{Token: token, TTL: cfg.TTL.Milliseconds(), Permits: n, Capacity: s.permits,
 				Member: member, PlaceTTL: placeTTL(cfg, member)}.Call(k)
 		}}, wait, opts)
 	if nested && errors.Is(err, ErrNotObtained) {
@@ -117,7 +119,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if err := checkCall(ctx, s.c, s.k.Name); err != nil {
 		return err
 	}
-	if err := s.c.caps.supports("Semaphore"); err != nil {
+	if err := s.c.caps.Supports("Semaphore"); err != nil {
 		return err
 	}
 	return validPermits(s.k.Name, s.permits)
@@ -222,7 +224,9 @@ type semProto struct {
 	w protocol.WakeTo
 }
 
-func (p semProto) release(token string, left int, seq int64) op { return p.unlock(token, left, seq) }
+func (p semProto) Release(token string, left int, seq int64) backend.Op {
+	return p.unlock(token, left, seq)
+}
 
 // unlock is the script call behind release.
 func (p semProto) unlock(token string, left int, _ int64) protocol.Call {
@@ -234,17 +238,17 @@ func (p semProto) leave(member string) protocol.Call {
 	return protocol.SemLeaveArgs{Member: member, Wake: p.w}.Call(p.k)
 }
 
-func (p semProto) renew(token string, ttl time.Duration, exact bool, seq int64) op {
+func (p semProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
 	return protocol.SemRenewArgs{Token: token, TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
 }
 
-func (p semProto) ttl(token string) op {
+func (p semProto) TTL(token string) backend.Op {
 	return protocol.SemTTLArgs{Token: token}.Call(p.k)
 }
 
-func (semProto) ordered() bool { return true }
+func (semProto) Ordered() bool { return true }
 
-// free is the final release with its receipt (sem_release.lua, ARGV[5]).
-func (p semProto) free(token string, _ int64, ttl time.Duration) op {
+// Free is the final release with its receipt (sem_release.lua, ARGV[5]).
+func (p semProto) Free(token string, _ int64, ttl time.Duration) backend.Op {
 	return protocol.SemReleaseArgs{Token: token, Wake: p.w, Receipt: true, ReceiptTTL: max(ttl, time.Millisecond).Milliseconds()}.Call(p.k)
 }

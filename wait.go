@@ -8,61 +8,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
 )
-
-// attemptFunc makes one acquire attempt on the backend and says what it
-// found (an outcome: data; the acquire path alone makes holds and
-// leases). queued is true for a Lock's attempts (they take or keep a
-// place in the queue), false for a TryLock's; placed is true when an
-// earlier attempt of the same acquire made a place (it may have one to
-// give up).
-type attemptFunc func(ctx context.Context, queued, placed bool) (outcome, error)
-
-// outcome is what one attempt found.
-type outcome struct {
-	granted bool
-	// granted: the fence of each lock taken (fences, a set's, one per
-	// part; else fence), counted from start, when the granting command
-	// was sent.
-	fence  int64
-	fences []int64
-	start  time.Time
-	ttl    time.Duration // the lease from start, when not the asked TTL (a hand-off's)
-	handed bool          // granted by a release's hand-off (handedOver), not by an attempt
-	// maxFrom, if set, is when the hold's max hold (WithMaxHold) begins,
-	// when not start: a hand-off's, when it reached the waiter (the
-	// release granted it before), while its lease counts from the
-	// earlier start for safety
-	maxFrom time.Time
-	// not granted: try again within wait at the latest; placed, if its
-	// sent time is set, is the place in the queue that the attempt made
-	// or kept (handoff.go).
-	wait   time.Duration
-	placed place
-	// giveBack, if set, undoes what the attempt may have left (a quorum
-	// round that did not win): the acquire path runs it as it runs its
-	// own undo (Client.undo), at once, then, for what is unsettled, once
-	// it can no longer run.
-	giveBack []undoStep
-	// why, if set, is why a round that a majority granted was not won
-	// (a quorum that could not issue a fence, or whose round outlasted
-	// its lease): a Lock's error says it if its ctx ends before the lock
-	// is won
-	why error
-}
-
-// undoStep is one undo an attempt leaves to the acquire path: with after
-// nil, at once (and in the background if that fails: Client.undo); else
-// in the background once after has closed (Client.undoLater), the attempt
-// being able to run until then.
-type undoStep struct {
-	after <-chan struct{}
-	undo  func(ctx context.Context) error
-}
 
 // acquisition is one acquire: a Lock or TryLock of any primitive, or a
 // LockAll of Mutexes taken by one script. It is the only acquire path:
@@ -74,10 +25,10 @@ type acquisition struct {
 	name    string // the lock's name; a set's names, joined
 	channel string
 	token   string
-	parts   []part      // what it takes: one lock (one[:]), or a set's
-	one     [1]part     // the one lock of a Lock or TryLock (no allocation of its own)
-	spec    attemptSpec // what the backend was told (its attempts keep a pointer to it)
-	attempt attemptFunc
+	parts   []part              // what it takes: one lock (one[:]), or a set's
+	one     [1]part             // the one lock of a Lock or TryLock (no allocation of its own)
+	spec    backend.AttemptSpec // what the backend was told (its attempts keep a pointer to it)
+	attempt backend.AttemptFunc
 	// keepAlive, when positive, is how often a waiter must try again at
 	// the least, to keep its place in a queue alive.
 	keepAlive time.Duration
@@ -88,7 +39,7 @@ type acquisition struct {
 	// handOff: a release may hand the lock to this waiter (handoff.go);
 	// last is its latest place, which a hand-off names.
 	handOff bool
-	last    place
+	last    backend.Place
 	// moving is the last cluster error a Lock's attempt met and waited
 	// through (see "Topology changes" in client.go), and pause how long it waited.
 	moving error
@@ -103,7 +54,7 @@ type part struct {
 	k    *protocol.Keys
 	what string
 	side side
-	p    holdOps
+	p    backend.HoldOps
 	cfg  lockConfig
 }
 
@@ -132,7 +83,7 @@ func (o *unsettled) after() <-chan struct{} {
 func (a *acquisition) each(ctx context.Context, mk func(p part) protocol.Call) error {
 	var errs []error
 	for _, p := range a.parts {
-		errs = append(errs, a.c.be.everywhere(ctx, mk(p)))
+		errs = append(errs, a.c.be.Everywhere(ctx, mk(p)))
 	}
 	return errors.Join(errs...)
 }
@@ -171,18 +122,18 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			// attempt there is what it was before, held by nobody for
 			// its TTL at most; the whole undo runs again later.
 			var err0, err1, err2 error
-			if c.caps.bury {
+			if c.caps.Bury {
 				err0 = a.each(ctx, func(p part) protocol.Call { return buryCall(p.k, a.token, p.cfg) })
 			}
 			if a.unknown {
 				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
 				for _, p := range a.parts {
-					err1 = errors.Join(err1, c.be.run(ctx, p.p.release(a.token, 0, 0)).Err)
+					err1 = errors.Join(err1, c.be.Run(ctx, p.p.Release(a.token, 0, 0)).Err)
 				}
 			}
 			if leave {
 				for _, lc := range a.leave() {
-					err2 = errors.Join(err2, c.be.everywhere(ctx, lc))
+					err2 = errors.Join(err2, c.be.Everywhere(ctx, lc))
 				}
 			}
 			return errors.Join(err0, err1, err2)
@@ -280,7 +231,7 @@ const (
 
 // neverValid reports whether the hold's lease is too short for any grant
 // to be valid when its reply comes: its TTL is within the drift margin.
-func (h *hold) neverValid() bool { return h.ttl <= h.c.drift.of(h.ttl) }
+func (h *hold) neverValid() bool { return h.ttl <= h.c.drift.Of(h.ttl) }
 
 // wonButLost is the error of an acquire that won a lock whose lease had
 // ended before the acquire could return it.
@@ -307,7 +258,7 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 // buryCall is bury.lua for token: its late attempts are refused for
 // twice the longest the acquire's lease or place could last.
 func buryCall(k *protocol.Keys, token string, cfg lockConfig) protocol.Call {
-	return protocol.BuryArgs{Token: token, For: 2 * max(cfg.ttl, cfg.queueTTL).Milliseconds()}.Call(k)
+	return protocol.BuryArgs{Token: token, For: 2 * max(cfg.TTL, cfg.QueueTTL).Milliseconds()}.Call(k)
 }
 
 // waitLoop waits on a channel until check reports done or fails. It
@@ -395,7 +346,7 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 func (a *acquisition) ttl() time.Duration {
 	var d time.Duration
 	for _, p := range a.parts {
-		d = max(d, p.cfg.ttl)
+		d = max(d, p.cfg.TTL)
 	}
 	return d
 }
@@ -408,12 +359,12 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 			return a.lease(ctx, o)
 		}
 	}
-	o, err := a.attempt(ctx, queued, !a.last.sent.IsZero())
-	for _, g := range o.giveBack {
-		if g.after == nil {
-			a.c.undo(ctx, transport.Closed(), a.ttl(), g.undo)
+	o, err := a.attempt(ctx, queued, !a.last.Sent.IsZero())
+	for _, g := range o.GiveBack {
+		if g.After == nil {
+			a.c.undo(ctx, transport.Closed(), a.ttl(), g.Undo)
 		} else {
-			a.c.undoLater(g.after, a.ttl(), g.undo)
+			a.c.undoLater(g.After, a.ttl(), g.Undo)
 		}
 	}
 	if err != nil {
@@ -435,29 +386,29 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	}
 	a.pause = 0
 	if ctx.Err() == nil { // a round its ctx cut short says less than the one before
-		a.why = o.why
+		a.why = o.Why
 	}
-	if !o.placed.sent.IsZero() {
-		a.last = o.placed
+	if !o.Placed.Sent.IsZero() {
+		a.last = o.Placed
 	}
-	if o.granted {
+	if o.Granted {
 		return a.lease(ctx, o)
 	}
-	return nil, o.wait, nil
+	return nil, o.Wait, nil
 }
 
 // lease makes the holds of what an attempt took, registers them with the
 // watchdog, and returns their lease: a set's when it took several. If the
 // Client was closed meanwhile it returns ErrClosed, and run undoes what
 // was taken.
-func (a *acquisition) lease(ctx context.Context, o outcome) (*Lease, time.Duration, error) {
-	if o.fences == nil { // one lock
-		l, err := a.leaseOf(ctx, a.parts[0], o.fence, o)
+func (a *acquisition) lease(ctx context.Context, o backend.Outcome) (*Lease, time.Duration, error) {
+	if o.Fences == nil { // one lock
+		l, err := a.leaseOf(ctx, a.parts[0], o.Fence, o)
 		return l, 0, err
 	}
 	leases := make([]*Lease, len(a.parts))
 	for i, p := range a.parts {
-		l, err := a.leaseOf(ctx, p, o.fences[i], o)
+		l, err := a.leaseOf(ctx, p, o.Fences[i], o)
 		if err != nil {
 			releaseAll(ctx, leases[:i])
 			return nil, 0, err
@@ -469,15 +420,15 @@ func (a *acquisition) lease(ctx context.Context, o outcome) (*Lease, time.Durati
 
 // leaseOf makes the hold of one lock taken with fence, and its lease. If
 // the Client was closed meanwhile, what was taken is undone by run.
-func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o outcome) (*Lease, error) {
-	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.start)
-	h.side, h.handed = p.side, o.handed
-	if o.ttl > 0 || !o.maxFrom.IsZero() {
-		if !o.maxFrom.IsZero() {
-			h.maxFrom = o.maxFrom
+func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o backend.Outcome) (*Lease, error) {
+	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.Start)
+	h.side, h.handed = p.side, o.Handed
+	if o.TTL > 0 || !o.MaxFrom.IsZero() {
+		if !o.MaxFrom.IsZero() {
+			h.maxFrom = o.MaxFrom
 		}
 		h.deadline, h.limited = time.Time{}, false
-		h.confirmed(o.start, cmp.Or(o.ttl, p.cfg.ttl), 0)
+		h.confirmed(o.Start, cmp.Or(o.TTL, p.cfg.TTL), 0)
 	}
 	l, err := a.c.newLease(ctx, h)
 	if err != nil {

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 
+	"github.com/dlock-go/dlock/internal/backend"
+
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"sync"
@@ -234,7 +236,7 @@ func (w *watchdog) due(now time.Time) []renewal {
 			// hold counts on to its own), and the sequence refuses any of
 			// them that would land after it. Only with a sequence: without
 			// one, an older renewal could land after it.
-			exact := len(h.unsure) > 0 && h.p.ordered()
+			exact := len(h.unsure) > 0 && h.p.Ordered()
 			rs = append(rs, renewal{h: h, start: now, ttl: ttl, epoch: h.epoch, seq: h.next(), exact: exact})
 		}
 		w.mu.Unlock()
@@ -253,17 +255,17 @@ func earlier(a, b time.Time) time.Time {
 
 // renew renews a batch in one pipeline and hands the outcomes to the loop.
 func (w *watchdog) renew(ctx context.Context, rs []renewal) {
-	ops := make([]op, len(rs))
+	ops := make([]backend.Op, len(rs))
 	shortest := rs[0].ttl
 	for i, r := range rs {
-		ops[i] = r.h.p.renew(r.h.token, r.ttl, r.exact, r.seq)
+		ops[i] = r.h.p.Renew(r.h.token, r.ttl, r.exact, r.seq)
 		shortest = min(shortest, r.ttl)
 	}
 	// No point waiting for a reply past the soonest deadline.
 	bctx, cancel := context.WithTimeout(ctx, shortest)
 	defer cancel()
 	start := time.Now() // each renewal's start was set before (due): earlier, so its deadline is safe
-	cmds := w.c.be.batch(bctx, ops, true)
+	cmds := w.c.be.Batch(bctx, ops, true)
 	for i, cmd := range cmds {
 		v, err := cmd.Int64()
 		rs[i].ok, rs[i].stale, rs[i].err = v == 1, v == protocol.ReplyStale, err

@@ -27,3 +27,9 @@ var (
 func Invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", InvalidArgument, fmt.Sprintf(format, args...))
 }
+
+// Redis wraps an error from Redis with what dlock was doing (op) on the
+// lock called name.
+func Redis(op, name string, err error) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}

@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 
@@ -74,59 +75,59 @@ type plain struct {
 	cas     casDetector
 }
 
-// caps: a plain Mutex, not re-entrant; releases are published on the
+// Caps: a plain Mutex, not re-entrant; releases are published on the
 // lock's channel, nothing is handed off, and no token is buried (a late
 // SET NX of an acquire given up on takes the lock for its TTL at most:
 // docs/deployments.md).
-func (b *plain) caps() caps { return caps{notThere: errNeedsScripts, reserve: true} }
-func (b *plain) close()     {}
+func (b *plain) Caps() Caps { return Caps{NotThere: errNeedsScripts, Reserve: true} }
+func (b *plain) Close()     {}
 
-// grant runs o: transactions have no replica sync (New refuses the mix).
-func (b *plain) grant(ctx context.Context, o op) driver.Reply { return o.Run(ctx, b.rdb) }
-func (b *plain) run(ctx context.Context, o op) driver.Reply   { return o.Run(ctx, b.rdb) }
+// Grant runs o: transactions have no replica sync (New refuses the mix).
+func (b *plain) Grant(ctx context.Context, o Op) driver.Reply { return o.Run(ctx, b.rdb) }
+func (b *plain) Run(ctx context.Context, o Op) driver.Reply   { return o.Run(ctx, b.rdb) }
 
-// batch runs the transactions side by side: they cannot share a pipeline.
-func (b *plain) batch(ctx context.Context, ops []op, _ bool) []driver.Reply {
-	return sideBySide(ctx, b.rdb, ops)
+// Batch runs the transactions side by side: they cannot share a pipeline.
+func (b *plain) Batch(ctx context.Context, ops []Op, _ bool) []driver.Reply {
+	return SideBySide(ctx, b.rdb, ops)
 }
 
-// everywhere runs no script: without scripts nobody registers as a waiter
+// Everywhere runs no script: without scripts nobody registers as a waiter
 // or buries a token, and a script-free Client writes no owner record
 // (deploy.Config.NoOwner), so nothing calls it; a caller that did would be told.
-func (b *plain) everywhere(context.Context, protocol.Call) error {
+func (b *plain) Everywhere(context.Context, protocol.Call) error {
 	return fmt.Errorf("%w: a script call on a Client made WithoutScripts", errors.ErrUnsupported)
 }
 
-func (b *plain) attempt(a *attemptSpec) (holdOps, attemptFunc) {
-	p := plainProto{a.k, b}
-	return p, func(ctx context.Context, _, _ bool) (outcome, error) {
-		return b.lock(ctx, a.k, a.token, a.cfg)
+func (b *plain) Attempt(a *AttemptSpec) (HoldOps, AttemptFunc) {
+	p := plainProto{a.K, b}
+	return p, func(ctx context.Context, _, _ bool) (Outcome, error) {
+		return b.lock(ctx, a.K, a.Token, a.Cfg)
 	}
 }
 
 // lock is one acquire of a Mutex without scripts.
-func (b *plain) lock(ctx context.Context, k *protocol.Keys, token string, cfg lockConfig) (outcome, error) {
+func (b *plain) lock(ctx context.Context, k *protocol.Keys, token string, cfg LockConfig) (Outcome, error) {
 	start := time.Now()
 	res, err := transaction(ctx, b.rdb, k.Lock, protocol.Keyed("INCR", k.Fence),
-		protocol.Keyed("SET", k.Lock, token, "NX", "PX", cfg.ttl.Milliseconds()), protocol.Keyed("GET", k.Lock), protocol.Keyed("PTTL", k.Lock))
+		protocol.Keyed("SET", k.Lock, token, "NX", "PX", cfg.TTL.Milliseconds()), protocol.Keyed("GET", k.Lock), protocol.Keyed("PTTL", k.Lock))
 	if err != nil {
-		return outcome{}, redisErr("lock", k.Name, err)
+		return Outcome{}, errs.Redis("lock", k.Name, err)
 	}
 	if holder, _ := res[2].Text(); holder != token {
 		ms, err := res[3].Int64()
 		if err != nil || ms < 0 {
 			ms = -1
 		}
-		return outcome{wait: retryAfter(ms, cfg.ttl)}, nil
+		return Outcome{Wait: RetryAfter(ms, cfg.TTL)}, nil
 	}
 	fence, err := res[0].Int64()
 	if err != nil {
-		return outcome{}, redisErr("lock", k.Name, err)
+		return Outcome{}, errs.Redis("lock", k.Name, err)
 	}
 	// Ours — by this transaction, or by an earlier one whose reply was lost
 	// and that go-redis sent again: then the fence of this one, still above
 	// every earlier owner's.
-	return outcome{granted: true, fence: fence, start: start}, nil
+	return Outcome{Granted: true, Fence: fence, Start: start}, nil
 }
 
 // plainProto is the Redis side of a Mutex hold without scripts.
@@ -199,8 +200,8 @@ func exec(ctx context.Context, conn driver.Conn, cmds []driver.Command) ([]drive
 	return out, nil
 }
 
-// release deletes the key if it still holds token, and tells waiters.
-func (p plainProto) release(token string, _ int, _ int64) op {
+// Release deletes the key if it still holds token, and tells waiters.
+func (p plainProto) Release(token string, _ int, _ int64) Op {
 	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
 		var deleted bool
 		switch p.b.cas.get(ctx, r) {
@@ -232,9 +233,9 @@ func (p plainProto) release(token string, _ int, _ int64) op {
 	})
 }
 
-// renew sets the key's TTL if it still holds token: to exactly ttl, or
+// Renew sets the key's TTL if it still holds token: to exactly ttl, or
 // (not exact) to at least ttl, which needs the WATCH transaction.
-func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) op {
+func (p plainProto) Renew(token string, ttl time.Duration, exact bool, _ int64) Op {
 	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
 		if exact && p.b.cas.get(ctx, r) != casWatch {
 			res := r.Do(ctx, protocol.Keyed("SET", p.k.Lock, token, "IFEQ", token, "PX", ttl.Milliseconds()))
@@ -255,8 +256,8 @@ func (p plainProto) renew(token string, ttl time.Duration, exact bool, _ int64) 
 	})
 }
 
-// ttl returns the key's PTTL if it holds token, else -3.
-func (p plainProto) ttl(token string) op {
+// TTL returns the key's PTTL if it holds token, else -3.
+func (p plainProto) TTL(token string) Op {
 	return plainOp(func(ctx context.Context, r driver.Driver) (int64, error) {
 		res, err := transaction(ctx, r, p.k.Lock, protocol.Keyed("GET", p.k.Lock), protocol.Keyed("PTTL", p.k.Lock))
 		if err != nil {
@@ -283,7 +284,7 @@ func compareAndDo(ctx context.Context, r driver.Driver, key, want string, atLeas
 				read = append(read, protocol.Keyed("PTTL", key))
 			}
 			rs := conn.Pipeline(ctx, read)
-			if err := firstErr(rs); err != nil {
+			if err := FirstErr(rs); err != nil {
 				conn.Pipeline(ctx, []driver.Command{protocol.Cmd("UNWATCH")})
 				return err
 			}
@@ -319,29 +320,19 @@ func compareAndDo(ctx context.Context, r driver.Driver, key, want string, atLeas
 	return false, fmt.Errorf("dlock: %q kept changing during compare-and-set", key)
 }
 
-// ordered: without scripts the server keeps no hold sequence.
-func (plainProto) ordered() bool { return false }
+// Ordered: without scripts the server keeps no hold sequence.
+func (plainProto) Ordered() bool { return false }
 
-func (p plainProto) free(token string, _ int64, _ time.Duration) op { return p.release(token, 0, 0) }
+func (p plainProto) Free(token string, _ int64, _ time.Duration) Op { return p.Release(token, 0, 0) }
 
-// plainForce is ForceUnlock without scripts: it deletes the key if it
-// still names the holder it read, so that a copy of the delete that the
-// client library sends again (the server may run both) cannot free a
-// lock another owner took after the first copy — as a bare DEL's copy
-// would. (The WATCH mode's MULTI/DEL/EXEC shares the limit of a plain
-// release: see TestPlainSentTwice.)
-func plainForce(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys) driver.Reply {
-	got := r.Do(ctx, protocol.Keyed("GET", k.Lock))
-	if got.Err == nil && got.Val == nil {
-		return driver.Reply{Val: int64(0)} // free
-	}
-	holder, err := got.Text()
-	if err != nil {
-		return protocol.FailedReply(err)
-	}
-	b, _ := c.be.(*plain)
-	if b == nil {
-		return protocol.FailedReply(fmt.Errorf("dlock: a script-free Client without its backend"))
-	}
-	return plainProto{k, b}.release(holder, 0, 0).Run(ctx, r)
+// NewPlain is the script-free deployment on rdb; publish is the command
+// its releases publish with (PUBLISH, or SPUBLISH on a cluster).
+func NewPlain(rdb driver.Driver, publish string) Backend { return &plain{rdb: rdb, publish: publish} }
+
+// PlainOps is the hold protocol of a Mutex held on be without scripts
+// (be made by NewPlain; with another, or nil, its releases publish
+// nothing): a ForceUnlock releases for the holder with it.
+func PlainOps(be Backend, k *protocol.Keys) HoldOps {
+	b, _ := be.(*plain)
+	return plainProto{k, b}
 }

@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
-// holdOps is what a kind of hold does in Redis, as script calls whose
+// HoldOps is what a kind of hold does in Redis, as script calls whose
 // replies follow one convention, so that Lease and the watchdog serve
 // every primitive:
 //
@@ -22,51 +23,51 @@ import (
 // lengthened a lease must not shorten it again on the server. seq is the
 // command's place in its hold's sequence (hold.go, "Late commands"); a
 // final release (left = 0) needs none.
-type holdOps interface {
-	release(token string, left int, seq int64) op
-	renew(token string, ttl time.Duration, exact bool, seq int64) op
-	ttl(token string) op
-	// free is the hold's final release (release with left 0), told the
+type HoldOps interface {
+	Release(token string, left int, seq int64) Op
+	Renew(token string, ttl time.Duration, exact bool, seq int64) Op
+	TTL(token string) Op
+	// Free is the hold's final release (release with left 0), told the
 	// hold's fence and TTL where the deployment answers a copy of it sent
 	// again as done (unlock.lua); elsewhere release(token, 0, 0).
-	free(token string, fence int64, ttl time.Duration) op
-	// ordered reports whether the server keeps the hold's sequence
+	Free(token string, fence int64, ttl time.Duration) Op
+	// Ordered reports whether the server keeps the hold's sequence
 	// (every protocol with scripts; not plain.go's).
-	ordered() bool
+	Ordered() bool
 }
 
-// reentrant is the protocol of a hold that can be re-entered (Mutex,
+// Reentrant is the protocol of a hold that can be re-entered (Mutex,
 // FairMutex, RWMutex; not a Semaphore's permits):
 //
 //	reenter  {1, ...} held with the new count, {-1} not held, {-4} stale
-type reentrant interface {
-	reenter(token string, count int, ttl time.Duration, seq int64) op
+type Reentrant interface {
+	Reenter(token string, count int, ttl time.Duration, seq int64) Op
 }
 
-// op is one operation on Redis with an integer or array reply: a script
+// Op is one operation on Redis with an integer or array reply: a script
 // call, or, without scripts, a transaction (see plain.go).
-type op interface {
+type Op interface {
 	Run(ctx context.Context, r driver.Driver) driver.Reply
 }
 
-// retryAfter turns a holder's remaining lease (PTTL) into the longest
+// RetryAfter turns a holder's remaining lease (PTTL) into the longest
 // wait before the next attempt. A key without expiry (never set by dlock)
 // is retried after a TTL, in case no release is ever published for it.
-func retryAfter(pttl int64, ttl time.Duration) time.Duration {
+func RetryAfter(pttl int64, ttl time.Duration) time.Duration {
 	if pttl < 0 {
 		return ttl
 	}
 	return time.Duration(pttl) * time.Millisecond
 }
 
-// fenceReply reads a {1, fence} / {0, pttl} / {-1} reply.
-func fenceReply(op, name string, cmd interface{ Int64Slice() ([]int64, error) }) ([]int64, error) {
+// FenceReply reads a {1, fence} / {0, pttl} / {-1} reply.
+func FenceReply(op, name string, cmd interface{ Int64Slice() ([]int64, error) }) ([]int64, error) {
 	res, err := cmd.Int64Slice()
 	if err != nil {
-		return nil, redisErr(op, name, err)
+		return nil, errs.Redis(op, name, err)
 	}
 	if len(res) < 1 || (res[0] >= 0 && len(res) < 2) {
-		return nil, redisErr(op, name, errors.New("unexpected script reply"))
+		return nil, errs.Redis(op, name, errors.New("unexpected script reply"))
 	}
 	return res, nil
 }

@@ -1,10 +1,9 @@
-package dlock
+package backend
 
 import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 
@@ -114,13 +113,13 @@ func TestCompareAndDoUnderConcurrentChange(t *testing.T) {
 // (an undo would fail on it and be made again in the background).
 func TestBuryOnlyWhereScriptsRun(t *testing.T) {
 	p := &plain{}
-	if p.caps().bury {
+	if p.Caps().Bury {
 		t.Fatal("the script-free backend says it buries tokens")
 	}
-	if err := p.everywhere(context.Background(), buryCall(protocol.NewKeys("x", protocol.MutexKind, "n"), "tok", lockConfig{ttl: time.Second})); !errors.Is(err, errors.ErrUnsupported) {
+	if err := p.Everywhere(context.Background(), protocol.Call{}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("a script call on the script-free backend: %v, want ErrUnsupported", err)
 	}
-	if !(&single{}).caps().bury || !(&quorum{}).caps().bury {
+	if !(&single{}).Caps().Bury {
 		t.Fatal("a deployment with scripts does not bury tokens")
 	}
 }

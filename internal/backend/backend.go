@@ -1,0 +1,104 @@
+package backend
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dlock-go/dlock/internal/protocol"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Backend is the deployment a Client runs on, chosen once by New or
+// NewQuorum: one Redis deployment with scripts (single.go; a cluster and
+// replica sync are properties of it), the script-free mode (plain.go), or
+// a quorum of independent masters (quorum.go). The primitives, the
+// acquire path and the watchdog go through it and never ask which one it
+// is. Below it, a Driver (driver.go) reaches Redis through a client library.
+type Backend interface {
+	// Caps says what the deployment can do: every call site asks it, and
+	// no backend is asked which one it is.
+	Caps() Caps
+	// Attempt returns a lock's protocol on this deployment and its
+	// acquire attempts, which report outcomes (data: the acquire path
+	// makes the holds).
+	Attempt(a *AttemptSpec) (HoldOps, AttemptFunc)
+	// Grant runs an operation that grants or extends a hold (with replica
+	// sync, the acknowledgement is part of it).
+	Grant(ctx context.Context, o Op) driver.Reply
+	// Run runs any other operation of a hold (a release, a TTL, an inner
+	// unlock): every operation goes through the backend.
+	Run(ctx context.Context, o Op) driver.Reply
+	// Batch runs many operations together (the watchdog's renewals, with
+	// grant set; Close's releases) and returns one reply per operation.
+	Batch(ctx context.Context, ops []Op, grant bool) []driver.Reply
+	// Everywhere runs a script call on every node, for its effect, and
+	// returns the first error (a
+	// waiter leaving the queues).
+	Everywhere(ctx context.Context, c protocol.Call) error
+	// Close waits for calls that outlived their operation (a quorum's
+	// slow nodes).
+	Close()
+}
+
+// AttemptSpec is what a backend is told of an acquire: data only.
+type AttemptSpec struct {
+	K    *protocol.Keys
+	What string  // the primitive, for errors
+	Ops  HoldOps // its protocol on a deployment with scripts
+	Need int     // permits a semaphore waits for; 0 for locks
+	// Queue: a Lock's attempts carry member (a place in the Queue)
+	Queue bool
+	// Call is the acquire script Call of one attempt (request.Call).
+	Call          func(token, member string, placed bool, cfg LockConfig) protocol.Call
+	Token, Member string
+	Cfg           LockConfig
+}
+
+// Caps is what a deployment can do, decided once when the Client is made.
+type Caps struct {
+	// All: every primitive, with re-entry (scripts on one deployment);
+	// else only a Mutex, re-entrant if Reentry.
+	All, Reentry bool
+	// NotThere says why what is not supported here (errNeedsScripts,
+	// errNotOnQuorum).
+	NotThere func(what string) error
+	// HandOff: a release may hand a freed Mutex to its next waiter
+	// (handoff.go): one deployment with scripts and no replica sync.
+	HandOff bool
+	// Reserve: a freed Mutex is kept for the waiter told (not on a
+	// quorum, whose nodes' queues may disagree on who is first).
+	Reserve bool
+	// Directed: waiters register in Redis and a release wakes only the
+	// one (or those) whose turn it is, on its Client's own channel. Not
+	// without scripts, where a release is published on the lock's channel.
+	Directed bool
+	// OneScript: a set of Mutexes is taken by one script call (LockAll):
+	// one node with scripts.
+	OneScript bool
+	// Bury: an acquire given up on buries its token (Bury.lua) so that its
+	// late attempts take nothing. Every deployment with scripts.
+	Bury bool
+}
+
+// Supports returns an error when the deployment cannot run what: a
+// primitive ("Semaphore", ...) or "re-entry". Every deployment runs a
+// Mutex.
+func (c Caps) Supports(what string) error {
+	if c.All || what == "Mutex" || what == "re-entry" && c.Reentry {
+		return nil
+	}
+	return c.NotThere(what)
+}
+
+// SideBySide runs each operation on its own, all at once: for operations
+// that cannot share a pipeline (transactions).
+func SideBySide(ctx context.Context, r driver.Driver, ops []Op) []driver.Reply {
+	out := make([]driver.Reply, len(ops))
+	var wg sync.WaitGroup
+	for i, o := range ops {
+		wg.Go(func() { out[i] = o.Run(ctx, r) })
+	}
+	wg.Wait()
+	return out
+}
