@@ -165,7 +165,7 @@ type mutexProto struct {
 // out; an Election builds on their args); the op-typed ones are the protocol
 // interfaces' (internal/backend/ops.go).
 
-func (p mutexProto) reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
+func (p mutexProto) Reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
 	return p.reenterCall(token, count, ttl, seq)
 }
 
@@ -256,3 +256,11 @@ func plainForce(ctx context.Context, c *Client, r driver.Driver, k *protocol.Key
 	}
 	return backend.PlainOps(c.be, k).Release(holder, 0, 0).Run(ctx, r)
 }
+
+// The protocols of the kinds that re-enter say so to the compiler: the
+// acquire path finds re-entry by a type assertion.
+var (
+	_ backend.Reentrant = mutexProto{}
+	_ backend.Reentrant = rwProto{}
+	_ backend.Reentrant = quorumProto{}
+)

@@ -581,7 +581,7 @@ func (q *quorum) reply(o quorumOp, t tally, answered []bool) driver.Reply {
 
 func (p quorumProto) mutex() mutexProto { return p.m }
 
-func (p quorumProto) reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
+func (p quorumProto) Reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
 	// A node that answers STALE ran a later command of the hold: it holds.
 	return quorumOp{p: p, name: "lock", mk: func(int) protocol.Call { return p.mutex().reenterCall(token, count, ttl, seq) },
 		isOK: func(v []int64) bool {

@@ -221,7 +221,7 @@ type rwProto struct {
 	w    protocol.WakeTo
 }
 
-func (p rwProto) reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
+func (p rwProto) Reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
 	if p.side == sideRead {
 		return protocol.RWReadArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Readers: true, Reentry: true, Seq: seq}.Call(p.k)
 	}
