@@ -82,7 +82,7 @@ func TestGrantsCoverTheGoSide(t *testing.T) {
 		"readonly": "errors.go: the READONLY error reply's prefix",
 	}
 	var files []string
-	for _, dir := range []string{".", "internal/goredis", "internal/protocol", "rueidisdlock", "valkeydlock"} {
+	for _, dir := range []string{".", "internal/goredis", "internal/protocol", "internal/transport", "internal/backend", "internal/deploy", "internal/wake", "rueidisdlock", "valkeydlock"} {
 		fs, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
