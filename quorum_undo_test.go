@@ -21,7 +21,7 @@ import (
 func TestQuorumStoppedNodesKeepNoClaim(t *testing.T) {
 	ctx := context.Background()
 	servers, nodes := quorumNodes(t, 5)
-	c := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(time.Second))
 	name := lockName(t)
 	unlock(t, mustLock(t, c.Mutex(name), ctx)) // every node has the scripts
 	for _, s := range servers[:2] {
@@ -48,7 +48,7 @@ func TestQuorumStoppedNodesKeepNoClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	next := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	next := quorumClient(t, nodes, dlock.WithNodeTimeout(time.Second))
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l2, err := next.Mutex(name).Lock(lctx)
@@ -69,7 +69,7 @@ func TestQuorumStoppedNodesKeepNoClaim(t *testing.T) {
 func TestQuorumNewClientLocksWithAMinorityStopped(t *testing.T) {
 	ctx := context.Background()
 	servers, nodes := quorumNodes(t, 5)
-	c := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(time.Second))
 	unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx)) // scripts, fold marks
 	for _, s := range servers[3:] {
 		if err := s.Pause(); err != nil {
@@ -77,7 +77,7 @@ func TestQuorumNewClientLocksWithAMinorityStopped(t *testing.T) {
 		}
 		defer func() { _ = s.Resume() }()
 	}
-	fresh := quorumClient(t, nodes, dlock.WithNodeTimeout(200*time.Millisecond))
+	fresh := quorumClient(t, nodes, dlock.WithNodeTimeout(time.Second))
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l, err := fresh.Mutex(lockName(t) + "/free").Lock(lctx)
