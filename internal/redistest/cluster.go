@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock/internal/keyslot"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // ErrNoCLI is returned by StartCluster when no redis-cli binary is found in
@@ -190,7 +191,12 @@ func (c *Cluster) Nodes() []*Server {
 // call ReloadState on the client (or set a short interval) once
 // WaitFailoverAfterKill has returned.
 func (c *Cluster) Client(opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
-	o := &redis.ClusterOptions{}
+	// Maintenance notifications off: redis-server 7.0 refuses their
+	// handshake, and go-redis 9.23's "auto" mode then rewrites its shared
+	// options while another connection of the node reads them — a data
+	// race inside go-redis that -race saw in TestClusterShake (a pub/sub
+	// connection and a dedicated one opened at once on a moved slot).
+	o := &redis.ClusterOptions{MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}}
 	for _, s := range c.nodes {
 		o.Addrs = append(o.Addrs, s.Addr())
 	}
