@@ -38,6 +38,11 @@ type Client struct {
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
 	caps backend.Caps // what be can do (be.caps(), asked once)
+	// resendAfter: a call may be sent twice by the client library when
+	// its reply takes this long (the least of the nodes'
+	// driver.Info.ResendAfter; 0: never). See "Acquires sent twice" in
+	// wait.go.
+	resendAfter time.Duration
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
@@ -175,6 +180,9 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 		own = c.wakeTo(&protocol.Keys{}).Base + c.id
 	}
 	for _, n := range nodes {
+		if r := n.Info().ResendAfter; r > 0 && (c.resendAfter == 0 || r < c.resendAfter) {
+			c.resendAfter = r
+		}
 		c.hubs = append(c.hubs, wake.New(n, wake.Config{Sharded: cfg.sharded, Own: own, ID: c.id, Closed: ErrClosed}))
 		c.nodes = append(c.nodes, n)
 	}

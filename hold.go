@@ -48,6 +48,7 @@ type hold struct {
 	renewing  bool          // a renewal of it is in flight
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	handed    bool          // set when made: a release handed it over (handedOver), no attempt of its own took it
+	buryFor   time.Duration // set when made: its final release buries the token first, for this long (buryFirst)
 	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
 	deadlineAt, renewAt slot
 	epoch               int      // bumped by Extend: older renewals confirm nothing
@@ -288,7 +289,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		// goroutine's, sharing a Leadership say) must stop believing it
 		// holds by then. Err says ErrUnlocked from here on.
 		h.end(ErrUnlocked)
-		res, err = h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.free()) }).Int64()
+		res, err = h.releaseReply(ctx).Int64()
 	} else {
 		r, _, _ := h.inOrder(ctx, false, func(seq int64) backend.Op { return h.p.Release(h.token, left, seq) })
 		res, err = r.Int64()

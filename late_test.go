@@ -36,6 +36,10 @@ type lateDriver struct {
 	armed   bool
 	block   bool
 	twice   bool          // run the held call twice and answer the second reply (go-redis's re-send)
+	// resend: the held call's first copy stays held (its path stalled);
+	// after resend a second copy runs and answers, as go-redis sends a
+	// call again after its ReadTimeout (Info says so: ResendAfter)
+	resend  time.Duration
 	between func()        // with twice: run between the two copies
 	go_     chan struct{} // closed by deliver, for a blocked call
 	watch   func(args []any) bool
@@ -83,8 +87,19 @@ func (d *lateDriver) take(cmd driver.Command) bool {
 	return true
 }
 
+// Info is the wrapped driver's, with resend as its ResendAfter.
+func (d *lateDriver) Info() driver.Info {
+	i := d.Driver.Info()
+	i.ResendAfter = d.resend
+	return i
+}
+
 func (d *lateDriver) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 	if d.take(cmd) {
+		if d.resend > 0 {
+			time.Sleep(d.resend) // go-redis's ReadTimeout, then the second copy
+			return d.Driver.Do(ctx, cmd)
+		}
 		d.mu.Lock()
 		block, go_ := d.block, d.go_
 		d.held = slices.DeleteFunc(d.held, func(c driver.Command) bool { return d.twice })
@@ -111,6 +126,11 @@ func (d *lateDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driv
 	var at []int
 	for i, c := range cmds {
 		if d.take(c) {
+			if d.resend > 0 {
+				time.Sleep(d.resend) // go-redis's ReadTimeout, then the second copy
+				pass, at = append(pass, c), append(at, i)
+				continue
+			}
 			out[i] = driver.Reply{Err: context.DeadlineExceeded}
 			continue
 		}
@@ -321,6 +341,70 @@ func TestLateAcquireAfterUndoTakesNothing(t *testing.T) {
 			l, err := try(client(t), time.Second)
 			if err != nil {
 				t.Fatalf("the attempt that landed after its undo holds the %s for nobody: %v", kind, err)
+			}
+			unlock(t, l)
+		})
+	}
+}
+
+// An acquire that go-redis sent twice (the first copy's reply did not
+// come within its ReadTimeout; the second copy took the lock) must not
+// take it again when the first copy lands after the Unlock: the torture
+// test saw a Mutex held, with a later fence, by the token of a lease whose
+// Unlock had returned (seed 949190422, the late fault on the worker slot
+// whose go-redis re-sends). The release buries the token first when an
+// attempt took the driver's ResendAfter or more (Info), so the first copy
+// takes nothing. Without that, the lock stayed held by nobody for its TTL.
+func TestLateAcquireAfterUnlockTakesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, kind := range []string{"Mutex", "FairMutex", "Semaphore", "RWMutex", "RLock"} {
+		t.Run(kind, func(t *testing.T) {
+			d := &lateDriver{Driver: dlock.GoRedisDriver(newRedis(t, srv)), resend: 20 * time.Millisecond}
+			c, err := dlock.NewWithDriver(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			name := lockName(t)
+			try := map[string]func(context.Context, *dlock.Client, time.Duration) (*dlock.Lease, error){
+				"Mutex": func(ctx context.Context, c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.Mutex(name).Lock(ctx, dlock.WithTTL(ttl))
+				},
+				"FairMutex": func(ctx context.Context, c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.FairMutex(name).Lock(ctx, dlock.WithTTL(ttl))
+				},
+				"Semaphore": func(ctx context.Context, c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.Semaphore(name, 1).Acquire(ctx, 1, dlock.WithTTL(ttl))
+				},
+				"RWMutex": func(ctx context.Context, c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.RWMutex(name).Lock(ctx, dlock.WithTTL(ttl))
+				},
+				"RLock": func(ctx context.Context, c *dlock.Client, ttl time.Duration) (*dlock.Lease, error) {
+					return c.RWMutex(name).RLock(ctx, dlock.WithTTL(ttl))
+				},
+			}[kind]
+			warm, err := try(ctx, c, time.Second) // the server has the script: the late EVALSHA runs
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, warm)
+			d.hold("31000") // the attempt, by its TTL
+			l, err := try(ctx, c, 31*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock(t, l)
+			d.deliver(t) // the first copy lands
+			other := client(t)
+			short, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if kind == "RLock" { // a writer, which a reader held by nobody would keep waiting
+				l, err = other.RWMutex(name).Lock(short, dlock.WithTTL(time.Second))
+			} else {
+				l, err = try(short, other, time.Second)
+			}
+			if err != nil {
+				t.Fatalf("the first copy of an acquire sent twice, landed after the Unlock, holds the %s for nobody: %v", kind, err)
 			}
 			unlock(t, l)
 		})

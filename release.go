@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -43,9 +44,29 @@ func (h *hold) free() backend.Op {
 	return h.p.Free(h.token, h.fence, ttl)
 }
 
-// release frees every hold of h's token in Redis: one call.
-func (h *hold) release(ctx context.Context) error {
-	return h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.free()) }).Err
+// release frees every hold of h's token in Redis: one call (after
+// buryFirst's, when it makes one).
+func (h *hold) release(ctx context.Context) error { return h.releaseReply(ctx).Err }
+
+// releaseReply is release's reply (unlock.lua's).
+func (h *hold) releaseReply(ctx context.Context) driver.Reply {
+	h.buryFirst(ctx)
+	return h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.free()) })
+}
+
+// buryFirst buries h's token (bury.lua) when an attempt of its acquire
+// may still reach the server (buryFor; see "Acquires sent twice" in
+// wait.go), so that a copy landing after the release takes nothing. When
+// the bury fails the release is made all the same: such a copy would
+// take the lock for its TTL at most, as a crashed holder's.
+func (h *hold) buryFirst(ctx context.Context) {
+	if h.buryFor == 0 || !h.c.caps.Bury {
+		return
+	}
+	call := protocol.BuryArgs{Token: h.token, For: h.buryFor.Milliseconds()}.Call(h.k)
+	if err := h.c.be.Everywhere(ctx, call); err != nil {
+		h.c.tel.Log.Info("dlock: burying a token before its release failed", "lock", h.k.Name, "err", err)
+	}
 }
 
 // releasers tracks the Client's background releases, so that Close can
@@ -218,6 +239,7 @@ func (c *Client) releaseHolds(hs []*hold) {
 	defer cancel()
 	ops := make([]backend.Op, len(hs))
 	for i, h := range hs {
+		h.buryFirst(ctx)
 		ops[i] = h.free()
 	}
 	c.be.Batch(ctx, ops, false)

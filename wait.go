@@ -60,11 +60,35 @@ type part struct {
 
 // unsettled records whether an acquire's attempt failed with its outcome
 // unknown (a Redis error, a reply that came after ctx ended: it may have
-// taken the lock), and when that attempt can no longer run on the server.
+// taken the lock), and when that attempt can no longer run on the server;
+// and whether one took so long that the client library may have sent it
+// twice (resent: see "Acquires sent twice").
 type unsettled struct {
 	unknown bool
+	resent  bool
 	settled <-chan struct{}
 }
+
+// Acquires sent twice. go-redis sends a call again when its reply has
+// not come within its ReadTimeout (driver.Info.ResendAfter), and the
+// first copy's bytes may still reach the server after the second copy
+// ran: the path stalled, and TCP delivers them later. When the second
+// copy took the lock, that first copy may land after the lease's Unlock
+// and, finding the lock free, take it again for a token nobody holds (the
+// torture test saw it). So a lease whose acquire had an attempt that took
+// ResendAfter or more, or failed with its outcome unknown, buries its
+// token before its final release (hold.buryFirst), for as long as
+// buryCall buries an undone acquire's.
+//
+// Why this cannot grant twice, nor for nobody: every acquire script
+// refuses a buried token first; the release is sent only once the bury
+// has answered, so it runs after it; so a copy that runs after the
+// release takes nothing, and one that runs before it finds its own token
+// holding (lock.lua: it only lengthens the lease, which the release then
+// ends). A copy later still than the burial takes what it takes for its
+// own TTL at most, as a holder that crashed at once would; and so does
+// one whose bury failed (the release is made all the same).
+// The cost, a call, is paid only by leases whose acquire was that slow.
 
 // failed records an attempt that failed with err, its outcome unknown.
 func (o *unsettled) failed(err error) { o.unknown, o.settled = true, transport.Settled(err) }
@@ -256,10 +280,14 @@ func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
 }
 
 // buryCall is bury.lua for token: its late attempts are refused for
-// twice the longest the acquire's lease or place could last.
+// buryFor(cfg).
 func buryCall(k *protocol.Keys, token string, cfg lockConfig) protocol.Call {
-	return protocol.BuryArgs{Token: token, For: 2 * max(cfg.TTL, cfg.QueueTTL).Milliseconds()}.Call(k)
+	return protocol.BuryArgs{Token: token, For: buryFor(cfg).Milliseconds()}.Call(k)
 }
+
+// buryFor is how long a buried token is refused: twice the longest the
+// acquire's lease or place could last.
+func buryFor(cfg lockConfig) time.Duration { return 2 * max(cfg.TTL, cfg.QueueTTL) }
 
 // waitLoop waits on a channel until check reports done or fails. It
 // joins the channel's listeners, checks once the subscription is confirmed
@@ -359,7 +387,11 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 			return a.lease(ctx, o)
 		}
 	}
+	sent := time.Now()
 	o, err := a.attempt(ctx, queued, !a.last.Sent.IsZero())
+	if r := a.c.resendAfter; r > 0 && time.Since(sent) >= r {
+		a.resent = true
+	}
 	for _, g := range o.GiveBack {
 		if g.After == nil {
 			a.c.undo(ctx, transport.Closed(), a.ttl(), g.Undo)
@@ -423,6 +455,9 @@ func (a *acquisition) lease(ctx context.Context, o backend.Outcome) (*Lease, tim
 func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o backend.Outcome) (*Lease, error) {
 	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.Start)
 	h.side, h.handed = p.side, o.Handed
+	if a.unknown || a.resent {
+		h.buryFor = buryFor(p.cfg)
+	}
 	if o.TTL > 0 || !o.MaxFrom.IsZero() {
 		if !o.MaxFrom.IsZero() {
 			h.maxFrom = o.MaxFrom

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Driver is how a dlock Client reaches Redis. A Client speaks to Redis
@@ -82,6 +83,15 @@ type Info struct {
 	// connection per node). The Client then runs calls on the caller's
 	// goroutine.
 	CtxBound bool
+	// ResendAfter: the client library may send a call again when its
+	// reply has not come within this long (go-redis after its
+	// ReadTimeout, unless MaxRetries is -1), while the first copy's
+	// bytes may still reach the server later, after the second copy
+	// ran. A lock whose acquire took this long or more buries its token
+	// when it is released (bury.lua), so that a copy landing after the
+	// release cannot take it again for nobody. 0: the library never
+	// sends a call twice.
+	ResendAfter time.Duration
 }
 
 // Conn is a connection that Driver.Dedicated lends.

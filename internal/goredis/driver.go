@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keyslot"
@@ -30,6 +31,7 @@ type Redis interface {
 type Driver struct {
 	rdb     Redis
 	cluster *redis.ClusterClient // rdb, when it is a cluster's
+	resend  time.Duration        // Info's ResendAfter (resendAfter)
 
 	mu    sync.Mutex
 	nodes map[string]*redis.Client // a cluster's masters that NodeOf named, by address
@@ -43,11 +45,37 @@ type Driver struct {
 // dlock.NewQuorum's nodes). rdb must not be nil.
 func New(rdb Redis) *Driver {
 	cc, _ := rdb.(*redis.ClusterClient)
-	return &Driver{rdb: rdb, cluster: cc, nodes: map[string]*redis.Client{}}
+	return &Driver{rdb: rdb, cluster: cc, resend: resendAfter(rdb), nodes: map[string]*redis.Client{}}
 }
 
 // Info: a cluster's when rdb is a *redis.ClusterClient.
-func (g *Driver) Info() driver.Info { return driver.Info{Name: "go-redis", Cluster: g.cluster != nil} }
+func (g *Driver) Info() driver.Info {
+	return driver.Info{Name: "go-redis", Cluster: g.cluster != nil, ResendAfter: g.resend}
+}
+
+// resendAfter is how long go-redis waits for a reply before it sends the
+// call again (driver.Info.ResendAfter): its ReadTimeout, read from the
+// options it normalised (a ReadTimeout of 0 means none there; MaxRetries
+// 0, none), unless it never retries. A cluster client also re-sends
+// through its redirects (MaxRedirects), so there the ReadTimeout alone
+// counts. A client whose options cannot be read (a Ring, a wrapper) is
+// taken to re-send after go-redis's default ReadTimeout: a lock whose
+// acquire took that long is buried at its release, at the cost of a call.
+func resendAfter(rdb Redis) time.Duration {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		if o := r.Options(); o.MaxRetries > 0 {
+			return max(o.ReadTimeout, 0)
+		}
+		return 0
+	case *redis.ClusterClient:
+		return max(r.Options().ReadTimeout, 0)
+	}
+	return defaultReadTimeout
+}
+
+// defaultReadTimeout is go-redis's ReadTimeout when none is set.
+const defaultReadTimeout = 5 * time.Second
 
 // goCmd makes the go-redis command of c, routed by its first key.
 func goCmd(ctx context.Context, c driver.Command) *redis.Cmd {

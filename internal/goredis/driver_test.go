@@ -2,6 +2,7 @@ package goredis_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/drivertest"
@@ -26,4 +27,30 @@ func TestGoRedisDriver(t *testing.T) {
 		drivertest.Sentinel(func(t *testing.T, master string, sentinels []string) driver.Driver {
 			return closing(t, redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels}))
 		}))
+}
+
+// Info's ResendAfter is when go-redis sends a call again: its ReadTimeout
+// (5 s by default), none when it never retries or never times a read out;
+// a cluster client re-sends through its redirects whatever MaxRetries
+// says.
+func TestResendAfterIsTheReadTimeout(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rdb  goredis.Redis
+		want time.Duration
+	}{
+		{"defaults", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), 5 * time.Second},
+		{"ReadTimeout", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: 400 * time.Millisecond}), 400 * time.Millisecond},
+		{"no retries", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}), 0},
+		{"no read timeout", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1}), 0},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: time.Second, MaxRetries: -1}), time.Second},
+		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), 5 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer c.rdb.(interface{ Close() error }).Close()
+			if got := goredis.New(c.rdb).Info().ResendAfter; got != c.want {
+				t.Errorf("ResendAfter %v, want %v", got, c.want)
+			}
+		})
+	}
 }
