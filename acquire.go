@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
 
@@ -159,55 +157,10 @@ func checkCall(ctx context.Context, c *Client, name string) error {
 // reenter adds a lease to the hold that outer belongs to: the hold count
 // goes up by one in Redis and the lease gets the hold's token and fence.
 func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
-	h := outer.of.first()
-	h.calls.Lock()
-	defer h.calls.Unlock()
-	if err := outer.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
-	}
-	h.mu.Lock()
-	count, want, epoch := h.count+1, h.ttl, h.epoch
-	h.mu.Unlock()
-	// A re-entry renews the hold's lease, as the watchdog does: no further
-	// than its max hold (WithMaxHold), cut when sent.
-	if _, ok := h.cut(want, time.Now()); !ok {
-		return nil, h.maxHoldReached()
-	}
-	var ttl time.Duration
-	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) backend.Op {
-		ttl, _ = h.cut(want, start)
-		ttl = max(ttl, minTTL)
-		return h.p.(backend.Reentrant).Reenter(h.token, count, ttl, seq)
-	})
-	res, err := r.Int64Slice()
-	if err != nil {
-		// The hold count in Redis may or may not be count now, or may
-		// become it when this call lands late: recount sets it right
-		// again (in the hold's sequence: this call, if late, changes
-		// nothing after it). A re-entry only ever lengthens the lease.
-		h.recount()
-		return nil, redisErr("lock", h.k.Name, err)
-	}
-	if len(res) < 1 || res[0] != protocol.ReplyHeld {
-		err := lost(reasonGone, h.k.Name, "the lock was no longer held at re-entry")
-		h.end(err)
-		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
-	}
-	l, err := h.newLease()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
-	}
-	h.mu.Lock()
-	h.count = count
-	if h.epoch == epoch {
-		h.confirmed(start, ttl, seq)
-		h.c.wd.reschedule(h)
-	}
-	h.mu.Unlock()
-	if err := l.Err(); err != nil {
-		// the reply came after the hold's deadline: the hold is lost
-		// (valid, wait.go), and this lease with it
-		return nil, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	h := outer.of.First()
+	l := &Lease{of: h}
+	if err := h.Reenter(ctx, &outer.end, &l.end); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -48,7 +49,7 @@ type Client struct {
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wd     *watchdog
+	holds  *hold.Keeper    // its holds: made, renewed, ended, released
 	hubs   []*wake.Hub     // wake-ups: one per Redis node (one but for a quorum)
 	nodes  []driver.Driver // the Redis nodes: one but for a quorum
 	drift  backend.Drift
@@ -56,7 +57,6 @@ type Client struct {
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
 	wake   *protocol.WakeTo   // where releases wake this Client's waiters (not sharded)
 
-	releasers releasers // background releases (release.go)
 	closeOnce sync.Once
 	// leading: the elections this Client leads, by lock key, so that a
 	// Campaign of an election it leads proclaims instead of waiting on
@@ -187,14 +187,13 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 		c.nodes = append(c.nodes, n)
 	}
 	c.life, c.cancel = context.WithCancel(context.Background())
+	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Moving: c.moving, ClusterHint: c.clusterHint})
 	var timeout time.Duration // a quorum's node timeout bounds its checks of one node
 	if q, ok := be.(*quorum); ok {
 		timeout = q.timeout
 	}
 	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id,
-		Everywhere: be.Everywhere, Life: c.life, Background: c.background})
-	c.wd = newWatchdog(c)
-	go c.wd.run(c.life)
+		Everywhere: be.Everywhere, Life: c.life, Background: c.holds.Background})
 	return c
 }
 
@@ -210,9 +209,8 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		<-c.wd.done // it ends and releases the holds still there
-		c.waitReleases()
-		ctx, cancel := bounded(context.Background())
+		c.holds.Close() // the watchdog ends and releases the holds still there
+		ctx, cancel := hold.Bounded(context.Background())
 		c.dep.Forget(ctx) // its owner record
 		cancel()
 		c.be.Close()
@@ -308,7 +306,7 @@ const (
 // slot instead of failing with the dead master's dial error. Running
 // one again is safe: a command that may have run (a connection reset
 // after it was sent) answers its copy as done (its receipt, or its
-// place in the hold's sequence: hold.go, "Late commands"); without
+// place in the hold's sequence: internal/hold/hold.go, "Late commands"); without
 // scripts a release that ran answers its copy "not held", which only
 // misreports it.
 func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Reply {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -147,7 +148,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	ld := &Leadership{e: e, l: l, value: value}
 	// The attempt that won recorded value (lock.lua) unless a release
 	// handed the lock over, which does not know it.
-	if l.of.first().handed {
+	if l.of.First().Handed() {
 		err = ld.record(ctx, value)
 	}
 	if err == nil && l.Err() != nil {
@@ -160,7 +161,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		// when ctx has ended, within undoGrace more — never with the ended
 		// ctx, which sends nothing. Only when Redis does not answer by then
 		// does the release go on in the background (Lease.Unlock).
-		uctx, cancel := graced(ctx)
+		uctx, cancel := hold.Graced(ctx)
 		_ = l.Unlock(uctx)
 		cancel()
 		switch {
@@ -172,7 +173,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		return nil, err
 	}
 	e.c.leading.Store(e.k.Lock, ld)
-	l.whenDone(func(error) { e.c.leading.CompareAndDelete(e.k.Lock, ld) })
+	l.end.WhenDone(func(error) { e.c.leading.CompareAndDelete(e.k.Lock, ld) })
 	return ld, nil
 }
 
@@ -240,25 +241,12 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 // record writes value as the leader's (elect.lua): after Campaign won,
 // and at Proclaim. It runs beside no Resign (the hold's calls lock).
 func (ld *Leadership) record(ctx context.Context, value string) error {
-	h := ld.l.of.first()
-	h.calls.Lock()
-	defer h.calls.Unlock()
-	if err := ld.l.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
-	}
-	k := ld.e.k
-	// In the hold's sequence (hold.go, "Late commands"): a Proclaim given
-	// up on that reaches the server after a later one is refused there.
-	r, _, _ := h.inOrder(ctx, true, func(seq int64) backend.Op {
-		return protocol.ElectArgs{Token: h.token, Value: value, Observers: k.Channel, Publish: ld.e.c.publish, Seq: seq}.Call(k)
+	h, k := ld.l.of.First(), ld.e.k
+	err := h.Record(ctx, &ld.l.end, "proclaim", func(seq int64) backend.Op {
+		return protocol.ElectArgs{Token: h.Token(), Value: value, Observers: k.Channel, Publish: ld.e.c.publish, Seq: seq}.Call(k)
 	})
-	if r.Err != nil {
-		return redisErr("proclaim", k.Name, r.Err)
-	}
-	if v, _ := r.Slice(); len(v) == 0 || v[0] != int64(protocol.ReplyHeld) {
-		err := lost(reasonGone, k.Name, "the election's lock was no longer held at proclaim")
-		h.end(err)
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	if err != nil {
+		return err
 	}
 	ld.mu.Lock()
 	ld.value = value
@@ -423,7 +411,7 @@ func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 		return out
 	}
 	c := e.c
-	if !c.background(func() { e.observe(ctx, out) }) {
+	if !c.holds.Background(func() { e.observe(ctx, out) }) {
 		close(out)
 	}
 	return out

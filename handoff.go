@@ -89,7 +89,7 @@ func handedOver(msg string, p backend.Place, d backend.Drift) (o backend.Outcome
 	// Its validity counts from p.sent (above); its max hold from now, when
 	// the hand-off has reached it: the release granted it before, for
 	// granted, at most the max hold (a TTL is cut to it), so Redis's hold
-	// ends before the max hold does, and renewals are cut to it (hold.go,
+	// ends before the max hold does, and renewals are cut to it (internal/hold/hold.go,
 	// "Max hold").
 	return backend.Outcome{Granted: true, Fence: m.Fence, Start: p.Sent, TTL: granted, Handed: true, MaxFrom: time.Now()}, true
 }

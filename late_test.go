@@ -4,7 +4,7 @@ package dlock_test
 // ctx ended, or go-redis's ReadTimeout passed and it closed the
 // connection), but their bytes were already on their way, and TCP
 // delivered them after a stall. "The client library is done with the
-// call" never means "the server cannot run it" (hold.go, "Late
+// call" never means "the server cannot run it" (internal/hold/hold.go, "Late
 // commands"). Each test failed on the code before the hold's sequence.
 
 import (
@@ -30,12 +30,12 @@ import (
 // meanwhile: the library is done only after the server ran it.
 type lateDriver struct {
 	driver.Driver
-	mu      sync.Mutex
-	pick    func(args []any) bool
-	held    []driver.Command
-	armed   bool
-	block   bool
-	twice   bool          // run the held call twice and answer the second reply (go-redis's re-send)
+	mu    sync.Mutex
+	pick  func(args []any) bool
+	held  []driver.Command
+	armed bool
+	block bool
+	twice bool // run the held call twice and answer the second reply (go-redis's re-send)
 	// resend: the held call's first copy stays held (its path stalled);
 	// after resend a second copy runs and answers, as go-redis sends a
 	// call again after its ReadTimeout (Info says so: ResendAfter)

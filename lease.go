@@ -2,11 +2,10 @@ package dlock
 
 import (
 	"context"
-	"sync"
+	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/transport"
-
+	"github.com/dlock-go/dlock/internal/hold"
 	"go.opentelemetry.io/otel/codes"
 )
 
@@ -18,26 +17,19 @@ import (
 // A Lease is safe for concurrent use: any goroutine may watch Done, read
 // Err, or call Unlock (only the first Unlock releases).
 type Lease struct {
-	of held // what it holds: one hold, or a set's parts
-
-	// done is made by the first Done (under mu): a lease nobody asks for
-	// it costs no channel (96 B of the ~1.5 KB a held lease kept).
-	done chan struct{}
-
-	mu    sync.Mutex
-	err   error
-	onEnd map[*int]func(error) // run when the lease ends: contexts, sets
+	of  held     // what it holds: one hold, or a set's parts
+	end hold.End // when it ended and why, and who to tell
 }
 
 // Name is the name of the lock the lease holds; for a set (LockAll), the
 // names of its locks, in locking order, joined by ", ".
-func (l *Lease) Name() string { return l.of.name() }
+func (l *Lease) Name() string { return l.of.Name() }
 
 // Token is the random 128-bit owner token under which the lease holds the
 // lock in Redis (hex). Leases taken by re-entry share their outer lease's
 // token. A set's (LockAll) token is that of its first lock; Parts gives
 // the others.
-func (l *Lease) Token() string { return l.of.first().token }
+func (l *Lease) Token() string { return l.of.First().Token() }
 
 // Fence is the lease's fencing token: it increases strictly with each
 // owner that acquires the lock's name, and never goes back (its counter in
@@ -47,22 +39,12 @@ func (l *Lease) Token() string { return l.of.first().token }
 // from acting as owner. Re-entry returns the outer lease's fence. A set's
 // fence is that of its first lock: fences of different locks do not
 // compare, so pass each resource the fence of its own lock (see Parts).
-func (l *Lease) Fence() int64 { return l.of.first().fence }
+func (l *Lease) Fence() int64 { return l.of.First().Fence() }
 
 // Done returns a channel that is closed when the lease ends: after Unlock,
 // or as soon as the lease may have been lost. When it is closed, Err says
 // why.
-func (l *Lease) Done() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done == nil {
-		if l.err != nil {
-			return transport.Closed()
-		}
-		l.done = make(chan struct{})
-	}
-	return l.done
-}
+func (l *Lease) Done() <-chan struct{} { return l.end.Done() }
 
 // Err returns nil while the lease is held. After it ends it returns an
 // error matching ErrUnlocked (Unlock), ErrLeaseLost (lost or expired) or
@@ -73,61 +55,17 @@ func (l *Lease) Err() error {
 	// What it holds may have ended a moment ago and be telling its leases
 	// still (outside its own lock: their callbacks may run user code); this
 	// lease learns it now, so that Err is never nil after the end.
-	if err := l.of.check(); err != nil {
-		l.finish(err)
+	if err := l.of.Check(); err != nil {
+		l.end.Finish(err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-// finish ends this lease with err: Done closes, contexts are cancelled.
-func (l *Lease) finish(err error) {
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return
-	}
-	l.err = err
-	onEnd := l.onEnd
-	l.onEnd = nil
-	if l.done != nil {
-		close(l.done)
-	}
-	l.mu.Unlock()
-	for _, f := range onEnd {
-		f(err)
-	}
-}
-
-// whenDone runs f with the lease's Err when the lease ends (at once if it
-// has), and returns a func that forgets f.
-func (l *Lease) whenDone(f func(error)) (forget func()) {
-	id := new(int)
-	l.mu.Lock()
-	if l.err != nil {
-		err := l.err
-		l.mu.Unlock()
-		f(err)
-		return func() {}
-	}
-	if l.onEnd == nil {
-		l.onEnd = make(map[*int]func(error))
-	}
-	l.onEnd[id] = f
-	l.mu.Unlock()
-	return func() {
-		l.mu.Lock()
-		delete(l.onEnd, id)
-		l.mu.Unlock()
-	}
+	return l.end.Err()
 }
 
 // leaseKey is how a context carries a lease for re-entry: one key per
 // Client, lock and side (read or write), so locks nested in one another do
 // not hide each other.
 type leaseKey struct {
-	c    *Client
+	c    *hold.Keeper // its Client's
 	lock string
 	side side
 }
@@ -143,18 +81,27 @@ func (l *Lease) Context(parent context.Context) context.Context {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	forget := l.whenDone(cancel)
+	forget := l.end.WhenDone(cancel)
 	context.AfterFunc(ctx, forget) // once the context ends on its own
 	return l.carry(ctx)
 }
 
 // carry returns ctx carrying the lease, or a set's parts, for re-entry.
-func (l *Lease) carry(ctx context.Context) context.Context { return l.of.carry(ctx, l) }
+func (l *Lease) carry(ctx context.Context) context.Context {
+	if s, ok := l.of.(*set); ok {
+		for _, p := range s.leases {
+			ctx = p.carry(ctx)
+		}
+		return ctx
+	}
+	h := l.of.First()
+	return context.WithValue(ctx, leaseKey{h.Keeper(), h.Keys().Lock, side(h.Side())}, l)
+}
 
 // leaseFrom returns the lease that ctx carries for the lock's side, if
 // any: always a single lease (a set carries its parts).
 func leaseFrom(ctx context.Context, c *Client, lock string, s side) *Lease {
-	l, _ := ctx.Value(leaseKey{c, lock, s}).(*Lease)
+	l, _ := ctx.Value(leaseKey{c.holds, lock, s}).(*Lease)
 	return l
 }
 
@@ -177,10 +124,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
 	}
-	h := l.of.first()
-	tel := h.c.tel
-	ctx, span := tel.Start(ctx, "dlock.Unlock", tel.SpanAttrs(h.what, h.k.Name))
-	err := l.of.unlock(ctx, l)
+	h := l.of.First()
+	tel := h.Keeper().Tel()
+	ctx, span := tel.Start(ctx, "dlock.Unlock", tel.SpanAttrs(h.What(), h.Keys().Name))
+	err := l.of.Unlock(ctx, &l.end)
 	if err != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -200,7 +147,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d < minTTL {
 		return invalid("lease TTL %v is below 1ms", d)
 	}
-	return l.of.extend(ctx, l, d)
+	return l.of.Extend(ctx, &l.end, d)
 }
 
 // TTL returns how long the lock has left before it expires, as the server
@@ -210,23 +157,27 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, invalid("nil context")
 	}
-	return l.of.ttlLeft(ctx, l)
+	return l.of.TTLLeft(ctx, &l.end)
 }
 
 // Parts returns the leases of a set's locks in locking order (the order
 // of their keys), or the lease itself for a single lock.
-func (l *Lease) Parts() []*Lease { return l.of.parts(l) }
+func (l *Lease) Parts() []*Lease {
+	if s, ok := l.of.(*set); ok {
+		return slices.Clone(s.leases)
+	}
+	return []*Lease{l}
+}
 
-// held is what a Lease holds: one hold of one lock (*hold, hold.go), or
-// the parts of a LockAll set (*set, set.go). The Lease keeps what both
-// share: when it ended and why, and who to tell.
+// held is what a Lease holds: one hold of one lock (*hold.Hold), or the
+// parts of a LockAll set (*set, set.go). The Lease keeps what both share
+// (its End): when it ended and why, and who to tell; they know the lease
+// by it.
 type held interface {
-	name() string
-	first() *hold // the hold whose token and fence the lease shows
-	check() error // for Err: end what has ended without a signal yet, and say why it ended (nil: held)
-	carry(ctx context.Context, l *Lease) context.Context
-	unlock(ctx context.Context, l *Lease) error
-	extend(ctx context.Context, l *Lease, d time.Duration) error
-	ttlLeft(ctx context.Context, l *Lease) (time.Duration, error)
-	parts(l *Lease) []*Lease
+	Name() string
+	First() *hold.Hold // the hold whose token and fence the lease shows
+	Check() error      // for Err: end what has ended without a signal yet, and say why it ended (nil: held)
+	Unlock(ctx context.Context, e *hold.End) error
+	Extend(ctx context.Context, e *hold.End, d time.Duration) error
+	TTLLeft(ctx context.Context, e *hold.End) (time.Duration, error)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/hold"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 )
@@ -189,9 +190,9 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 
 // releaseAll unlocks leases after a failed LockAll, within undoGrace
 // when ctx has ended; a release that cannot be made then goes on in the
-// background (see hold.unlock).
+// background (see hold.Hold.Unlock).
 func releaseAll(ctx context.Context, leases []*Lease) {
-	ctx, cancel := graced(ctx)
+	ctx, cancel := hold.Graced(ctx)
 	defer cancel()
 	for i := len(leases) - 1; i >= 0; i-- {
 		_ = leases[i].Unlock(ctx)

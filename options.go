@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/hold"
 
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"go.opentelemetry.io/otel/metric"
@@ -20,7 +21,7 @@ const DefaultTTL = 30 * time.Second
 const DefaultPrefix = "dlock"
 
 // minTTL is the shortest lease Redis can express (PEXPIRE counts in ms).
-const minTTL = time.Millisecond
+const minTTL = hold.MinTTL
 
 // Option configures a Client.
 type Option func(*clientConfig)

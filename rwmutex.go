@@ -129,7 +129,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 		// script lets in beside that write hold only (rw_read.lua).
 		parent := ""
 		if writer := leaseFrom(ctx, c, k.Lock, sideWrite); writer != nil {
-			parent = writer.of.first().token
+			parent = writer.of.First().Token()
 		}
 		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
 			return protocol.RWReadArgs{Token: token, TTL: cfg.TTL.Milliseconds(), Readers: cfg.Readers, Member: member,

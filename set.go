@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/hold"
 )
 
 // set is what the lease of a LockAll set holds: the leases of its locks,
@@ -19,12 +20,12 @@ type set struct {
 func newSet(parts []*Lease) *Lease {
 	l := &Lease{of: &set{leases: parts}}
 	for _, p := range parts {
-		p.whenDone(l.finish)
+		p.end.WhenDone(l.end.Finish)
 	}
 	return l
 }
 
-func (s *set) name() string {
+func (s *set) Name() string {
 	names := make([]string, len(s.leases))
 	for i, p := range s.leases {
 		names[i] = p.Name()
@@ -32,13 +33,13 @@ func (s *set) name() string {
 	return strings.Join(names, ", ")
 }
 
-// first is the hold of the first part: a set's token and fence are its.
-func (s *set) first() *hold { return s.leases[0].of.first() }
+// First is the hold of the first part: a set's token and fence are its.
+func (s *set) First() *hold.Hold { return s.leases[0].of.First() }
 
-// check looks at every part (each checks its own deadline) and returns
+// Check looks at every part (each checks its own deadline) and returns
 // the first part's end it finds: a part that has ended ends the set
 // through whenDone, which may not have run yet.
-func (s *set) check() error {
+func (s *set) Check() error {
 	for _, p := range s.leases {
 		if err := p.Err(); err != nil {
 			return err
@@ -47,18 +48,13 @@ func (s *set) check() error {
 	return nil
 }
 
-func (s *set) carry(ctx context.Context, _ *Lease) context.Context {
-	for _, p := range s.leases {
-		ctx = p.carry(ctx)
+// Unlock releases every lock of the set, the last taken first; e is the
+// set's lease's End.
+func (s *set) Unlock(ctx context.Context, e *hold.End) error {
+	if err := s.Check(); err != nil {
+		e.Finish(err)
 	}
-	return ctx
-}
-
-func (s *set) parts(*Lease) []*Lease { return slices.Clone(s.leases) }
-
-// unlock releases every lock of the set, the last taken first.
-func (s *set) unlock(ctx context.Context, l *Lease) error {
-	prior := l.Err()
+	prior := e.Err()
 	var errs []error
 	for i := len(s.leases) - 1; i >= 0; i-- {
 		err := s.leases[i].Unlock(ctx)
@@ -66,15 +62,15 @@ func (s *set) unlock(ctx context.Context, l *Lease) error {
 			errs = append(errs, err)
 		}
 	}
-	l.finish(ErrUnlocked)
+	e.Finish(ErrUnlocked)
 	if prior != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, prior)
 	}
 	return errors.Join(errs...)
 }
 
-// extend extends every lock of the set.
-func (s *set) extend(ctx context.Context, _ *Lease, d time.Duration) error {
+// Extend extends every lock of the set.
+func (s *set) Extend(ctx context.Context, _ *hold.End, d time.Duration) error {
 	var errs []error
 	for _, p := range s.leases {
 		errs = append(errs, p.Extend(ctx, d))
@@ -82,8 +78,8 @@ func (s *set) extend(ctx context.Context, _ *Lease, d time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// ttlLeft is the least TTL left of the set's locks.
-func (s *set) ttlLeft(ctx context.Context, _ *Lease) (time.Duration, error) {
+// TTLLeft is the least TTL left of the set's locks.
+func (s *set) TTLLeft(ctx context.Context, _ *hold.End) (time.Duration, error) {
 	least := time.Duration(-1)
 	for _, p := range s.leases {
 		d, err := p.TTL(ctx)

@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -141,7 +141,7 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 		// sent again, can take anything, so what the attempts took is
 		// undone at once — not when the client library is done with
 		// them, which says nothing of what the server will still run.
-		c.undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
+		c.holds.Undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
 			// Where the bury fails the release may still be made: a late
 			// attempt there is what it was before, held by nobody for
 			// its TTL at most; the whole undo runs again later.
@@ -232,10 +232,10 @@ func valid(ctx context.Context, name string, again bool, take func() (*Lease, er
 		// A new token for the next try: a release that hands the lock on
 		// leaves this one in the dead set, where it could take nothing.
 		releaseAll(ctx, []*Lease{l})
-		if !again || slices.ContainsFunc(l.Parts(), func(p *Lease) bool { return p.of.first().neverValid() }) {
+		if !again || slices.ContainsFunc(l.Parts(), func(p *Lease) bool { return p.of.First().NeverValid() }) {
 			return nil, wonButLost(name, lost)
 		}
-		l.of.first().c.tel.Log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
+		l.of.First().Keeper().Tel().Log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
 		timer := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -253,30 +253,10 @@ const (
 	retryMax   = 256 * time.Millisecond
 )
 
-// neverValid reports whether the hold's lease is too short for any grant
-// to be valid when its reply comes: its TTL is within the drift margin.
-func (h *hold) neverValid() bool { return h.ttl <= h.c.drift.Of(h.ttl) }
-
 // wonButLost is the error of an acquire that won a lock whose lease had
 // ended before the acquire could return it.
 func wonButLost(name string, err error) error {
 	return fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, name, err)
-}
-
-// newLease registers a hold that an attempt has just taken with the
-// watchdog and returns its first lease. If the client was closed
-// meanwhile it undoes the hold and returns ErrClosed.
-func (c *Client) newLease(ctx context.Context, h *hold) (*Lease, error) {
-	l, _ := h.newLease()
-	if !c.wd.add(h) {
-		ctx, cancel := bounded(ctx)
-		defer cancel()
-		_ = h.release(ctx)
-		return nil, ErrClosed
-	}
-	c.tel.HoldStarted(h.what, h.k.Name)
-	c.dep.Announce(ctx)
-	return l, nil
 }
 
 // buryCall is bury.lua for token: its late attempts are refused for
@@ -394,9 +374,9 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	}
 	for _, g := range o.GiveBack {
 		if g.After == nil {
-			a.c.undo(ctx, transport.Closed(), a.ttl(), g.Undo)
+			a.c.holds.Undo(ctx, transport.Closed(), a.ttl(), g.Undo)
 		} else {
-			a.c.undoLater(g.After, a.ttl(), g.Undo)
+			a.c.holds.UndoLater(g.After, a.ttl(), g.Undo)
 		}
 	}
 	if err != nil {
@@ -453,23 +433,20 @@ func (a *acquisition) lease(ctx context.Context, o backend.Outcome) (*Lease, tim
 // leaseOf makes the hold of one lock taken with fence, and its lease. If
 // the Client was closed meanwhile, what was taken is undone by run.
 func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o backend.Outcome) (*Lease, error) {
-	h := newHold(a.c, p.k, p.what, p.p, a.token, fence, p.cfg, o.Start)
-	h.side, h.handed = p.side, o.Handed
+	s := hold.Spec{Keys: p.k, What: p.what, Ops: p.p, Token: a.token, Fence: fence, Cfg: p.cfg, Side: string(p.side),
+		Start: o.Start, Handed: o.Handed, TTL: o.TTL, MaxFrom: o.MaxFrom}
 	if a.unknown || a.resent {
-		h.buryFor = buryFor(p.cfg)
+		s.BuryFor = buryFor(p.cfg)
 	}
-	if o.TTL > 0 || !o.MaxFrom.IsZero() {
-		if !o.MaxFrom.IsZero() {
-			h.maxFrom = o.MaxFrom
-		}
-		h.deadline, h.limited = time.Time{}, false
-		h.confirmed(o.Start, cmp.Or(o.TTL, p.cfg.TTL), 0)
-	}
-	l, err := a.c.newLease(ctx, h)
+	l := &Lease{}
+	h, err := a.c.holds.Keep(ctx, s, &l.end)
 	if err != nil {
 		a.failed(err) // the rest, taken in Redis, is undone by run
+		return nil, err
 	}
-	return l, err
+	l.of = h
+	a.c.dep.Announce(ctx)
+	return l, nil
 }
 
 // epochs returns each hub's epoch of a channel (see hub.epoch).

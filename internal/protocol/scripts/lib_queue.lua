@@ -81,7 +81,7 @@ local function forced(dead, id, had, ttl)
   return had
 end
 
--- in_order puts a command of one hold in the hold's sequence (hold.go,
+-- in_order puts a command of one hold in the hold's sequence (internal/hold/hold.go,
 -- "Late commands"): every command that changes a hold after it was taken
 -- (renewal, Extend, re-entry, an inner unlock, Proclaim) carries seq, one
 -- more than the hold's previous command, and the hash keeps the highest

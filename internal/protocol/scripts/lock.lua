@@ -25,7 +25,7 @@
 -- ARGV[9]  (go: Queued) '1' if an earlier attempt of this acquire carried its
 --          member (it may have a place to give up when it takes the lock)
 -- ARGV[10] (go: Seq, if Reentry|Campaign) re-entry only: its place in the
---          hold's sequence (in_order in lib_queue.lua; hold.go, "Late
+--          hold's sequence (in_order in lib_queue.lua; internal/hold/hold.go, "Late
 --          commands"); '' otherwise
 -- ARGV[11] (go: Value, if Campaign) an Election's Campaign only: the
 --          candidate's value, recorded when this call grants it the lock

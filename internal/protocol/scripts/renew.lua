@@ -6,7 +6,7 @@
 -- ARGV[3]  (go: Exact) '1' to set the TTL to exactly ARGV[2] (Extend); '0' to
 --          make it at least ARGV[2] (a watchdog renewal: one still in flight
 --          when Extend lengthened the lease must not shorten it again)
--- ARGV[4]  (go: Seq) the command's place in its hold's sequence (see hold.go,
+-- ARGV[4]  (go: Seq) the command's place in its hold's sequence (see internal/hold/hold.go,
 --          "Late commands"): the hold's field 'q:<token>' keeps the highest
 --          one that ran
 --

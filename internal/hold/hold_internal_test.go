@@ -1,12 +1,18 @@
-package dlock
+package hold
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // An Extend given up on, which may still set the lease to d on the server
@@ -15,10 +21,10 @@ import (
 // late Extend after it — and none of a command placed after it: once that
 // has run, the server refuses the late Extend (hold.go, "Late commands").
 func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
-	c, _ := serverClient(t)
+	c := testKeeper(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
-	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", mutexProto{}, "tok", 1, lockConfig{TTL: long, Renew: true}, t0)
+	h := newHold(c, Spec{Keys: &protocol.Keys{Name: "x"}, What: "Mutex", Ops: ordered{}, Token: "tok", Fence: 1, Cfg: backend.LockConfig{TTL: long, Renew: true}, Start: t0})
 	h.mayHaveSet(t0, short, 2, make(chan struct{}))
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -49,10 +55,10 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 // caps every confirmation sent before the client library was seen done
 // with it, whatever its place, and none sent after.
 func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
-	c, _ := serverClient(t)
+	c := testKeeper(t)
 	const short, long = 300 * time.Millisecond, time.Minute
 	t0 := time.Now()
-	h := newHold(c, c.keys(protocol.MutexKind, "x"), "Mutex", backend.PlainOps(nil, nil), "tok", 1, lockConfig{TTL: long, Renew: true}, t0)
+	h := newHold(c, Spec{Keys: &protocol.Keys{Name: "x"}, What: "Mutex", Ops: backend.PlainOps(nil, nil), Token: "tok", Fence: 1, Cfg: backend.LockConfig{TTL: long, Renew: true}, Start: t0})
 	done := make(chan struct{})
 	h.mayHaveSet(t0, short, 2, done)
 	h.mu.Lock()
@@ -75,47 +81,55 @@ func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
 	}
 }
 
+// ordered is the HoldOps of a protocol whose server keeps the hold's
+// sequence (scripts); none of its calls is made here.
+type ordered struct{ backend.HoldOps }
+
+func (ordered) Ordered() bool { return true }
+
+// testKeeper is a Keeper on a redis-server of the test's own, closed with
+// the test.
+func testKeeper(t *testing.T) *Keeper {
+	t.Helper()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	life, cancel := context.WithCancel(context.Background())
+	c := NewKeeper(Env{Backend: backend.NewSingle(goredis.New(rdb), false, backend.ReplicaSync{}), Tel: telemetry.New(telemetry.Config{}),
+		Life: life, Moving: func(_ context.Context, call func() driver.Reply) driver.Reply { return call() }, ClusterHint: func(error) {}})
+	t.Cleanup(func() {
+		cancel()
+		c.Close()
+		_ = rdb.Close()
+	})
+	return c
+}
+
 // A hold ends in two steps: the hold first (under its mu), then each of
 // its leases is told, outside the mu (their callbacks may run user code).
-// Between the two a Lease's Err must already see the end: a goroutine that
+// Between the two a lease's Err must already see the end: a goroutine that
 // reads Err as the watchdog ends the hold (both wake when a stopped
 // process resumes) must not be told the lock is held after its deadline.
 // The 10-minute torture found this: a reader SIGSTOPped past its TTL read
-// Err() == nil after resuming, while a writer held the lock.
+// Err() == nil after resuming, while a writer held the lock. (The root's
+// TestSetErrSeesAPartsEndBeforeItIsTold: the same for a set.)
 func TestErrSeesAnEndBeforeItsLeasesAreTold(t *testing.T) {
-	c, _ := serverClient(t)
-	ended := lost(reasonDeadline, "x", "test")
-	newLeased := func(name string) (*hold, *Lease) {
-		h := newHold(c, c.keys(protocol.MutexKind, name), "Mutex", mutexProto{}, "tok-"+name, 1, lockConfig{TTL: time.Minute}, time.Now())
-		l, err := h.newLease()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h, l
+	c := testKeeper(t)
+	h := newHold(c, Spec{Keys: &protocol.Keys{Name: "a"}, What: "Mutex", Ops: ordered{}, Token: "tok-a", Fence: 1,
+		Cfg: backend.LockConfig{TTL: time.Minute}, Start: time.Now()})
+	var e End
+	if err := h.Attach(&e); err != nil {
+		t.Fatal(err)
 	}
-
 	// The hold has ended; its lease is not told yet.
-	h, l := newLeased("a")
 	h.mu.Lock()
-	h.err = ended
+	h.err = lost(reasonDeadline, "a", "test")
 	h.mu.Unlock()
-	if err := l.Err(); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("Err() = %v after its hold ended, want ErrLeaseLost", err)
+	if err := h.leaseErr(&e); !errors.Is(err, errs.LeaseLost) {
+		t.Fatalf("a lease's Err = %v after its hold ended, want errs.LeaseLost", err)
 	}
 	select {
-	case <-l.Done():
+	case <-e.Done():
 	default:
 		t.Fatal("Err reported the end but Done is still open")
-	}
-
-	// A set: one part's lease has ended, the set's lease is not told yet.
-	_, p1 := newLeased("b")
-	_, p2 := newLeased("c")
-	s := newSet([]*Lease{p1, p2})
-	p2.mu.Lock()
-	p2.err = ended // finish's first step, before the callbacks that end the set
-	p2.mu.Unlock()
-	if err := s.Err(); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("a set's Err() = %v after one of its parts ended, want ErrLeaseLost", err)
 	}
 }

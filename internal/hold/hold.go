@@ -1,6 +1,7 @@
-package dlock
+package hold
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/errs"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
@@ -16,11 +18,12 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// hold is one owner's possession of a lock in Redis: a token with a hold
+// Hold is one owner's possession of a lock in Redis: a token with a hold
 // count. Re-entry adds leases to the same hold; the hold ends when its last
 // lease is unlocked, or for all of its leases at once when it is lost.
-type hold struct {
-	c        *Client
+// Its leases are dlock.Leases, which it knows by their End.
+type Hold struct {
+	c        *Keeper
 	k        *protocol.Keys
 	p        backend.HoldOps
 	what     string    // the primitive, for telemetry
@@ -29,7 +32,7 @@ type hold struct {
 	// a hold handed over by a release, when the hand-off reached the
 	// waiter (handedOver)
 	maxFrom time.Time
-	side    side // the side of an RWMutex hold; "" for other locks
+	side    string // the side of an RWMutex hold; "" for other locks
 	token   string
 	fence   int64
 
@@ -52,7 +55,7 @@ type hold struct {
 	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
 	deadlineAt, renewAt slot
 	epoch               int      // bumped by Extend: older renewals confirm nothing
-	leases              []*Lease // unlocked ones are removed (few: one per re-entry)
+	leases              []*End   // unlocked ones are removed (few: one per re-entry)
 	err                 error    // why the hold ended; nil while held
 	seq                 int64    // the last place given in the hold's sequence (see next)
 	unsure              []unsure // Extends given up on that may still set the lease (see mayHaveSet)
@@ -116,17 +119,74 @@ type unsure struct {
 
 // next gives the hold's next command its place in the sequence. h.mu is
 // held.
-func (h *hold) next() int64 {
+func (h *Hold) next() int64 {
 	h.seq++
 	return h.seq
 }
 
-func newHold(c *Client, k *protocol.Keys, what string, p backend.HoldOps, token string, fence int64, cfg lockConfig, start time.Time) *hold {
-	h := &hold{c: c, k: k, what: what, acquired: start, maxFrom: start, p: p, token: token, fence: fence, renew: cfg.Renew, count: 1,
-		ttl: cfg.TTL, maxHold: cfg.MaxHold, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
-	h.confirmed(start, cfg.TTL, 0)
+// Spec is what an acquire that took a lock knows of its hold.
+type Spec struct {
+	Keys  *protocol.Keys
+	What  string // the primitive, for telemetry
+	Ops   backend.HoldOps
+	Token string
+	Fence int64
+	Cfg   backend.LockConfig
+	Side  string    // an RWMutex hold's side ("read" or "write"); "" for other locks
+	Start time.Time // when the attempt that took it was sent
+	// Handed: a release handed it over (no attempt of its own took it).
+	Handed bool
+	// TTL, when set, is the lease the grant confirmed (a hand-off's);
+	// MaxFrom, when set, is when its max hold began (a hand-off's arrival).
+	TTL     time.Duration
+	MaxFrom time.Time
+	// BuryFor, when set, buries the token for that long before the final
+	// release (an attempt of its acquire may still reach the server: see
+	// "Acquires sent twice" in the root's wait.go).
+	BuryFor time.Duration
+}
+
+// newHold makes the hold that s describes, not yet watched.
+func newHold(c *Keeper, s Spec) *Hold {
+	h := &Hold{c: c, k: s.Keys, what: s.What, acquired: s.Start, maxFrom: s.Start, p: s.Ops, token: s.Token, fence: s.Fence,
+		renew: s.Cfg.Renew, count: 1, ttl: s.Cfg.TTL, maxHold: s.Cfg.MaxHold, side: s.Side, handed: s.Handed, buryFor: s.BuryFor,
+		deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h.confirmed(s.Start, s.Cfg.TTL, 0)
+	if s.TTL > 0 || !s.MaxFrom.IsZero() {
+		if !s.MaxFrom.IsZero() {
+			h.maxFrom = s.MaxFrom
+		}
+		h.deadline, h.limited = time.Time{}, false
+		h.confirmed(s.Start, cmp.Or(s.TTL, s.Cfg.TTL), 0)
+	}
 	return h
 }
+
+// Token is the hold's owner token.
+func (h *Hold) Token() string { return h.token }
+
+// Fence is the hold's fencing token.
+func (h *Hold) Fence() int64 { return h.fence }
+
+// Keys are the keys of the hold's lock.
+func (h *Hold) Keys() *protocol.Keys { return h.k }
+
+// What is the primitive that took it, for telemetry.
+func (h *Hold) What() string { return h.what }
+
+// Side is an RWMutex hold's side; "" for other locks.
+func (h *Hold) Side() string { return h.side }
+
+// Handed reports whether a release handed the hold over: no attempt of
+// its own took it.
+func (h *Hold) Handed() bool { return h.handed }
+
+// Keeper is the keeper of the Client the hold belongs to.
+func (h *Hold) Keeper() *Keeper { return h.c }
+
+// NeverValid reports whether the hold's lease is too short for any grant
+// to be valid when its reply comes: its TTL is within the drift margin.
+func (h *Hold) NeverValid() bool { return h.ttl <= h.c.drift.Of(h.ttl) }
 
 // Max hold (WithMaxHold). Every command that sets the hold's lease in
 // Redis — a renewal, an Extend, a re-entry — carries a TTL cut to what is
@@ -145,7 +205,7 @@ func newHold(c *Client, k *protocol.Keys, what string, p backend.HoldOps, token 
 // its TTL is cut like every other.
 
 // maxEnd is when the hold's max hold runs out; zero without one.
-func (h *hold) maxEnd() time.Time {
+func (h *Hold) maxEnd() time.Time {
 	if h.maxHold <= 0 {
 		return time.Time{}
 	}
@@ -153,14 +213,14 @@ func (h *hold) maxEnd() time.Time {
 }
 
 // cut returns ttl cut to what is left of the max hold at now, for a
-// command sent then, and false when less than minTTL is left (the hold
+// command sent then, and false when less than MinTTL is left (the hold
 // cannot be given any more time). Without a max hold it returns ttl.
-func (h *hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
+func (h *Hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
 	if h.maxHold <= 0 {
 		return ttl, true
 	}
 	left := h.maxEnd().Sub(now)
-	if left < minTTL {
+	if left < MinTTL {
 		return 0, false
 	}
 	return min(ttl, left), true
@@ -168,15 +228,15 @@ func (h *hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
 
 // maxHoldReached is the error of a command refused because the hold's
 // max hold is (all but) over.
-func (h *hold) maxHoldReached() error {
-	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", ErrNotHeld, h.k.Name, h.maxHold)
+func (h *Hold) maxHoldReached() error {
+	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", errs.NotHeld, h.k.Name, h.maxHold)
 }
 
 // confirmed records that a request sent at start, with place seq in the
 // hold's sequence, set the lease to ttl: the server will not expire it
 // before start+ttl, and the local deadline keeps a drift margin below
 // that. Call with h.mu held, or before h is shared.
-func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
+func (h *Hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	if len(h.unsure) > 0 {
 		ttl = h.capped(start, ttl, seq)
 	}
@@ -189,21 +249,21 @@ func (h *hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	}
 }
 
-// newLease adds a lease to the hold. It fails when the hold has ended.
-func (h *hold) newLease() (*Lease, error) {
+// Attach adds a lease, known by its End, to the hold. It fails when the
+// hold has ended.
+func (h *Hold) Attach(e *End) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err != nil {
-		return nil, h.err
+		return h.err
 	}
-	l := &Lease{of: h}
-	h.leases = append(h.leases, l)
-	return l, nil
+	h.leases = append(h.leases, e)
+	return nil
 }
 
 // end ends the hold and every lease still on it with err. Only the first
 // call has an effect.
-func (h *hold) end(err error) {
+func (h *Hold) end(err error) {
 	h.mu.Lock()
 	if h.err != nil {
 		h.mu.Unlock()
@@ -214,7 +274,7 @@ func (h *hold) end(err error) {
 	h.leases = nil
 	h.mu.Unlock()
 	for _, l := range leases {
-		l.finish(err)
+		l.Finish(err)
 	}
 	h.c.wd.remove(h)
 	reason, why := lossOf(err)
@@ -224,7 +284,7 @@ func (h *hold) end(err error) {
 // expireIfLate ends the hold as lost when its local deadline has passed,
 // whether or not the watchdog has woken up yet to notice, and returns why
 // the hold ended (nil: held).
-func (h *hold) expireIfLate(now time.Time) error {
+func (h *Hold) expireIfLate(now time.Time) error {
 	h.mu.Lock()
 	err := h.err
 	late := err == nil && !now.Before(h.deadline)
@@ -245,36 +305,41 @@ func (h *hold) expireIfLate(now time.Time) error {
 	return h.err
 }
 
-// A hold is what a single lease holds (see held).
+// A hold is what a single lease holds (dlock's held).
 
-func (h *hold) name() string { return h.k.Name }
-func (h *hold) first() *hold { return h }
+// Name is the lock's name.
+func (h *Hold) Name() string { return h.k.Name }
 
-// check ends the hold if its deadline has passed and returns why it ended:
+// First is h: a single lease shows its own hold's token and fence.
+func (h *Hold) First() *Hold { return h }
+
+// Check ends the hold if its deadline has passed and returns why it ended:
 // a lease still on it learns that before end has told it (a lease already
-// ended, unlocked say, keeps its own error: finish is once).
-func (h *hold) check() error { return h.expireIfLate(time.Now()) }
+// ended, unlocked say, keeps its own error: Finish is once).
+func (h *Hold) Check() error { return h.expireIfLate(time.Now()) }
 
-func (h *hold) parts(l *Lease) []*Lease { return []*Lease{l} }
-
-// carry returns ctx carrying l for re-entry.
-func (h *hold) carry(ctx context.Context, l *Lease) context.Context {
-	return context.WithValue(ctx, leaseKey{h.c, h.k.Lock, h.side}, l)
+// leaseErr is the Err of h's lease e: h's end, if it has ended without
+// telling e yet, else e's own.
+func (h *Hold) leaseErr(e *End) error {
+	if err := h.Check(); err != nil {
+		e.Finish(err)
+	}
+	return e.Err()
 }
 
-// unlock is Lease.Unlock of one of h's leases.
-func (h *hold) unlock(ctx context.Context, l *Lease) error {
+// Unlock is Lease.Unlock of one of h's leases, known by its End.
+func (h *Hold) Unlock(ctx context.Context, l *End) error {
 	h.calls.Lock()
 	defer h.calls.Unlock()
-	if err := l.Err(); err != nil {
-		if !errors.Is(err, ErrUnlocked) {
+	if err := h.leaseErr(l); err != nil {
+		if !errors.Is(err, errs.Unlocked) {
 			// Lost: if the key is still ours (a pause outlived the
 			// deadline, say), free it now rather than at its expiry.
 			if h.release(ctx) != nil {
 				h.c.releaseLater(h)
 			}
 		}
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
 	h.mu.Lock()
 	left := h.count - 1
@@ -287,8 +352,8 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		// give the lock to another owner as soon as the release runs,
 		// before its reply is back, and every lease of the hold (another
 		// goroutine's, sharing a Leadership say) must stop believing it
-		// holds by then. Err says ErrUnlocked from here on.
-		h.end(ErrUnlocked)
+		// holds by then. Err says errs.Unlocked from here on.
+		h.end(errs.Unlocked)
 		res, err = h.releaseReply(ctx).Int64()
 	} else {
 		r, _, _ := h.inOrder(ctx, false, func(seq int64) backend.Op { return h.p.Release(h.token, left, seq) })
@@ -297,18 +362,18 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 	if err == nil && res < 0 {
 		err := lost(reasonGone, h.k.Name, "the lock was no longer held at unlock")
 		h.end(err)
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
 	// The lease ends, whether or not the call succeeded. After a failed
 	// call an inner lease's count is set right again in the background
 	// (recount), and the last one's release goes on in the background.
 	h.mu.Lock()
 	h.count = left
-	h.leases = slices.DeleteFunc(h.leases, func(x *Lease) bool { return x == l })
+	h.leases = slices.DeleteFunc(h.leases, func(x *End) bool { return x == l })
 	h.mu.Unlock()
-	l.finish(ErrUnlocked)
+	l.Finish(errs.Unlocked)
 	if left == 0 {
-		h.end(ErrUnlocked)
+		h.end(errs.Unlocked)
 		if err != nil {
 			h.c.releaseLater(h)
 		}
@@ -316,7 +381,7 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 		h.recount()
 	}
 	if err != nil {
-		return redisErr("unlock", h.k.Name, err)
+		return errs.Redis("unlock", h.k.Name, err)
 	}
 	return nil
 }
@@ -329,8 +394,8 @@ func (h *hold) unlock(ctx context.Context, l *Lease) error {
 // hold ends, or the Client closes. It waits for a call of the hold in
 // flight (h.calls) without blocking it: that call, a re-entry or an
 // unlock, sets the count itself, and a later one gets a later place.
-func (h *hold) recount() {
-	h.c.background(func() {
+func (h *Hold) recount() {
+	h.c.Background(func() {
 		backoff := releaseMinBackoff
 		wait := func() bool {
 			timer := time.NewTimer(backoff)
@@ -368,12 +433,12 @@ func (h *hold) recount() {
 	})
 }
 
-// extend is Lease.Extend of one of h's leases.
-func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
+// Extend is Lease.Extend of one of h's leases, known by its End.
+func (h *Hold) Extend(ctx context.Context, l *End, d time.Duration) error {
 	h.calls.Lock() // after an Unlock in flight, not beside it
 	defer h.calls.Unlock()
-	if err := l.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	if err := h.leaseErr(l); err != nil {
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
 	// Not past the max hold (WithMaxHold): cut to what is left of it when
 	// sent, each time it is sent (inOrder). Whether the lease now reaches
@@ -385,18 +450,18 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 	want := d
 	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) backend.Op {
 		d, _ = h.cut(want, start)
-		d = max(d, minTTL) // what is left fell below 1 ms since the check: overshoot by that much at most
+		d = max(d, MinTTL) // what is left fell below 1 ms since the check: overshoot by that much at most
 		return h.p.Renew(h.token, d, true, seq)
 	})
 	ok, err := r.Int64()
 	if err != nil {
 		h.mayHaveSet(start, d, seq, transport.Settled(err))
-		return redisErr("extend", h.k.Name, err)
+		return errs.Redis("extend", h.k.Name, err)
 	}
 	if ok != 1 {
 		err := lost(reasonGone, h.k.Name, "the lock was no longer held at extend")
 		h.end(err)
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
 	h.mu.Lock()
 	h.ttl = d
@@ -417,7 +482,7 @@ func (h *hold) extend(ctx context.Context, l *Lease, d time.Duration) error {
 // the next renewal comes within d/3 (its later place settles the Extend
 // once it runs), and until then no confirmation counts on more than d
 // (capped). The hold never believes in more than the server may give it.
-func (h *hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-chan struct{}) {
+func (h *Hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unsure = append(h.unsure, unsure{d: d, seq: seq, done: done})
@@ -434,7 +499,7 @@ func (h *hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-ch
 // start, by the Extends that may still set the lease (see mayHaveSet).
 // An Extend stops capping once a command with a later place ran: it can
 // never run after that. h.mu is held.
-func (h *hold) capped(start time.Time, ttl time.Duration, seq int64) time.Duration {
+func (h *Hold) capped(start time.Time, ttl time.Duration, seq int64) time.Duration {
 	h.settle(start, seq)
 	for _, u := range h.unsure {
 		ttl = min(ttl, u.d)
@@ -446,7 +511,7 @@ func (h *hold) capped(start time.Time, ttl time.Duration, seq int64) time.Durati
 // with a place below seq, a command with place seq (sent at start) having
 // run or met a later one. Without a sequence on the server, those seen
 // done on the client's side before start. h.mu is held.
-func (h *hold) settle(start time.Time, seq int64) {
+func (h *Hold) settle(start time.Time, seq int64) {
 	if h.p.Ordered() {
 		h.unsure = slices.DeleteFunc(h.unsure, func(u unsure) bool { return u.seq < seq })
 		return
@@ -474,13 +539,13 @@ func (h *hold) settle(start time.Time, seq int64) {
 // while the server answers STALE (a renewal sent meanwhile ran first),
 // until ctx ends. It returns the last reply, that command's place and
 // when it was sent.
-func (h *hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) backend.Op) (r driver.Reply, seq int64, start time.Time) {
+func (h *Hold) inOrder(ctx context.Context, grant bool, cmd func(seq int64) backend.Op) (r driver.Reply, seq int64, start time.Time) {
 	return h.inOrderAt(ctx, grant, func(seq int64, _ time.Time) backend.Op { return cmd(seq) })
 }
 
 // inOrderAt is inOrder for a command that depends on when it is sent
 // (start: a TTL cut to the max hold).
-func (h *hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, start time.Time) backend.Op) (r driver.Reply, seq int64, start time.Time) {
+func (h *Hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, start time.Time) backend.Op) (r driver.Reply, seq int64, start time.Time) {
 	for {
 		h.mu.Lock()
 		seq = h.next()
@@ -519,21 +584,101 @@ func isStale(r driver.Reply) bool {
 	return false
 }
 
-// ttlLeft is Lease.TTL of one of h's leases.
-func (h *hold) ttlLeft(ctx context.Context, l *Lease) (time.Duration, error) {
+// TTLLeft is Lease.TTL of one of h's leases, known by its End.
+func (h *Hold) TTLLeft(ctx context.Context, l *End) (time.Duration, error) {
 	h.calls.Lock() // after an Unlock in flight, not beside it
 	defer h.calls.Unlock()
-	if err := l.Err(); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	if err := h.leaseErr(l); err != nil {
+		return 0, fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
 	ms, err := h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.p.TTL(h.token)) }).Int64()
 	if err != nil {
-		return 0, redisErr("ttl", h.k.Name, err)
+		return 0, errs.Redis("ttl", h.k.Name, err)
 	}
 	if ms == protocol.ReplyTTLNotHeld {
 		err := lost(reasonGone, h.k.Name, "the lock was no longer held")
 		h.end(err)
-		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return 0, fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
+
+// Reenter adds a lease, known by e, to the hold that the lease known by
+// outer belongs to: the hold count goes up by one in Redis and the lease
+// gets the hold's token and fence.
+func (h *Hold) Reenter(ctx context.Context, outer, e *End) error {
+	h.calls.Lock()
+	defer h.calls.Unlock()
+	if err := h.leaseErr(outer); err != nil {
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
+	}
+	h.mu.Lock()
+	count, want, epoch := h.count+1, h.ttl, h.epoch
+	h.mu.Unlock()
+	// A re-entry renews the hold's lease, as the watchdog does: no further
+	// than its max hold (WithMaxHold), cut when sent.
+	if _, ok := h.cut(want, time.Now()); !ok {
+		return h.maxHoldReached()
+	}
+	var ttl time.Duration
+	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) backend.Op {
+		ttl, _ = h.cut(want, start)
+		ttl = max(ttl, MinTTL)
+		return h.p.(backend.Reentrant).Reenter(h.token, count, ttl, seq)
+	})
+	res, err := r.Int64Slice()
+	if err != nil {
+		// The hold count in Redis may or may not be count now, or may
+		// become it when this call lands late: recount sets it right
+		// again (in the hold's sequence: this call, if late, changes
+		// nothing after it). A re-entry only ever lengthens the lease.
+		h.recount()
+		return errs.Redis("lock", h.k.Name, err)
+	}
+	if len(res) < 1 || res[0] != protocol.ReplyHeld {
+		err := lost(reasonGone, h.k.Name, "the lock was no longer held at re-entry")
+		h.end(err)
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
+	}
+	if err := h.Attach(e); err != nil {
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
+	}
+	h.mu.Lock()
+	h.count = count
+	if h.epoch == epoch {
+		h.confirmed(start, ttl, seq)
+		h.c.wd.reschedule(h)
+	}
+	h.mu.Unlock()
+	if err := h.leaseErr(e); err != nil {
+		// the reply came after the hold's deadline: the hold is lost
+		// (the root's valid, wait.go), and this lease with it
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
+	}
+	return nil
+}
+
+// Record runs cmd, a command that writes a value of the hold (an
+// Election's Proclaim: op names it), in the hold's sequence (see "Late
+// commands": one given up on that reaches the server after a later one
+// is refused there), beside no Unlock; e knows the lease it runs for.
+func (h *Hold) Record(ctx context.Context, e *End, op string, cmd func(seq int64) backend.Op) error {
+	h.calls.Lock()
+	defer h.calls.Unlock()
+	if err := h.leaseErr(e); err != nil {
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
+	}
+	r, _, _ := h.inOrder(ctx, true, cmd)
+	if r.Err != nil {
+		return errs.Redis(op, h.k.Name, r.Err)
+	}
+	if v, _ := r.Slice(); len(v) == 0 || v[0] != int64(protocol.ReplyHeld) {
+		err := lost(reasonGone, h.k.Name, "the lock was no longer held at "+op)
+		h.end(err)
+		return fmt.Errorf("%w: %w", errs.NotHeld, err)
+	}
+	return nil
+}
+
+// MinTTL is the shortest lease (and Extend) a hold is given.
+const MinTTL = time.Millisecond

@@ -1,4 +1,4 @@
-package dlock
+package hold
 
 import (
 	"math/rand/v2"
@@ -11,12 +11,12 @@ import (
 // moves and removals.
 func TestScheduleOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	s := newSchedule(func(h *hold) *slot { return &h.deadlineAt })
+	s := newSchedule(func(h *Hold) *slot { return &h.deadlineAt })
 	base := time.Unix(0, 0)
-	holds := make([]*hold, 200)
-	want := map[*hold]time.Time{}
+	holds := make([]*Hold, 200)
+	want := map[*Hold]time.Time{}
 	for i := range holds {
-		holds[i] = &hold{deadlineAt: slot{index: -1}}
+		holds[i] = &Hold{deadlineAt: slot{index: -1}}
 	}
 	for range 5000 {
 		h := holds[r.IntN(len(holds))]

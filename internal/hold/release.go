@@ -1,4 +1,4 @@
-package dlock
+package hold
 
 import (
 	"context"
@@ -32,12 +32,12 @@ const (
 
 // bounded returns a context that outlives ctx's end but lasts at most
 // cleanupTimeout.
-func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+func Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
 // free is the hold's final release (protocol.free).
-func (h *hold) free() backend.Op {
+func (h *Hold) free() backend.Op {
 	h.mu.Lock()
 	ttl := h.ttl
 	h.mu.Unlock()
@@ -46,10 +46,10 @@ func (h *hold) free() backend.Op {
 
 // release frees every hold of h's token in Redis: one call (after
 // buryFirst's, when it makes one).
-func (h *hold) release(ctx context.Context) error { return h.releaseReply(ctx).Err }
+func (h *Hold) release(ctx context.Context) error { return h.releaseReply(ctx).Err }
 
 // releaseReply is release's reply (unlock.lua's).
-func (h *hold) releaseReply(ctx context.Context) driver.Reply {
+func (h *Hold) releaseReply(ctx context.Context) driver.Reply {
 	h.buryFirst(ctx)
 	return h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.free()) })
 }
@@ -59,7 +59,7 @@ func (h *hold) releaseReply(ctx context.Context) driver.Reply {
 // wait.go), so that a copy landing after the release takes nothing. When
 // the bury fails the release is made all the same: such a copy would
 // take the lock for its TTL at most, as a crashed holder's.
-func (h *hold) buryFirst(ctx context.Context) {
+func (h *Hold) buryFirst(ctx context.Context) {
 	if h.buryFor == 0 || !h.c.caps.Bury {
 		return
 	}
@@ -80,7 +80,7 @@ type releasers struct {
 // background runs f on a goroutine that Close waits for, and reports
 // true; once Close is under way it starts nothing and reports false (the
 // caller then makes its one bounded try itself).
-func (c *Client) background(f func()) bool {
+func (c *Keeper) Background(f func()) bool {
 	r := &c.releasers
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -95,11 +95,11 @@ func (c *Client) background(f func()) bool {
 // (its lease is no longer renewed) but its release failed. It tries until
 // Redis answers or until the hold would have expired by itself on the
 // server, whichever comes first; at Close it makes one last bounded try.
-func (c *Client) releaseLater(h *hold) {
+func (c *Keeper) releaseLater(h *Hold) {
 	h.mu.Lock()
 	until := h.deadline.Add(h.c.drift.Of(h.ttl))
 	h.mu.Unlock()
-	started := c.background(func() {
+	started := c.Background(func() {
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx
 		defer timer.Stop()
 		var err error
@@ -136,12 +136,12 @@ func (c *Client) releaseLater(h *hold) {
 // done on the client's side (a quorum's stalled node has answered, say)
 // — and again until it succeeds (undoLater); ttl is the longest TTL the
 // acquire asked for.
-func (c *Client) undo(ctx context.Context, after <-chan struct{}, ttl time.Duration, undo func(ctx context.Context) error) {
-	ctx, cancel := graced(ctx)
+func (c *Keeper) Undo(ctx context.Context, after <-chan struct{}, ttl time.Duration, undo func(ctx context.Context) error) {
+	ctx, cancel := Graced(ctx)
 	err := undo(ctx)
 	cancel()
 	if err != nil {
-		c.undoLater(after, ttl, undo)
+		c.UndoLater(after, ttl, undo)
 	}
 }
 
@@ -155,9 +155,9 @@ const undoPatience = 30 * time.Second
 // well within the promise that a call returns within 50 ms of its ctx.
 const undoGrace = 20 * time.Millisecond
 
-// graced returns ctx while it lasts; once it has ended, a context that
+// Graced returns ctx while it lasts; once it has ended, a context that
 // lasts undoGrace.
-func graced(ctx context.Context) (context.Context, context.CancelFunc) {
+func Graced(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() == nil {
 		return context.WithCancel(ctx)
 	}
@@ -183,13 +183,13 @@ func graced(ctx context.Context) (context.Context, context.CancelFunc) {
 // then runs the attempt holds it for the TTL at most, as a holder that
 // crashed would. When the Client closes meanwhile it makes one last try
 // at once.
-func (c *Client) undoLater(after <-chan struct{}, ttl time.Duration, undo func(ctx context.Context) error) {
+func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(ctx context.Context) error) {
 	once := func() error {
-		ctx, cancel := bounded(context.Background())
+		ctx, cancel := Bounded(context.Background())
 		defer cancel()
 		return undo(ctx)
 	}
-	started := c.background(func() {
+	started := c.Background(func() {
 		select {
 		case <-after:
 		case <-c.life.Done():
@@ -222,8 +222,8 @@ func (c *Client) undoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 }
 
 // releaseNow makes one release of h, bounded by cleanupTimeout.
-func (c *Client) releaseNow(h *hold) {
-	ctx, cancel := bounded(context.Background())
+func (c *Keeper) releaseNow(h *Hold) {
+	ctx, cancel := Bounded(context.Background())
 	defer cancel()
 	_ = h.release(ctx)
 }
@@ -231,11 +231,11 @@ func (c *Client) releaseNow(h *hold) {
 // releaseHolds releases the holds a closing Client still had, together
 // (one pipeline where the deployment allows) and bounded by
 // cleanupTimeout.
-func (c *Client) releaseHolds(hs []*hold) {
+func (c *Keeper) releaseHolds(hs []*Hold) {
 	if len(hs) == 0 {
 		return
 	}
-	ctx, cancel := bounded(context.Background())
+	ctx, cancel := Bounded(context.Background())
 	defer cancel()
 	ops := make([]backend.Op, len(hs))
 	for i, h := range hs {
@@ -247,7 +247,7 @@ func (c *Client) releaseHolds(hs []*hold) {
 
 // waitReleases stops new background releases and waits for those under
 // way (each makes its last try, bounded, once the Client is closed).
-func (c *Client) waitReleases() {
+func (c *Keeper) waitReleases() {
 	r := &c.releasers
 	r.mu.Lock()
 	r.closed = true

@@ -1,9 +1,10 @@
-package dlock
+package hold
 
 import (
 	"context"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/errs"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 
@@ -24,7 +25,7 @@ import (
 // the next one: a lease is declared lost at its deadline whatever the
 // network does.
 type watchdog struct {
-	c       *Client
+	c       *Keeper
 	results chan []renewal
 	done    chan struct{} // closed when run returns
 
@@ -45,7 +46,7 @@ const (
 
 // renewal is the outcome of renewing one hold.
 type renewal struct {
-	h     *hold
+	h     *Hold
 	start time.Time
 	ttl   time.Duration
 	epoch int
@@ -56,18 +57,18 @@ type renewal struct {
 	err   error // the call failed: outcome unknown
 }
 
-func newWatchdog(c *Client) *watchdog {
+func newWatchdog(c *Keeper) *watchdog {
 	return &watchdog{
 		c:         c,
 		results:   make(chan []renewal),
 		done:      make(chan struct{}),
-		deadlines: newSchedule(func(h *hold) *slot { return &h.deadlineAt }),
-		renewals:  newSchedule(func(h *hold) *slot { return &h.renewAt }),
+		deadlines: newSchedule(func(h *Hold) *slot { return &h.deadlineAt }),
+		renewals:  newSchedule(func(h *Hold) *slot { return &h.renewAt }),
 	}
 }
 
 // add starts watching h. It returns false when the Client is closed.
-func (w *watchdog) add(h *hold) bool {
+func (w *watchdog) add(h *Hold) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w.mu.Lock()
@@ -87,7 +88,7 @@ func (w *watchdog) add(h *hold) bool {
 
 // reschedule puts h at its current times, after a change that may have
 // moved them (Extend, re-entry). h.mu is held.
-func (w *watchdog) reschedule(h *hold) {
+func (w *watchdog) reschedule(h *Hold) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if h.deadlineAt.index < 0 {
@@ -114,7 +115,7 @@ func (w *watchdog) kickBefore(t time.Time) {
 	}
 }
 
-func (w *watchdog) remove(h *hold) {
+func (w *watchdog) remove(h *Hold) {
 	w.mu.Lock()
 	w.deadlines.remove(h)
 	w.renewals.remove(h)
@@ -224,7 +225,7 @@ func (w *watchdog) due(now time.Time) []renewal {
 			// from now: the renewal's start, earlier than its send, so the
 			// lease it confirms ends at the limit, and the server's after)
 			ttl, _ := h.cut(h.ttl, now)
-			ttl = max(ttl, minTTL)
+			ttl = max(ttl, MinTTL)
 			// While an Extend given up on may have run (unsure), the lease in
 			// Redis may be longer than any the hold counts on (an Extend
 			// that landed late counts its TTL from then): the renewal sets
@@ -347,7 +348,7 @@ func (w *watchdog) shutdown() {
 	w.deadlines, w.renewals = newSchedule(w.deadlines.slot), newSchedule(w.renewals.slot)
 	w.mu.Unlock()
 	for _, h := range hs {
-		h.end(ErrClosed)
+		h.end(errs.Closed)
 	}
 	w.c.releaseHolds(hs)
 }

@@ -1,4 +1,4 @@
-package dlock
+package hold
 
 import (
 	"container/heap"
@@ -14,8 +14,8 @@ import (
 // later does not touch the heap); it is never later. The watchdog checks
 // the hold when its key comes up and puts it back with its real time.
 type schedule struct {
-	holds []*hold
-	slot  func(*hold) *slot
+	holds []*Hold
+	slot  func(*Hold) *slot
 }
 
 // slot is a hold's place in one schedule.
@@ -24,7 +24,7 @@ type slot struct {
 	index int // -1 when not in the schedule
 }
 
-func newSchedule(slot func(*hold) *slot) *schedule { return &schedule{slot: slot} }
+func newSchedule(slot func(*Hold) *slot) *schedule { return &schedule{slot: slot} }
 
 func (s *schedule) Len() int           { return len(s.holds) }
 func (s *schedule) Less(i, j int) bool { return s.slot(s.holds[i]).at.Before(s.slot(s.holds[j]).at) }
@@ -34,7 +34,7 @@ func (s *schedule) Swap(i, j int) {
 	s.slot(s.holds[j]).index = j
 }
 func (s *schedule) Push(x any) {
-	h := x.(*hold)
+	h := x.(*Hold)
 	s.slot(h).index = len(s.holds)
 	s.holds = append(s.holds, h)
 }
@@ -48,7 +48,7 @@ func (s *schedule) Pop() any {
 }
 
 // set puts h in the schedule at t, or moves it there.
-func (s *schedule) set(h *hold, t time.Time) {
+func (s *schedule) set(h *Hold, t time.Time) {
 	sl := s.slot(h)
 	sl.at = t
 	if sl.index < 0 {
@@ -61,7 +61,7 @@ func (s *schedule) set(h *hold, t time.Time) {
 // sooner moves h to t if it is in the schedule later than that, or puts
 // it in at t if add is set and it is not in. It reports whether h is now
 // the first.
-func (s *schedule) sooner(h *hold, t time.Time, add bool) bool {
+func (s *schedule) sooner(h *Hold, t time.Time, add bool) bool {
 	sl := s.slot(h)
 	switch {
 	case sl.index < 0 && add:
@@ -75,14 +75,14 @@ func (s *schedule) sooner(h *hold, t time.Time, add bool) bool {
 }
 
 // remove takes h out of the schedule, if it is in.
-func (s *schedule) remove(h *hold) {
+func (s *schedule) remove(h *Hold) {
 	if i := s.slot(h).index; i >= 0 {
 		heap.Remove(s, i)
 	}
 }
 
 // first returns the first hold and its time, or nil.
-func (s *schedule) first() (*hold, time.Time) {
+func (s *schedule) first() (*Hold, time.Time) {
 	if len(s.holds) == 0 {
 		return nil, time.Time{}
 	}

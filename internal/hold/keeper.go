@@ -1,0 +1,77 @@
+package hold
+
+import (
+	"context"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/telemetry"
+)
+
+// Keeper keeps a Client's holds: it makes them, renews them (its
+// watchdog), ends those whose deadline passes, and releases them,
+// retrying in the background when a release fails. One per Client.
+type Keeper struct {
+	be          backend.Backend
+	caps        backend.Caps
+	drift       backend.Drift
+	tel         *telemetry.Telemetry
+	life        context.Context
+	moving      func(ctx context.Context, call func() driver.Reply) driver.Reply
+	clusterHint func(err error)
+	wd          *watchdog
+	releasers   releasers
+}
+
+// Env is what a Keeper needs of its Client.
+type Env struct {
+	Backend backend.Backend
+	Drift   backend.Drift
+	Tel     *telemetry.Telemetry
+	// Life ends when the Client closes: the watchdog stops, ending the
+	// holds still kept (errs.Closed) and releasing them.
+	Life context.Context
+	// Moving runs a call again while a cluster answers it with a
+	// transient error and its ctx lasts (the root's "Topology changes");
+	// ClusterHint refreshes a cluster's slot map after a failed call.
+	Moving      func(ctx context.Context, call func() driver.Reply) driver.Reply
+	ClusterHint func(err error)
+}
+
+// NewKeeper returns the Keeper of a Client, its watchdog running until
+// env.Life ends.
+func NewKeeper(env Env) *Keeper {
+	c := &Keeper{be: env.Backend, caps: env.Backend.Caps(), drift: env.Drift, tel: env.Tel, life: env.Life,
+		moving: env.Moving, clusterHint: env.ClusterHint}
+	c.wd = newWatchdog(c)
+	go c.wd.run(c.life)
+	return c
+}
+
+// Keep makes the hold that an attempt has just taken, with its first
+// lease (known by e), and watches it. When the Client has closed
+// meanwhile it releases the hold (bounded) and returns errs.Closed.
+func (c *Keeper) Keep(ctx context.Context, s Spec, e *End) (*Hold, error) {
+	h := newHold(c, s)
+	_ = h.Attach(e) // a new hold has not ended
+	if !c.wd.add(h) {
+		ctx, cancel := Bounded(ctx)
+		defer cancel()
+		_ = h.release(ctx)
+		return nil, errs.Closed
+	}
+	c.tel.HoldStarted(h.what, h.k.Name)
+	return h, nil
+}
+
+// Close waits, once env.Life has ended, for the watchdog to end and
+// release the holds still kept, and for the background releases under
+// way to make their last try.
+func (c *Keeper) Close() {
+	<-c.wd.done
+	c.waitReleases()
+}
+
+// Tel is the Client's telemetry.
+func (c *Keeper) Tel() *telemetry.Telemetry { return c.tel }
