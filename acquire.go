@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/hold"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 )
@@ -158,11 +159,15 @@ func checkCall(ctx context.Context, c *Client, name string) error {
 // goes up by one in Redis and the lease gets the hold's token and fence.
 func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 	h := outer.of.First()
-	l := &Lease{of: h}
-	if err := h.Reenter(ctx, &outer.end, &l.end); err != nil {
+	r := &struct {
+		Lease
+		end hold.End
+	}{} // one allocation
+	r.Lease = Lease{of: h, end: &r.end}
+	if err := h.Reenter(ctx, outer.end, r.Lease.end); err != nil {
 		return nil, err
 	}
-	return l, nil
+	return &r.Lease, nil
 }
 
 // newToken returns an owner token: 32 hex digits, the Client's id (64

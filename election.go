@@ -242,7 +242,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 // and at Proclaim. It runs beside no Resign (the hold's calls lock).
 func (ld *Leadership) record(ctx context.Context, value string) error {
 	h, k := ld.l.of.First(), ld.e.k
-	err := h.Record(ctx, &ld.l.end, "proclaim", func(seq int64) backend.Op {
+	err := h.Record(ctx, ld.l.end, "proclaim", func(seq int64) backend.Op {
 		return protocol.ElectArgs{Token: h.Token(), Value: value, Observers: k.Channel, Publish: ld.e.c.publish, Seq: seq}.Call(k)
 	})
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 // A Lease is safe for concurrent use: any goroutine may watch Done, read
 // Err, or call Unlock (only the first Unlock releases).
 type Lease struct {
-	of  held     // what it holds: one hold, or a set's parts
-	end hold.End // when it ended and why, and who to tell
+	of  held      // what it holds: one hold, or a set's parts
+	end *hold.End // when it ended and why, and who to tell (a hold's first lease's lives in the hold)
 }
 
 // Name is the name of the lock the lease holds; for a set (LockAll), the
@@ -127,7 +127,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	h := l.of.First()
 	tel := h.Keeper().Tel()
 	ctx, span := tel.Start(ctx, "dlock.Unlock", tel.SpanAttrs(h.What(), h.Keys().Name))
-	err := l.of.Unlock(ctx, &l.end)
+	err := l.of.Unlock(ctx, l.end)
 	if err != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -147,7 +147,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d < minTTL {
 		return invalid("lease TTL %v is below 1ms", d)
 	}
-	return l.of.Extend(ctx, &l.end, d)
+	return l.of.Extend(ctx, l.end, d)
 }
 
 // TTL returns how long the lock has left before it expires, as the server
@@ -157,7 +157,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, invalid("nil context")
 	}
-	return l.of.TTLLeft(ctx, &l.end)
+	return l.of.TTLLeft(ctx, l.end)
 }
 
 // Parts returns the leases of a set's locks in locking order (the order

@@ -14,11 +14,13 @@ import (
 // in locking order. The set's lease ends as soon as any part ends.
 type set struct {
 	leases []*Lease
+	end    hold.End // the set's lease's
 }
 
 // newSet returns the lease of a set of parts.
 func newSet(parts []*Lease) *Lease {
-	l := &Lease{of: &set{leases: parts}}
+	s := &set{leases: parts}
+	l := &Lease{of: s, end: &s.end}
 	for _, p := range parts {
 		p.end.WhenDone(l.end.Finish)
 	}

@@ -438,13 +438,12 @@ func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o backen
 	if a.unknown || a.resent {
 		s.BuryFor = buryFor(p.cfg)
 	}
-	l := &Lease{}
-	h, err := a.c.holds.Keep(ctx, s, &l.end)
+	h, err := a.c.holds.Keep(ctx, s)
 	if err != nil {
 		a.failed(err) // the rest, taken in Redis, is undone by run
 		return nil, err
 	}
-	l.of = h
+	l := &Lease{of: h, end: h.FirstEnd()}
 	a.c.dep.Announce(ctx)
 	return l, nil
 }

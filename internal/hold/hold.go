@@ -55,6 +55,7 @@ type Hold struct {
 	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
 	deadlineAt, renewAt slot
 	epoch               int      // bumped by Extend: older renewals confirm nothing
+	own                 End      // its first lease's (FirstEnd); a re-entered lease brings its own
 	leases              []*End   // unlocked ones are removed (few: one per re-entry)
 	err                 error    // why the hold ended; nil while held
 	seq                 int64    // the last place given in the hold's sequence (see next)
@@ -180,6 +181,10 @@ func (h *Hold) Side() string { return h.side }
 // Handed reports whether a release handed the hold over: no attempt of
 // its own took it.
 func (h *Hold) Handed() bool { return h.handed }
+
+// FirstEnd is the End of the hold's first lease, which Keeper.Keep
+// attached: it lives in the hold (one allocation fewer per lock).
+func (h *Hold) FirstEnd() *End { return &h.own }
 
 // Keeper is the keeper of the Client the hold belongs to.
 func (h *Hold) Keeper() *Keeper { return h.c }

@@ -50,11 +50,11 @@ func NewKeeper(env Env) *Keeper {
 }
 
 // Keep makes the hold that an attempt has just taken, with its first
-// lease (known by e), and watches it. When the Client has closed
+// lease (known by FirstEnd), and watches it. When the Client has closed
 // meanwhile it releases the hold (bounded) and returns errs.Closed.
-func (c *Keeper) Keep(ctx context.Context, s Spec, e *End) (*Hold, error) {
+func (c *Keeper) Keep(ctx context.Context, s Spec) (*Hold, error) {
 	h := newHold(c, s)
-	_ = h.Attach(e) // a new hold has not ended
+	_ = h.Attach(&h.own) // a new hold has not ended
 	if !c.wd.add(h) {
 		ctx, cancel := Bounded(ctx)
 		defer cancel()
