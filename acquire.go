@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
 
+	"github.com/dlock-go/dlock/internal/acquire"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/hold"
 
@@ -95,19 +99,32 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	if handOff {
 		member = protocol.HandOffMember(member, cfg.TTL)
 	}
-	a := &acquisition{c: c, what: r.what, name: r.k.Name, channel: r.k.Channel, token: token, handOff: handOff,
-		spec: backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call,
-			Token: token, Member: member, Cfg: cfg}}
-	p, attempt := c.be.Attempt(&a.spec)
-	a.attempt = attempt
-	a.one[0] = part{k: r.k, what: r.what, side: r.side, p: p, cfg: cfg}
-	a.parts = a.one[:]
+	a := c.acq.New()
+	a.What, a.Name, a.Channel, a.Token, a.HandOff = r.what, r.k.Name, r.k.Channel, token, handOff
+	a.Spec = backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call,
+		Token: token, Member: member, Cfg: cfg}
+	p, attempt := c.be.Attempt(&a.Spec)
+	a.Attempt = attempt
+	a.One(acquire.Part{K: r.k, What: r.what, Side: string(r.side), Ops: p, Cfg: cfg})
 	if r.queue && c.caps.Directed {
-		a.channel = c.wakeTo(r.k).Base + c.id
-		a.keepAlive = cfg.QueueTTL / 3
-		a.leave = func() []protocol.Call { return []protocol.Call{r.leave(member)} }
+		a.Channel = c.wakeTo(r.k).Base + c.id
+		a.KeepAlive = cfg.QueueTTL / 3
+		a.Leave = func() []protocol.Call { return []protocol.Call{r.leave(member)} }
 	}
-	return a.run(ctx, wait)
+	hs, err := a.Run(ctx, wait)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{of: hs[0], end: hs[0].FirstEnd()}, nil
+}
+
+// leasesOf makes the first leases of holds just taken.
+func leasesOf(hs []*hold.Hold) []*Lease {
+	ls := make([]*Lease, len(hs))
+	for i, h := range hs {
+		ls[i] = &Lease{of: h, end: h.FirstEnd()}
+	}
+	return ls
 }
 
 // Locker is what every lock of this package offers: Mutex, FairMutex, and
@@ -182,4 +199,67 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails (crypto/rand, Go 1.24+)
 	return hex.EncodeToString(b)
+}
+
+// Grants that come back too late. A grant whose reply comes after its
+// lease's validity has passed (start+TTL less the drift margin: the
+// server stalled longer than the TTL, say) proves nothing any more: the
+// lock may have expired on the server and gone to another owner. So an
+// acquire never returns such a lease (its Err would say it is lost at
+// once; dlock run would start CMD and stop it at once): it releases what
+// was taken (the lock may still be held in Redis, its TTL counted from
+// when the grant ran), and a Lock acquires again, with a new token, within
+// its ctx, while a TryLock — and a Campaign, as its doc says — fails with
+// ErrNotObtained (and ErrLeaseLost: won, but lost before the reply
+// came). A LockAll that takes its locks one by one does the same when a
+// part's lease ended while it waited for the next (a fixed lease shorter
+// than that wait). The check is the lease's own (Err, its local
+// deadline: expireIfLate), the one Campaign makes after recording its
+// value, and the error says it as Campaign does (wonButLost).
+
+// valid runs take — one acquisition, with a token of its own — until it
+// returns a lease that is still valid, or fails (see above); with again
+// false (a TryLock, a Campaign) it runs it once. Tries again come after a
+// pause that doubles from retryFirst up to retryMax (a server that stays
+// slow is not hammered), and not at all for a lease that no reply can
+// find valid (a TTL within the drift margin: 2 ms or less by default).
+func valid(ctx context.Context, name string, again bool, take func() (*Lease, error)) (*Lease, error) {
+	pause := retryFirst
+	for {
+		l, err := take()
+		if err != nil {
+			return nil, err
+		}
+		lost := l.Err()
+		if lost == nil {
+			return l, nil
+		}
+		// A new token for the next try: a release that hands the lock on
+		// leaves this one in the dead set, where it could take nothing.
+		releaseAll(ctx, []*Lease{l})
+		if !again || slices.ContainsFunc(l.Parts(), func(p *Lease) bool { return p.of.First().NeverValid() }) {
+			return nil, wonButLost(name, lost)
+		}
+		l.of.First().Keeper().Tel().Log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, waitEnded(name, ctx.Err())
+		case <-timer.C:
+		}
+		pause = min(2*pause, retryMax)
+	}
+}
+
+// Tries again of an acquire whose lease ended before it returned (valid).
+const (
+	retryFirst = time.Millisecond
+	retryMax   = 256 * time.Millisecond
+)
+
+// wonButLost is the error of an acquire that won a lock whose lease had
+// ended before the acquire could return it.
+func wonButLost(name string, err error) error {
+	return fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, name, err)
 }

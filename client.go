@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/acquire"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/hold"
@@ -42,16 +43,17 @@ type Client struct {
 	// resendAfter: a call may be sent twice by the client library when
 	// its reply takes this long (the least of the nodes'
 	// driver.Info.ResendAfter; 0: never). See "Acquires sent twice" in
-	// wait.go.
+	// internal/acquire/acquisition.go.
 	resendAfter time.Duration
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
-	holds  *hold.Keeper    // its holds: made, renewed, ended, released
-	hubs   []*wake.Hub     // wake-ups: one per Redis node (one but for a quorum)
-	nodes  []driver.Driver // the Redis nodes: one but for a quorum
+	holds  *hold.Keeper      // its holds: made, renewed, ended, released
+	acq    *acquire.Acquirer // its acquire path
+	hubs   []*wake.Hub       // wake-ups: one per Redis node (one but for a quorum)
+	nodes  []driver.Driver   // the Redis nodes: one but for a quorum
 	drift  backend.Drift
 	tel    *telemetry.Telemetry
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
@@ -194,6 +196,9 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 	}
 	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id,
 		Everywhere: be.Everywhere, Life: c.life, Background: c.holds.Background})
+	c.acq = acquire.New(acquire.Config{Backend: be, Dep: dep, Tel: tel, Hubs: c.hubs, Holds: c.holds, Drift: cfg.drift,
+		ResendAfter: c.resendAfter, Cluster: c.cluster(), ClusterHint: c.clusterHint, Life: c.life,
+		GaveBack: func(err error) bool { _, ok := errors.AsType[*QuorumError](err); return ok }})
 	return c
 }
 
@@ -289,16 +294,12 @@ func (c *Client) clusterHint(err error) {
 // TRYAGAIN, CLUSTERDOWN, LOADING or READONLY, or a node that is gone. A
 // Lock's attempt that meets one of those (transient) while its ctx lasts
 // is not the end of the Lock: the Client refreshes its slot map
-// (clusterHint) and the Lock waits and tries again, from movingFirst
-// doubling to movingMax, or sooner when woken; when its ctx ends, the
+// (clusterHint) and the Lock waits and tries again, from transport.MovingFirst
+// doubling to MovingMax, or sooner when woken; when its ctx ends, the
 // error says what the cluster was answering. The attempt's outcome is
 // unknown meanwhile (it may have taken the lock), so a Lock that ends
 // without the lock undoes it as for any failed attempt. A TryLock, and
 // a Lock on one server or a quorum, returns the error at once.
-const (
-	movingFirst = 25 * time.Millisecond
-	movingMax   = 500 * time.Millisecond
-)
 
 // moving runs a command of a hold (call) again while a cluster answers
 // it with a transient error (see "Topology changes") and ctx lasts: an
@@ -313,11 +314,11 @@ func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Re
 	var pause time.Duration
 	for {
 		r := call()
-		if r.Err == nil || ctx.Err() != nil || !c.cluster() || !transient(r.Err) {
+		if r.Err == nil || ctx.Err() != nil || !c.cluster() || !transport.Transient(r.Err) {
 			return r
 		}
 		c.clusterHint(r.Err)
-		pause = min(max(2*pause, movingFirst), movingMax)
+		pause = min(max(2*pause, transport.MovingFirst), transport.MovingMax)
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():

@@ -468,7 +468,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 		}
 		return false, min(observeIdle, observeBeat), nil
 	}
-	_ = c.waitLoop(ctx, e.k.Name, e.k.Channel, "", nil, 0, check)
+	_ = c.acq.WaitLoop(ctx, e.k.Name, e.k.Channel, "", nil, 0, check)
 }
 
 func (electionProto) Ordered() bool { return true }

@@ -1,15 +1,6 @@
 package dlock
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"os"
-	"strings"
-	"syscall"
-
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 )
 
@@ -70,35 +61,7 @@ func invalid(format string, args ...any) error { return errs.Invalid(format, arg
 
 // waitEnded is the error of a wait cut short by its context: it matches
 // ErrNotObtained and the context's error.
-func waitEnded(name string, ctxErr error) error {
-	return fmt.Errorf("%w: %q: %w", ErrNotObtained, name, ctxErr)
-}
+func waitEnded(name string, ctxErr error) error { return errs.WaitEnded(name, ctxErr) }
 
 // redisErr wraps an error from Redis with what dlock was doing.
 func redisErr(op, name string, err error) error { return errs.Redis(op, name, err) }
-
-// transient reports whether err is one a cluster answers while a slot
-// moves or a master fails over (see "Topology changes" in client.go): a
-// redirection, a cluster that is down or loading, a write sent to a
-// replica, a WAIT cut short because its master became a replica, a script
-// that met a key already migrated away (it stops at that key: the
-// attempt's outcome is unknown, as for any failed attempt), or a round
-// trip to a node that has gone.
-func transient(err error) bool {
-	if e, ok := errors.AsType[*driver.ErrorReply](err); ok {
-		msg := strings.TrimPrefix(e.Error(), "ERR ") // rueidis leaves it out
-		for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN",
-			"UNBLOCKED", "Script attempted to access a non local key"} {
-			if strings.HasPrefix(msg, p) {
-				return true
-			}
-		}
-		return false
-	}
-	// A read that timed out (a node paused by a failover, whose WAIT or
-	// writes wait for its replica) may have run: the outcome is unknown,
-	// as for any failed attempt.
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, os.ErrDeadlineExceeded)
-}

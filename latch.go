@@ -234,7 +234,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return l.c.waitLoop(ctx, l.k.Name, l.k.Channel, "", nil, left,
+	return l.c.acq.WaitLoop(ctx, l.k.Name, l.k.Channel, "", nil, left,
 		func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			n, left, err := l.count(ctx)
 			return n == 0, left, err

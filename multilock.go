@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/acquire"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/hold"
 
@@ -142,7 +143,8 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (*Lease, error) {
 	token := c.newToken()
 	member := c.member(token, 0)
-	a := acquisition{c: c, what: "LockAll", name: name, channel: c.wakeTo(ms[0].k).Base + c.id, token: token}
+	a := c.acq.New()
+	a.What, a.Name, a.Channel, a.Token = "LockAll", name, c.wakeTo(ms[0].k).Base+c.id, token
 	var keys []*protocol.Keys
 	var leave []protocol.Call
 	var place time.Duration
@@ -158,20 +160,20 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 			return nil, err
 		}
 		p := mutexProto{m.k, m.k.Wake}
-		a.parts = append(a.parts, part{k: m.k, what: "Mutex", p: p, cfg: cfg})
+		a.Parts = append(a.Parts, acquire.Part{K: m.k, What: "Mutex", Ops: p, Cfg: cfg})
 		leave = append(leave, p.leave(member))
 		keys = append(keys, m.k)
 		place = max(place, cfg.QueueTTL)
 	}
-	a.keepAlive = place / 3
-	a.leave = func() []protocol.Call { return leave }
+	a.KeepAlive = place / 3
+	a.Leave = func() []protocol.Call { return leave }
 	w := c.wakeTo(ms[0].k)
 	args := protocol.LockAllArgs{Token: token, Member: member, PlaceTTL: place.Milliseconds(), Wake: w}
-	for _, p := range a.parts {
-		args.TTLs = append(args.TTLs, p.cfg.TTL.Milliseconds())
+	for _, p := range a.Parts {
+		args.TTLs = append(args.TTLs, p.Cfg.TTL.Milliseconds())
 	}
 	call := args.Call(keys)
-	a.attempt = func(ctx context.Context, _, _ bool) (backend.Outcome, error) {
+	a.Attempt = func(ctx context.Context, _, _ bool) (backend.Outcome, error) {
 		start := time.Now()
 		res, err := c.be.Grant(ctx, call).Int64Slice()
 		if err == nil && (len(res) < 1 || (res[0] == protocol.ReplyHeld && len(res) != len(ms)+1) || (res[0] == protocol.ReplyBusy && len(res) != 3)) {
@@ -181,11 +183,15 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 			return backend.Outcome{}, redisErr("lock", name, err)
 		}
 		if res[0] == protocol.ReplyBusy {
-			return backend.Outcome{Wait: backend.RetryAfter(res[2], a.parts[res[1]-1].cfg.TTL)}, nil
+			return backend.Outcome{Wait: backend.RetryAfter(res[2], a.Parts[res[1]-1].Cfg.TTL)}, nil
 		}
 		return backend.Outcome{Granted: true, Fences: res[1:], Start: start}, nil
 	}
-	return a.run(ctx, true)
+	hs, err := a.Run(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return newSet(leasesOf(hs)), nil
 }
 
 // releaseAll unlocks leases after a failed LockAll, within undoGrace

@@ -177,7 +177,7 @@ func TestReplayedHandOffWithTheServerClockStandingStill(t *testing.T) {
 		t.Run(kind.mode, func(t *testing.T) {
 			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
 			// As above, a race between two ready events after SIGCONT. The
-			// hand-off is the scripts' and handedOver's, not the driver's:
+			// hand-off is the scripts' and acquire.HandedOver's, not the driver's:
 			// 16 rounds on the default driver, 4 on the others.
 			rounds := 16
 			if envdriver.Name() != "go-redis" {

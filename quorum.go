@@ -297,7 +297,7 @@ func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, c
 	// came after ctx ended, once that node's call can no longer run there.
 	// Nodes that said "held by another" have nothing of ours.
 	back := q.giveBack(t, func(int) protocol.Call { return p.unlock(token, 0, 0) },
-		func(int) protocol.Call { return buryCall(k, token, cfg) })
+		func(int) protocol.Call { return backend.BuryCall(k, token, cfg) })
 	if fenceErr != nil {
 		// No fence can be issued that is sure to be new (see "Fences on a
 		// quorum"): a TryLock fails with why; a Lock waits and tries

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -52,7 +53,7 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	xReady, xDone := make(chan struct{}), make(chan error, 1)
 	xChecks := 0
 	go func() {
-		xDone <- c.waitLoop(xctx, name, channel, "x", nil, time.Hour, func(ctx context.Context, _ string) (bool, time.Duration, error) {
+		xDone <- c.acq.WaitLoop(xctx, name, channel, "x", nil, time.Hour, func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			xChecks++
 			if xChecks == 1 { // subscribed: still held
 				close(xReady)
@@ -68,7 +69,7 @@ func TestWakeUpPassedOnByAWaiterThatGivesUp(t *testing.T) {
 	yChecks := 0
 	yDone := make(chan error, 1)
 	go func() {
-		yDone <- c.waitLoop(ctx, name, channel, "y", nil, time.Hour, func(ctx context.Context, _ string) (bool, time.Duration, error) {
+		yDone <- c.acq.WaitLoop(ctx, name, channel, "y", nil, time.Hour, func(ctx context.Context, _ string) (bool, time.Duration, error) {
 			yChecks++
 			if yChecks == 1 {
 				close(yReady)
@@ -147,7 +148,7 @@ func TestMessageBeforeJoinIsKept(t *testing.T) {
 
 	// The waiter's attempt has been made (the epochs are read before
 	// it); the release that names it comes before it joins.
-	seen := c.epochs(own)
+	seen := c.acq.Epochs(own)
 	if err := admin.Publish(ctx, own, c.id+":T").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestMessageBeforeJoinIsKept(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	got := ""
-	err = c.waitLoop(wctx, "x", own, "T", seen, time.Hour, func(ctx context.Context, msg string) (bool, time.Duration, error) {
+	err = c.acq.WaitLoop(wctx, "x", own, "T", seen, time.Hour, func(ctx context.Context, msg string) (bool, time.Duration, error) {
 		got = msg
 		return true, 0, nil
 	})
@@ -197,8 +198,8 @@ func TestTransient(t *testing.T) {
 		{context.DeadlineExceeded, false},
 		{ErrInvalidArgument, false},
 	} {
-		if got := transient(tt.err); got != tt.want {
-			t.Errorf("transient(%v) = %v, want %v", tt.err, got, tt.want)
+		if got := transport.Transient(tt.err); got != tt.want {
+			t.Errorf("transport.Transient(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }

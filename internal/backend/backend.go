@@ -64,7 +64,7 @@ type Caps struct {
 	// errNotOnQuorum).
 	NotThere func(what string) error
 	// HandOff: a release may hand a freed Mutex to its next waiter
-	// (handoff.go): one deployment with scripts and no replica sync.
+	// (internal/acquire/handoff.go): one deployment with scripts and no replica sync.
 	HandOff bool
 	// Reserve: a freed Mutex is kept for the waiter told (not on a
 	// quorum, whose nodes' queues may disagree on who is first).

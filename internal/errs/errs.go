@@ -33,3 +33,9 @@ func Invalid(format string, args ...any) error {
 func Redis(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
+
+// WaitEnded is the error of a wait cut short by its context: it matches
+// NotObtained and the context's error.
+func WaitEnded(name string, ctxErr error) error {
+	return fmt.Errorf("%w: %q: %w", NotObtained, name, ctxErr)
+}

@@ -30,7 +30,7 @@ type Hold struct {
 	acquired time.Time // when the attempt that took it was sent
 	// maxFrom is when its max hold (WithMaxHold) began: acquired, or, for
 	// a hold handed over by a release, when the hand-off reached the
-	// waiter (handedOver)
+	// waiter (acquire.HandedOver)
 	maxFrom time.Time
 	side    string // the side of an RWMutex hold; "" for other locks
 	token   string
@@ -50,7 +50,7 @@ type Hold struct {
 	limited   bool          // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
 	renewing  bool          // a renewal of it is in flight
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
-	handed    bool          // set when made: a release handed it over (handedOver), no attempt of its own took it
+	handed    bool          // set when made: a release handed it over (acquire.HandedOver), no attempt of its own took it
 	buryFor   time.Duration // set when made: its final release buries the token first, for this long (buryFirst)
 	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
 	deadlineAt, renewAt slot
@@ -143,7 +143,7 @@ type Spec struct {
 	MaxFrom time.Time
 	// BuryFor, when set, buries the token for that long before the final
 	// release (an attempt of its acquire may still reach the server: see
-	// "Acquires sent twice" in the root's wait.go).
+	// "Acquires sent twice" in internal/acquire/acquisition.go).
 	BuryFor time.Duration
 }
 
@@ -657,7 +657,7 @@ func (h *Hold) Reenter(ctx context.Context, outer, e *End) error {
 	h.mu.Unlock()
 	if err := h.leaseErr(e); err != nil {
 		// the reply came after the hold's deadline: the hold is lost
-		// (the root's valid, wait.go), and this lease with it
+		// (the root's valid, acquire.go), and this lease with it
 		return fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
 	return nil

@@ -25,7 +25,7 @@ import (
 // that matches ctx.Err() and is a *lateCall: the command may still run on
 // the server, and lateCall.done closes when go-redis is done with it (a
 // reply, or its own timeout). The acquire path waits for that before it
-// undoes what the call may have granted (the root's wait.go), so that the
+// undoes what the call may have granted (internal/acquire/acquisition.go), so that the
 // undoing cannot run on the server before the grant does. A result a
 // caller gave up on is not read by anybody.
 //

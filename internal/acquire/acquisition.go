@@ -1,47 +1,99 @@
-package dlock
+package acquire
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/deploy"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
-// acquisition is one acquire: a Lock or TryLock of any primitive, or a
+// Acquirer is what acquisitions need of their Client: its deployment,
+// hubs, holds, telemetry. One per Client (New).
+type Acquirer struct {
+	be          backend.Backend
+	caps        backend.Caps
+	dep         *deploy.Deployment
+	tel         *telemetry.Telemetry
+	hubs        []*wake.Hub
+	holds       *hold.Keeper
+	drift       backend.Drift
+	resendAfter time.Duration
+	onCluster   bool
+	clusterHint func(err error)
+	gaveBack    func(err error) bool
+	life        context.Context
+}
+
+// Config is a Client's, for New.
+type Config struct {
+	Backend backend.Backend
+	Dep     *deploy.Deployment
+	Tel     *telemetry.Telemetry
+	Hubs    []*wake.Hub // one per node
+	Holds   *hold.Keeper
+	Drift   backend.Drift
+	// ResendAfter: a call may be sent twice by the client library when
+	// its reply takes this long (the least of the nodes'
+	// driver.Info.ResendAfter; 0: never). See "Acquires sent twice".
+	ResendAfter time.Duration
+	// Cluster: the Client runs on a Redis Cluster (see "Topology
+	// changes" in the root's client.go); ClusterHint refreshes its slot
+	// map after a failed call.
+	Cluster     bool
+	ClusterHint func(err error)
+	// GaveBack reports whether err is a quorum round's that failed and
+	// has given back, node by node, what it may have won: the acquire
+	// has nothing more to undo for it.
+	GaveBack func(err error) bool
+	// Life ends when the Client closes: waits return errs.Closed.
+	Life context.Context
+}
+
+// New returns the Acquirer of a Client.
+func New(cfg Config) *Acquirer {
+	return &Acquirer{be: cfg.Backend, caps: cfg.Backend.Caps(), dep: cfg.Dep, tel: cfg.Tel, hubs: cfg.Hubs, holds: cfg.Holds,
+		drift: cfg.Drift, resendAfter: cfg.ResendAfter, onCluster: cfg.Cluster, clusterHint: cfg.ClusterHint,
+		gaveBack: cfg.GaveBack, life: cfg.Life}
+}
+
+// Acquisition is one acquire: a Lock or TryLock of any primitive, or a
 // LockAll of Mutexes taken by one script. It is the only acquire path:
 // the deployment check, telemetry, the attempt, the wait, the undo of
-// what a failed acquire left, and the holds and leases of what it took.
-type acquisition struct {
-	c       *Client
-	what    string // the primitive, for telemetry ("LockAll" for a set)
-	name    string // the lock's name; a set's names, joined
-	channel string
-	token   string
-	parts   []part              // what it takes: one lock (one[:]), or a set's
-	one     [1]part             // the one lock of a Lock or TryLock (no allocation of its own)
-	spec    backend.AttemptSpec // what the backend was told (its attempts keep a pointer to it)
-	attempt backend.AttemptFunc
-	// keepAlive, when positive, is how often a waiter must try again at
+// what a failed acquire left, and the holds of what it took. The caller
+// (the root's acquire, LockAll) fills in the exported fields, then Runs it.
+type Acquisition struct {
+	c       *Acquirer
+	What    string // the primitive, for telemetry ("LockAll" for a set)
+	Name    string // the lock's name; a set's names, joined
+	Channel string // where its wake-ups come
+	Token   string
+	Parts   []Part              // what it takes: one lock (One), or a set's
+	one     [1]Part             // the one lock of a Lock or TryLock (no allocation of its own)
+	held    [1]*hold.Hold       // the hold of that one lock (no allocation of its own)
+	Spec    backend.AttemptSpec // what the backend was told (its attempts keep a pointer to it)
+	Attempt backend.AttemptFunc
+	// KeepAlive, when positive, is how often a waiter must try again at
 	// the least, to keep its place in a queue alive.
-	keepAlive time.Duration
-	// leave, if set, gives up the waiter's places (one call per lock)
+	KeepAlive time.Duration
+	// Leave, if set, gives up the waiter's places (one call per lock)
 	// when a Lock gives up without the lock (ctx ended, client closed,
 	// Redis error). Built only then.
-	leave func() []protocol.Call
-	// handOff: a release may hand the lock to this waiter (handoff.go);
+	Leave func() []protocol.Call
+	// HandOff: a release may hand the lock to this waiter (handoff.go);
 	// last is its latest place, which a hand-off names.
-	handOff bool
+	HandOff bool
 	last    backend.Place
 	// moving is the last cluster error a Lock's attempt met and waited
-	// through (see "Topology changes" in client.go), and pause how long it waited.
+	// through (see "Topology changes" in the root's client.go), and pause how long it waited.
 	moving error
 	// why is why the last attempt was not won, when it says (outcome.why)
 	why   error
@@ -49,13 +101,22 @@ type acquisition struct {
 	unsettled
 }
 
-// part is one lock an acquisition takes.
-type part struct {
-	k    *protocol.Keys
-	what string
-	side side
-	p    backend.HoldOps
-	cfg  lockConfig
+// New returns an acquisition by c; the caller fills it in.
+func (c *Acquirer) New() *Acquisition { return &Acquisition{c: c} }
+
+// One makes p the one lock the acquisition takes (a Lock or TryLock).
+func (a *Acquisition) One(p Part) {
+	a.one[0] = p
+	a.Parts = a.one[:]
+}
+
+// Part is one lock an acquisition takes.
+type Part struct {
+	K    *protocol.Keys
+	What string
+	Side string // an RWMutex's side; "" for other locks
+	Ops  backend.HoldOps
+	Cfg  backend.LockConfig
 }
 
 // unsettled records whether an acquire's attempt failed with its outcome
@@ -104,9 +165,9 @@ func (o *unsettled) after() <-chan struct{} {
 
 // each runs one call per lock of the acquisition (mk builds it) on every
 // node, and returns the errors joined.
-func (a *acquisition) each(ctx context.Context, mk func(p part) protocol.Call) error {
+func (a *Acquisition) each(ctx context.Context, mk func(p Part) protocol.Call) error {
 	var errs []error
-	for _, p := range a.parts {
+	for _, p := range a.Parts {
 		errs = append(errs, a.c.be.Everywhere(ctx, mk(p)))
 	}
 	return errors.Join(errs...)
@@ -120,20 +181,22 @@ func (a *acquisition) each(ctx context.Context, mk func(p part) protocol.Call) e
 // returns when Redis answers within undoGrace, else in the background
 // (Client.undo). So no lock is left held by nobody, and run returns as
 // soon as ctx ends.
-func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) {
+// Run runs the acquisition: a TryLock (wait false) or a Lock. It returns
+// the holds it took: its one lock's, or a set's, in its Parts' order.
+func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err error) {
 	c := a.c
 	start := time.Now()
-	ctx, span := c.tel.AcquireStarted(ctx, a.what, a.name, wait)
-	defer func() { c.tel.AcquireEnded(ctx, span, a.what, a.name, start, err) }()
+	ctx, span := c.tel.AcquireStarted(ctx, a.What, a.Name, wait)
+	defer func() { c.tel.AcquireEnded(ctx, span, a.What, a.Name, start, err) }()
 	if err := c.dep.Check(ctx); err != nil {
 		if ctx.Err() != nil {
-			return nil, waitEnded(a.name, ctx.Err())
+			return nil, errs.WaitEnded(a.Name, ctx.Err())
 		}
 		return nil, err
 	}
 	defer func() {
-		leave := wait && a.leave != nil
-		if l != nil || (!a.unknown && !leave) {
+		leave := wait && a.Leave != nil
+		if hs != nil || (!a.unknown && !leave) {
 			return
 		}
 		// Settled, for an acquire, means buried: once the token is in the
@@ -147,16 +210,16 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 			// its TTL at most; the whole undo runs again later.
 			var err0, err1, err2 error
 			if c.caps.Bury {
-				err0 = a.each(ctx, func(p part) protocol.Call { return buryCall(p.k, a.token, p.cfg) })
+				err0 = a.each(ctx, func(p Part) protocol.Call { return backend.BuryCall(p.K, a.Token, p.Cfg) })
 			}
 			if a.unknown {
-				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.name, "err", err)
-				for _, p := range a.parts {
-					err1 = errors.Join(err1, c.be.Run(ctx, p.p.Release(a.token, 0, 0)).Err)
+				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.Name, "err", err)
+				for _, p := range a.Parts {
+					err1 = errors.Join(err1, c.be.Run(ctx, p.Ops.Release(a.Token, 0, 0)).Err)
 				}
 			}
 			if leave {
-				for _, lc := range a.leave() {
+				for _, lc := range a.Leave() {
 					err2 = errors.Join(err2, c.be.Everywhere(ctx, lc))
 				}
 			}
@@ -165,119 +228,46 @@ func (a *acquisition) run(ctx context.Context, wait bool) (l *Lease, err error) 
 	}()
 	var seen []uint64
 	if wait {
-		seen = c.epochs(a.channel)
+		seen = c.Epochs(a.Channel)
 	}
-	l, next, err := a.try(ctx, wait, "")
-	if l != nil || err != nil {
-		return l, err
+	hs, next, err := a.try(ctx, wait, "")
+	if hs != nil || err != nil {
+		return hs, err
 	}
 	if !wait {
 		if a.why != nil {
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotObtained, a.name, a.why)
+			return nil, fmt.Errorf("%w: %q: %w", errs.NotObtained, a.Name, a.why)
 		}
-		return nil, fmt.Errorf("%w: %q is held", ErrNotObtained, a.name)
+		return nil, fmt.Errorf("%w: %q is held", errs.NotObtained, a.Name)
 	}
 
 	c.dep.Announce(ctx) // inspectors can tell who waits
-	c.tel.Waiting(a.what, a.name, 1)
-	defer c.tel.Waiting(a.what, a.name, -1)
-	err = c.waitLoop(ctx, a.name, a.channel, a.token, seen, a.bound(next),
+	c.tel.Waiting(a.What, a.Name, 1)
+	defer c.tel.Waiting(a.What, a.Name, -1)
+	err = c.WaitLoop(ctx, a.Name, a.Channel, a.Token, seen, a.bound(next),
 		func(ctx context.Context, msg string) (bool, time.Duration, error) {
 			var next time.Duration
-			l, next, err = a.try(ctx, true, msg)
-			return l != nil || err != nil, a.bound(next), err
+			hs, next, err = a.try(ctx, true, msg)
+			return hs != nil || err != nil, a.bound(next), err
 		})
-	if err != nil && a.moving != nil && errors.Is(err, ErrNotObtained) {
+	if err != nil && a.moving != nil && errors.Is(err, errs.NotObtained) {
 		err = fmt.Errorf("%w (the cluster was failing meanwhile: %w)", err, a.moving)
 	}
-	if err != nil && a.why != nil && errors.Is(err, ErrNotObtained) {
+	if err != nil && a.why != nil && errors.Is(err, errs.NotObtained) {
 		err = fmt.Errorf("%w (its last round: %w)", err, a.why)
 	}
-	return l, err
+	return hs, err
 }
 
-// Grants that come back too late. A grant whose reply comes after its
-// lease's validity has passed (start+TTL less the drift margin: the
-// server stalled longer than the TTL, say) proves nothing any more: the
-// lock may have expired on the server and gone to another owner. So an
-// acquire never returns such a lease (its Err would say it is lost at
-// once; dlock run would start CMD and stop it at once): it releases what
-// was taken (the lock may still be held in Redis, its TTL counted from
-// when the grant ran), and a Lock acquires again, with a new token, within
-// its ctx, while a TryLock — and a Campaign, as its doc says — fails with
-// ErrNotObtained (and ErrLeaseLost: won, but lost before the reply
-// came). A LockAll that takes its locks one by one does the same when a
-// part's lease ended while it waited for the next (a fixed lease shorter
-// than that wait). The check is the lease's own (Err, its local
-// deadline: expireIfLate), the one Campaign makes after recording its
-// value, and the error says it as Campaign does (wonButLost).
-
-// valid runs take — one acquisition, with a token of its own — until it
-// returns a lease that is still valid, or fails (see above); with again
-// false (a TryLock, a Campaign) it runs it once. Tries again come after a
-// pause that doubles from retryFirst up to retryMax (a server that stays
-// slow is not hammered), and not at all for a lease that no reply can
-// find valid (a TTL within the drift margin: 2 ms or less by default).
-func valid(ctx context.Context, name string, again bool, take func() (*Lease, error)) (*Lease, error) {
-	pause := retryFirst
-	for {
-		l, err := take()
-		if err != nil {
-			return nil, err
-		}
-		lost := l.Err()
-		if lost == nil {
-			return l, nil
-		}
-		// A new token for the next try: a release that hands the lock on
-		// leaves this one in the dead set, where it could take nothing.
-		releaseAll(ctx, []*Lease{l})
-		if !again || slices.ContainsFunc(l.Parts(), func(p *Lease) bool { return p.of.First().NeverValid() }) {
-			return nil, wonButLost(name, lost)
-		}
-		l.of.First().Keeper().Tel().Log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
-		timer := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, waitEnded(name, ctx.Err())
-		case <-timer.C:
-		}
-		pause = min(2*pause, retryMax)
-	}
-}
-
-// Tries again of an acquire whose lease ended before it returned (valid).
-const (
-	retryFirst = time.Millisecond
-	retryMax   = 256 * time.Millisecond
-)
-
-// wonButLost is the error of an acquire that won a lock whose lease had
-// ended before the acquire could return it.
-func wonButLost(name string, err error) error {
-	return fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, name, err)
-}
-
-// buryCall is bury.lua for token: its late attempts are refused for
-// buryFor(cfg).
-func buryCall(k *protocol.Keys, token string, cfg lockConfig) protocol.Call {
-	return protocol.BuryArgs{Token: token, For: buryFor(cfg).Milliseconds()}.Call(k)
-}
-
-// buryFor is how long a buried token is refused: twice the longest the
-// acquire's lease or place could last.
-func buryFor(cfg lockConfig) time.Duration { return 2 * max(cfg.TTL, cfg.QueueTTL) }
-
-// waitLoop waits on a channel until check reports done or fails. It
+// WaitLoop waits on a channel until check reports done or fails. It
 // joins the channel's listeners, checks once the subscription is confirmed
 // (a release may have come before it) — unless it was already subscribed,
 // with the same epochs, before the attempt that came first (seen, from
 // epochs) — then sleeps until a notification or first/the next bound that
 // check returned, whichever is sooner, and checks again. When ctx ends it
-// returns an error matching ErrNotObtained and ctx.Err(); when the Client
-// closes, ErrClosed.
-func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen []uint64, bound time.Duration,
+// returns an error matching errs.NotObtained and ctx.Err(); when the Client
+// closes, errs.Closed.
+func (c *Acquirer) WaitLoop(ctx context.Context, name, channel, token string, seen []uint64, bound time.Duration,
 	check func(ctx context.Context, msg string) (done bool, next time.Duration, err error)) error {
 	c.dep.ProbePubSub(ctx, channel) // once per Client: are its channels granted?
 	// One wake channel, however many nodes may publish the release.
@@ -328,9 +318,9 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 				}
 			}
 		case <-ctx.Done():
-			return waitEnded(name, ctx.Err())
+			return errs.WaitEnded(name, ctx.Err())
 		case <-c.life.Done():
-			return ErrClosed
+			return errs.Closed
 		}
 		msg := ""
 		if woken {
@@ -351,24 +341,24 @@ func (c *Client) waitLoop(ctx context.Context, name, channel, token string, seen
 }
 
 // ttl is the longest TTL the acquisition asks for.
-func (a *acquisition) ttl() time.Duration {
+func (a *Acquisition) ttl() time.Duration {
 	var d time.Duration
-	for _, p := range a.parts {
-		d = max(d, p.cfg.TTL)
+	for _, p := range a.Parts {
+		d = max(d, p.Cfg.TTL)
 	}
 	return d
 }
 
 // try makes one attempt, or takes the lock that msg, a hand-off, gave
 // it. One whose outcome is unknown is marked so, for run to undo it.
-func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease, time.Duration, error) {
-	if a.handOff && msg != "" {
-		if o, ok := handedOver(msg, a.last, a.c.drift); ok {
+func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold.Hold, time.Duration, error) {
+	if a.HandOff && msg != "" {
+		if o, ok := HandedOver(msg, a.last, a.c.drift); ok {
 			return a.lease(ctx, o)
 		}
 	}
 	sent := time.Now()
-	o, err := a.attempt(ctx, queued, !a.last.Sent.IsZero())
+	o, err := a.Attempt(ctx, queued, !a.last.Sent.IsZero())
 	if r := a.c.resendAfter; r > 0 && time.Since(sent) >= r {
 		a.resent = true
 	}
@@ -383,15 +373,15 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 		a.c.clusterHint(err)
 		// A quorum's round that failed has given back what it may have
 		// won, node by node (giveBack).
-		if _, quorum := errors.AsType[*QuorumError](err); !quorum && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
+		if !a.c.gaveBack(err) && !errors.Is(err, errs.Closed) && !errors.Is(err, errs.InvalidArgument) {
 			a.failed(err)
 		}
 		if ctx.Err() != nil {
-			return nil, 0, waitEnded(a.name, ctx.Err())
+			return nil, 0, errs.WaitEnded(a.Name, ctx.Err())
 		}
-		if queued && a.c.cluster() && transient(err) {
+		if queued && a.c.onCluster && transport.Transient(err) {
 			a.moving = err
-			a.pause = min(max(2*a.pause, movingFirst), movingMax)
+			a.pause = min(max(2*a.pause, transport.MovingFirst), transport.MovingMax)
 			return nil, a.pause, nil
 		}
 		return nil, 0, err
@@ -409,47 +399,60 @@ func (a *acquisition) try(ctx context.Context, queued bool, msg string) (*Lease,
 	return nil, o.Wait, nil
 }
 
-// lease makes the holds of what an attempt took, registers them with the
-// watchdog, and returns their lease: a set's when it took several. If the
-// Client was closed meanwhile it returns ErrClosed, and run undoes what
-// was taken.
-func (a *acquisition) lease(ctx context.Context, o backend.Outcome) (*Lease, time.Duration, error) {
+// lease makes the holds of what an attempt took, registered with the
+// watchdog: its one lock's, or a set's. If the Client was closed
+// meanwhile it returns errs.Closed, and run undoes what was taken.
+func (a *Acquisition) lease(ctx context.Context, o backend.Outcome) ([]*hold.Hold, time.Duration, error) {
 	if o.Fences == nil { // one lock
-		l, err := a.leaseOf(ctx, a.parts[0], o.Fence, o)
-		return l, 0, err
-	}
-	leases := make([]*Lease, len(a.parts))
-	for i, p := range a.parts {
-		l, err := a.leaseOf(ctx, p, o.Fences[i], o)
+		h, err := a.leaseOf(ctx, a.Parts[0], o.Fence, o)
 		if err != nil {
-			releaseAll(ctx, leases[:i])
 			return nil, 0, err
 		}
-		leases[i] = l
+		a.held[0] = h
+		return a.held[:], 0, nil
 	}
-	return newSet(leases), 0, nil
+	hs := make([]*hold.Hold, len(a.Parts))
+	for i, p := range a.Parts {
+		h, err := a.leaseOf(ctx, p, o.Fences[i], o)
+		if err != nil {
+			Release(ctx, hs[:i])
+			return nil, 0, err
+		}
+		hs[i] = h
+	}
+	return hs, 0, nil
 }
 
-// leaseOf makes the hold of one lock taken with fence, and its lease. If
-// the Client was closed meanwhile, what was taken is undone by run.
-func (a *acquisition) leaseOf(ctx context.Context, p part, fence int64, o backend.Outcome) (*Lease, error) {
-	s := hold.Spec{Keys: p.k, What: p.what, Ops: p.p, Token: a.token, Fence: fence, Cfg: p.cfg, Side: string(p.side),
+// leaseOf makes the hold of one lock taken with fence. If the Client was
+// closed meanwhile, what was taken is undone by run.
+func (a *Acquisition) leaseOf(ctx context.Context, p Part, fence int64, o backend.Outcome) (*hold.Hold, error) {
+	s := hold.Spec{Keys: p.K, What: p.What, Ops: p.Ops, Token: a.Token, Fence: fence, Cfg: p.Cfg, Side: p.Side,
 		Start: o.Start, Handed: o.Handed, TTL: o.TTL, MaxFrom: o.MaxFrom}
 	if a.unknown || a.resent {
-		s.BuryFor = buryFor(p.cfg)
+		s.BuryFor = backend.BuryFor(p.Cfg)
 	}
 	h, err := a.c.holds.Keep(ctx, s)
 	if err != nil {
 		a.failed(err) // the rest, taken in Redis, is undone by run
 		return nil, err
 	}
-	l := &Lease{of: h, end: h.FirstEnd()}
 	a.c.dep.Announce(ctx)
-	return l, nil
+	return h, nil
 }
 
-// epochs returns each hub's epoch of a channel (see hub.epoch).
-func (c *Client) epochs(channel string) []uint64 {
+// Release unlocks the first leases of holds just taken, the last taken
+// first, within ctx or, once it has ended, within undoGrace (a release
+// that cannot be made then goes on in the background: hold.Hold.Unlock).
+func Release(ctx context.Context, hs []*hold.Hold) {
+	ctx, cancel := hold.Graced(ctx)
+	defer cancel()
+	for i := len(hs) - 1; i >= 0; i-- {
+		_ = hs[i].Unlock(ctx, hs[i].FirstEnd())
+	}
+}
+
+// Epochs returns each hub's epoch of a channel (see hub.epoch).
+func (c *Acquirer) Epochs(channel string) []uint64 {
 	e := make([]uint64, len(c.hubs))
 	for i, h := range c.hubs {
 		e[i] = h.Epoch(channel)
@@ -458,9 +461,9 @@ func (c *Client) epochs(channel string) []uint64 {
 }
 
 // bound caps a wait at the keep-alive interval.
-func (a *acquisition) bound(d time.Duration) time.Duration {
-	if a.keepAlive > 0 && d > a.keepAlive {
-		return a.keepAlive
+func (a *Acquisition) bound(d time.Duration) time.Duration {
+	if a.KeepAlive > 0 && d > a.KeepAlive {
+		return a.KeepAlive
 	}
 	return d
 }

@@ -1,4 +1,4 @@
-package dlock
+package acquire
 
 import (
 	"time"
@@ -27,13 +27,13 @@ import (
 //     the queue is told the value of the lock's fence counter as that
 //     attempt found it (lock.lua's {0, wait, seen}); the acquire keeps
 //     the latest (place, from the latest such attempt whose reply came).
-//   - What it does: take it with no request of its own (handedOver,
+//   - What it does: take it with no request of its own (HandedOver,
 //     below, reads the message as an attempt's outcome), or, when the
 //     message is not one it can count on, make an ordinary attempt, which
 //     takes the lock if it is still this waiter's (lock.lua finds its
 //     token in the hash).
 //
-// Why a hand-off honoured by handedOver cannot make two owners. What it
+// Why a hand-off honoured by HandedOver cannot make two owners. What it
 // assumes, and nothing more: (1) scripts run one at a time on the server,
 // each as one step; (2) the fence counter the lock shares never goes down
 // (it is only INCR'd and never expires: the assumption every fence rests
@@ -71,13 +71,13 @@ import (
 // issue 33). A pause after the message is checked is the lease's own
 // business: its local deadline passes, and Err says so.
 
-// handedOver reads msg, a hand-off to this waiter, whose latest place is
+// HandedOver reads msg, a hand-off to this waiter, whose latest place is
 // p (see "Hand-off" above), as the outcome of an attempt: the lock taken
 // with no request. ok is false when msg is not a hand-off, came before
 // p's attempt ran (its fence is not above p.seen), or leaves too little
 // time to count on (less than a quarter of the lease after the drift
 // margin d): the caller then makes an attempt.
-func handedOver(msg string, p backend.Place, d backend.Drift) (o backend.Outcome, ok bool) {
+func HandedOver(msg string, p backend.Place, d backend.Drift) (o backend.Outcome, ok bool) {
 	m, ok := protocol.ParseHandOff(msg)
 	if !ok || p.Sent.IsZero() || !p.Named || m.Fence <= p.Seen {
 		return o, false
