@@ -35,7 +35,7 @@ type Client struct {
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
 	// fence is the fence counter every lock shares, or "" for one per
-	// cluster slot (keys.go, "Fence counters").
+	// cluster slot (internal/protocol/keys.go, "Fence counters").
 	fence string
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
@@ -328,3 +328,13 @@ func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Re
 		}
 	}
 }
+
+// Health returns nil, or an error saying what the deployment refuses that
+// the Client works around at a cost. It is an error matching
+// ErrPubSubRefused once the Client found that its ACL user may not publish
+// on its channels (the check of the first Lock or TryLock, or a release
+// whose wake-up was refused): locks stay correct, but releases wake
+// nobody, so every wait polls (from 16 ms, doubling, up to 256 ms) and
+// costs that much more. The Client also logs it once (WithLogger). Health
+// does no I/O and does not block.
+func (c *Client) Health() error { return c.dep.Refused() }

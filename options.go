@@ -68,7 +68,7 @@ func WithShardedPubSub(on bool) Option {
 }
 
 // WithSlotFences chooses fence counters per cluster hash slot, as on a
-// Redis Cluster, rather than one for every lock (keys.go, "Fence
+// Redis Cluster, rather than one for every lock (internal/protocol/keys.go, "Fence
 // counters"). Default: on for a cluster client, off otherwise; set it on
 // for a proxy that shards by slot without being a cluster to its clients
 // (a script there must touch the keys of one slot: without it every
@@ -305,4 +305,15 @@ func WithNameAttribute() Option {
 func newTelemetry(cfg clientConfig) *telemetry.Telemetry {
 	return telemetry.New(telemetry.Config{Logger: cfg.logger, Meters: cfg.meters, Tracers: cfg.tracers, Names: cfg.names,
 		Closed: ErrClosed, Invalid: ErrInvalidArgument, Busy: ErrNotObtained})
+}
+
+// WithEvictionRisk lets the Client run on a server whose maxmemory-policy
+// may evict keys (anything but noeviction). Without it, the first Lock or
+// TryLock of such a Client fails with an error matching ErrEvictionPolicy.
+// With it, the Client works there and logs one warning: an evicted lock
+// key lets a second owner in while the first still holds a live lease,
+// and an evicted fence counter issues fences that were issued before.
+// Default: off.
+func WithEvictionRisk() Option {
+	return func(c *clientConfig) { c.evictionRisk = true }
 }
