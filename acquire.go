@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/acquire"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -172,6 +173,13 @@ func checkCall(ctx context.Context, c *Client, name string) error {
 	return nil
 }
 
+// leaseFrom returns the lease that ctx carries for the lock's side, if
+// any: always a single lease (a set carries its parts).
+func leaseFrom(ctx context.Context, c *Client, lock string, s side) *Lease {
+	l, _ := ctx.Value(leaseKey{c.holds, lock, s}).(*Lease)
+	return l
+}
+
 // reenter adds a lease to the hold that outer belongs to: the hold count
 // goes up by one in Redis and the lease gets the hold's token and fence.
 func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
@@ -245,7 +253,7 @@ func valid(ctx context.Context, name string, again bool, take func() (*Lease, er
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, waitEnded(name, ctx.Err())
+			return nil, errs.WaitEnded(name, ctx.Err())
 		case <-timer.C:
 		}
 		pause = min(2*pause, retryMax)
@@ -262,4 +270,15 @@ const (
 // ended before the acquire could return it.
 func wonButLost(name string, err error) error {
 	return fmt.Errorf("%w: %q: won, but %w", ErrNotObtained, name, err)
+}
+
+// releaseAll unlocks leases after a failed LockAll, within undoGrace
+// when ctx has ended; a release that cannot be made then goes on in the
+// background (see hold.Hold.Unlock).
+func releaseAll(ctx context.Context, leases []*Lease) {
+	ctx, cancel := hold.Graced(ctx)
+	defer cancel()
+	for i := len(leases) - 1; i >= 0; i-- {
+		_ = leases[i].Unlock(ctx)
+	}
 }

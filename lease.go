@@ -98,12 +98,6 @@ func (l *Lease) carry(ctx context.Context) context.Context {
 	return context.WithValue(ctx, leaseKey{h.Keeper(), h.Keys().Lock, side(h.Side())}, l)
 }
 
-// leaseFrom returns the lease that ctx carries for the lock's side, if
-// any: always a single lease (a set carries its parts).
-func leaseFrom(ctx context.Context, c *Client, lock string, s side) *Lease {
-	l, _ := ctx.Value(leaseKey{c.holds, lock, s}).(*Lease)
-	return l
-}
 
 // Unlock releases the lease. When it was the last lease of its hold (no
 // re-entered lease is still held) the lock becomes free and one waiter is

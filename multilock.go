@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/acquire"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/hold"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 )
@@ -192,15 +191,4 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 		return nil, err
 	}
 	return newSet(leasesOf(hs)), nil
-}
-
-// releaseAll unlocks leases after a failed LockAll, within undoGrace
-// when ctx has ended; a release that cannot be made then goes on in the
-// background (see hold.Hold.Unlock).
-func releaseAll(ctx context.Context, leases []*Lease) {
-	ctx, cancel := hold.Graced(ctx)
-	defer cancel()
-	for i := len(leases) - 1; i >= 0; i-- {
-		_ = leases[i].Unlock(ctx)
-	}
 }
