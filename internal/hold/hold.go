@@ -23,43 +23,49 @@ import (
 // lease is unlocked, or for all of its leases at once when it is lost.
 // Its leases are dlock.Leases, which it knows by their End.
 type Hold struct {
+	// Set when it is made, read-only after: no lock.
 	c        *Keeper
 	k        *protocol.Keys
 	p        backend.HoldOps
-	what     string    // the primitive, for telemetry
-	acquired time.Time // when the attempt that took it was sent
-	// maxFrom is when its max hold (WithMaxHold) began: acquired, or, for
-	// a hold handed over by a release, when the hand-off reached the
-	// waiter (acquire.HandedOver)
+	what     string // the primitive, for telemetry
+	side     string // the side of an RWMutex hold; "" for other locks
+	token    string
+	fence    int64
+	acquired time.Time     // when the attempt that took it was sent
+	maxHold  time.Duration // WithMaxHold: no command sets its lease past maxFrom+maxHold (maxEnd); 0: none
+	buryFor  time.Duration // its final release buries the token first, for this long (buryFirst); 0: not
+	renew    bool          // the watchdog renews it
+	handed   bool          // a release handed it over (acquire.HandedOver), no attempt of its own took it
+	// maxFrom is when its max hold began: acquired, or, for a hold handed
+	// over by a release, when the hand-off reached the waiter. Set before
+	// it is shared (newHold).
 	maxFrom time.Time
-	side    string // the side of an RWMutex hold; "" for other locks
-	token   string
-	fence   int64
 
 	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
 	calls sync.Mutex
 
+	// Guarded by mu.
 	mu        sync.Mutex
-	count     int           // holds in Redis (under op for writes)
+	count     int           // holds in Redis (written under calls too)
 	ttl       time.Duration // lease length used by renewals
 	deadline  time.Time     // local: the lease may be gone after this
 	nextRenew time.Time     // when the watchdog renews it next
-	maxHold   time.Duration // WithMaxHold: no command sets its lease past maxFrom+maxHold (maxEnd); 0: none
-	renew     bool          // the watchdog renews it (set when made; beside the flags below, to pack them)
+	epoch     int           // bumped by Extend: older renewals confirm nothing
+	seq       int64         // the last place given in the hold's sequence (see next)
+	unsure    []unsure      // Extends given up on that may still set the lease (see mayHaveSet)
 	limited   bool          // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
 	renewing  bool          // a renewal of it is in flight
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
-	handed    bool          // set when made: a release handed it over (acquire.HandedOver), no attempt of its own took it
-	buryFor   time.Duration // set when made: its final release buries the token first, for this long (buryFirst)
-	// Its places in the watchdog's schedules (guarded by the watchdog's mu).
+	err       error         // why the hold ended; nil while held
+	leases    []*End        // its leases' ends; unlocked ones are removed (few: one per re-entry)
+
+	// Guarded by the watchdog's mu: its places in the watchdog's schedules.
 	deadlineAt, renewAt slot
-	epoch               int      // bumped by Extend: older renewals confirm nothing
-	own                 End      // its first lease's (FirstEnd); a re-entered lease brings its own
-	leases              []*End   // unlocked ones are removed (few: one per re-entry)
-	err                 error    // why the hold ended; nil while held
-	seq                 int64    // the last place given in the hold's sequence (see next)
-	unsure              []unsure // Extends given up on that may still set the lease (see mayHaveSet)
+
+	// own is its first lease's End (FirstEnd), guarded by its own mu; a
+	// re-entered lease brings its own.
+	own End
 }
 
 // Late commands. A command that the client gave up on is not a command
