@@ -97,7 +97,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 		member = protocol.HandOffMember(member, cfg.TTL)
 	}
 	a := &acquisition{c: c, what: r.what, name: r.k.Name, channel: r.k.Channel, token: token, handOff: handOff,
-		spec: backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call,
+		spec: backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call, Leave: r.leave,
 			Token: token, Member: member, Cfg: cfg}}
 	p, attempt := c.be.Attempt(&a.spec)
 	a.attempt = attempt
