@@ -102,7 +102,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	}
 	a := c.acq.New()
 	a.What, a.Name, a.Channel, a.Token, a.HandOff = r.what, r.k.Name, r.k.Channel, token, handOff
-	a.Spec = backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call,
+	a.Spec = backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call, Leave: r.leave,
 		Token: token, Member: member, Cfg: cfg}
 	p, attempt := c.be.Attempt(&a.Spec)
 	a.Attempt = attempt

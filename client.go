@@ -191,8 +191,8 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 	c.life, c.cancel = context.WithCancel(context.Background())
 	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Moving: c.moving, ClusterHint: c.clusterHint})
 	var timeout time.Duration // a quorum's node timeout bounds its checks of one node
-	if q, ok := be.(*quorum); ok {
-		timeout = q.timeout
+	if q, ok := be.(*backend.Quorum); ok {
+		timeout = q.NodeTimeout()
 	}
 	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id,
 		Everywhere: be.Everywhere, Life: c.life, Background: c.holds.Background})

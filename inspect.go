@@ -220,7 +220,7 @@ func (c *Client) reader() (driver.Driver, error) {
 	if c.rdb != nil {
 		return c.rdb, nil
 	}
-	return nil, errNotOnQuorum("inspection")
+	return nil, c.caps.NotThere("inspection")
 }
 
 // Inspect reads one lock: its holders (with who they are, when their

@@ -262,5 +262,4 @@ func plainForce(ctx context.Context, c *Client, r driver.Driver, k *protocol.Key
 var (
 	_ backend.Reentrant = mutexProto{}
 	_ backend.Reentrant = rwProto{}
-	_ backend.Reentrant = quorumProto{}
 )

@@ -1,37 +1,22 @@
 package dlock
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
 
-	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
 )
 
-// quorum is the RedLock side of a Client made by NewQuorum: N independent
-// masters, of which a majority must agree.
-type quorum struct {
-	nodes []driver.Driver
-	quorumConfig
-	mark  string // the key of each node's mark (see "Fences on a quorum")
-	drift backend.Drift
-	log   *slog.Logger
-	// stragglers are node calls still running after their operation was
-	// decided by a majority; Close waits for them.
-	stragglers sync.WaitGroup
-}
+// The RedLock backend itself (rounds, fences and their proof, "Fences on
+// a quorum") is internal/backend's quorum.go; the root keeps its
+// constructor, its options and the errors a user sees.
 
 // quorumConfig is what the quorum options set.
 type quorumConfig struct {
@@ -93,50 +78,21 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if cfg.noScripts || cfg.sync != (backend.ReplicaSync{}) || cfg.shardOK {
 		return nil, invalid("NewQuorum: WithoutScripts, WithReplicaSync and WithShardedPubSub do not apply")
 	}
-	q := &quorum{nodes: rs, quorumConfig: cfg.quorum, mark: cfg.prefix + ":quorum:mark", drift: cfg.drift, log: cfg.logger}
-	if q.log == nil {
-		q.log = slog.New(slog.DiscardHandler)
+	q := backend.QuorumConfig{Nodes: rs, Timeout: cfg.quorum.timeout, Jitter: cfg.quorum.jitter,
+		Mark: cfg.prefix + ":quorum:mark", Drift: cfg.drift, Log: cfg.logger, Fail: quorumError}
+	if q.Log == nil {
+		q.Log = slog.New(slog.DiscardHandler)
 	}
-	if q.timeout == 0 {
-		q.timeout = DefaultNodeTimeout
+	if q.Timeout == 0 {
+		q.Timeout = DefaultNodeTimeout
 	}
-	if q.jitter == 0 {
-		q.jitter = 50 * time.Millisecond
+	if q.Jitter == 0 {
+		q.Jitter = 50 * time.Millisecond
 	}
-	if q.timeout < 0 || q.jitter < 0 {
+	if q.Timeout < 0 || q.Jitter < 0 {
 		return nil, invalid("NewQuorum: negative node timeout or jitter")
 	}
-	return start(q, rs, cfg, tel, dep), nil
-}
-
-// majority is how many nodes make a quorum.
-func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
-
-// fanout runs the call made by mk for each node on all nodes at once, each
-// bounded by the node timeout, and returns every node's reply.
-func (q *quorum) fanout(ctx context.Context, nodes []int, mk func(node int) protocol.Call) []driver.Reply {
-	out := make([]driver.Reply, len(q.nodes))
-	var wg sync.WaitGroup
-	for _, i := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, q.timeout)
-			defer cancel()
-			out[i] = mk(i).Run(nctx, q.nodes[i])
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// all lists every node.
-func (q *quorum) all() []int {
-	idx := make([]int, len(q.nodes))
-	for i := range idx {
-		idx[i] = i
-	}
-	return idx
+	return start(backend.NewQuorum(q), rs, cfg, tel, dep), nil
 }
 
 // NodeError is one node's failure in a quorum call.
@@ -169,6 +125,17 @@ type QuorumError struct {
 	Needed  int // the majority
 	Failing []NodeError
 	NotSeen []int // backend.Op "fence": the nodes not yet known to hold every fence issued
+}
+
+// quorumError is the error of a quorum call that no majority decided:
+// the quorum backend makes each one with it (backend.QuorumConfig.Fail),
+// so that every such error a user gets is a *QuorumError.
+func quorumError(f backend.QuorumFailure) error {
+	e := &QuorumError{Op: f.Op, Name: f.Name, OK: f.OK, Needed: f.Needed, NotSeen: f.NotSeen}
+	for _, n := range f.Failing {
+		e.Failing = append(e.Failing, NodeError(n))
+	}
+	return e
 }
 
 // Error says what the quorum call did and why each failing node failed.
@@ -205,495 +172,4 @@ func (e *QuorumError) Unwrap() []error {
 		errs[i] = n
 	}
 	return errs
-}
-
-// tally sorts a fan-out's replies: ok nodes, nodes that answered "no", and
-// failed nodes.
-type tally struct {
-	ok, no []int
-	failed []NodeError
-	vals   map[int][]int64 // the replies of ok and no nodes
-}
-
-func (q *quorum) tally(cmds []driver.Reply, nodes []int, isOK func([]int64) bool) tally {
-	t := tally{vals: map[int][]int64{}}
-	for _, i := range nodes {
-		t.add(i, cmds[i], isOK)
-	}
-	return t
-}
-
-// add counts node's reply.
-func (t *tally) add(node int, cmd driver.Reply, isOK func([]int64) bool) {
-	v, err := cmd.Int64Slice()
-	if err != nil {
-		// Replies that are a plain integer (renew, unlock, ttl).
-		if n, nerr := cmd.Int64(); nerr == nil {
-			v, err = []int64{n}, nil
-		}
-	}
-	switch {
-	case err != nil:
-		t.failed = append(t.failed, NodeError{node, err})
-	case isOK(v):
-		t.vals[node] = v
-		t.ok = append(t.ok, node)
-	default:
-		t.vals[node] = v
-		t.no = append(t.no, node)
-	}
-}
-
-// decided reports whether the tally's outcome can no longer change.
-func (q *quorum) decided(t tally) bool {
-	return len(t.ok) >= q.majority() || len(t.no) > len(q.nodes)-q.majority()
-}
-
-// outcome says what a tally means: yes (a majority did it), no (a
-// majority can no longer do it), or an error (too many failed nodes).
-func (q *quorum) outcome(t tally, op, name string) (bool, error) {
-	if len(t.ok) >= q.majority() {
-		return true, nil
-	}
-	if len(t.no) > len(q.nodes)-q.majority() {
-		return false, nil
-	}
-	return false, &QuorumError{Op: op, Name: name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
-}
-
-// lock is one RedLock round for a Mutex.
-func (q *quorum) lock(ctx context.Context, p mutexProto, token, member string, cfg lockConfig, waiting bool) (backend.Outcome, error) {
-	k := p.k
-	start := time.Now()
-	nodes := q.all()
-	t := q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
-		return p.lock(token, cfg.TTL, 0, member, member != "", placeTTL(cfg, member), false)
-	}), nodes, func(v []int64) bool { return len(v) == 2 && v[0] == protocol.ReplyHeld })
-	if len(t.failed) > 0 {
-		q.log.Warn("dlock: quorum nodes failed", "lock", k.Name, "failed", len(t.failed),
-			"node", t.failed[0].Node, "err", t.failed[0].Err)
-	}
-	validity := cfg.TTL - time.Since(start) - q.drift.Of(cfg.TTL)
-	var fenceErr error
-	if len(t.ok) >= q.majority() && validity > 0 {
-		fence, err := q.raiseFences(ctx, k, t)
-		if err == nil {
-			if member != "" && len(t.no) > 0 {
-				// The nodes that said "held by another" kept the
-				// waiter's place (a granting node's script removed it):
-				// it goes, so their wake-ups are not sent to a waiter
-				// that no longer waits until its QueueTTL. They hold
-				// nothing of ours, so leave.lua releases nothing. A node
-				// that did not answer keeps it until its QueueTTL.
-				q.fanout(ctx, t.no, func(int) protocol.Call { return p.leave(member) })
-			}
-			return backend.Outcome{Granted: true, Fence: fence, Start: start}, nil
-		}
-		fenceErr = err
-	}
-	// No majority, or no time left: give back what was granted, at once
-	// (within ctx, or undoGrace once it has ended; else in the
-	// background), and what may have been, where the reply was lost or
-	// came after ctx ended, once that node's call can no longer run there.
-	// Nodes that said "held by another" have nothing of ours.
-	back := q.giveBack(t, func(int) protocol.Call { return p.unlock(token, 0, 0) },
-		func(int) protocol.Call { return backend.BuryCall(k, token, cfg) })
-	if fenceErr != nil {
-		// No fence can be issued that is sure to be new (see "Fences on a
-		// quorum"): a TryLock fails with why; a Lock waits and tries
-		// again within its ctx, as for a lock held elsewhere, and says
-		// why if its ctx ends first.
-		if waiting {
-			return backend.Outcome{Wait: fenceRetry + rand.N(q.jitter+1), GiveBack: back, Why: fenceErr}, nil
-		}
-		return backend.Outcome{GiveBack: back}, fenceErr
-	}
-	if len(t.failed) > len(q.nodes)-q.majority() {
-		return backend.Outcome{GiveBack: back}, &QuorumError{Op: "lock", Name: k.Name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed}
-	}
-	var why error
-	if len(t.ok) >= q.majority() {
-		// A majority granted, but too late to be of use: the error of a
-		// TryLock, or of a Lock whose ctx ends first, says so (not "held").
-		why = fmt.Errorf("a majority granted, but the round took %v of the lease's %v (less the drift allowance): no validity left",
-			time.Since(start).Round(time.Millisecond), cfg.TTL)
-	}
-	// Held elsewhere: wait for the soonest holder's lease to end, or a
-	// release; a split vote: retry soon. Either way add jitter.
-	wait := time.Duration(0)
-	for _, i := range t.no {
-		if v := t.vals[i]; len(v) == 2 && v[0] == protocol.ReplyBusy {
-			if d := backend.RetryAfter(v[1], cfg.TTL); wait == 0 || d < wait {
-				wait = d
-			}
-		}
-	}
-	if len(t.ok) > 0 {
-		wait = 0 // we won some votes: someone else did too; try again soon
-	}
-	return backend.Outcome{Wait: wait + rand.N(q.jitter+1), GiveBack: back, Why: why}, nil
-}
-
-// fenceRetry is how soon a Lock tries again when a majority granted but
-// no fence could be issued (a node not yet seen may answer meanwhile).
-const fenceRetry = 200 * time.Millisecond
-
-// giveBack is how to undo a round that did not win: release (made by mk)
-// on the nodes that granted at once (the acquire path runs it as
-// Client.undo does), and on each node whose call failed once that call
-// is settled (a node that is down must not hold up the caller), after
-// burying the token there (made by bury): that node may still run the
-// attempt later (stopped, it runs what it was sent when it resumes), and
-// a release that comes first would leave it held by nobody; buried, the
-// late attempt takes nothing. The acquire path tries a failed node's
-// undo again until the node answers (Client.undoLater).
-func (q *quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []backend.UndoStep {
-	on := func(nodes []int) func(context.Context) error {
-		return func(ctx context.Context) error { return backend.FirstErr(q.fanout(ctx, nodes, mk)) }
-	}
-	var steps []backend.UndoStep
-	if len(t.ok) > 0 {
-		steps = append(steps, backend.UndoStep{Undo: on(t.ok)})
-	}
-	for _, f := range t.failed {
-		node := []int{f.Node}
-		steps = append(steps, backend.UndoStep{After: transport.Settled(f.Err), Undo: func(ctx context.Context) error {
-			if err := backend.FirstErr(q.fanout(ctx, node, bury)); err != nil {
-				return err
-			}
-			return on(node)(ctx)
-		}})
-	}
-	return steps
-}
-
-// Fences on a quorum. Each node INCRs its own counter when it grants, so
-// the nodes' counters differ; a fence is the highest of them, written back
-// so that any later majority, which shares a node with this one, counts on
-// from it. That argument needs the shared node to still have its counter,
-// and a node restarted without persistence has lost it (the delayed-
-// restart rule keeps its locks from being granted twice, as they expire,
-// but not its counters). So every node carries a mark (quorum_fence.lua),
-// lost with its counters; a node is marked only when its counters are
-// known to be at least every fence issued, and fences are decided by
-// marked nodes only:
-//
-//   - After a majority granted, every node that answered (granting or
-//     not) is raised to the highest granted value (a second round trip).
-//     If a majority of those that answer are marked, the fence is above
-//     every counter that may have been issued: at least the highest
-//     granted value (each granting node INCRed for it, so it is above
-//     every fence that node had seen), and above the counter of every
-//     node that answered without granting (its counter may be a fence
-//     issued, and it did not move past it). It is written back to every
-//     node that answered, which marks the unmarked ones (a third round
-//     trip, only then).
-//   - If no node that answers is marked and every node answers, the
-//     deployment is new (or lost every node at once): the same, marking
-//     them all.
-//   - Otherwise no fence is issued: the round is given back; a TryLock
-//     fails with a *QuorumError of backend.Op "fence" naming the nodes not yet
-//     seen, and a Lock tries again within its ctx until a majority of
-//     marked nodes answers (its error says why, if its ctx ends first).
-//
-// Why a fence never repeats or goes back, as long as a majority of nodes
-// never loses its state at once: every fence F issued was written to a
-// majority M_F, all marked once the write-back returned. A later fence G
-// is decided from a majority of marked nodes, which shares a node n with
-// M_F. If n kept its state since F, its counter is at least F, so G > F:
-// G is at least n's INCRed value when n granted, and above n's counter
-// when it did not. (Taking the highest counter as G, as an earlier
-// version did, repeated F when n said "held by another", its counter
-// staying at F, while a node that had missed F granted with an INCR that
-// came to F again: the torture's qsplit found it.)
-// If n restarted since, it was marked again only by a write-back of some
-// fence F' decided after its restart — by the same argument, from a
-// majority that shared a node with M_F, after F was issued, so F' >= F
-// and n's counter is at least F' >= F. A node marked again holds, from
-// then on, at least every fence issued before its mark. (Two holders
-// never race for a fence: only one holds a majority at a time.) What the
-// argument does not cover: a majority of nodes that lose their state
-// together (every node marked again by a "new deployment": fences start
-// over, as on a single node restarted without persistence). The price: a
-// new deployment issues no fence, so grants no lock, until every node has
-// answered once; after that a majority of marked nodes suffices.
-
-// raiseFences decides the fence of a round that a majority granted (t):
-// see "Fences on a quorum".
-func (q *quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (int64, error) {
-	var want int64
-	for _, i := range t.ok {
-		want = max(want, t.vals[i][1])
-	}
-	answered := append(slices.Clone(t.ok), t.no...)
-	mark := q.mark
-	run := func(nodes []int, fence int64, markThem bool) tally {
-		return q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
-			return protocol.QuorumFenceArgs{Fence: fence, Mark: markThem}.Call(k, mark)
-		}), nodes, func(v []int64) bool { return len(v) == 2 })
-	}
-	r := run(answered, want, false)
-	fence, marked := want, 0
-	for _, i := range r.ok {
-		c := r.vals[i][1]
-		if c > want || !slices.Contains(t.ok, i) {
-			c++ // a counter this round did not make: it may have been issued
-		}
-		fence = max(fence, c)
-		marked += int(r.vals[i][0])
-	}
-	switch {
-	case marked >= q.majority():
-	case marked == 0 && len(r.ok) == len(q.nodes):
-		// a new deployment: every node answers, none is marked
-	default:
-		// Who is not yet seen: on a new quorum (none marked) the nodes
-		// that did not answer, whose first answer marks them all; else
-		// also those that answered but are not marked (restarted
-		// without persistence: marked by the next fence a marked
-		// majority issues).
-		var notSeen []int
-		for i := range q.nodes {
-			if v, ok := r.vals[i]; !ok || (marked > 0 && v[0] == 0) {
-				notSeen = append(notSeen, i)
-			}
-		}
-		return 0, &QuorumError{Op: "fence", Name: k.Name, OK: marked, Needed: q.majority(), Failing: r.failed, NotSeen: notSeen}
-	}
-	if fence == want && marked == len(r.ok) {
-		return fence, nil // every node that answered has it, and is marked
-	}
-	w := q.tally(q.fanout(ctx, r.ok, func(int) protocol.Call {
-		return protocol.QuorumFenceArgs{Fence: fence, Mark: true}.Call(k, mark)
-	}), r.ok, func(v []int64) bool { return len(v) == 2 && v[1] >= fence })
-	if len(w.ok) < q.majority() {
-		return 0, &QuorumError{Op: "fence", Name: k.Name, OK: len(w.ok), Needed: q.majority(), Failing: w.failed}
-	}
-	return fence, nil
-}
-
-// quorumProto is the Redis side of a RedLock hold: every call goes to all
-// nodes and counts a majority.
-type quorumProto struct {
-	q *quorum
-	m mutexProto // each node's
-}
-
-// quorumOp fans a Mutex protocol call out to every node and folds the
-// replies into one reply of the same convention.
-type quorumOp struct {
-	p    quorumProto
-	name string // "lock", "unlock", "renew", "ttl"
-	mk   func(node int) protocol.Call
-	isOK func([]int64) bool
-	fold func(t tally, ok bool) any
-	// pre, if set, is sent just before mk's call, in the same pipeline;
-	// its reply is not counted
-	pre func(node int) protocol.Call
-}
-
-func (o quorumOp) Run(ctx context.Context, _ driver.Driver) driver.Reply {
-	return o.p.q.runOps(ctx, []quorumOp{o})[0]
-}
-
-// errNoReplyYet stands for the reply of a node that had not answered when
-// a majority had decided.
-var errNoReplyYet = errors.New("no reply before the majority decided")
-
-// runOps runs quorum operations as one pipeline per node, on all nodes at
-// once, each bounded by the node timeout, and returns one folded reply per
-// operation. Renewals return as soon as every one is decided by a
-// majority: a hung node delays nothing once the others have answered, and
-// its calls are abandoned (Close waits for them to end). Other operations
-// (release, re-entry, TTL) wait for every node, so that a release has
-// reached every node that answers when Unlock returns.
-func (q *quorum) runOps(ctx context.Context, ops []quorumOp) []driver.Reply {
-	type reply struct {
-		node int
-		cmds []driver.Reply
-	}
-	replies := make(chan reply, len(q.nodes)) // stragglers never block
-	ctx, cancel := context.WithCancel(ctx)    // ends the stragglers
-	defer cancel()
-	for i, n := range q.nodes {
-		calls := make([]protocol.Call, 0, len(ops))
-		var at []int // where each op's own call is in calls
-		for _, o := range ops {
-			if o.pre != nil {
-				calls = append(calls, o.pre(i))
-			}
-			at = append(at, len(calls))
-			calls = append(calls, o.mk(i))
-		}
-		q.stragglers.Add(1)
-		go func() {
-			defer q.stragglers.Done()
-			nctx, cancel := context.WithTimeout(ctx, q.timeout)
-			defer cancel()
-			all := backend.RunBatch(nctx, n, calls, backend.ReplicaSync{})
-			own := make([]driver.Reply, len(at))
-			for j, k := range at {
-				own[j] = all[k]
-			}
-			replies <- reply{i, own}
-		}()
-	}
-	ts := make([]tally, len(ops))
-	for j := range ts {
-		ts[j].vals = map[int][]int64{}
-	}
-	answered := make([]bool, len(q.nodes))
-	for range q.nodes {
-		r := <-replies
-		answered[r.node] = true
-		all := true
-		for j, o := range ops {
-			ts[j].add(r.node, r.cmds[j], o.isOK)
-			all = all && o.name == "renew" && q.decided(ts[j])
-		}
-		if all {
-			break
-		}
-	}
-	out := make([]driver.Reply, len(ops))
-	for j, o := range ops {
-		out[j] = q.reply(o, ts[j], answered)
-	}
-	return out
-}
-
-// reply folds an operation's tally into its reply; nodes that had not
-// answered count as failed with errNoReplyYet.
-func (q *quorum) reply(o quorumOp, t tally, answered []bool) driver.Reply {
-	ok, err := q.outcome(t, o.name, o.p.m.k.Name)
-	if err == nil {
-		return driver.Reply{Val: o.fold(t, ok)}
-	}
-	if qe := (*QuorumError)(nil); errors.As(err, &qe) {
-		for i, done := range answered {
-			if !done {
-				qe.Failing = append(qe.Failing, NodeError{i, errNoReplyYet})
-			}
-		}
-	}
-	return protocol.FailedReply(err)
-}
-
-func (p quorumProto) mutex() mutexProto { return p.m }
-
-func (p quorumProto) Reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
-	// A node that answers STALE ran a later command of the hold: it holds.
-	return quorumOp{p: p, name: "lock", mk: func(int) protocol.Call { return p.mutex().reenterCall(token, count, ttl, seq) },
-		isOK: func(v []int64) bool {
-			return len(v) == 2 && v[0] == protocol.ReplyHeld || len(v) == 1 && v[0] == protocol.ReplyStale
-		},
-		fold: func(t tally, ok bool) any {
-			if !ok {
-				return []any{int64(protocol.ReplyNotHeld)}
-			}
-			return []any{int64(protocol.ReplyHeld), int64(0)}
-		}}
-}
-
-func (p quorumProto) Release(token string, left int, seq int64) backend.Op {
-	o := quorumOp{p: p, name: "unlock", mk: func(int) protocol.Call { return p.mutex().unlock(token, left, seq) },
-		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == protocol.ReplyStale },
-		fold: func(t tally, ok bool) any { return either(ok, 1, protocol.ReplyNotHeld) }}
-	if left == 0 {
-		// A node that did not answer the acquire (stopped, partitioned)
-		// may run it after this release: buried first, the token takes
-		// nothing there then, and the lock is not left held by nobody
-		// for its TTL (a majority that needs the node could not form).
-		o.pre = func(int) protocol.Call {
-			return protocol.BuryArgs{Token: token, For: releaseBury.Milliseconds()}.Call(p.m.k)
-		}
-	}
-	return o
-}
-
-func (p quorumProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
-	return quorumOp{p: p, name: "renew", mk: func(int) protocol.Call { return p.mutex().renewCall(token, ttl, exact, seq) },
-		isOK: func(v []int64) bool { return v[0] == 1 || v[0] == protocol.ReplyStale },
-		fold: func(t tally, ok bool) any { return either(ok, 1, 0) }}
-}
-
-// TTL is how long a majority still holds the lock: the majority-th
-// longest of the nodes' PTTLs.
-func (p quorumProto) TTL(token string) backend.Op {
-	return quorumOp{p: p, name: "ttl", mk: func(int) protocol.Call { return p.mutex().ttlCall(token) },
-		isOK: func(v []int64) bool { return v[0] >= 0 },
-		fold: func(t tally, ok bool) any {
-			if !ok {
-				return int64(protocol.ReplyTTLNotHeld)
-			}
-			left := make([]int64, 0, len(t.ok))
-			for _, i := range t.ok {
-				left = append(left, t.vals[i][0])
-			}
-			slices.Sort(left)
-			slices.Reverse(left)
-			return left[p.q.majority()-1]
-		}}
-}
-
-// The quorum as a backend: it runs a Mutex, with re-entry.
-
-// Caps: a re-entrant Mutex; no hand-off and no reservation (the nodes'
-// queues may disagree on who is next), waiters told on their own channel.
-func (q *quorum) Caps() backend.Caps {
-	return backend.Caps{Reentry: true, NotThere: errNotOnQuorum, Directed: true, Bury: true}
-}
-
-func (q *quorum) Everywhere(ctx context.Context, c protocol.Call) error {
-	return backend.FirstErr(q.fanout(ctx, q.all(), func(int) protocol.Call { return c }))
-}
-func (q *quorum) Close() { q.stragglers.Wait() }
-
-// Run runs a quorumOp: it fans out to the nodes itself.
-func (q *quorum) Run(ctx context.Context, o backend.Op) driver.Reply { return o.Run(ctx, nil) }
-
-func (q *quorum) Attempt(a *backend.AttemptSpec) (backend.HoldOps, backend.AttemptFunc) {
-	p := mutexProto{a.K, a.K.Wake}
-	return quorumProto{q, p}, func(ctx context.Context, queued, _ bool) (backend.Outcome, error) {
-		m := ""
-		if queued {
-			m = a.Member
-		}
-		return q.lock(ctx, p, a.Token, m, a.Cfg, queued)
-	}
-}
-
-// Grant runs a quorum operation (it goes to every node).
-func (q *quorum) Grant(ctx context.Context, o backend.Op) driver.Reply { return o.Run(ctx, nil) }
-
-// Batch runs quorum operations as one Batch per node, all nodes at once.
-func (q *quorum) Batch(ctx context.Context, ops []backend.Op, _ bool) []driver.Reply {
-	qops := make([]quorumOp, len(ops))
-	for i, o := range ops {
-		qops[i] = o.(quorumOp) // every op of a quorum is one
-	}
-	return q.runOps(ctx, qops)
-}
-
-// releaseBury is how long a quorum's final release refuses its token's
-// late acquires on each node (bury.lua).
-const releaseBury = time.Minute
-
-// either is yes if ok, else no: a script's integer reply.
-func either(ok bool, yes, no int64) int64 {
-	if ok {
-		return yes
-	}
-	return no
-}
-
-// errNotOnQuorum is returned by the primitives a quorum does not offer.
-func errNotOnQuorum(what string) error {
-	return fmt.Errorf("dlock: %s is not available on a quorum (NewQuorum): %w", what, errors.ErrUnsupported)
-}
-
-func (quorumProto) Ordered() bool { return true }
-
-func (p quorumProto) Free(token string, _ int64, _ time.Duration) backend.Op {
-	return p.Release(token, 0, 0)
 }

@@ -203,12 +203,3 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
-
-// A quorum buries the tokens of acquires given up on, as every
-// deployment with scripts does (TestBuryOnlyWhereScriptsRun in
-// internal/backend holds the others).
-func TestQuorumBuries(t *testing.T) {
-	if !(&quorum{}).Caps().Bury {
-		t.Fatal("a quorum does not bury tokens")
-	}
-}

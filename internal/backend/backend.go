@@ -50,7 +50,11 @@ type AttemptSpec struct {
 	// Queue: a Lock's attempts carry member (a place in the Queue)
 	Queue bool
 	// Call is the acquire script Call of one attempt (request.Call).
-	Call          func(token, member string, placed bool, cfg LockConfig) protocol.Call
+	Call func(token, member string, placed bool, cfg LockConfig) protocol.Call
+	// Leave is the call by which member gives up its place in the queue
+	// (request.leave; a quorum sends it to the nodes that kept the place
+	// of a round it won).
+	Leave         func(member string) protocol.Call
 	Token, Member string
 	Cfg           LockConfig
 }

@@ -88,9 +88,10 @@ func (q *quorumWorld) close() {
 }
 
 // othersMarked reports whether every node but node holds its fence mark
-// (quorum.go, "Fences on a quorum"): the fences' argument assumes that no
-// majority loses its counters before being marked again, so a node is
-// restarted empty only when the others are marked. (Two nodes of three
+// (internal/backend/quorum.go, "Fences on a quorum"): the fences'
+// argument assumes that no majority loses its counters before being
+// marked again, so a node is restarted empty only when the others are
+// marked. (Two nodes of three
 // unmarked at once issue no fence again: the quorum grants nothing until
 // an operator steps in, which the docs say.)
 func (q *quorumWorld) othersMarked(node int) bool {
