@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/acquire"
@@ -68,7 +69,7 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 			return nil, err
 		}
 	}
-	cfg := withOpts(withOpts(defaultLock, r.handle), opts)
+	cfg := withOpts(defaultLock, r.handle, opts)
 	if err := validLock(cfg); err != nil {
 		return nil, err
 	}
@@ -176,6 +177,9 @@ func checkCall(ctx context.Context, c *Client, name string) error {
 // leaseFrom returns the lease that ctx carries for the lock's side, if
 // any: always a single lease (a set carries its parts).
 func leaseFrom(ctx context.Context, c *Client, lock string, s side) *Lease {
+	if ctx.Value(carrying{}) == nil {
+		return nil
+	}
 	l, _ := ctx.Value(leaseKey{c.holds, lock, s}).(*Lease)
 	return l
 }
@@ -199,7 +203,15 @@ func reenter(ctx context.Context, outer *Lease) (*Lease, error) {
 // random bits, so an inspector can tell whose hold it is) then 64 random
 // bits of its own, from crypto/rand.
 func (c *Client) newToken() string {
-	return c.id + randomHex(8)
+	var raw [8]byte
+	_, _ = rand.Read(raw[:]) // never fails (crypto/rand, Go 1.24+)
+	var hx [2 * len(raw)]byte
+	hex.Encode(hx[:], raw[:])
+	var b strings.Builder // one allocation: the token itself
+	b.Grow(len(c.id) + len(hx))
+	b.WriteString(c.id)
+	b.Write(hx[:])
+	return b.String()
 }
 
 // randomHex returns n random bytes from crypto/rand, in hex.

@@ -95,8 +95,16 @@ func (l *Lease) carry(ctx context.Context) context.Context {
 		return ctx
 	}
 	h := l.of.First()
+	if ctx.Value(carrying{}) == nil {
+		ctx = context.WithValue(ctx, carrying{}, true)
+	}
 	return context.WithValue(ctx, leaseKey{h.Keeper(), h.Keys().Lock, side(h.Side())}, l)
 }
+
+// carrying marks a context that carries a lease, of any lock: a Lock
+// whose ctx carries none (the common case) looks no further, without
+// making a leaseKey (which, boxed, costs an allocation).
+type carrying struct{}
 
 
 // Unlock releases the lease. When it was the last lease of its hold (no

@@ -156,11 +156,16 @@ func WithReaderPreference() LockOption {
 	return func(c *lockConfig) { c.Readers, c.Set = true, c.Set|backend.OptReaders }
 }
 
-// withOpts is c with opts applied.
-func withOpts(c lockConfig, opts []LockOption) lockConfig {
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
+// withOpts is c with the options of each list applied, in order: a
+// handle's defaults, then a call's. (One list or two, c is one value:
+// an option is an unknown func, so the &c it is given makes c escape to
+// the heap, once a call.)
+func withOpts(c lockConfig, lists ...[]LockOption) lockConfig {
+	for _, opts := range lists {
+		for _, o := range opts {
+			if o != nil {
+				o(&c)
+			}
 		}
 	}
 	if c.MaxHold > 0 && c.TTL > c.MaxHold {

@@ -249,7 +249,8 @@ func (p *pipelined) batched(ctx context.Context, cmd driver.Command) driver.Repl
 // sends them as the next batch; when none are queued the batch slot is
 // free again.
 func (p *pipelined) sendFrom(c *pendingCall) {
-	for batch := []*pendingCall{c}; len(batch) > 0; batch = p.next() {
+	p.sendOne(c) // not as a batch of one: that would cost a slice a call
+	for batch := p.next(); len(batch) > 0; batch = p.next() {
 		p.send(batch)
 	}
 }
@@ -270,25 +271,29 @@ func (p *pipelined) next() []*pendingCall {
 // completes its calls.
 func (p *pipelined) send(batch []*pendingCall) {
 	if len(batch) == 1 {
-		// A call on its own goes with its caller's ctx: go-redis then
-		// gives up a connection at once when it has ended (waiting for
-		// one in its pool, or, with ContextTimeoutEnabled, for a reply),
-		// and the caller, which has returned already, undoes what the
-		// call may have done once it is settled.
-		c := batch[0]
-		c.reply = p.Driver.Do(c.ctx, c.cmd)
-	} else {
-		// One caller's ctx must not cut short the replies of the others.
-		ctx := context.WithoutCancel(batch[0].ctx)
-		cmds := make([]driver.Command, len(batch))
-		for i, c := range batch {
-			cmds[i] = c.cmd
-		}
-		for i, r := range p.Driver.Pipeline(ctx, cmds) {
-			batch[i].reply = r
-		}
+		p.sendOne(batch[0])
+		return
+	}
+	// One caller's ctx must not cut short the replies of the others.
+	ctx := context.WithoutCancel(batch[0].ctx)
+	cmds := make([]driver.Command, len(batch))
+	for i, c := range batch {
+		cmds[i] = c.cmd
+	}
+	for i, r := range p.Driver.Pipeline(ctx, cmds) {
+		batch[i].reply = r
 	}
 	for _, c := range batch {
 		close(c.done)
 	}
+}
+
+// sendOne sends a call on its own, with its caller's ctx: go-redis then
+// gives up a connection at once when it has ended (waiting for one in
+// its pool, or, with ContextTimeoutEnabled, for a reply), and the
+// caller, which has returned already, undoes what the call may have
+// done once it is settled. It completes the call.
+func (p *pipelined) sendOne(c *pendingCall) {
+	c.reply = p.Driver.Do(c.ctx, c.cmd)
+	close(c.done)
 }
