@@ -189,7 +189,7 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 		c.nodes = append(c.nodes, n)
 	}
 	c.life, c.cancel = context.WithCancel(context.Background())
-	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Moving: c.moving, ClusterHint: c.clusterHint})
+	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Cluster: c.cluster(), Moving: c.moving, ClusterHint: c.clusterHint})
 	var timeout time.Duration // a quorum's node timeout bounds its checks of one node
 	if q, ok := be.(*backend.Quorum); ok {
 		timeout = q.NodeTimeout()

@@ -59,6 +59,7 @@ type Hold struct {
 	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	err       error         // why the hold ended; nil while held
 	leases    []*End        // its leases' ends; unlocked ones are removed (few: one per re-entry)
+	leases1   [1]*End       // leases' first array (no allocation for a hold never re-entered)
 
 	// Guarded by the watchdog's mu: its places in the watchdog's schedules.
 	deadlineAt, renewAt slot
@@ -158,6 +159,7 @@ func newHold(c *Keeper, s Spec) *Hold {
 	h := &Hold{c: c, k: s.Keys, what: s.What, acquired: s.Start, maxFrom: s.Start, p: s.Ops, token: s.Token, fence: s.Fence,
 		renew: s.Cfg.Renew, count: 1, ttl: s.Cfg.TTL, maxHold: s.Cfg.MaxHold, side: s.Side, handed: s.Handed, buryFor: s.BuryFor,
 		deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h.leases = h.leases1[:0]
 	h.confirmed(s.Start, s.Cfg.TTL, 0)
 	if s.TTL > 0 || !s.MaxFrom.IsZero() {
 		if !s.MaxFrom.IsZero() {
@@ -435,7 +437,7 @@ func (h *Hold) recount() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(h.c.life, releaseTry)
-			r := h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.p.Release(h.token, count, seq)) })
+			r := h.c.run(ctx, false, h.p.Release(h.token, count, seq))
 			cancel()
 			if r.Err == nil || !wait() { // set, STALE (a later command set it) or gone
 				return
@@ -563,12 +565,7 @@ func (h *Hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, st
 		h.mu.Unlock()
 		start = time.Now()
 		o := cmd(seq, start)
-		r = h.c.moving(ctx, func() driver.Reply {
-			if grant {
-				return h.c.be.Grant(ctx, o)
-			}
-			return h.c.be.Run(ctx, o)
-		})
+		r = h.c.run(ctx, grant, o)
 		if !isStale(r) {
 			return r, seq, start
 		}
@@ -602,7 +599,7 @@ func (h *Hold) TTLLeft(ctx context.Context, l *End) (time.Duration, error) {
 	if err := h.leaseErr(l); err != nil {
 		return 0, fmt.Errorf("%w: %w", errs.NotHeld, err)
 	}
-	ms, err := h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.p.TTL(h.token)) }).Int64()
+	ms, err := h.c.run(ctx, false, h.p.TTL(h.token)).Int64()
 	if err != nil {
 		return 0, errs.Redis("ttl", h.k.Name, err)
 	}

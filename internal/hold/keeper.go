@@ -18,6 +18,7 @@ type Keeper struct {
 	drift       backend.Drift
 	tel         *telemetry.Telemetry
 	life        context.Context
+	cluster     bool
 	moving      func(ctx context.Context, call func() driver.Reply) driver.Reply
 	clusterHint func(err error)
 	wd          *watchdog
@@ -32,9 +33,11 @@ type Env struct {
 	// Life ends when the Client closes: the watchdog stops, ending the
 	// holds still kept (errs.Closed) and releasing them.
 	Life context.Context
-	// Moving runs a call again while a cluster answers it with a
-	// transient error and its ctx lasts (the root's "Topology changes");
-	// ClusterHint refreshes a cluster's slot map after a failed call.
+	// On a Cluster, Moving runs a call again while the cluster answers
+	// it with a transient error and its ctx lasts (the root's "Topology
+	// changes"); ClusterHint refreshes a cluster's slot map after a
+	// failed call.
+	Cluster     bool
 	Moving      func(ctx context.Context, call func() driver.Reply) driver.Reply
 	ClusterHint func(err error)
 }
@@ -43,7 +46,7 @@ type Env struct {
 // env.Life ends.
 func NewKeeper(env Env) *Keeper {
 	c := &Keeper{be: env.Backend, caps: env.Backend.Caps(), drift: env.Drift, tel: env.Tel, life: env.Life,
-		moving: env.Moving, clusterHint: env.ClusterHint}
+		cluster: env.Cluster, moving: env.Moving, clusterHint: env.ClusterHint}
 	c.wd = newWatchdog(c)
 	go c.wd.run(c.life)
 	return c
@@ -75,3 +78,22 @@ func (c *Keeper) Close() {
 
 // Tel is the Client's telemetry.
 func (c *Keeper) Tel() *telemetry.Telemetry { return c.tel }
+
+// run runs o, a command of a hold (a grant when grant is set: it makes or
+// extends the hold), and on a cluster again while the cluster answers it
+// with a transient error (Env.Moving). Off a cluster it makes no closure:
+// a call costs no allocation of its own.
+func (c *Keeper) run(ctx context.Context, grant bool, o backend.Op) driver.Reply {
+	if !c.cluster {
+		if grant {
+			return c.be.Grant(ctx, o)
+		}
+		return c.be.Run(ctx, o)
+	}
+	return c.moving(ctx, func() driver.Reply {
+		if grant {
+			return c.be.Grant(ctx, o)
+		}
+		return c.be.Run(ctx, o)
+	})
+}

@@ -51,7 +51,7 @@ func (h *Hold) release(ctx context.Context) error { return h.releaseReply(ctx).E
 // releaseReply is release's reply (unlock.lua's).
 func (h *Hold) releaseReply(ctx context.Context) driver.Reply {
 	h.buryFirst(ctx)
-	return h.c.moving(ctx, func() driver.Reply { return h.c.be.Run(ctx, h.free()) })
+	return h.c.run(ctx, false, h.free())
 }
 
 // buryFirst buries h's token (bury.lua) when an attempt of its acquire
