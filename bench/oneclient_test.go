@@ -44,6 +44,9 @@ import (
 //     clients' background goroutines, i.e. what the user pays;
 //   - server-us/op: the redis-server's CPU time (INFO cpu, used_cpu_user +
 //     used_cpu_sys) per Lock+Unlock, read on a connection of its own;
+//   - server-reads/op: the reads the server made from client sockets
+//     (INFO stats, total_reads_processed) per Lock+Unlock: the socket
+//     writes of the clients, pipelined commands counting once;
 //   - stalls: Locks of a free key that had not returned after stallAfter
 //     and were cancelled and called again (0 for a working lock).
 //
@@ -302,6 +305,7 @@ func oneClient(lk locker, g int) func(*testing.B) {
 		admin := redis.NewClient(&redis.Options{Addr: addr})
 		defer admin.Close()
 		srv0 := serverCPU(b, admin)
+		reads0 := serverReads(b, admin)
 		cli0 := processCPU()
 		busy0 := machineBusy()
 		stalls0 := stalls()
@@ -331,11 +335,13 @@ func oneClient(lk locker, g int) func(*testing.B) {
 		b.StopTimer()
 		cli := processCPU() - cli0
 		srv := serverCPU(b, admin) - srv0
+		reads := serverReads(b, admin) - reads0 - 2 // the two INFO calls since reads0
 		busy := machineBusy() - busy0
 		n := float64(b.N)
 		b.ReportMetric(perSecond(b, b.N), "ops/s")
 		b.ReportMetric(float64(cli.Microseconds())/n, "client-us/op")
 		b.ReportMetric(float64(srv.Microseconds())/n, "server-us/op")
+		b.ReportMetric(float64(reads)/n, "server-reads/op")
 		b.ReportMetric(float64(stalls()-stalls0), "stalls")
 		if busy0 >= 0 && b.Elapsed() > 0 {
 			// CPU the machine spent on anything but this process and the
@@ -428,6 +434,30 @@ func machineBusy() time.Duration {
 	}
 	const userHZ = 100 // USER_HZ, 100 on every Linux port Go runs on
 	return time.Duration(busy) * (time.Second / userHZ)
+}
+
+// serverReads is how many reads from client sockets the redis-server
+// behind c has made so far (INFO stats: total_reads_processed): one per
+// batch of commands a client wrote that the server read at once, so per
+// Lock+Unlock it counts the socket writes clients made, pipelined
+// commands together.
+func serverReads(b *testing.B, c *redis.Client) int64 {
+	b.Helper()
+	s, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		fatalf(b, "INFO stats: %v", err)
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				fatalf(b, "INFO stats: %s: %v", line, err)
+			}
+			return n
+		}
+	}
+	fatalf(b, "INFO stats: no total_reads_processed")
+	return 0
 }
 
 // serverCPU is the CPU time the redis-server behind c has used so far,
