@@ -106,7 +106,6 @@ func (l *Lease) carry(ctx context.Context) context.Context {
 // making a leaseKey (which, boxed, costs an allocation).
 type carrying struct{}
 
-
 // Unlock releases the lease. When it was the last lease of its hold (no
 // re-entered lease is still held) the lock becomes free and one waiter is
 // woken. Unlock blocks for one round trip to Redis, bounded by ctx.
