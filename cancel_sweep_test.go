@@ -228,7 +228,7 @@ func sweptClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *sweep) {
 		t.Fatal(err)
 	}
 	if d == nil {
-		d = dlock.GoRedisDriver(rdb)
+		d = goRedisDriver(t, rdb)
 	}
 	c, err := dlock.NewWithDriver(cancelDriver{d, s}, opts...)
 	if err != nil {
@@ -577,7 +577,7 @@ func TestCancelSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d == nil {
-		d = dlock.GoRedisDriver(crdb)
+		d = goRedisDriver(t, crdb)
 	}
 	cc, err := dlock.NewWithDriver(cancelDriver{d, s})
 	if err != nil {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,7 @@ type Client struct {
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
 	wake   *protocol.WakeTo   // where releases wake this Client's waiters (not sharded)
 
+	own       []io.Closer // drivers New or NewQuorum made: closed by Close
 	closeOnce sync.Once
 	// leading: the elections this Client leads, by lock key, so that a
 	// Campaign of an election it leads proclaims instead of waiting on
@@ -78,18 +80,51 @@ type Redis interface {
 }
 
 // GoRedisDriver returns the Driver that New uses for rdb: to wrap it (a
-// test injecting faults at the seam), or to hand it to NewWithDriver.
-func GoRedisDriver(rdb Redis) driver.Driver { return goredis.New(rdb) }
+// test injecting faults at the seam), or to hand it to NewWithDriver. On
+// a *redis.Client its commands go on connections of its own (see New);
+// they close when it is closed (it is an io.Closer: a Client made by
+// NewWithDriver does not close it) or becomes garbage.
+func GoRedisDriver(rdb Redis) driver.Driver { return goredis.Own(rdb) }
+
+// goRedis returns the go-redis driver of rdb that New and NewQuorum use:
+// on dlock's own connections unless cfg says WithoutOwnConnections.
+func goRedis(rdb Redis, cfg clientConfig) *goredis.Driver {
+	if cfg.throughClient {
+		return goredis.New(rdb)
+	}
+	return goredis.Own(rdb)
+}
 
 // New returns a Client that takes its locks on rdb, a go-redis client. It
 // starts the watchdog goroutine; call Close to stop it. New returns an
 // error wrapping ErrInvalidArgument when rdb is nil or an option is
 // invalid.
+//
+// On a *redis.Client (a single server, or a failover client's master)
+// the Client sends its commands on connections of its own, made from
+// rdb's options (its Dialer, credentials, database, client name and
+// timeouts; not its hooks, pool or retries): one connection shared by
+// all its calls, whose commands go out together, and a few for WAIT and
+// transactions. A call returns when its ctx ends, without a goroutine of
+// its own, and is never sent twice. A client with an OnConnect hook or
+// streaming credentials, a cluster's client, and any client under
+// WithoutOwnConnections are used as they are; pub/sub always goes
+// through rdb.
 func New(rdb Redis, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
 	}
-	return NewWithDriver(goredis.New(rdb), opts...)
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	d := goRedis(rdb, cfg)
+	c, err := NewWithDriver(d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.own = []io.Closer{d}
+	return c, nil
 }
 
 // NewWithDriver returns a Client that reaches Redis through d: the way
@@ -221,6 +256,9 @@ func (c *Client) Close() error {
 		c.be.Close()
 		for _, h := range c.hubs {
 			h.Close()
+		}
+		for _, d := range c.own {
+			_ = d.Close()
 		}
 	})
 	return nil

@@ -76,13 +76,35 @@ func (r *recorder) take() [][]string {
 	return calls
 }
 
-// countedClient returns a dlock Client whose Redis traffic rec records:
-// through a go-redis hook, or with DLOCK_TEST_DRIVER at the driver seam.
+// countedClient returns a dlock Client whose Redis traffic rec records at
+// the driver seam: go-redis's (on the Client's own connections), or
+// DLOCK_TEST_DRIVER's.
 func countedClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *recorder) {
 	rdb := newRedis(t, srv)
 	rec := &recorder{}
+	d, err := envdriver.Driver(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d == nil {
+		d = goRedisDriver(t, rdb)
+	}
+	c, err := dlock.NewWithDriver(countedDriver{d, rec}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, rec
+}
+
+// countedThroughClient returns a dlock Client that sends its commands
+// through a go-redis client (WithoutOwnConnections), whose hook rec is:
+// what the Client's own batching (internal/transport) sends.
+func countedThroughClient(t *testing.T) (*dlock.Client, *recorder) {
+	rdb := newRedis(t, srv)
+	rec := &recorder{}
 	rdb.AddHook(rec)
-	c, err := envdriver.NewWrapped(rdb, func(d driver.Driver) driver.Driver { return countedDriver{d, rec} }, opts...)
+	c, err := dlock.New(rdb, dlock.WithoutOwnConnections())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,10 +95,12 @@
 //     resumes (see "Hand-off" in internal/acquire/handoff.go for the argument).
 //   - A ctx bounds every call that takes one, whatever the server does
 //     (slow, paused, stopped, unreachable), on any go-redis client — no
-//     ContextTimeoutEnabled needed: each round trip runs on a goroutine of
-//     its own while the caller waits for the reply or the ctx. A grant
-//     whose reply comes after its caller gave up is released, not
-//     reported.
+//     ContextTimeoutEnabled needed: on a single server (or a failover
+//     client's master) the Client's commands go on connections of its own
+//     (see New), where a caller waits for its reply or its ctx; through a
+//     cluster's client, or WithoutOwnConnections, each round trip runs on
+//     a goroutine of its own while the caller waits. A grant whose reply
+//     comes after its caller gave up is released, not reported.
 //   - A watchdog renewal only ever lengthens a lease on the server; Extend
 //     sets it. So a renewal still in flight when Extend ran never shortens
 //     the lease behind its holder's back.
@@ -145,9 +147,9 @@
 //   - Renewal needs Redis: a holder cut off from it loses its lease at its
 //     local deadline, even if the server kept the lock.
 //   - A call given up on when its ctx ended may still run on the server.
-//     A late grant is released once go-redis has its reply; if go-redis
-//     gives up on it first (its ReadTimeout and retries) and the server
-//     runs it later still, that lock is held by nobody until its TTL.
+//     A late grant is released once its reply has come; if the connection
+//     gives up on it first (its ReadTimeout) and the server runs it later
+//     still, that lock is held by nobody until its TTL.
 //   - A lock deleted behind its holder's back (an administrator, a
 //     FLUSHALL) is noticed at the holder's next renewal, up to TTL/3 later;
 //     meanwhile another owner may take it. Fencing covers that window too.

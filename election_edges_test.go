@@ -64,7 +64,7 @@ func faultyClient(t *testing.T, marker string, delay time.Duration) (*dlock.Clie
 		t.Fatal(err)
 	}
 	if d == nil {
-		d = dlock.GoRedisDriver(rdb)
+		d = goRedisDriver(t, rdb)
 	}
 	c, err := dlock.NewWithDriver(faultDriver{d, marker, armed, delay})
 	if err != nil {

@@ -30,7 +30,8 @@ type FairMutex struct {
 // those of a Mutex of the same name, so a Mutex and a FairMutex of one
 // name are one lock, with one queue.
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
-	return &FairMutex{Mutex{handle{c, c.keys(protocol.MutexKind, name), opts}}}
+	k := c.keys(protocol.MutexKind, name)
+	return &FairMutex{Mutex{handle{c, k, opts}, c.mutexRequest("FairMutex", k, opts, true)}}
 }
 
 // Name returns the lock's name.
@@ -57,5 +58,5 @@ func (f *FairMutex) acquire(ctx context.Context, wait bool, opts []LockOption) (
 	if f == nil || f.m.c == nil {
 		return nil, invalid("nil FairMutex")
 	}
-	return f.m.c.acquire(ctx, f.m.c.mutexRequest("FairMutex", f.m.k, f.m.opts, true), wait, opts)
+	return f.m.c.acquire(ctx, f.m.req, wait, opts)
 }

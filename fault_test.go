@@ -41,7 +41,7 @@ func TestAmbiguousAcquireRetriedReportsSuccess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rdb, p := proxied(t, 3)
-	c := newClient(t, rdb)
+	c := newClient(t, rdb, dlock.WithoutOwnConnections())     // dlock's own connections never re-send
 	unlock(t, mustLock(t, c.Mutex(lockName(t)+"-warm"), ctx)) // scripts loaded, connection up
 	name := lockName(t)
 	admin := newRedis(t, srv)
@@ -102,7 +102,7 @@ func TestAmbiguousAcquireFailedCleansUp(t *testing.T) {
 func TestPartitionedHolderIsToldBeforeExpiry(t *testing.T) {
 	ctx := context.Background()
 	rdb, p := proxied(t, 3)
-	c := newClient(t, rdb)
+	c := newClient(t, rdb, dlock.WithoutOwnConnections()) // dlock's own connections never re-send
 	const ttl = renewTTL
 	name := lockName(t)
 	l := mustLock(t, c.Mutex(name), ctx, dlock.WithTTL(ttl))

@@ -68,7 +68,8 @@ func scriptCalls(t *testing.T, s *redistest.Server) int {
 	return n
 }
 
-// resendClient is a dlock Client on go-redis with a short ReadTimeout and
+// resendClient is a dlock Client on go-redis (through the client: not on
+// connections of its own, WithoutOwnConnections) with a short ReadTimeout and
 // go-redis's default MaxRetries (3): a reply that takes longer than the
 // ReadTimeout makes go-redis send the command again.
 func resendClient(t *testing.T, s *redistest.Server) *dlock.Client {
@@ -88,7 +89,7 @@ func resendClient(t *testing.T, s *redistest.Server) *dlock.Client {
 	for _, cn := range conns {
 		_ = cn.Close()
 	}
-	c, err := dlock.New(rdb)
+	c, err := dlock.New(rdb, dlock.WithoutOwnConnections()) // go-redis re-sends; dlock's own connections never do
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func holdingClient(t *testing.T) (*dlock.Client, *holdDriver) {
 		t.Fatal(err)
 	}
 	if d == nil {
-		d = dlock.GoRedisDriver(rdb)
+		d = goRedisDriver(t, rdb)
 	}
 	hd := &holdDriver{Driver: d}
 	c, err := dlock.NewWithDriver(hd)
@@ -389,7 +390,7 @@ func TestLatchResentCountDownAcrossPhases(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d == nil {
-		d = dlock.GoRedisDriver(rdb)
+		d = goRedisDriver(t, rdb)
 	}
 	rd := &resendDriver{Driver: d, ran: make(chan struct{}), resend: make(chan struct{}), results: make(chan driver.Reply, 1)}
 	wc, err := dlock.NewWithDriver(rd)

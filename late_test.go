@@ -87,10 +87,13 @@ func (d *lateDriver) take(cmd driver.Command) bool {
 	return true
 }
 
-// Info is the wrapped driver's, with resend as its ResendAfter.
+// Info is the wrapped driver's, with resend as its ResendAfter, and not
+// bound by ctx: a held call ignores its ctx, so the Client bounds it (as
+// it does go-redis's calls when they go through the client).
 func (d *lateDriver) Info() driver.Info {
 	i := d.Driver.Info()
 	i.ResendAfter = d.resend
+	i.CtxBound = false
 	return i
 }
 
@@ -172,7 +175,7 @@ func (d *lateDriver) deliver(t *testing.T) []driver.Reply {
 // returned lateDriver can hold back.
 func lateClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *lateDriver) {
 	t.Helper()
-	d := &lateDriver{Driver: dlock.GoRedisDriver(newRedis(t, srv))}
+	d := &lateDriver{Driver: goRedisDriver(t, newRedis(t, srv))}
 	c, err := dlock.NewWithDriver(d, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +362,7 @@ func TestLateAcquireAfterUnlockTakesNothing(t *testing.T) {
 	ctx := context.Background()
 	for _, kind := range []string{"Mutex", "FairMutex", "Semaphore", "RWMutex", "RLock"} {
 		t.Run(kind, func(t *testing.T) {
-			d := &lateDriver{Driver: dlock.GoRedisDriver(newRedis(t, srv)), resend: 20 * time.Millisecond}
+			d := &lateDriver{Driver: goRedisDriver(t, newRedis(t, srv)), resend: 20 * time.Millisecond}
 			c, err := dlock.NewWithDriver(d)
 			if err != nil {
 				t.Fatal(err)

@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -122,17 +126,60 @@ func unlock(t testing.TB, l *dlock.Lease) {
 func crashingClient(t testing.TB) (*dlock.Client, func()) {
 	t.Helper()
 	rdb := srv.Client()
-	c, err := envdriver.New(rdb)
+	d, err := envdriver.Driver(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d == nil {
+		d = goRedisDriver(t, rdb)
+	}
+	crashed := &crashDriver{Driver: d}
+	c, err := dlock.NewWithDriver(crashed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	crash := func() {
+		crashed.dead.Store(true) // nothing more reaches Redis, as from a dead process
 		_ = rdb.Close()
 		envdriver.Forget(rdb)
 		_ = c.Close()
 	}
 	t.Cleanup(crash)
 	return c, crash
+}
+
+// crashDriver sends nothing once dead: the Client's last words (Close's
+// releases) do not reach Redis.
+type crashDriver struct {
+	driver.Driver
+	dead atomic.Bool
+}
+
+var errCrashed = errors.New("crashed")
+
+func (d *crashDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
+	if d.dead.Load() {
+		return driver.Reply{Err: errCrashed}
+	}
+	return d.Driver.Do(ctx, c)
+}
+
+func (d *crashDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	if d.dead.Load() {
+		out := make([]driver.Reply, len(cmds))
+		for i := range out {
+			out[i].Err = errCrashed
+		}
+		return out
+	}
+	return d.Driver.Pipeline(ctx, cmds)
+}
+
+func (d *crashDriver) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	if d.dead.Load() {
+		return errCrashed
+	}
+	return d.Driver.Dedicated(ctx, key, fn)
 }
 
 // keysOf returns the keys of the Mutex called name under the default
@@ -166,4 +213,12 @@ func onlyGoRedis(t *testing.T) {
 	if name := envdriver.Name(); name != "go-redis" {
 		t.Skipf("a go-redis fault, tested once with the default driver (this run: %s)", name)
 	}
+}
+
+// goRedisDriver returns dlock.GoRedisDriver(rdb), closed when the test
+// ends (a Client made by NewWithDriver does not close its driver).
+func goRedisDriver(t testing.TB, rdb dlock.Redis) driver.Driver {
+	d := dlock.GoRedisDriver(rdb)
+	t.Cleanup(func() { _ = d.(io.Closer).Close() })
+	return d
 }

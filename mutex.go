@@ -37,6 +37,7 @@ import (
 // waiters are "<prefix>:{<name>}:queue" and ":alive".
 type Mutex struct {
 	handle
+	req *request // what its acquires tell the acquire path: made once (it does not change)
 }
 
 // handle is what every lock handle is: a name on a Client, with default
@@ -58,7 +59,8 @@ func (h *handle) order() string { return h.k.Lock }
 // non-ASCII text are fine. opts set the handle's defaults for Lock and
 // TryLock: renewal every TTL/3 with a 30 s TTL unless they say otherwise.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
-	return &Mutex{handle{c, c.keys(protocol.MutexKind, name), opts}}
+	k := c.keys(protocol.MutexKind, name)
+	return &Mutex{handle{c, k, opts}, c.mutexRequest("Mutex", k, opts, false)}
 }
 
 // Lock acquires the lock, waiting while another owner holds it. The wait
@@ -105,12 +107,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 	if m == nil || m.c == nil {
 		return nil, invalid("nil Mutex")
 	}
-	return m.c.acquire(ctx, m.request(), wait, opts)
-}
-
-// request is what a Mutex tells the acquire path.
-func (m *Mutex) request() *request {
-	return m.c.mutexRequest("Mutex", m.k, m.opts, false)
+	return m.c.acquire(ctx, m.req, wait, opts)
 }
 
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.

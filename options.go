@@ -43,6 +43,7 @@ type clientConfig struct {
 	names                     bool
 	label                     string
 	noOwner                   bool
+	throughClient             bool // WithoutOwnConnections
 
 	evictionRisk bool // WithEvictionRisk (internal/deploy)
 }
@@ -225,12 +226,27 @@ func WithoutScripts() Option {
 	return func(c *clientConfig) { c.noScripts = true }
 }
 
+// WithoutOwnConnections makes New and NewQuorum send every command
+// through the go-redis client they are given, rather than on connections
+// of the Client's own made from its options (see New): the client's hooks
+// (tracing, metrics) then see dlock's commands, and its pool, timeouts
+// and retries apply. The cost: a goroutine per call (so that the call
+// still returns when its ctx ends), no batching of concurrent calls but
+// dlock's own, and a call go-redis may send twice (after its
+// ReadTimeout), which a lock then answers by burying its token at its
+// release (an extra call). NewWithDriver ignores it.
+func WithoutOwnConnections() Option {
+	return func(c *clientConfig) { c.throughClient = true }
+}
+
 // WithNodeTimeout bounds each node's part of a quorum call (NewQuorum):
 // a node that has not answered by then counts as failed for that call.
 // Default: DefaultNodeTimeout (100 ms). Keep it far below the TTL: time
-// spent acquiring is taken off the lock's validity. go-redis honours it on
-// the socket only with ContextTimeoutEnabled in the node's options; without
-// that a slow node still delays the call (the validity check stays right).
+// spent acquiring is taken off the lock's validity. The Client's own
+// connections to a node honour it (see New); under WithoutOwnConnections
+// go-redis honours it on the socket only with ContextTimeoutEnabled in the
+// node's options, and without that a slow node still delays the call (the
+// validity check stays right).
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *clientConfig) { c.quorum.timeout, c.quorumSet = d, true }
 }

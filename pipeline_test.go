@@ -18,7 +18,7 @@ import (
 func TestCallsInFlightShareAPipeline(t *testing.T) {
 	skipAutoPipeline(t)
 	ctx := context.Background()
-	c, rec := countedClient(t)
+	c, rec := countedThroughClient(t)
 	name := lockName(t)
 	unlock(t, mustLock(t, c.Mutex(name), ctx)) // loads the script, records the Client
 	admin := newRedis(t, srv)
@@ -59,7 +59,7 @@ func TestCallsInFlightShareAPipeline(t *testing.T) {
 func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
 	skipAutoPipeline(t)
 	ctx := context.Background()
-	c := client(t)
+	c := newClient(t, newRedis(t, srv), dlock.WithoutOwnConnections()) // on its own connections, a call is written at once
 	name := lockName(t)
 	unlock(t, mustLock(t, c.Mutex(name), ctx))
 	admin := newRedis(t, srv)
@@ -99,6 +99,8 @@ func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
 // skipAutoPipeline skips a test of the Client's own batching when
 // DLOCK_TEST_DRIVER names a driver that batches calls itself (rueidis,
 // valkey-go): the Client then sends each call on its own.
+// (The Client's own batching serves a driver that does not batch by
+// itself: go-redis through the client, WithoutOwnConnections.)
 func skipAutoPipeline(t *testing.T) {
 	if d := envdriver.Name(); d != "go-redis" {
 		t.Skipf("DLOCK_TEST_DRIVER=%s batches calls itself", d)

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/goredis"
 )
 
 // The RedLock backend itself (rounds, fences and their proof, "Fences on
@@ -59,16 +59,20 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("NewQuorum of no nodes")
 	}
-	rs := make([]driver.Driver, len(nodes))
 	for i, n := range nodes {
 		if any(n) == nil {
 			return nil, invalid("NewQuorum: node %d is nil", i)
 		}
-		rs[i] = goredis.New(n)
 	}
 	cfg, err := configure(opts)
 	if err != nil {
 		return nil, err
+	}
+	rs := make([]driver.Driver, len(nodes))
+	own := make([]io.Closer, len(nodes))
+	for i, n := range nodes {
+		d := goRedis(n, cfg)
+		rs[i], own[i] = d, d
 	}
 	tel := newTelemetry(cfg)
 	dep := newDeployment(cfg, tel)
@@ -92,7 +96,9 @@ func NewQuorum[R Redis](nodes []R, opts ...Option) (*Client, error) {
 	if q.Timeout < 0 || q.Jitter < 0 {
 		return nil, invalid("NewQuorum: negative node timeout or jitter")
 	}
-	return start(backend.NewQuorum(q), rs, cfg, tel, dep), nil
+	c := start(backend.NewQuorum(q), rs, cfg, tel, dep)
+	c.own = own
+	return c, nil
 }
 
 // NodeError is one node's failure in a quorum call.

@@ -170,7 +170,7 @@ func commandOn(word, name string) func(args []any) bool {
 // returned twiceDriver can send twice.
 func twiceClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *twiceDriver) {
 	t.Helper()
-	d := &twiceDriver{Driver: dlock.GoRedisDriver(newRedis(t, srv))}
+	d := &twiceDriver{Driver: goRedisDriver(t, newRedis(t, srv))}
 	c, err := dlock.NewWithDriver(d, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/redis/go-redis/v9"
@@ -91,19 +93,16 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 
 // pipelines counts the pipelines a client sends and their sizes.
 type pipelines struct {
+	driver.Driver
 	mu    sync.Mutex
 	sizes []int
 }
 
-func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.mu.Lock()
-		p.sizes = append(p.sizes, len(cmds))
-		p.mu.Unlock()
-		return next(ctx, cmds)
-	}
+func (p *pipelines) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	p.mu.Lock()
+	p.sizes = append(p.sizes, len(cmds))
+	p.mu.Unlock()
+	return p.Driver.Pipeline(ctx, cmds)
 }
 
 // TestWatchdogOverAVirtualHour holds ten 30 s leases for an hour of
@@ -123,9 +122,10 @@ func TestWatchdogOverAVirtualHour(t *testing.T) {
 			Protocol:        2,
 		})
 		defer rdb.Close()
-		counted := &pipelines{}
-		rdb.AddHook(counted)
-		c, err := New(rdb)
+		d := goredis.Own(rdb)
+		defer d.Close()
+		counted := &pipelines{Driver: d}
+		c, err := NewWithDriver(counted)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,3 +39,14 @@ func Redis(op, name string, err error) error {
 func WaitEnded(name string, ctxErr error) error {
 	return fmt.Errorf("%w: %q: %w", NotObtained, name, ctxErr)
 }
+
+// Late is the error of a call whose ctx ended before its reply came: the
+// command may still run on the server until Done closes (its reply came,
+// to nobody, or its connection died). It matches Err, ctx.Err().
+type Late struct {
+	Err  error
+	Done <-chan struct{}
+}
+
+func (e *Late) Error() string { return e.Err.Error() }
+func (e *Late) Unwrap() error { return e.Err }

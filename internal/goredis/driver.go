@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keyslot"
+	"github.com/dlock-go/dlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,6 +32,7 @@ type Redis interface {
 // concurrent use, as the client is.
 type Driver struct {
 	rdb     Redis
+	wire    *wire.Mux            // dlock's own connections, for a plain client's commands (Own)
 	cluster *redis.ClusterClient // rdb, when it is a cluster's
 	resend  time.Duration        // Info's ResendAfter (resendAfter)
 
@@ -42,15 +45,85 @@ type Driver struct {
 }
 
 // New returns the Driver of rdb (dlock.New, dlock.GoRedisDriver and
-// dlock.NewQuorum's nodes). rdb must not be nil.
+// dlock.NewQuorum's nodes) that sends every command through rdb. rdb must
+// not be nil.
 func New(rdb Redis) *Driver {
 	cc, _ := rdb.(*redis.ClusterClient)
 	return &Driver{rdb: rdb, cluster: cc, resend: resendAfter(rdb), nodes: map[string]*redis.Client{}}
 }
 
-// Info: a cluster's when rdb is a *redis.ClusterClient.
+// Own returns the Driver of rdb that sends its commands (Do, Pipeline,
+// Dedicated) on connections of its own (internal/wire), made from rdb's
+// options, when rdb is a *redis.Client (a single node or a failover
+// client) with no OnConnect hook and no streaming credentials; New's
+// otherwise. Pub/sub goes through rdb either way. Close closes the
+// connections.
+func Own(rdb Redis) *Driver {
+	g := New(rdb)
+	r, ok := rdb.(*redis.Client)
+	if !ok {
+		return g
+	}
+	o := r.Options()
+	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.Dialer == nil {
+		return g
+	}
+	g.wire = wire.New(wire.Config{
+		Dial:         func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, o.Addr) },
+		Hello:        func(ctx context.Context) ([]driver.Command, error) { return hello(ctx, o) },
+		DialTimeout:  max(o.DialTimeout, 0),
+		ReadTimeout:  max(o.ReadTimeout, 0),
+		WriteTimeout: max(o.WriteTimeout, 0),
+		MaxRetries:   max(o.MaxRetries, 0),
+	})
+	g.resend = 0 // a call on the wire goes once
+	return g
+}
+
+// hello is what a new connection of Own's sends first, from the client's
+// options: AUTH with its credentials, SELECT its database, CLIENT SETNAME
+// its name.
+func hello(ctx context.Context, o *redis.Options) ([]driver.Command, error) {
+	user, pass := o.Username, o.Password
+	switch {
+	case o.CredentialsProviderContext != nil:
+		var err error
+		if user, pass, err = o.CredentialsProviderContext(ctx); err != nil {
+			return nil, fmt.Errorf("dlock: credentials: %w", err)
+		}
+	case o.CredentialsProvider != nil:
+		user, pass = o.CredentialsProvider()
+	}
+	var cmds []driver.Command
+	switch {
+	case pass != "" && user != "":
+		cmds = append(cmds, driver.Command{Args: []any{"AUTH", user, pass}})
+	case pass != "":
+		cmds = append(cmds, driver.Command{Args: []any{"AUTH", pass}})
+	}
+	if o.DB != 0 {
+		cmds = append(cmds, driver.Command{Args: []any{"SELECT", o.DB}})
+	}
+	if o.ClientName != "" {
+		cmds = append(cmds, driver.Command{Args: []any{"CLIENT", "SETNAME", o.ClientName}})
+	}
+	return cmds, nil
+}
+
+// Close closes the connections of Own's driver (not rdb); it is safe to
+// call more than once.
+func (g *Driver) Close() error {
+	if g.wire != nil {
+		return g.wire.Close()
+	}
+	return nil
+}
+
+// Info: a cluster's when rdb is a *redis.ClusterClient; on dlock's own
+// connections, bound by ctx and batched, never sent twice.
 func (g *Driver) Info() driver.Info {
-	return driver.Info{Name: "go-redis", Cluster: g.cluster != nil, ResendAfter: g.resend}
+	own := g.wire != nil
+	return driver.Info{Name: "go-redis", Cluster: g.cluster != nil, ResendAfter: g.resend, AutoPipeline: own, CtxBound: own}
 }
 
 // resendAfter is how long go-redis waits for a reply before it sends the
@@ -124,6 +197,9 @@ func neutral(v any) any {
 
 // Do sends c, routed by its first key, and returns its reply.
 func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
+	if g.wire != nil {
+		return g.wire.Do(ctx, c)
+	}
 	cmd := goCmd(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
 	return goReply(cmd)
@@ -132,6 +208,9 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 // Pipeline sends cmds as one go-redis pipeline (a cluster client splits
 // it by node).
 func (g *Driver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	if g.wire != nil {
+		return g.wire.Pipeline(ctx, cmds)
+	}
 	return goPipeline(ctx, g.rdb.Pipelined, cmds)
 }
 
@@ -166,6 +245,9 @@ func (c goConn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Re
 // cannot lend one (a wrapper of go-redis's) lends the connection of a
 // transaction on key, whose WATCH and UNWATCH cost two round trips.
 func (g *Driver) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	if g.wire != nil {
+		return g.wire.Dedicated(ctx, fn)
+	}
 	var node any = g.rdb
 	if g.cluster != nil {
 		n, err := g.cluster.MasterForKey(ctx, key)

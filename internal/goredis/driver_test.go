@@ -13,9 +13,21 @@ import (
 // The go-redis driver passes the conformance suite that every driver
 // must (drivertest), on a single node, Sentinel and Cluster.
 func TestGoRedisDriver(t *testing.T) {
+	testDriver(t, goredis.New)
+}
+
+// So does the driver on dlock's own connections (internal/wire), which a
+// single node's and a failover client's commands go on; a cluster's
+// client is used as it is.
+func TestGoRedisOwnDriver(t *testing.T) {
+	testDriver(t, goredis.Own)
+}
+
+func testDriver(t *testing.T, newDriver func(goredis.Redis) *goredis.Driver) {
 	closing := func(t *testing.T, rdb redis.UniversalClient) driver.Driver {
-		t.Cleanup(func() { _ = rdb.Close() })
-		return goredis.New(rdb)
+		d := newDriver(rdb)
+		t.Cleanup(func() { _ = d.Close(); _ = rdb.Close() })
+		return d
 	}
 	drivertest.Run(t,
 		func(t *testing.T, addr string) driver.Driver {

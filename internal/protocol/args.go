@@ -39,16 +39,16 @@ func (a LockArgs) Call(k *Keys) Call {
 	case a.Reentry:
 		n = 10
 	}
-	args := make([]any, 9, n)
+	call, args := boxedCall(LockScript, k.MutexWords, n, n)
 	args[0], args[1], args[2], args[3], args[4] = a.Token, a.TTL, a.Count, a.Member, a.PlaceTTL
 	args[5], args[6], args[7], args[8] = Flag(a.Fair), a.Wake.BaseArg, a.Wake.PublishArg, Flag(a.Queued)
 	switch {
 	case a.Campaign:
-		args = append(args, "", a.Value, a.Observers)
+		args[9], args[10], args[11] = "", a.Value, a.Observers
 	case a.Reentry:
-		args = append(args, a.Seq)
+		args[9] = a.Seq
 	}
-	return Call{S: LockScript, Args: args, Boxed: k.MutexWords}
+	return call
 }
 
 // UnlockArgs are unlock.lua's: release holds, or (Free) the final
@@ -72,13 +72,13 @@ func (a UnlockArgs) Call(k *Keys) Call {
 	if a.Free {
 		n = 9
 	}
-	args := make([]any, 7, n)
+	call, args := boxedCall(UnlockScript, k.MutexWords, n, n)
 	args[0], args[1], args[2], args[3] = a.Token, a.Left, a.Wake.BaseArg, a.Wake.PublishArg
 	args[4], args[5], args[6] = Flag(a.Reserve), a.Observers, a.Seq
 	if a.Free {
-		args = append(args, a.Fence, a.ReceiptTTL)
+		args[7], args[8] = a.Fence, a.ReceiptTTL
 	}
-	return Call{S: UnlockScript, Args: args, Boxed: k.MutexWords}
+	return call
 }
 
 // LeaveArgs are leave.lua's: a mutex's waiter gives up its place.

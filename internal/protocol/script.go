@@ -117,7 +117,24 @@ type Call struct {
 	// Boxed, when set, are the keys already made interfaces (a lock's,
 	// made once: see keys.mutexWords), and keys is nil.
 	Boxed []any
+	// words, when set (boxedCall), is the call's EVALSHA whole, Args its
+	// tail: one allocation for both.
+	words []any
 }
+
+// boxedCall returns a call of s on the boxed keys whose Args (returned)
+// has n words, room for max, and lives in the tail of the call's EVALSHA
+// command: fill it, and append to it only within max.
+func boxedCall(s Script, boxed []any, n, max int) (Call, []any) {
+	head := 3 + len(boxed)
+	words := make([]any, head+n, head+max)
+	words[0], words[1], words[2] = evalSHA, s.SHAArg, len(boxed)
+	copy(words[3:], boxed)
+	return Call{S: s, Boxed: boxed, Args: words[head:], words: words}, words[head:]
+}
+
+// evalSHA is boxed once.
+var evalSHA any = "EVALSHA"
 
 // FirstKey is the call's first key: its node's, on a cluster.
 func (c Call) FirstKey() string {
@@ -142,6 +159,9 @@ func (c Call) Run(ctx context.Context, d driver.Driver) driver.Reply {
 func (c Call) Command(whole bool) driver.Command {
 	if whole {
 		return ScriptCommand("EVAL", c.S.SrcArg, c.Keys, c.Boxed, c.Args)
+	}
+	if c.words != nil && len(c.words) == 3+len(c.Boxed)+len(c.Args) { // Args grew in place, if at all
+		return driver.Command{Args: c.words, FirstKey: 3, Keys: len(c.Boxed)}
 	}
 	return ScriptCommand("EVALSHA", c.S.SHAArg, c.Keys, c.Boxed, c.Args)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -22,7 +23,7 @@ import (
 // caller for 3 to 15 s whatever its ctx says. Here every round trip runs
 // on a goroutine of its own while the caller waits for its reply or its
 // ctx, whichever comes first. A caller whose ctx ends first gets an error
-// that matches ctx.Err() and is a *lateCall: the command may still run on
+// that matches ctx.Err() and is a *errs.Late: the command may still run on
 // the server, and lateCall.done closes when go-redis is done with it (a
 // reply, or its own timeout). The acquire path waits for that before it
 // undoes what the call may have granted (internal/acquire/acquisition.go), so that the
@@ -66,30 +67,25 @@ func newPipelined(d driver.Driver) *pipelined {
 	return &pipelined{Driver: d, bound: info.CtxBound && info.AutoPipeline, auto: info.AutoPipeline && !info.CtxBound}
 }
 
-// lateCall is the error of a call whose ctx ended before Redis answered.
-// The call may still run on the server: done closes when its outcome is
-// settled on this side (go-redis has its reply or gave up on it).
-type lateCall struct {
-	err  error // ctx.Err()
-	done <-chan struct{}
-}
+// A call whose ctx ended before Redis answered fails with an *errs.Late:
+// the call may still run on the server, and its Done closes when its
+// outcome is settled on this side (the client library has its reply or
+// gave up on it). A driver that bounds its calls itself (internal/wire's)
+// returns the same error.
 
-func (e *lateCall) Error() string { return e.err.Error() }
-func (e *lateCall) Unwrap() error { return e.err }
-
-// GaveUp reports whether err is a lateCall's: the caller gave up on the
+// GaveUp reports whether err is an errs.Late's: the caller gave up on the
 // call (see within), and must not read what the call writes.
 func GaveUp(err error) bool {
-	_, ok := errors.AsType[*lateCall](err)
+	_, ok := errors.AsType[*errs.Late](err)
 	return ok
 }
 
 // Settled returns a channel that closes when the call that failed with
 // err can no longer run on the server, as far as this side can tell: at
-// once, unless err is a lateCall's.
+// once, unless err is an errs.Late's.
 func Settled(err error) <-chan struct{} {
-	if l, ok := errors.AsType[*lateCall](err); ok {
-		return l.done
+	if l, ok := errors.AsType[*errs.Late](err); ok {
+		return l.Done
 	}
 	return closedChan
 }
@@ -110,8 +106,8 @@ func FailedAll(n int, err error) []driver.Reply {
 }
 
 // within runs f, a round trip to Redis, and returns its result, or, when
-// ctx ends first, the zero value and a *lateCall while f goes on in the
-// background. A ctx that has ended already sends nothing (a lateCall that
+// ctx ends first, the zero value and a *errs.Late while f goes on in the
+// background. A ctx that has ended already sends nothing (an errs.Late that
 // is settled at once). A ctx that
 // cannot end runs f on the caller's goroutine.
 func within[T any](ctx context.Context, f func() T) (T, error) {
@@ -120,7 +116,7 @@ func within[T any](ctx context.Context, f func() T) (T, error) {
 		return f(), nil
 	}
 	if err := ctx.Err(); err != nil {
-		return zero, &lateCall{err: err, done: closedChan}
+		return zero, &errs.Late{Err: err, Done: closedChan}
 	}
 	out := make(chan T, 1)
 	done := make(chan struct{})
@@ -138,7 +134,7 @@ func within[T any](ctx context.Context, f func() T) (T, error) {
 			return r, nil
 		default:
 		}
-		return zero, &lateCall{err: ctx.Err(), done: done}
+		return zero, &errs.Late{Err: ctx.Err(), Done: done}
 	}
 }
 
@@ -242,7 +238,7 @@ func (p *pipelined) batched(ctx context.Context, cmd driver.Command) driver.Repl
 		return c.reply // it came as ctx ended
 	default:
 	}
-	return protocol.FailedReply(&lateCall{err: ctx.Err(), done: c.done})
+	return protocol.FailedReply(&errs.Late{Err: ctx.Err(), Done: c.done})
 }
 
 // sendFrom sends c on its own, then, while calls have queued meanwhile,

@@ -99,7 +99,7 @@ func waitFor(t *testing.T, p *pipelined, what string, cond func() bool) {
 	}
 }
 
-// within returns a lateCall when ctx ends before f returns, and the
+// within returns an errs.Late when ctx ends before f returns, and the
 // lateCall is settled when f has returned, not before.
 func TestWithinGivesUpWhenCtxEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,7 +114,7 @@ func TestWithinGivesUpWhenCtxEnds(t *testing.T) {
 		return 1
 	})
 	if v != 0 || !errors.Is(err, context.Canceled) || !GaveUp(err) {
-		t.Fatalf("within: %v, %v; want 0 and a lateCall of context.Canceled", v, err)
+		t.Fatalf("within: %v, %v; want 0 and an errs.Late of context.Canceled", v, err)
 	}
 	select {
 	case <-Settled(err):
@@ -129,35 +129,35 @@ func TestWithinGivesUpWhenCtxEnds(t *testing.T) {
 }
 
 // A ctx that has ended sends nothing: within does not run f, and the
-// error, a lateCall, is settled at once. A ctx that cannot end runs f on
+// error, an errs.Late, is settled at once. A ctx that cannot end runs f on
 // the caller's goroutine.
 func TestWithinEndedCtxSendsNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := within(ctx, func() int { t.Error("f ran with an ended ctx"); return 1 })
 	if !GaveUp(err) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("within an ended ctx: %v; want a lateCall of context.Canceled", err)
+		t.Fatalf("within an ended ctx: %v; want an errs.Late of context.Canceled", err)
 	}
 	select {
 	case <-Settled(err):
 	default:
-		t.Fatal("the lateCall of an ended ctx is not settled at once")
+		t.Fatal("the errs.Late of an ended ctx is not settled at once")
 	}
 	v, err := within(context.Background(), func() int { return 2 })
 	if v != 2 || err != nil {
 		t.Fatalf("within Background: %v, %v", v, err)
 	}
 	if GaveUp(errors.New("x")) || GaveUp(nil) {
-		t.Fatal("GaveUp of an error that is no lateCall")
+		t.Fatal("GaveUp of an error that is no errs.Late")
 	}
 	select {
 	case <-Settled(errors.New("x")):
 	default:
-		t.Fatal("Settled of an error that is no lateCall is not closed")
+		t.Fatal("Settled of an error that is no errs.Late is not closed")
 	}
 }
 
-// A call to a stopped server returns when its ctx ends, with a lateCall;
+// A call to a stopped server returns when its ctx ends, with an errs.Late;
 // the call is settled once the driver below has returned (its reply came
 // when the server went on), and the command ran.
 func TestCallIsBoundByItsCtx(t *testing.T) {
@@ -182,7 +182,7 @@ func TestCallIsBoundByItsCtx(t *testing.T) {
 		t.Fatal("Do did not return within 2s of its ctx ending")
 	}
 	if !GaveUp(r.Err) || !errors.Is(r.Err, context.Canceled) {
-		t.Fatalf("Do on a stopped server: %v; want a lateCall of context.Canceled", r.Err)
+		t.Fatalf("Do on a stopped server: %v; want an errs.Late of context.Canceled", r.Err)
 	}
 	if n := d.returned.Load(); n != 0 {
 		t.Fatalf("the driver returned before the server went on (%d)", n)
@@ -238,7 +238,7 @@ func TestCallsInFlightShareAPipeline(t *testing.T) {
 }
 
 // A call whose ctx ends while it is queued is taken back unsent: its
-// error is the ctx's (no lateCall: nothing may still run), and nothing
+// error is the ctx's (no errs.Late: nothing may still run), and nothing
 // of it reaches Redis.
 func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
 	d := counted(t)
@@ -263,7 +263,7 @@ func TestQueuedCallGivenUpIsNotSent(t *testing.T) {
 	qcancel()
 	r := <-got
 	if !errors.Is(r.Err, context.Canceled) || GaveUp(r.Err) {
-		t.Fatalf("the queued call: %v; want context.Canceled, not a lateCall", r.Err)
+		t.Fatalf("the queued call: %v; want context.Canceled, not an errs.Late", r.Err)
 	}
 	resume()
 	wg.Wait()

@@ -1,0 +1,165 @@
+package wire
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// appendCommand appends c to b as a RESP array of bulk strings. A word
+// that is not a string, an int or an int64 is an error (nothing is
+// appended then).
+func appendCommand(b []byte, c driver.Command) ([]byte, error) {
+	for _, a := range c.Args {
+		switch a.(type) {
+		case string, int, int64:
+		default:
+			return b, fmt.Errorf("dlock: a command word of type %T", a)
+		}
+	}
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(c.Args)), 10)
+	b = append(b, '\r', '\n')
+	var num [20]byte
+	for _, a := range c.Args {
+		switch v := a.(type) {
+		case string:
+			b = appendBulk(b, v)
+		case int:
+			b = appendBulkBytes(b, strconv.AppendInt(num[:0], int64(v), 10))
+		case int64:
+			b = appendBulkBytes(b, strconv.AppendInt(num[:0], v, 10))
+		}
+	}
+	return b, nil
+}
+
+func appendBulk(b []byte, s string) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, '\r', '\n')
+	b = append(b, s...)
+	return append(b, '\r', '\n')
+}
+
+func appendBulkBytes(b, s []byte) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, '\r', '\n')
+	b = append(b, s...)
+	return append(b, '\r', '\n')
+}
+
+// ServerError is an error reply of the server: its message, the error's
+// code first ("NOSCRIPT No matching script...").
+type ServerError string
+
+func (e ServerError) Error() string { return string(e) }
+
+// errProtocol is a reply this package cannot read: the connection is
+// dropped.
+var errProtocol = errors.New("dlock: malformed reply from redis")
+
+// maxDepth bounds the nesting of arrays in a reply (dlock's replies nest
+// two or three deep).
+const maxDepth = 16
+
+// readReply reads one RESP2 reply (or the RESP3 types a server may send
+// to a RESP2 connection after all) as a driver.Reply: an error reply as
+// a *driver.ErrorReply, inside arrays too (an EXEC's).
+func readReply(r *bufio.Reader) (driver.Reply, error) {
+	v, err := readValue(r, 0)
+	if err != nil {
+		return driver.Reply{}, err
+	}
+	if e, ok := v.(*driver.ErrorReply); ok {
+		return driver.Reply{Err: e}, nil
+	}
+	return driver.Reply{Val: v}, nil
+}
+
+func readValue(r *bufio.Reader, depth int) (any, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return nil, errProtocol
+		}
+		return nil, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return nil, errProtocol
+	}
+	kind, body := line[0], line[1:len(line)-2]
+	switch kind {
+	case '+':
+		return string(body), nil
+	case '-', '!':
+		return &driver.ErrorReply{Err: ServerError(body)}, nil
+	case ':':
+		n, err := strconv.ParseInt(string(body), 10, 64)
+		if err != nil {
+			return nil, errProtocol
+		}
+		return n, nil
+	case '_':
+		return nil, nil
+	case '#':
+		return len(body) == 1 && body[0] == 't', nil
+	case ',':
+		f, err := strconv.ParseFloat(string(body), 64)
+		if err != nil {
+			return nil, errProtocol
+		}
+		return f, nil
+	case '$', '=':
+		n, err := strconv.Atoi(string(body))
+		if err != nil || n < -1 {
+			return nil, errProtocol
+		}
+		if n == -1 {
+			return nil, nil
+		}
+		var s string
+		if n+2 <= r.Size() { // read in place: one copy, the string's
+			buf, err := r.Peek(n + 2)
+			if err != nil {
+				return nil, err
+			}
+			s = string(buf[:n])
+			_, _ = r.Discard(n + 2)
+		} else {
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return nil, err
+			}
+			s = string(buf[:n])
+		}
+		if kind == '=' && len(s) >= 4 { // verbatim: "txt:" first
+			s = s[4:]
+		}
+		return s, nil
+	case '*', '%', '~', '>':
+		n, err := strconv.Atoi(string(body))
+		if err != nil || n < -1 || depth >= maxDepth {
+			return nil, errProtocol
+		}
+		if n == -1 {
+			return nil, nil
+		}
+		if kind == '%' {
+			n *= 2 // a map: its keys and values in turn
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = readValue(r, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, errProtocol
+}

@@ -1,0 +1,363 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.Ignored()...) }
+
+// counting is a Dial that counts the connections made and the writes on
+// them.
+type counting struct {
+	addr          string
+	dials, writes atomic.Int64
+}
+
+func (c *counting) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return nil, err
+	}
+	c.dials.Add(1)
+	return countingConn{nc, c}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	c *counting
+}
+
+// SyscallConn lets the idle check reach the socket.
+func (w countingConn) SyscallConn() (syscall.RawConn, error) {
+	return w.Conn.(syscall.Conn).SyscallConn()
+}
+
+func (w countingConn) Write(p []byte) (int, error) {
+	w.c.writes.Add(1)
+	return w.Conn.Write(p)
+}
+
+func newMux(t *testing.T, s *redistest.Server, cfg Config) (*Mux, *counting) {
+	cn := &counting{addr: s.Addr()}
+	cfg.Dial = cn.dial
+	m := New(cfg)
+	t.Cleanup(func() { _ = m.Close() })
+	return m, cn
+}
+
+func cmd(args ...any) driver.Command { return driver.Command{Args: args} }
+
+// Calls made at once go out together: fewer writes than calls, on one
+// connection, and every caller gets its own reply.
+func TestCallsShareWrites(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{})
+	const workers, each = 32, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				v := fmt.Sprintf("%d-%d", w, i)
+				if r := m.Do(context.Background(), cmd("ECHO", v)); r.Err != nil || r.Val != v {
+					t.Errorf("ECHO %s = %+v", v, r)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := cn.dials.Load(); n != 1 {
+		t.Errorf("%d connections dialled, want 1", n)
+	}
+	if n := cn.writes.Load(); n >= workers*each {
+		t.Errorf("%d writes for %d calls: none shared", n, workers*each)
+	}
+	t.Logf("%d writes for %d calls", cn.writes.Load(), workers*each)
+}
+
+// A call to a paused server returns when its ctx ends, with an
+// *errs.Late that matches ctx's error; its Done closes once the reply
+// has come (to nobody), and the next call gets its own reply, not the
+// late one.
+func TestCallReturnsAtCtxEnd(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{ReadTimeout: time.Minute})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan driver.Reply)
+	written := cn.writes.Load()
+	go func() { got <- m.Do(ctx, cmd("ECHO", "late")) }()
+	for cn.writes.Load() == written { // the call is on the wire
+		runtime.Gosched()
+	}
+	cancel()
+	r := <-got
+	late, ok := errors.AsType[*errs.Late](r.Err)
+	if !ok || !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("Do on a paused server = %+v, want an *errs.Late of context.Canceled", r)
+	}
+	select {
+	case <-late.Done:
+		t.Fatal("Done closed while the server is paused")
+	default:
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-late.Done
+	if r := m.Do(context.Background(), cmd("ECHO", "next")); r.Val != "next" {
+		t.Fatalf("the call after a late one = %+v, want its own reply", r)
+	}
+}
+
+// A server that does not answer within ReadTimeout ends the connection:
+// the call in flight fails with a round-trip error (not an ErrorReply),
+// its Done closes, and the next call dials anew once the server answers.
+func TestReadTimeoutEndsTheConnection(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{ReadTimeout: 200 * time.Millisecond})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	r := m.Do(context.Background(), cmd("PING"))
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if _, isReply := errors.AsType[*driver.ErrorReply](r.Err); r.Err == nil || isReply || !errors.Is(r.Err, os.ErrDeadlineExceeded) {
+		t.Fatalf("PING to a paused server = %+v, want a read timeout", r)
+	}
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING after the timeout = %+v", r)
+	}
+	if n := cn.dials.Load(); n != 2 {
+		t.Errorf("%d connections dialled, want 2", n)
+	}
+}
+
+// A connection the server closed while it was idle is checked before a
+// call goes on it: the call goes on a new connection and succeeds.
+func TestIdleConnectionClosedByTheServer(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	defer func(d time.Duration) { idleCheck = d }(idleCheck)
+	idleCheck = 0
+	m, cn := newMux(t, s, Config{Hello: func(context.Context) ([]driver.Command, error) {
+		return []driver.Command{cmd("CLIENT", "SETNAME", "wiretest")}, nil
+	}})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	admin := s.Client()
+	defer admin.Close()
+	if n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL = %d, %v", n, err)
+	}
+	// the kill is done when the server lists no such client
+	for {
+		list, err := admin.ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(list, "name=wiretest") {
+			break
+		}
+	}
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING after the server closed the idle connection = %+v", r)
+	}
+	if n := cn.dials.Load(); n != 2 {
+		t.Errorf("%d connections dialled, want 2", n)
+	}
+}
+
+// The hello commands run on every new connection; an error reply to one
+// fails the call, wrapped, and the call after it dials again.
+func TestHello(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	db := atomic.Int64{}
+	db.Store(99) // no such database
+	m, _ := newMux(t, s, Config{Hello: func(context.Context) ([]driver.Command, error) {
+		return []driver.Command{cmd("SELECT", db.Load())}, nil
+	}})
+	r := m.Do(context.Background(), cmd("PING"))
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "SELECT") {
+		t.Fatalf("PING with a failing hello = %+v, want the SELECT's error", r)
+	}
+	db.Store(3)
+	m.Do(context.Background(), cmd("SET", "k", "v"))
+	admin := s.Client()
+	defer admin.Close()
+	if v, err := admin.Do(context.Background(), "SELECT", 3).Result(); err != nil || v != "OK" {
+		t.Fatal(v, err)
+	}
+	if r := m.Do(context.Background(), cmd("CLIENT", "INFO")); r.Err != nil || !strings.Contains(fmt.Sprint(r.Val), "db=3") {
+		t.Fatalf("CLIENT INFO = %+v, want db=3", r)
+	}
+}
+
+// A killed server fails the calls in flight and later ones with a
+// round-trip error.
+func TestKilledAndClosed(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, _ := newMux(t, s, Config{})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range m.Pipeline(context.Background(), []driver.Command{cmd("PING"), cmd("PING")}) {
+		if _, isReply := errors.AsType[*driver.ErrorReply](r.Err); r.Err == nil || isReply {
+			t.Errorf("reply %d from a killed server = %+v", i, r)
+		}
+	}
+	_ = m.Close()
+}
+
+// Close closes an idle connection at once, and one with a call in flight
+// once its reply has come; a call made after Close still goes, on a
+// connection that closes once idle. (TestMain's goleak sees the reader
+// goroutines end.)
+func TestCloseWhenIdle(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	admin := s.Client()
+	defer admin.Close()
+	clients := func() int {
+		list, err := admin.ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(list, "\n")
+	}
+	before := clients()
+	_ = m.Close()
+	for clients() != before-1 { // the server sees the idle connection go
+	}
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING after Close = %+v, want it sent on a new connection", r)
+	}
+	for clients() != before-1 { // and that one go once idle
+	}
+	if n := cn.dials.Load(); n != 2 {
+		t.Errorf("%d connections dialled, want 2", n)
+	}
+}
+
+// A word of a type RESP cannot carry is an error of that call alone.
+func TestBadWord(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, _ := newMux(t, s, Config{})
+	if r := m.Do(context.Background(), cmd("ECHO", 1.5)); r.Err == nil {
+		t.Errorf("ECHO 1.5 = %+v, want an error", r)
+	}
+	if r := m.Do(context.Background(), cmd("ECHO", "x")); r.Val != "x" {
+		t.Errorf("ECHO x after a bad word = %+v", r)
+	}
+}
+
+// Dedicated lends a connection of its own: a WATCH there is not seen by
+// the shared one, and a transaction's replies come back in order.
+func TestDedicated(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{})
+	for range 3 {
+		err := m.Dedicated(context.Background(), func(c driver.Conn) error {
+			rs := c.Pipeline(context.Background(), []driver.Command{cmd("WATCH", "k"), cmd("MULTI"), cmd("INCR", "k"), cmd("EXEC")})
+			if rs[3].Err != nil {
+				return rs[3].Err
+			}
+			if _, ok := rs[3].Val.([]any); !ok {
+				return fmt.Errorf("EXEC = %+v", rs[3])
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := cn.dials.Load(); n != 1 {
+		t.Errorf("%d connections dialled for 3 Dedicated in turn, want 1 (kept idle)", n)
+	}
+}
+
+// A call on a connection the server closed (a restart) is sent again on
+// a new one, as MaxRetries allows; with none allowed, it fails.
+func TestRestartedServerIsRetried(t *testing.T) {
+	for _, retries := range []int{0, 3} {
+		t.Run(fmt.Sprint("MaxRetries=", retries), func(t *testing.T) {
+			s := redistest.StartT(t, redistest.Options{})
+			m, cn := newMux(t, s, Config{MaxRetries: retries})
+			if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+				t.Fatalf("PING = %+v", r)
+			}
+			if err := s.Restart(false); err != nil {
+				t.Fatal(err)
+			}
+			r := m.Do(context.Background(), cmd("PING"))
+			switch {
+			case retries > 0 && r.Val != "PONG":
+				t.Fatalf("PING after a restart = %+v, want it sent again", r)
+			case retries == 0 && r.Err == nil:
+				t.Fatalf("PING after a restart with no retries = %+v, want the failed connection's error", r)
+			}
+			if n := cn.dials.Load(); retries > 0 && n != 2 {
+				t.Errorf("%d connections dialled, want 2", n)
+			}
+		})
+	}
+}
+
+// A connection whose server answers READONLY (a failover made it a
+// replica) takes no more calls: the next call dials anew (a failover
+// client's Dialer then finds the new master).
+func TestReadOnlyRetiresTheConnection(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	master := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{})
+	if r := m.Do(context.Background(), cmd("SET", "k", "v")); r.Err != nil {
+		t.Fatalf("SET = %+v", r)
+	}
+	if r := m.Do(context.Background(), cmd("REPLICAOF", "127.0.0.1", master.Port())); r.Err != nil {
+		t.Fatalf("REPLICAOF = %+v", r)
+	}
+	if r := m.Do(context.Background(), cmd("SET", "k", "v")); r.Err == nil || !strings.HasPrefix(r.Err.Error(), "READONLY") {
+		t.Fatalf("SET on a replica = %+v, want READONLY", r)
+	}
+	if r := m.Do(context.Background(), cmd("REPLICAOF", "NO", "ONE")); r.Err != nil {
+		t.Fatalf("REPLICAOF NO ONE = %+v", r)
+	}
+	if n := cn.dials.Load(); n != 2 {
+		t.Errorf("%d connections dialled, want 2: the one that met READONLY is retired", n)
+	}
+	if r := m.Do(context.Background(), cmd("SET", "k", "v")); r.Err != nil {
+		t.Fatalf("SET on the master again = %+v", r)
+	}
+}
