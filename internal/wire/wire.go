@@ -404,13 +404,13 @@ var errUnsent = errors.New("dlock: connection failed before the call was sent")
 // conn is one connection: its write buffer, and the calls written on it
 // whose replies are awaited, oldest first.
 type conn struct {
-	cfg  *Config
-	nc   net.Conn
-	r    *bufio.Reader // read by the reader goroutine only
-	wake chan struct{} // wakes the reader goroutine when it idles
-	used atomic.Int64  // when a reply last came, or the connection was made (UnixNano)
-	closing *atomic.Bool // its Mux's: close once idle
-	drop    func(*conn)  // its Mux's: forget it as the shared connection
+	cfg     *Config
+	nc      net.Conn
+	r       *bufio.Reader // read by the reader goroutine only
+	wake    chan struct{} // wakes the reader goroutine when it idles
+	used    atomic.Int64  // when a reply last came, or the connection was made (UnixNano)
+	closing *atomic.Bool  // its Mux's: close once idle
+	drop    func(*conn)   // its Mux's: forget it as the shared connection
 
 	mu       sync.Mutex
 	err      error   // why the connection failed; nil while it works
