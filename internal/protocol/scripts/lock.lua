@@ -60,8 +60,27 @@
 -- arrives after a Proclaim does not undo it.
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, member = ARGV[1], ARGV[2], ARGV[4]
-if redis.call('ZSCORE', KEYS[5], token) then
-  return {NOT_HELD} -- a late attempt of an acquire given up on
+
+-- One EXISTS asks the common case's three questions at once: the lock is
+-- free, no acquire given up on was buried here (the dead set is gone, so
+-- this token is not in it), and, for a FairMutex, nobody waits. Only when
+-- it counts a key are they asked one by one below. (A redis.call costs
+-- the server more than the command it runs.)
+local common = false
+if ARGV[3] == '0' then
+  if ARGV[6] == '1' then
+    common = redis.call('EXISTS', lock, KEYS[5], queue) == 0
+  else
+    common = redis.call('EXISTS', lock, KEYS[5]) == 0
+  end
+end
+local free = false -- the lock is free (asked below when common is not known yet)
+if not common then
+  if redis.call('ZSCORE', KEYS[5], token) then
+    return {NOT_HELD} -- a late attempt of an acquire given up on
+  end
+  free = ARGV[3] == '0' and redis.call('EXISTS', lock) == 0
+  common = free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0)
 end
 
 -- The common case, before the helpers: a free lock that nobody waits for
@@ -74,11 +93,12 @@ end
 -- is the only way it says 0.)
 --
 -- Why this cannot grant twice: the lock hash is taken only when it does
--- not exist (EXISTS is 0 in this same script, which nothing interleaves),
--- and every hold, and a lock kept for a waiter, lives in that hash. A
--- FairMutex also requires an empty queue, as the path below would.
-local free = ARGV[3] == '0' and redis.call('EXISTS', lock) == 0
-if free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0) then
+-- not exist (an EXISTS that counted it is 0 in this same script, which
+-- nothing interleaves), and every hold, and a lock kept for a waiter,
+-- lives in that hash. A FairMutex also requires an empty queue, as the
+-- path below would. A buried token takes nothing: the dead set exists
+-- while it holds one, so common is then decided after the ZSCORE above.
+if common then
   -- the hold's fence (next_fence in lib_queue.lua)
   local f = redis.call('INCR', fence)
   if f >= 9007199254740992 then
