@@ -223,13 +223,7 @@ func sweptClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *sweep) {
 	t.Helper()
 	s := &sweep{}
 	rdb := newRedis(t, srv)
-	d, err := envdriver.Driver(rdb) // DLOCK_TEST_DRIVER's library, or go-redis
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d == nil {
-		d = goRedisDriver(t, rdb)
-	}
+	d := seamDriver(t, rdb)
 	c, err := dlock.NewWithDriver(cancelDriver{d, s}, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -572,13 +566,7 @@ func TestCancelSweep(t *testing.T) {
 	bg := context.Background()
 	s := &sweep{}
 	crdb, ordb := srv.Client(), srv.Client()
-	d, err := envdriver.Driver(crdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d == nil {
-		d = goRedisDriver(t, crdb)
-	}
+	d := seamDriver(t, crdb)
 	cc, err := dlock.NewWithDriver(cancelDriver{d, s})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -82,13 +81,7 @@ func (r *recorder) take() [][]string {
 func countedClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *recorder) {
 	rdb := newRedis(t, srv)
 	rec := &recorder{}
-	d, err := envdriver.Driver(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d == nil {
-		d = goRedisDriver(t, rdb)
-	}
+	d := seamDriver(t, rdb)
 	c, err := dlock.NewWithDriver(countedDriver{d, rec}, opts...)
 	if err != nil {
 		t.Fatal(err)

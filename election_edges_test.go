@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -59,13 +58,7 @@ func faultyClient(t *testing.T, marker string, delay time.Duration) (*dlock.Clie
 	t.Helper()
 	armed := new(atomic.Bool)
 	rdb := newRedis(t, srv)
-	d, err := envdriver.Driver(rdb) // DLOCK_TEST_DRIVER's library, or go-redis
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d == nil {
-		d = goRedisDriver(t, rdb)
-	}
+	d := seamDriver(t, rdb)
 	c, err := dlock.NewWithDriver(faultDriver{d, marker, armed, delay})
 	if err != nil {
 		t.Fatal(err)

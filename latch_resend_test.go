@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -207,13 +206,7 @@ func (d *holdDriver) again() {
 func holdingClient(t *testing.T) (*dlock.Client, *holdDriver) {
 	t.Helper()
 	rdb := newRedis(t, srv)
-	d, err := envdriver.Driver(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d == nil {
-		d = goRedisDriver(t, rdb)
-	}
+	d := seamDriver(t, rdb)
 	hd := &holdDriver{Driver: d}
 	c, err := dlock.NewWithDriver(hd)
 	if err != nil {
@@ -385,13 +378,7 @@ func TestLatchResentCountDownAcrossPhases(t *testing.T) {
 	name := lockName(t)
 	coord := client(t).Latch(name)
 	rdb := newRedis(t, srv)
-	d, err := envdriver.Driver(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d == nil {
-		d = goRedisDriver(t, rdb)
-	}
+	d := seamDriver(t, rdb)
 	rd := &resendDriver{Driver: d, ran: make(chan struct{}), resend: make(chan struct{}), results: make(chan driver.Reply, 1)}
 	wc, err := dlock.NewWithDriver(rd)
 	if err != nil {

@@ -126,13 +126,7 @@ func unlock(t testing.TB, l *dlock.Lease) {
 func crashingClient(t testing.TB) (*dlock.Client, func()) {
 	t.Helper()
 	rdb := srv.Client()
-	d, err := envdriver.Driver(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d == nil {
-		d = goRedisDriver(t, rdb)
-	}
+	d := seamDriver(t, rdb)
 	crashed := &crashDriver{Driver: d}
 	c, err := dlock.NewWithDriver(crashed)
 	if err != nil {
@@ -213,6 +207,21 @@ func onlyGoRedis(t *testing.T) {
 	if name := envdriver.Name(); name != "go-redis" {
 		t.Skipf("a go-redis fault, tested once with the default driver (this run: %s)", name)
 	}
+}
+
+// seamDriver returns the driver a test wraps to inject faults at the
+// seam: DLOCK_TEST_DRIVER's library's (internal/envdriver), or go-redis's
+// (goRedisDriver).
+func seamDriver(t testing.TB, rdb dlock.Redis) driver.Driver {
+	t.Helper()
+	d, err := envdriver.Driver(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d == nil {
+		d = goRedisDriver(t, rdb)
+	}
+	return d
 }
 
 // goRedisDriver returns dlock.GoRedisDriver(rdb), closed when the test

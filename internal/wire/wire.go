@@ -78,6 +78,7 @@ type Mux struct {
 	dialing chan struct{} // non-nil while a dial of the shared connection runs; closed when it ends
 	free    []*conn       // idle dedicated connections
 	closing atomic.Bool   // Close was called: connections close once idle
+	calls   sync.Pool     // of *call, for Do
 }
 
 // maxFree is how many idle dedicated connections a Mux keeps.
@@ -100,12 +101,12 @@ func New(cfg Config) *Mux { return &Mux{cfg: cfg} }
 
 // Do sends cmd on the shared connection and returns its reply.
 func (m *Mux) Do(ctx context.Context, cmd driver.Command) driver.Reply {
-	k := newCall(nil)
+	k := m.oneCall()
 	if err := m.send(ctx, k, cmd); err != nil {
 		return driver.Reply{Err: err}
 	}
 	r := k.one
-	k.reuse()
+	m.reuse(k)
 	return r
 }
 
@@ -436,19 +437,25 @@ type call struct {
 	late      chan struct{} // the caller gave up: closed when delivered
 }
 
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
-
-// newCall returns a call for one reply (many nil) or len(many).
+// newCall returns a call for len(many) replies.
 func newCall(many []driver.Reply) *call {
-	k := calls.Get().(*call)
-	k.many, k.n = many, max(len(many), 1)
-	return k
+	return &call{many: many, n: len(many), done: make(chan struct{}, 1)}
 }
 
-// reuse returns k to the pool: only a call whose caller waited for it.
-func (k *call) reuse() {
-	k.one, k.many, k.delivered, k.failed = driver.Reply{}, nil, false, nil
-	calls.Put(k)
+// oneCall returns a call for one reply, from m's pool. (A pool of its
+// own: a call's channel made inside a testing/synctest bubble must not
+// be used outside it, and a Mux made in a bubble stays there.)
+func (m *Mux) oneCall() *call {
+	if k, ok := m.calls.Get().(*call); ok {
+		return k
+	}
+	return &call{n: 1, done: make(chan struct{}, 1)}
+}
+
+// reuse returns k to m's pool: only a call whose caller waited for it.
+func (m *Mux) reuse(k *call) {
+	k.one, k.delivered, k.failed = driver.Reply{}, false, nil
+	m.calls.Put(k)
 }
 
 // usable reports whether a call may be written on c: it has not failed

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -359,5 +361,42 @@ func TestReadOnlyRetiresTheConnection(t *testing.T) {
 	}
 	if r := m.Do(context.Background(), cmd("SET", "k", "v")); r.Err != nil {
 		t.Fatalf("SET on the master again = %+v", r)
+	}
+}
+
+// A Mux used inside a testing/synctest bubble leaves nothing of the
+// bubble behind for a Mux used outside it (a pool of calls shared by
+// every Mux would hand out a channel made in the bubble: a fatal error).
+func TestSynctestBubbleStaysInside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New(Config{Dial: func(context.Context) (net.Conn, error) {
+			client, server := net.Pipe()
+			go func() { // a server that answers every command +PONG
+				defer server.Close()
+				r := bufio.NewReader(server)
+				for {
+					if _, err := readReply(r); err != nil {
+						return
+					}
+					if _, err := server.Write([]byte("+PONG\r\n")); err != nil {
+						return
+					}
+				}
+			}()
+			return client, nil
+		}})
+		for range 3 {
+			if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+				t.Fatalf("PING in the bubble = %+v", r)
+			}
+		}
+		_ = m.Close()
+	})
+	s := redistest.StartT(t, redistest.Options{})
+	m, _ := newMux(t, s, Config{})
+	for range 3 {
+		if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+			t.Fatalf("PING outside = %+v", r)
+		}
 	}
 }
