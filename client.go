@@ -102,11 +102,13 @@ func goRedis(rdb Redis, cfg clientConfig) *goredis.Driver {
 //
 // On a *redis.Client (a single server, or a failover client's master)
 // the Client sends its commands on connections of its own, made from
-// rdb's options (its Dialer, credentials, database, client name and
-// timeouts; not its hooks, pool or retries): one connection shared by
-// all its calls, whose commands go out together, and a few for WAIT and
-// transactions. A call returns when its ctx ends, without a goroutine of
-// its own, and is never sent twice. A client with an OnConnect hook or
+// rdb's options (its Dialer, credentials, database, client name,
+// timeouts and MaxRetries; not its hooks or pool): one connection shared
+// by all its calls, whose commands go out together, and a few for WAIT
+// and transactions. A call returns when its ctx ends, without a
+// goroutine of its own. It is never sent again after a timeout (its first
+// copy may still run); after a refused, reset or closed connection it is
+// sent again on a new one, MaxRetries times at most. A client with an OnConnect hook or
 // streaming credentials, a cluster's client, and any client under
 // WithoutOwnConnections are used as they are; pub/sub always goes
 // through rdb.
