@@ -80,8 +80,10 @@ type Info struct {
 	// CtxBound: every call returns as soon as its ctx ends, and a
 	// command whose caller gave up cannot run on the server after a
 	// command sent later on the same node (the client keeps one ordered
-	// connection per node). The Client then runs calls on the caller's
-	// goroutine.
+	// connection per node), unless the call's error says when it is
+	// settled (dlock's own connections, whose large pipelines go on a
+	// connection of their own). The Client then runs calls on the
+	// caller's goroutine.
 	CtxBound bool
 	// ResendAfter: the client library may send a call again when its
 	// reply has not come within this long (go-redis after its

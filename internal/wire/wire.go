@@ -12,7 +12,9 @@
 //     when the reply has come (to nobody) or the connection has died: the
 //     command may have run until then, and not after, so the acquire path
 //     waits for it before it undoes what the command may have granted.
-//   - Pipelined. All the calls of a Mux share one connection, ordered: a
+//   - Pipelined. All the calls of a Mux share one connection (and a
+//     second one the large pipelines, the watchdog's renewals, share:
+//     bulkMin), ordered: a
 //     caller appends its command to the connection's buffer, and the
 //     caller that finds no write in progress writes the buffer, then what
 //     others appended meanwhile, until it is empty. Many goroutines' calls
@@ -74,12 +76,29 @@ type Mux struct {
 	cfg Config
 
 	mu      sync.Mutex
-	cur     *conn         // the shared connection; nil before the first call and after a failure
-	dialing chan struct{} // non-nil while a dial of the shared connection runs; closed when it ends
-	free    []*conn       // idle dedicated connections
+	lanes   [2]lane // the shared connections: calls, and bulk (see bulkMin)
+	free    []*conn // idle dedicated connections
 	closing atomic.Bool   // Close was called: connections close once idle
 	calls   sync.Pool     // of *call, for Do
 }
+
+// lane is one shared connection of a Mux.
+type lane struct {
+	cur     *conn         // nil before the first call and after a failure
+	dialing chan struct{} // non-nil while a dial runs; closed when it ends
+}
+
+// The lanes: single commands and small pipelines go on the calls lane; a
+// pipeline of bulkMin commands or more (the watchdog's renewals, up to a
+// thousand at a tick) on a lane of its own, so that no Lock waits behind
+// it on the wire. (Ordering across the two is not needed: a hold's
+// commands carry their place in its sequence, internal/hold "Late
+// commands", as they did on go-redis's pool of connections.)
+const (
+	callsLane = 0
+	bulkLane  = 1
+	bulkMin   = 64
+)
 
 // maxFree is how many idle dedicated connections a Mux keeps.
 const maxFree = 8
@@ -102,7 +121,7 @@ func New(cfg Config) *Mux { return &Mux{cfg: cfg} }
 // Do sends cmd on the shared connection and returns its reply.
 func (m *Mux) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 	k := m.oneCall()
-	if err := m.send(ctx, k, cmd); err != nil {
+	if err := m.send(ctx, callsLane, k, cmd); err != nil {
 		return driver.Reply{Err: err}
 	}
 	r := k.one
@@ -116,8 +135,11 @@ func (m *Mux) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Repl
 	if len(cmds) == 0 {
 		return out
 	}
-	k := newCall(out)
-	if err := m.send(ctx, k, cmds...); err != nil {
+	k, l := newCall(out), callsLane
+	if len(cmds) >= bulkMin {
+		l = bulkLane
+	}
+	if err := m.send(ctx, l, k, cmds...); err != nil {
 		for i := range out {
 			out[i] = driver.Reply{Err: err}
 		}
@@ -129,13 +151,13 @@ func (m *Mux) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Repl
 // its replies (see conn.roundTrip). A connection found dead before
 // anything was written is dialled anew; a call that failed with its
 // connection is sent again as MaxRetries says.
-func (m *Mux) send(ctx context.Context, k *call, cmds ...driver.Command) error {
+func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) error {
 	retries, pause := 0, retryFirst
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		c, err := m.shared(ctx)
+		c, err := m.shared(ctx, l)
 		if err == nil {
 			err = c.roundTrip(ctx, k, cmds)
 			if errors.Is(err, errUnsent) {
@@ -180,11 +202,13 @@ func retriable(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errIdleClosed)
 }
 
-// shared returns the shared connection, dialled if there is none.
-func (m *Mux) shared(ctx context.Context) (*conn, error) {
+// shared returns the shared connection of lane l, dialled if there is
+// none.
+func (m *Mux) shared(ctx context.Context, l int) (*conn, error) {
+	ln := &m.lanes[l]
 	for {
 		m.mu.Lock()
-		if c := m.cur; c != nil {
+		if c := ln.cur; c != nil {
 			m.mu.Unlock()
 			if c.usable() {
 				return c, nil
@@ -192,7 +216,7 @@ func (m *Mux) shared(ctx context.Context) (*conn, error) {
 			m.drop(c)
 			continue
 		}
-		if ch := m.dialing; ch != nil {
+		if ch := ln.dialing; ch != nil {
 			m.mu.Unlock()
 			select {
 			case <-ch:
@@ -202,13 +226,13 @@ func (m *Mux) shared(ctx context.Context) (*conn, error) {
 			}
 		}
 		ch := make(chan struct{})
-		m.dialing = ch
+		ln.dialing = ch
 		m.mu.Unlock()
 		c, err := m.dial(ctx)
 		m.mu.Lock()
-		m.dialing = nil
+		ln.dialing = nil
 		if err == nil {
-			m.cur = c
+			ln.cur = c
 		}
 		m.mu.Unlock()
 		close(ch)
@@ -216,11 +240,13 @@ func (m *Mux) shared(ctx context.Context) (*conn, error) {
 	}
 }
 
-// drop forgets c as the shared connection.
+// drop forgets c as a shared connection.
 func (m *Mux) drop(c *conn) {
 	m.mu.Lock()
-	if m.cur == c {
-		m.cur = nil
+	for i := range m.lanes {
+		if m.lanes[i].cur == c {
+			m.lanes[i].cur = nil
+		}
 	}
 	m.mu.Unlock()
 }
@@ -297,11 +323,13 @@ func (d dedicated) Pipeline(ctx context.Context, cmds []driver.Command) []driver
 func (m *Mux) Close() error {
 	m.closing.Store(true)
 	m.mu.Lock()
-	cur, free := m.cur, m.free
+	lanes, free := m.lanes, m.free
 	m.free = nil
 	m.mu.Unlock()
-	if cur != nil {
-		cur.closeIdle(m)
+	for _, ln := range lanes {
+		if ln.cur != nil {
+			ln.cur.closeIdle(m)
+		}
 	}
 	for _, c := range free {
 		c.fail(ErrClosed)

@@ -400,3 +400,33 @@ func TestSynctestBubbleStaysInside(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline of bulkMin commands or more (the watchdog's renewals) goes
+// on a connection of its own, so that calls do not wait behind it; each
+// command gets its own reply.
+func TestBulkPipelineHasItsOwnConnection(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	small := m.Pipeline(context.Background(), []driver.Command{cmd("ECHO", "a"), cmd("ECHO", "b")})
+	if small[0].Val != "a" || small[1].Val != "b" {
+		t.Fatalf("a small pipeline = %+v", small)
+	}
+	if n := cn.dials.Load(); n != 1 {
+		t.Fatalf("%d connections after a call and a small pipeline, want 1", n)
+	}
+	cmds := make([]driver.Command, bulkMin)
+	for i := range cmds {
+		cmds[i] = cmd("ECHO", fmt.Sprint(i))
+	}
+	for i, r := range m.Pipeline(context.Background(), cmds) {
+		if r.Val != fmt.Sprint(i) {
+			t.Fatalf("reply %d of a bulk pipeline = %+v", i, r)
+		}
+	}
+	if n := cn.dials.Load(); n != 2 {
+		t.Errorf("%d connections after a bulk pipeline, want 2", n)
+	}
+}
