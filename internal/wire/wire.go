@@ -76,10 +76,10 @@ type Mux struct {
 	cfg Config
 
 	mu      sync.Mutex
-	lanes   [2]lane // the shared connections: calls, and bulk (see bulkMin)
-	free    []*conn // idle dedicated connections
-	closing atomic.Bool   // Close was called: connections close once idle
-	calls   sync.Pool     // of *call, for Do
+	lanes   [2]lane     // the shared connections: calls, and bulk (see bulkMin)
+	free    []*conn     // idle dedicated connections
+	closing atomic.Bool // Close was called: connections close once idle
+	calls   sync.Pool   // of *call, for Do
 }
 
 // lane is one shared connection of a Mux.
