@@ -30,23 +30,16 @@ func appendCommand(b []byte, c driver.Command) ([]byte, error) {
 		case string:
 			b = appendBulk(b, v)
 		case int:
-			b = appendBulkBytes(b, strconv.AppendInt(num[:0], int64(v), 10))
+			b = appendBulk(b, strconv.AppendInt(num[:0], int64(v), 10))
 		case int64:
-			b = appendBulkBytes(b, strconv.AppendInt(num[:0], v, 10))
+			b = appendBulk(b, strconv.AppendInt(num[:0], v, 10))
 		}
 	}
 	return b, nil
 }
 
-func appendBulk(b []byte, s string) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
-}
-
-func appendBulkBytes(b, s []byte) []byte {
+// appendBulk appends s as a RESP bulk string.
+func appendBulk[T string | []byte](b []byte, s T) []byte {
 	b = append(b, '$')
 	b = strconv.AppendInt(b, int64(len(s)), 10)
 	b = append(b, '\r', '\n')

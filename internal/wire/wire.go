@@ -328,7 +328,7 @@ func (m *Mux) Close() error {
 	m.mu.Unlock()
 	for _, ln := range lanes {
 		if ln.cur != nil {
-			ln.cur.closeIdle(m)
+			ln.cur.closeIdle()
 		}
 	}
 	for _, c := range free {
@@ -337,10 +337,10 @@ func (m *Mux) Close() error {
 	return nil
 }
 
-// closeIdle closes c if nothing is in flight on it (c is then m's shared
+// closeIdle closes c if nothing is in flight on it (c is then its Mux's shared
 // connection no more); else it wakes c's reader, which closes c once
 // idle.
-func (c *conn) closeIdle(m *Mux) {
+func (c *conn) closeIdle() {
 	c.mu.Lock()
 	idle := c.err == nil && c.head == len(c.queue) && !c.flushing
 	if idle {
@@ -354,7 +354,7 @@ func (c *conn) closeIdle(m *Mux) {
 	}
 	c.mu.Unlock()
 	if idle {
-		m.drop(c)
+		c.m.drop(c)
 		_ = c.nc.Close()
 	}
 }
@@ -375,7 +375,7 @@ func (m *Mux) dial(ctx context.Context) (*conn, error) {
 		_ = nc.Close()
 		return nil, err
 	}
-	c := &conn{cfg: &m.cfg, nc: nc, wake: make(chan struct{}, 1), closing: &m.closing, drop: m.drop}
+	c := &conn{m: m, nc: nc, wake: make(chan struct{}, 1)}
 	c.r = bufio.NewReaderSize(deadlineReader{c}, 16<<10)
 	c.used.Store(time.Now().UnixNano())
 	return c, nil
@@ -433,13 +433,11 @@ var errUnsent = errors.New("dlock: connection failed before the call was sent")
 // conn is one connection: its write buffer, and the calls written on it
 // whose replies are awaited, oldest first.
 type conn struct {
-	cfg     *Config
-	nc      net.Conn
-	r       *bufio.Reader // read by the reader goroutine only
-	wake    chan struct{} // wakes the reader goroutine when it idles
-	used    atomic.Int64  // when a reply last came, or the connection was made (UnixNano)
-	closing *atomic.Bool  // its Mux's: close once idle
-	drop    func(*conn)   // its Mux's: forget it as the shared connection
+	m    *Mux // its Mux: the config, whether it closes, the lanes
+	nc   net.Conn
+	r    *bufio.Reader // read by the reader goroutine only
+	wake chan struct{} // wakes the reader goroutine when it idles
+	used atomic.Int64  // when a reply last came, or the connection was made (UnixNano)
 
 	mu       sync.Mutex
 	err      error   // why the connection failed; nil while it works
@@ -583,8 +581,8 @@ func (c *conn) flush() {
 		buf := c.out
 		c.out = c.spare[:0]
 		c.mu.Unlock()
-		if c.cfg.WriteTimeout > 0 {
-			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		if c.m.cfg.WriteTimeout > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.m.cfg.WriteTimeout))
 		}
 		_, err := c.nc.Write(buf)
 		if err != nil {
@@ -611,10 +609,10 @@ func (c *conn) read() {
 	for {
 		c.mu.Lock()
 		for c.head == len(c.queue) {
-			if c.err == nil && !c.flushing && c.closing.Load() {
+			if c.err == nil && !c.flushing && c.m.closing.Load() {
 				c.err = ErrClosed // nothing in flight, and its Mux is closed
 				c.mu.Unlock()
-				c.drop(c)
+				c.m.drop(c)
 				_ = c.nc.Close()
 				c.mu.Lock()
 			}
@@ -635,7 +633,7 @@ func (c *conn) read() {
 			}
 			c.mu.Lock()
 			c.idle = false
-			if timedOut && c.head == len(c.queue) && !c.closing.Load() {
+			if timedOut && c.head == len(c.queue) && !c.m.closing.Load() {
 				c.reading = false // nothing to read for linger: the next call starts another reader
 				c.mu.Unlock()
 				return
@@ -725,7 +723,7 @@ func (c *conn) fail(err error) {
 type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
-	if t := d.c.cfg.ReadTimeout; t > 0 {
+	if t := d.c.m.cfg.ReadTimeout; t > 0 {
 		_ = d.c.nc.SetReadDeadline(time.Now().Add(t))
 	}
 	return d.c.nc.Read(p)
