@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -155,4 +156,50 @@ func readValue(r *bufio.Reader, depth int) (any, error) {
 		return out, nil
 	}
 	return nil, errProtocol
+}
+
+// scanReply reports how long the reply at the start of b is, and false
+// when b does not hold all of it yet: readReply then reads it from
+// buffered bytes only, so a caller that reads its own reply never
+// blocks inside one, and can hand the connection over between two
+// replies with nothing half read. A malformed reply counts as complete
+// (readReply then says what is wrong).
+func scanReply(b []byte) (int, bool) {
+	pos, need := 0, 1
+	for need > 0 {
+		i := bytes.IndexByte(b[pos:], '\n')
+		if i < 0 {
+			return 0, false
+		}
+		line := b[pos : pos+i+1]
+		pos += i + 1
+		need--
+		if len(line) < 3 {
+			return pos, true
+		}
+		n, err := strconv.Atoi(string(line[1 : len(line)-2]))
+		switch line[0] {
+		case '$', '=':
+			if err != nil {
+				return pos, true
+			}
+			if n >= 0 {
+				if len(b)-pos < n+2 {
+					return 0, false
+				}
+				pos += n + 2
+			}
+		case '*', '~', '>':
+			if err != nil {
+				return pos, true
+			}
+			need += max(n, 0)
+		case '%':
+			if err != nil {
+				return pos, true
+			}
+			need += 2 * max(n, 0)
+		}
+	}
+	return pos, true
 }

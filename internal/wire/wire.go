@@ -5,10 +5,17 @@
 // it; its credentials, database and timeouts), it does what the pool
 // cannot do without a goroutine per call.
 //
-//   - Bounded by ctx on the caller's goroutine. A caller waits for its
-//     reply or its ctx, whichever comes first; a reader goroutine per
-//     connection reads the replies in order and hands each to its caller.
-//     A caller whose ctx ends first gets an *errs.Late, whose Done closes
+//   - Bounded by ctx on the caller's goroutine. The replies come in
+//     order, and one reader at a time reads them, handing each to its
+//     caller: the caller that found nobody reading, which reads until its
+//     own reply has come (so a lone call is written and read on its
+//     caller's goroutine, as go-redis does, with no goroutine woken), and
+//     then hands the reading to the next caller waiting (see conn.readAs).
+//     A reading caller's ctx bounds its reads (a deadline on the socket);
+//     when it ends, the caller hands the reading to a goroutine between
+//     two replies (nothing half read: a caller parses a reply only once
+//     all of it is in the buffer, scanReply) and returns. A caller whose
+//     ctx ends first gets an *errs.Late, whose Done closes
 //     when the reply has come (to nobody) or the connection has died: the
 //     command may have run until then, and not after, so the acquire path
 //     waits for it before it undoes what the command may have granted.
@@ -76,10 +83,11 @@ type Mux struct {
 	cfg Config
 
 	mu      sync.Mutex
-	lanes   [2]lane     // the shared connections: calls, and bulk (see bulkMin)
-	free    []*conn     // idle dedicated connections
-	closing atomic.Bool // Close was called: connections close once idle
-	calls   sync.Pool   // of *call, for Do
+	lanes   [2]lane      // the shared connections: calls, and bulk (see bulkMin)
+	free    []*conn      // idle dedicated connections
+	closing atomic.Bool  // Close was called: connections close once idle
+	calls   sync.Pool    // of *call, for Do
+	readers atomic.Int64 // reader goroutines started (tests count them)
 }
 
 // lane is one shared connection of a Mux.
@@ -102,10 +110,6 @@ const (
 
 // maxFree is how many idle dedicated connections a Mux keeps.
 const maxFree = 8
-
-// linger is how long a connection's reader goroutine waits, idle, for
-// the next call before it ends (the next call starts another).
-const linger = 100 * time.Millisecond
 
 // idleCheck: a connection idle this long is checked before a call is
 // written on it, so that a connection the server (or a proxy) closed
@@ -338,25 +342,27 @@ func (m *Mux) Close() error {
 }
 
 // closeIdle closes c if nothing is in flight on it (c is then its Mux's shared
-// connection no more); else it wakes c's reader, which closes c once
-// idle.
+// connection no more); else its reader closes c once idle (endReading),
+// or its writer (flush).
 func (c *conn) closeIdle() {
 	c.mu.Lock()
-	idle := c.err == nil && c.head == len(c.queue) && !c.flushing
-	if idle {
-		c.err = ErrClosed
-	}
-	if c.idle {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
-	}
+	closed := c.closeIfIdle()
 	c.mu.Unlock()
-	if idle {
+	if closed {
 		c.m.drop(c)
 		_ = c.nc.Close()
 	}
+}
+
+// closeIfIdle marks c closed, with c.mu held, when its Mux is closing
+// and nothing is in flight or being read or written on it; the caller
+// then drops and closes it.
+func (c *conn) closeIfIdle() bool {
+	if c.err == nil && c.head == len(c.queue) && !c.flushing && !c.reading && c.m.closing.Load() {
+		c.err = ErrClosed
+		return true
+	}
+	return false
 }
 
 // dial opens a connection and sends it the hello commands, within ctx
@@ -375,7 +381,7 @@ func (m *Mux) dial(ctx context.Context) (*conn, error) {
 		_ = nc.Close()
 		return nil, err
 	}
-	c := &conn{m: m, nc: nc, wake: make(chan struct{}, 1)}
+	c := &conn{m: m, nc: nc}
 	c.r = bufio.NewReaderSize(deadlineReader{c}, 16<<10)
 	c.used.Store(time.Now().UnixNano())
 	return c, nil
@@ -435,9 +441,15 @@ var errUnsent = errors.New("dlock: connection failed before the call was sent")
 type conn struct {
 	m    *Mux // its Mux: the config, whether it closes, the lanes
 	nc   net.Conn
-	r    *bufio.Reader // read by the reader goroutine only
-	wake chan struct{} // wakes the reader goroutine when it idles
+	r    *bufio.Reader // read by the reader only (see reading)
 	used atomic.Int64  // when a reply last came, or the connection was made (UnixNano)
+
+	// the reader's, while it reads (see reading)
+	got   []driver.Reply // the replies of queue[head] read so far
+	until time.Time      // a reading caller's ctx deadline: no read waits past it
+	dirty bool           // a deadline may be set on the socket: the next read sets its own
+	poll  time.Time      // when a reading caller first looks at its ctx (see readAs)
+	cbl   bool           // a cancel of the reading caller's ctx may set a deadline (see stop)
 
 	mu       sync.Mutex
 	err      error   // why the connection failed; nil while it works
@@ -446,8 +458,9 @@ type conn struct {
 	flushing bool    // a caller is writing out
 	queue    []*call // calls whose replies are awaited: queue[head:]
 	head     int
-	reading  bool // the reader goroutine runs
-	idle     bool // it waits for a call (wake it)
+	reading  bool   // a reader reads the replies: a caller (readAs) or a goroutine (read)
+	turn     uint64 // counts the turns of reading callers: a late cancel touches its own only
+	stop     bool   // the reading caller's ctx ended: its reads end at once
 }
 
 // call is one round trip: a command (its reply in one) or a pipeline
@@ -456,16 +469,19 @@ type call struct {
 	one  driver.Reply
 	many []driver.Reply
 	n    int
-	done chan struct{} // receives once the replies are in (buffered: the reader never waits)
+	// done receives once the replies are in (false), or once it is the
+	// caller's turn to read them (true); buffered: the sender never waits.
+	done chan bool
 
 	delivered bool          // the replies came, or the connection failed
 	failed    error         // the connection failed before the replies came (each reply has it)
 	late      chan struct{} // the caller gave up: closed when delivered
+	turn      bool          // the caller reads, or done holds its turn to: deliver sends nothing
 }
 
 // newCall returns a call for len(many) replies.
 func newCall(many []driver.Reply) *call {
-	return &call{many: many, n: len(many), done: make(chan struct{}, 1)}
+	return &call{many: many, n: len(many), done: make(chan bool, 1)}
 }
 
 // oneCall returns a call for one reply, from m's pool. (A pool of its
@@ -475,7 +491,7 @@ func (m *Mux) oneCall() *call {
 	if k, ok := m.calls.Get().(*call); ok {
 		return k
 	}
-	return &call{n: 1, done: make(chan struct{}, 1)}
+	return &call{n: 1, done: make(chan bool, 1)}
 }
 
 // reuse returns k to m's pool: only a call whose caller waited for it.
@@ -523,6 +539,9 @@ func readOnly(replies []driver.Reply) bool {
 // an *errs.Late when ctx ended first (k is then left to the reader), and
 // nil when the replies are in k. A connection that fails meanwhile puts
 // its error in every reply of k.
+//
+// The caller reads the replies itself when nobody reads (reading), or
+// when the reader before it hands it the turn (done receives true).
 func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) error {
 	c.mu.Lock()
 	if c.err != nil {
@@ -539,38 +558,263 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 		}
 	}
 	c.queue = append(c.queue, k)
-	switch {
-	case !c.reading:
-		c.reading = true
-		go c.read()
-	case c.idle:
-		c.idle = false
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
-	}
+	read := !c.reading
+	c.reading = true
+	k.turn = read
 	write := !c.flushing
 	c.flushing = true
 	c.mu.Unlock()
 	if write {
 		c.flush()
 	}
+	if read {
+		return c.readAs(ctx, k)
+	}
 	select {
-	case <-k.done:
-		return nil
+	case turn := <-k.done:
+		if !turn {
+			return nil
+		}
+		return c.readAs(ctx, k)
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	if k.delivered { // it came as ctx ended: take it
+		turn := k.turn
+		k.turn = false
+		if turn {
+			c.endReading()
+		}
 		c.mu.Unlock()
 		<-k.done
 		return nil
+	}
+	if k.turn { // the turn to read came as ctx ended: a goroutine reads
+		k.turn = false
+		<-k.done
+		c.goRead()
 	}
 	k.late = make(chan struct{})
 	late := k.late
 	c.mu.Unlock()
 	return &errs.Late{Err: ctx.Err(), Done: late}
+}
+
+// readAs reads replies in order, as the caller of k, until k's have come
+// (delivering the others' to their callers), then hands the reading on
+// (see endReading); k.turn is set, so that nothing is sent on k.done. ctx bounds each read: when it ends, a goroutine reads
+// on from where the caller stopped, between two replies, and readAs
+// returns an *errs.Late for k. A reply larger than the buffer is left to
+// a goroutine too, which k's caller then waits for.
+func (c *conn) readAs(ctx context.Context, k *call) error {
+	c.mu.Lock()
+	c.turn++
+	turn := c.turn
+	c.mu.Unlock()
+	if d, ok := ctx.Deadline(); ok {
+		c.until = d
+	}
+	// A cancel is seen at once through an AfterFunc, which costs a
+	// reply that comes at once more than the read: so the first read
+	// waits at most pollFirst, then ctx is looked at, and only a reply
+	// that has not come by then registers the AfterFunc.
+	cancellable := ctx.Done() != nil
+	if cancellable {
+		c.poll = time.Now().Add(pollFirst)
+	}
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for {
+		c.mu.Lock()
+		if k.delivered {
+			k.turn = false
+			c.endTurn(cancellable)
+			c.drainBuffered()
+			c.endReading()
+			c.mu.Unlock()
+			return nil
+		}
+		h := c.queue[c.head]
+		c.mu.Unlock()
+		r, err := c.next(true)
+		switch {
+		case err == nil:
+			c.mu.Lock()
+			c.add(h, r)
+			c.mu.Unlock()
+			continue
+		case errors.Is(err, errTooBig):
+		case isTimeout(err) && (ctx.Err() != nil || !c.until.IsZero() && !time.Now().Before(c.until)):
+		case isTimeout(err) && !c.poll.IsZero() && !time.Now().Before(c.poll):
+			c.poll = time.Time{}
+			c.cbl = true
+			stop = context.AfterFunc(ctx, func() {
+				c.mu.Lock()
+				if c.turn == turn { // still this caller's turn: end its read now
+					c.stop = true
+					_ = c.nc.SetReadDeadline(past)
+				}
+				c.mu.Unlock()
+			})
+			continue
+		default: // the connection failed (or no reply came within ReadTimeout)
+			c.fail(err)
+			c.mu.Lock()
+			k.turn = false
+			c.endTurn(cancellable)
+			c.reading = false
+			closed := c.closeIfIdle()
+			c.mu.Unlock()
+			if closed {
+				c.m.drop(c)
+			}
+			return nil
+		}
+		// hand the reading to a goroutine
+		c.mu.Lock()
+		k.turn = false
+		c.endTurn(cancellable)
+		c.goRead()
+		if k.delivered { // the connection failed meanwhile
+			c.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() == nil { // too big: wait for it
+			c.mu.Unlock()
+			select {
+			case <-k.done:
+				return nil
+			case <-ctx.Done():
+			}
+			c.mu.Lock()
+			if k.delivered {
+				c.mu.Unlock()
+				<-k.done
+				return nil
+			}
+		}
+		k.late = make(chan struct{})
+		late := k.late
+		c.mu.Unlock()
+		return &errs.Late{Err: ctx.Err(), Done: late}
+	}
+}
+
+// endTurn ends a reading caller's turn, with c.mu held: its ctx no
+// longer touches the socket, and, when it could have, the next reader
+// sets its own deadline (a cancel may have set one in the past).
+func (c *conn) endTurn(cancellable bool) {
+	c.turn++
+	c.until, c.poll, c.stop, c.cbl = time.Time{}, time.Time{}, false, false
+	c.dirty = c.dirty || cancellable
+}
+
+// pollFirst is how long a reading caller's first wait for a reply lasts
+// before it looks at its ctx (and from then on is told of a cancel at
+// once): a cancel during it is seen up to this late.
+const pollFirst = time.Millisecond
+
+// past is a deadline that has passed.
+var past = time.Unix(1, 0)
+
+// isTimeout reports whether err is a read's deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// errTooBig: a reply that does not fit in a connection's read buffer,
+// which a goroutine reads.
+var errTooBig = errors.New("dlock: a reply larger than the read buffer")
+
+// next reads the next reply. A caller (whole) parses one only once all
+// of it is in the buffer, so that an error leaves nothing half read:
+// errTooBig when it cannot be, else the read's.
+func (c *conn) next(whole bool) (driver.Reply, error) {
+	if !whole {
+		return readReply(c.r)
+	}
+	for {
+		b, _ := c.r.Peek(c.r.Buffered())
+		if _, ok := scanReply(b); ok {
+			return readReply(c.r)
+		}
+		if len(b) == c.r.Size() {
+			return driver.Reply{}, errTooBig
+		}
+		if _, err := c.r.Peek(len(b) + 1); err != nil {
+			return driver.Reply{}, err
+		}
+	}
+}
+
+// add takes r, a reply of the call h at the head of the queue, and
+// delivers h's replies once all have come; with c.mu held.
+func (c *conn) add(h *call, r driver.Reply) {
+	c.got = append(c.got, r)
+	if len(c.got) < h.n {
+		return
+	}
+	c.used.Store(time.Now().UnixNano())
+	if c.err == nil && readOnly(c.got) {
+		// The server is a replica now (a failover demoted it): no new
+		// call goes on c, and c closes once its calls in flight have
+		// their replies; the next call dials the master anew (a
+		// failover client's Dialer asks the sentinels).
+		c.err = errReadOnly
+	}
+	c.queue[c.head] = nil
+	c.head++
+	if c.head == len(c.queue) {
+		c.queue, c.head = c.queue[:0], 0
+	}
+	c.deliver(h, c.got, nil)
+	clear(c.got)
+	c.got = c.got[:0]
+}
+
+// drainBuffered delivers the replies already in the buffer, to the
+// callers waiting for them, before a reading caller hands the reading
+// on; with c.mu held.
+func (c *conn) drainBuffered() {
+	for c.head < len(c.queue) {
+		b, _ := c.r.Peek(c.r.Buffered())
+		if _, ok := scanReply(b); !ok {
+			return
+		}
+		r, err := readReply(c.r)
+		if err != nil {
+			return // the next reader meets it again
+		}
+		c.add(c.queue[c.head], r)
+	}
+}
+
+// endReading ends a reader's turn, with c.mu held: the caller of the
+// call at the head of the queue reads next, or, when it gave up, a
+// goroutine; nobody when nothing is awaited (and c closes if its Mux
+// is closing).
+func (c *conn) endReading() {
+	switch {
+	case c.err != nil || c.head == len(c.queue):
+		c.reading = false
+		if c.closeIfIdle() {
+			go func() {
+				c.m.drop(c)
+				_ = c.nc.Close()
+			}()
+		}
+	case c.queue[c.head].late != nil:
+		c.goRead()
+	default:
+		h := c.queue[c.head]
+		h.turn = true
+		h.done <- true
+	}
 }
 
 // flush writes out what callers appended until nothing is left, then
@@ -596,80 +840,49 @@ func (c *conn) flush() {
 	}
 	c.out = c.out[:0]
 	c.flushing = false
+	closed := c.closeIfIdle()
 	c.mu.Unlock()
+	if closed {
+		c.m.drop(c)
+		_ = c.nc.Close()
+	}
 }
 
-// read is the reader goroutine: it reads the replies of the calls in
-// order and hands each call its own; it ends when the connection fails,
-// or when no call has come for linger.
+// goRead starts a reader goroutine, with c.mu held.
+func (c *conn) goRead() {
+	c.m.readers.Add(1)
+	go c.read()
+}
+
+// read is a reader goroutine: it reads the replies of the calls in
+// order from where the reader before it stopped, and hands each call its
+// own, until none is awaited or the connection fails.
 func (c *conn) read() {
-	t := time.NewTimer(linger)
-	defer t.Stop()
-	var got []driver.Reply
 	for {
 		c.mu.Lock()
-		for c.head == len(c.queue) {
-			if c.err == nil && !c.flushing && c.m.closing.Load() {
-				c.err = ErrClosed // nothing in flight, and its Mux is closed
-				c.mu.Unlock()
-				c.m.drop(c)
-				_ = c.nc.Close()
-				c.mu.Lock()
-			}
-			if c.err != nil {
-				c.reading = false
-				c.mu.Unlock()
-				_ = c.nc.Close() // failed, retired or closed: done with
-				return
-			}
-			c.idle = true
+		if c.err != nil || c.head == len(c.queue) {
+			c.reading = false
+			closed := c.closeIfIdle()
+			failed := c.err != nil
 			c.mu.Unlock()
-			t.Reset(linger)
-			timedOut := false
-			select {
-			case <-c.wake:
-			case <-t.C:
-				timedOut = true
+			if closed {
+				c.m.drop(c)
 			}
-			c.mu.Lock()
-			c.idle = false
-			if timedOut && c.head == len(c.queue) && !c.m.closing.Load() {
-				c.reading = false // nothing to read for linger: the next call starts another reader
-				c.mu.Unlock()
-				return
+			if closed || failed {
+				_ = c.nc.Close() // failed, retired or closed: done with
 			}
+			return
 		}
-		k := c.queue[c.head]
+		h := c.queue[c.head]
 		c.mu.Unlock()
-		got = got[:0]
-		for range k.n {
-			r, err := readReply(c.r)
-			if err != nil {
-				c.fail(err)
-				c.mu.Lock()
-				c.reading = false
-				c.mu.Unlock()
-				return
-			}
-			got = append(got, r)
+		r, err := c.next(false)
+		if err != nil {
+			c.fail(err)
+			continue
 		}
-		c.used.Store(time.Now().UnixNano())
 		c.mu.Lock()
-		if c.err == nil && readOnly(got) {
-			// The server is a replica now (a failover demoted it): no new
-			// call goes on c, and c closes once its calls in flight have
-			// their replies; the next call dials the master anew (a
-			// failover client's Dialer asks the sentinels).
-			c.err = errReadOnly
-		}
-		c.queue[c.head] = nil
-		c.head++
-		if c.head == len(c.queue) {
-			c.queue, c.head = c.queue[:0], 0
-		}
-		c.deliver(k, got, nil)
+		c.add(h, r)
 		c.mu.Unlock()
-		clear(got)
 	}
 }
 
@@ -693,7 +906,10 @@ func (c *conn) deliver(k *call, got []driver.Reply, err error) {
 	default:
 		copy(k.many, got)
 	}
-	k.done <- struct{}{}
+	if k.turn { // its caller reads, or done holds its turn to, which ends at once
+		return
+	}
+	k.done <- false
 }
 
 // fail ends c with err: it closes the socket and fails every call
@@ -708,23 +924,43 @@ func (c *conn) fail(err error) {
 	for _, k := range pending {
 		c.deliver(k, nil, err)
 	}
-	if c.idle {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
-	}
+	clear(c.got)
+	c.got = c.got[:0]
 	c.mu.Unlock()
 	_ = c.nc.Close()
 }
 
 // deadlineReader reads the socket with ReadTimeout as the deadline of
-// each read: the reader goroutine reads only while a reply is awaited.
+// each read, or a reading caller's ctx deadline when that comes first:
+// a reader reads only while a reply is awaited.
 type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
-	if t := d.c.m.cfg.ReadTimeout; t > 0 {
-		_ = d.c.nc.SetReadDeadline(time.Now().Add(t))
+	c := d.c
+	var dl time.Time
+	if t := c.m.cfg.ReadTimeout; t > 0 {
+		dl = time.Now().Add(t)
 	}
-	return d.c.nc.Read(p)
+	if !c.until.IsZero() && (dl.IsZero() || c.until.Before(dl)) {
+		dl = c.until
+	}
+	if !c.poll.IsZero() && (dl.IsZero() || c.poll.Before(dl)) {
+		dl = c.poll
+	}
+	switch {
+	case c.cbl:
+		// under mu, so that a cancel's past deadline (readAs) is not
+		// overwritten by a later one
+		c.mu.Lock()
+		if c.stop {
+			dl = past
+		}
+		_ = c.nc.SetReadDeadline(dl)
+		c.mu.Unlock()
+		c.dirty = true
+	case !dl.IsZero() || c.dirty:
+		_ = c.nc.SetReadDeadline(dl)
+		c.dirty = !dl.IsZero()
+	}
+	return c.nc.Read(p)
 }

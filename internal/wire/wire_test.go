@@ -430,3 +430,175 @@ func TestBulkPipelineHasItsOwnConnection(t *testing.T) {
 		t.Errorf("%d connections after a bulk pipeline, want 2", n)
 	}
 }
+
+// A lone call is written and read on its caller's goroutine: calls made
+// one after another start no reader goroutine, and neither do many
+// callers at once while none gives up (each reads its own reply, or
+// hands the reading to the next caller waiting).
+func TestCallersReadTheirOwnReplies(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, _ := newMux(t, s, Config{ReadTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 100 {
+		v := fmt.Sprint(i)
+		if r := m.Do(ctx, cmd("ECHO", v)); r.Val != v {
+			t.Fatalf("ECHO %s = %+v", v, r)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 50 {
+				v := fmt.Sprintf("%d-%d", w, i)
+				if r := m.Do(ctx, cmd("ECHO", v)); r.Val != v {
+					t.Errorf("ECHO %s = %+v", v, r)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := m.readers.Load(); n != 0 {
+		t.Errorf("%d reader goroutines started for calls that all waited for their replies, want 0", n)
+	}
+}
+
+// A reading caller whose ctx deadline passes while the server is paused
+// returns an *errs.Late at its deadline; the calls queued behind it get
+// their own replies (a goroutine reads on), and its Done closes once its
+// reply has come.
+func TestReadingCallerDeadline(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{ReadTimeout: time.Minute})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r := m.Do(ctx, cmd("ECHO", "first"))
+	late, ok := errors.AsType[*errs.Late](r.Err)
+	if !ok || !errors.Is(r.Err, context.DeadlineExceeded) {
+		t.Fatalf("Do on a paused server = %+v, want an *errs.Late of context.DeadlineExceeded", r)
+	}
+	behind := make(chan driver.Reply, 3)
+	written := cn.writes.Load()
+	for i := range 3 {
+		go func() { behind <- m.Do(context.Background(), cmd("ECHO", fmt.Sprint(i))) }()
+	}
+	for cn.writes.Load() == written {
+		runtime.Gosched()
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-late.Done
+	seen := map[any]bool{}
+	for range 3 {
+		r := <-behind
+		if r.Err != nil {
+			t.Fatalf("a call behind the late one = %+v", r)
+		}
+		seen[r.Val] = true
+	}
+	if len(seen) != 3 || seen["first"] {
+		t.Fatalf("the calls behind the late one got %v, want 0, 1 and 2", seen)
+	}
+	if n := cn.dials.Load(); n != 1 {
+		t.Errorf("%d connections dialled, want 1: a caller's deadline does not end the connection", n)
+	}
+}
+
+// A reply that arrives in pieces, with the reading caller's ctx ending
+// between them, is read whole by the goroutine that reads on: nothing is
+// half read, the late call's Done closes with the rest, and the next
+// call gets its own reply.
+func TestCallerGivesUpInsideAReply(t *testing.T) {
+	client, server := net.Pipe()
+	m := New(Config{Dial: func(context.Context) (net.Conn, error) { return client, nil }})
+	defer m.Close()
+	r := bufio.NewReader(server)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan driver.Reply, 1)
+	go func() { got <- m.Do(ctx, cmd("ECHO", "split")) }()
+	if _, err := readReply(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Write([]byte("$5\r\nsp")); err != nil { // the first piece
+		t.Fatal(err)
+	}
+	cancel()
+	rep := <-got
+	late, ok := errors.AsType[*errs.Late](rep.Err)
+	if !ok {
+		t.Fatalf("Do cancelled inside its reply = %+v, want an *errs.Late", rep)
+	}
+	next := make(chan driver.Reply, 1)
+	go func() { next <- m.Do(context.Background(), cmd("ECHO", "next")) }()
+	if _, err := server.Write([]byte("lit\r\n")); err != nil { // the rest
+		t.Fatal(err)
+	}
+	<-late.Done
+	if _, err := readReply(r); err != nil { // the next call
+		t.Fatal(err)
+	}
+	if _, err := server.Write([]byte("$4\r\nnext\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if rep := <-next; rep.Val != "next" {
+		t.Fatalf("the call after the split reply = %+v, want its own", rep)
+	}
+	_ = server.Close()
+}
+
+// A reply larger than the read buffer, which a caller cannot hold whole,
+// is read by a goroutine and reaches its caller intact.
+func TestReplyLargerThanTheBuffer(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, _ := newMux(t, s, Config{})
+	big := strings.Repeat("x", 100<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 2 {
+		if r := m.Do(ctx, cmd("ECHO", big)); r.Val != big {
+			t.Fatalf("ECHO of %d bytes = %d bytes, %v", len(big), len(fmt.Sprint(r.Val)), r.Err)
+		}
+	}
+	if r := m.Do(ctx, cmd("ECHO", "small")); r.Val != "small" {
+		t.Fatalf("ECHO after a large one = %+v", r)
+	}
+	if n := m.readers.Load(); n < 1 || n > 2 { // 1 when the second call came before the first's reader ended
+		t.Errorf("%d reader goroutines for 2 large replies, want 1 or 2", n)
+	}
+}
+
+func TestScanReply(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		full bool
+	}{
+		{"", 0, false},
+		{"+OK\r", 0, false},
+		{"+OK\r\n", 5, true},
+		{"+OK\r\n:1\r\n", 5, true},
+		{"$3\r\nab", 0, false},
+		{"$3\r\nabc\r\n", 9, true},
+		{"$-1\r\n", 5, true},
+		{"*2\r\n:1\r\n", 0, false},
+		{"*2\r\n:1\r\n$1\r\nx\r\n", 15, true},
+		{"*2\r\n*1\r\n:1\r\n", 0, false},
+		{"*-1\r\n", 5, true},
+		{"%1\r\n+a\r\n", 0, false},
+		{"%1\r\n+a\r\n:1\r\n", 12, true},
+		{"$x\r\n", 4, true}, // malformed: readReply says so
+	} {
+		n, full := scanReply([]byte(tc.in))
+		if n != tc.n || full != tc.full {
+			t.Errorf("scanReply(%q) = %d, %v, want %d, %v", tc.in, n, full, tc.n, tc.full)
+		}
+	}
+}
