@@ -602,3 +602,43 @@ func TestScanReply(t *testing.T) {
 		}
 	}
 }
+
+// A reading caller cancelled after its first wait for the reply
+// (pollFirst) is told through its ctx's AfterFunc: with no read timeout,
+// nothing else would end its wait on a paused server. (The 10 s bound
+// only tells a hang from a pass.)
+func TestCancelAfterTheFirstWait(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, Config{})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan driver.Reply)
+	written := cn.writes.Load()
+	go func() { got <- m.Do(ctx, cmd("ECHO", "late")) }()
+	for cn.writes.Load() == written {
+		runtime.Gosched()
+	}
+	time.Sleep(20 * pollFirst) // past the first wait (no signal says so; a shorter one only tests less)
+	cancel()
+	var r driver.Reply
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		_ = s.Resume()
+		<-got
+		t.Fatal("Do on a paused server did not return when its ctx was cancelled after its first wait")
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	late, ok := errors.AsType[*errs.Late](r.Err)
+	if !ok || !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("Do cancelled after its first wait = %+v, want an *errs.Late of context.Canceled", r)
+	}
+	<-late.Done
+}
