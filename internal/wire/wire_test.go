@@ -94,13 +94,12 @@ func TestCallsShareWrites(t *testing.T) {
 	t.Logf("%d writes for %d calls", cn.writes.Load(), workers*each)
 }
 
-// A call to a paused server returns when its ctx ends, with an
-// *errs.Late that matches ctx's error; its Done closes once the reply
-// has come (to nobody), and the next call gets its own reply, not the
-// late one.
-func TestCallReturnsAtCtxEnd(t *testing.T) {
-	s := redistest.StartT(t, redistest.Options{})
-	m, cn := newMux(t, s, Config{ReadTimeout: time.Minute})
+// callToPausedServer makes a Mux with cfg on a server it then pauses,
+// and sends it ECHO late with a ctx that cancel ends: got receives its
+// reply, once the call is on the wire.
+func callToPausedServer(t *testing.T, cfg Config) (s *redistest.Server, m *Mux, got chan driver.Reply, cancel context.CancelFunc) {
+	s = redistest.StartT(t, redistest.Options{})
+	m, cn := newMux(t, s, cfg)
 	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
 		t.Fatalf("PING = %+v", r)
 	}
@@ -108,12 +107,22 @@ func TestCallReturnsAtCtxEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan driver.Reply)
+	t.Cleanup(cancel)
+	got = make(chan driver.Reply)
 	written := cn.writes.Load()
 	go func() { got <- m.Do(ctx, cmd("ECHO", "late")) }()
 	for cn.writes.Load() == written { // the call is on the wire
 		runtime.Gosched()
 	}
+	return s, m, got, cancel
+}
+
+// A call to a paused server returns when its ctx ends, with an
+// *errs.Late that matches ctx's error; its Done closes once the reply
+// has come (to nobody), and the next call gets its own reply, not the
+// late one.
+func TestCallReturnsAtCtxEnd(t *testing.T) {
+	s, m, got, cancel := callToPausedServer(t, Config{ReadTimeout: time.Minute})
 	cancel()
 	r := <-got
 	late, ok := errors.AsType[*errs.Late](r.Err)
@@ -608,21 +617,7 @@ func TestScanReply(t *testing.T) {
 // nothing else would end its wait on a paused server. (The 10 s bound
 // only tells a hang from a pass.)
 func TestCancelAfterTheFirstWait(t *testing.T) {
-	s := redistest.StartT(t, redistest.Options{})
-	m, cn := newMux(t, s, Config{})
-	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
-		t.Fatalf("PING = %+v", r)
-	}
-	if err := s.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan driver.Reply)
-	written := cn.writes.Load()
-	go func() { got <- m.Do(ctx, cmd("ECHO", "late")) }()
-	for cn.writes.Load() == written {
-		runtime.Gosched()
-	}
+	s, _, got, cancel := callToPausedServer(t, Config{})
 	time.Sleep(20 * pollFirst) // past the first wait (no signal says so; a shorter one only tests less)
 	cancel()
 	var r driver.Reply
