@@ -123,7 +123,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 			"lock", h.k.Name, "err", err)
 	})
 	if !started {
-		c.releaseNow(h) // Close is under way: one bounded try
+		go c.releaseNow(h) // Close is under way: one bounded try (see lastTry)
 	}
 }
 
@@ -217,9 +217,18 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 			"err", err)
 	})
 	if !started {
-		_ = once() // Close is under way: one bounded try
+		go func() { _ = once() }() // Close is under way: one bounded try (see lastTry)
 	}
 }
+
+// lastTry: a release or an undo asked for once Close is under way (the
+// background refuses it) makes one last try, bounded by cleanupTimeout,
+// on a goroutine of its own, so that the call that asked for it returns
+// within its ctx as it would have otherwise (made on the caller's
+// goroutine, a Lock whose ctx ended during a Close on a paused server
+// returned 936 ms after its deadline: torture seed 545246989,
+// TestUndoAfterCloseLeavesTheCallerFree). Close does not wait for it:
+// it ends by itself within cleanupTimeout.
 
 // releaseNow makes one release of h, bounded by cleanupTimeout.
 func (c *Keeper) releaseNow(h *Hold) {
