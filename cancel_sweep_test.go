@@ -222,13 +222,7 @@ func (c cancelConn) Pipeline(ctx context.Context, cmds []driver.Command) []drive
 func sweptClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *sweep) {
 	t.Helper()
 	s := &sweep{}
-	rdb := newRedis(t, srv)
-	d := seamDriver(t, rdb)
-	c, err := dlock.NewWithDriver(cancelDriver{d, s}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := seamClient(t, func(d driver.Driver) driver.Driver { return cancelDriver{d, s} }, opts...)
 	return c, s
 }
 

@@ -83,7 +83,8 @@ type Redis interface {
 // test injecting faults at the seam), or to hand it to NewWithDriver. On
 // a *redis.Client its commands go on connections of its own (see New);
 // they close when it is closed (it is an io.Closer: a Client made by
-// NewWithDriver does not close it) or becomes garbage.
+// NewWithDriver does not close it), or, once it is garbage, when the
+// runtime finalizes their sockets (no goroutine of its keeps them).
 func GoRedisDriver(rdb Redis) driver.Driver { return goredis.Own(rdb) }
 
 // goRedis returns the go-redis driver of rdb that New and NewQuorum use:
@@ -123,6 +124,7 @@ func New(rdb Redis, opts ...Option) (*Client, error) {
 	d := goRedis(rdb, cfg)
 	c, err := NewWithDriver(d, opts...)
 	if err != nil {
+		_ = d.Close()
 		return nil, err
 	}
 	c.own = []io.Closer{d}
@@ -246,7 +248,10 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 // still being retried after a failed Unlock make a last try. Close blocks
 // until that is done, for about cleanupTimeout (2 s) at most when Redis does
 // not answer (the locks then expire after their TTL), and stops the
-// watchdog and pub/sub connections. Close does not close the Redis client.
+// watchdog and pub/sub connections. An acquire or an Unlock that fails
+// while Close runs makes its own last bounded try, on a goroutine of its
+// own that Close does not wait for, so that the call still returns
+// within its ctx. Close does not close the Redis client.
 // It is safe to call more than once.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {

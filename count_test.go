@@ -79,14 +79,8 @@ func (r *recorder) take() [][]string {
 // the driver seam: go-redis's (on the Client's own connections), or
 // DLOCK_TEST_DRIVER's.
 func countedClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *recorder) {
-	rdb := newRedis(t, srv)
 	rec := &recorder{}
-	d := seamDriver(t, rdb)
-	c, err := dlock.NewWithDriver(countedDriver{d, rec}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := seamClient(t, func(d driver.Driver) driver.Driver { return countedDriver{d, rec} }, opts...)
 	return c, rec
 }
 

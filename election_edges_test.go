@@ -57,13 +57,7 @@ func (d faultDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driv
 func faultyClient(t *testing.T, marker string, delay time.Duration) (*dlock.Client, *atomic.Bool) {
 	t.Helper()
 	armed := new(atomic.Bool)
-	rdb := newRedis(t, srv)
-	d := seamDriver(t, rdb)
-	c, err := dlock.NewWithDriver(faultDriver{d, marker, armed, delay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := seamClient(t, func(d driver.Driver) driver.Driver { return faultDriver{d, marker, armed, delay} })
 	return c, armed
 }
 

@@ -205,14 +205,8 @@ func (d *holdDriver) again() {
 // hd can hold.
 func holdingClient(t *testing.T) (*dlock.Client, *holdDriver) {
 	t.Helper()
-	rdb := newRedis(t, srv)
-	d := seamDriver(t, rdb)
-	hd := &holdDriver{Driver: d}
-	c, err := dlock.NewWithDriver(hd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	var hd *holdDriver
+	c := seamClient(t, func(d driver.Driver) driver.Driver { hd = &holdDriver{Driver: d}; return hd })
 	return c, hd
 }
 
@@ -377,14 +371,11 @@ func TestLatchResentCountDownAcrossPhases(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	coord := client(t).Latch(name)
-	rdb := newRedis(t, srv)
-	d := seamDriver(t, rdb)
-	rd := &resendDriver{Driver: d, ran: make(chan struct{}), resend: make(chan struct{}), results: make(chan driver.Reply, 1)}
-	wc, err := dlock.NewWithDriver(rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wc.Close() })
+	var rd *resendDriver
+	wc := seamClient(t, func(d driver.Driver) driver.Driver {
+		rd = &resendDriver{Driver: d, ran: make(chan struct{}), resend: make(chan struct{}), results: make(chan driver.Reply, 1)}
+		return rd
+	})
 	worker := wc.Latch(name)
 	if ok, err := coord.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
 		t.Fatalf("TrySetCount = %v, %v", ok, err)

@@ -209,6 +209,18 @@ func onlyGoRedis(t *testing.T) {
 	}
 }
 
+// seamClient returns a Client on the shared server whose driver is the
+// seam's (seamDriver) as wrap wraps it, closed when the test ends.
+func seamClient(t testing.TB, wrap func(driver.Driver) driver.Driver, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.NewWithDriver(wrap(seamDriver(t, newRedis(t, srv))), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // seamDriver returns the driver a test wraps to inject faults at the
 // seam: DLOCK_TEST_DRIVER's library's (internal/envdriver), or go-redis's
 // (goRedisDriver).

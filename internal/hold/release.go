@@ -99,7 +99,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 	h.mu.Lock()
 	until := h.deadline.Add(h.c.drift.Of(h.ttl))
 	h.mu.Unlock()
-	started := c.Background(func() {
+	c.orLastTry(func() {
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx
 		defer timer.Stop()
 		var err error
@@ -121,10 +121,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 		}
 		c.tel.Log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
 			"lock", h.k.Name, "err", err)
-	})
-	if !started {
-		go c.releaseNow(h) // Close is under way: one bounded try (see lastTry)
-	}
+	}, func() { c.releaseNow(h) })
 }
 
 // undo runs undo — undoing what an acquire may have left in Redis — at
@@ -189,7 +186,7 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 		defer cancel()
 		return undo(ctx)
 	}
-	started := c.Background(func() {
+	c.orLastTry(func() {
 		select {
 		case <-after:
 		case <-c.life.Done():
@@ -215,20 +212,22 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 		}
 		c.tel.Log.Warn("dlock: undoing an acquire failed until its claim's TTL could have run out; a late attempt may hold the lock for its TTL",
 			"err", err)
-	})
-	if !started {
-		go func() { _ = once() }() // Close is under way: one bounded try (see lastTry)
-	}
+	}, func() { _ = once() })
 }
 
-// lastTry: a release or an undo asked for once Close is under way (the
-// background refuses it) makes one last try, bounded by cleanupTimeout,
-// on a goroutine of its own, so that the call that asked for it returns
-// within its ctx as it would have otherwise (made on the caller's
-// goroutine, a Lock whose ctx ended during a Close on a paused server
-// returned 936 ms after its deadline: torture seed 545246989,
-// TestUndoAfterCloseLeavesTheCallerFree). Close does not wait for it:
-// it ends by itself within cleanupTimeout.
+// orLastTry runs retry, a release's or an undo's tries, in the
+// background; once Close is under way (the background refuses it) it
+// runs last instead, one try bounded by cleanupTimeout, on a goroutine of
+// its own, so that the call that asked for it returns within its ctx as
+// it would have otherwise (made on the caller's goroutine, a Lock whose
+// ctx ended during a Close on a paused server returned 936 ms after its
+// deadline: torture seed 545246989, TestUndoAfterCloseLeavesTheCallerFree).
+// Close does not wait for it: it ends by itself within cleanupTimeout.
+func (c *Keeper) orLastTry(retry, last func()) {
+	if !c.Background(retry) {
+		go last()
+	}
+}
 
 // releaseNow makes one release of h, bounded by cleanupTimeout.
 func (c *Keeper) releaseNow(h *Hold) {

@@ -160,7 +160,7 @@ func (c Call) Command(whole bool) driver.Command {
 	if whole {
 		return ScriptCommand("EVAL", c.S.SrcArg, c.Keys, c.Boxed, c.Args)
 	}
-	if c.words != nil && len(c.words) == 3+len(c.Boxed)+len(c.Args) { // Args grew in place, if at all
+	if c.words != nil && len(c.words) == 3+len(c.Boxed)+len(c.Args) { // Args is still words' tail: filled, not appended to
 		return driver.Command{Args: c.words, FirstKey: 3, Keys: len(c.Boxed)}
 	}
 	return ScriptCommand("EVALSHA", c.S.SHAArg, c.Keys, c.Boxed, c.Args)

@@ -24,7 +24,7 @@ import (
 // on a goroutine of its own while the caller waits for its reply or its
 // ctx, whichever comes first. A caller whose ctx ends first gets an error
 // that matches ctx.Err() and is a *errs.Late: the command may still run on
-// the server, and lateCall.done closes when go-redis is done with it (a
+// the server, and its Done closes when go-redis is done with it (a
 // reply, or its own timeout). The acquire path waits for that before it
 // undoes what the call may have granted (internal/acquire/acquisition.go), so that the
 // undoing cannot run on the server before the grant does. A result a

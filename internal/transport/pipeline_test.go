@@ -100,7 +100,7 @@ func waitFor(t *testing.T, p *pipelined, what string, cond func() bool) {
 }
 
 // within returns an errs.Late when ctx ends before f returns, and the
-// lateCall is settled when f has returned, not before.
+// An errs.Late of within is settled when f has returned, not before.
 func TestWithinGivesUpWhenCtxEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	release := make(chan struct{})
