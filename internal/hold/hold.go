@@ -28,18 +28,15 @@ type Hold struct {
 	k        *protocol.Keys
 	p        backend.HoldOps
 	what     string // the primitive, for telemetry
-	side     string // the side of an RWMutex hold; "" for other locks
 	token    string
 	fence    int64
-	acquired time.Time     // when the attempt that took it was sent
+	acquired int64         // when the attempt that took it was sent (mono, schedule.go)
 	maxHold  time.Duration // WithMaxHold: no command sets its lease past maxFrom+maxHold (maxEnd); 0: none
 	buryFor  time.Duration // its final release buries the token first, for this long (buryFirst); 0: not
-	renew    bool          // the watchdog renews it
-	handed   bool          // a release handed it over (acquire.HandedOver), no attempt of its own took it
-	// maxFrom is when its max hold began: acquired, or, for a hold handed
-	// over by a release, when the hand-off reached the waiter. Set before
-	// it is shared (newHold).
-	maxFrom time.Time
+	// maxFrom is when its max hold began (mono): acquired, or, for a hold
+	// handed over by a release, when the hand-off reached the waiter. Set
+	// before it is shared (newHold).
+	maxFrom int64
 
 	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
@@ -49,20 +46,27 @@ type Hold struct {
 	mu        sync.Mutex
 	count     int           // holds in Redis (written under calls too)
 	ttl       time.Duration // lease length used by renewals
-	deadline  time.Time     // local: the lease may be gone after this
-	nextRenew time.Time     // when the watchdog renews it next
+	deadline  int64         // local: the lease may be gone after this (mono, schedule.go; longAgo until confirmed)
+	nextRenew int64         // when the watchdog renews it next (mono)
 	epoch     int           // bumped by Extend: older renewals confirm nothing
 	seq       int64         // the last place given in the hold's sequence (see next)
 	unsure    []unsure      // Extends given up on that may still set the lease (see mayHaveSet)
-	limited   bool          // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
-	renewing  bool          // a renewal of it is in flight
-	releasing bool          // its final Unlock is in flight: a renewal that finds it gone is not a loss
 	err       error         // why the hold ended; nil while held
 	leases    []*End        // its leases' ends; unlocked ones are removed (few: one per re-entry)
 	leases1   [1]*End       // leases' first array (no allocation for a hold never re-entered)
 
 	// Guarded by the watchdog's mu: its places in the watchdog's schedules.
 	deadlineAt, renewAt slot
+
+	// Its flags and side, together in one word (a hold per lease: 100 000
+	// held leases cost 100 000 of these). The first three are set when it
+	// is made, read-only after; the last three are guarded by mu.
+	side      byte // the side of an RWMutex hold ('r' or 'w', Spec.Side); 0 for other locks
+	renew     bool // the watchdog renews it
+	handed    bool // a release handed it over (acquire.HandedOver), no attempt of its own took it
+	limited   bool // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
+	renewing  bool // a renewal of it is in flight
+	releasing bool // its final Unlock is in flight: a renewal that finds it gone is not a loss
 
 	// own is its first lease's End (FirstEnd), guarded by its own mu; a
 	// re-entered lease brings its own.
@@ -140,7 +144,7 @@ type Spec struct {
 	Token string
 	Fence int64
 	Cfg   backend.LockConfig
-	Side  string    // an RWMutex hold's side ("read" or "write"); "" for other locks
+	Side  string    // an RWMutex hold's side, one byte ("r" or "w"); "" for other locks
 	Start time.Time // when the attempt that took it was sent
 	// Handed: a release handed it over (no attempt of its own took it).
 	Handed bool
@@ -156,16 +160,16 @@ type Spec struct {
 
 // newHold makes the hold that s describes, not yet watched.
 func newHold(c *Keeper, s Spec) *Hold {
-	h := &Hold{c: c, k: s.Keys, what: s.What, acquired: s.Start, maxFrom: s.Start, p: s.Ops, token: s.Token, fence: s.Fence,
-		renew: s.Cfg.Renew, count: 1, ttl: s.Cfg.TTL, maxHold: s.Cfg.MaxHold, side: s.Side, handed: s.Handed, buryFor: s.BuryFor,
-		deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h := &Hold{c: c, k: s.Keys, what: s.What, acquired: mono(s.Start), maxFrom: mono(s.Start), p: s.Ops, token: s.Token, fence: s.Fence,
+		renew: s.Cfg.Renew, count: 1, ttl: s.Cfg.TTL, maxHold: s.Cfg.MaxHold, side: sideByte(s.Side), handed: s.Handed, buryFor: s.BuryFor,
+		deadline: longAgo, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
 	h.leases = h.leases1[:0]
 	h.confirmed(s.Start, s.Cfg.TTL, 0)
 	if s.TTL > 0 || !s.MaxFrom.IsZero() {
 		if !s.MaxFrom.IsZero() {
-			h.maxFrom = s.MaxFrom
+			h.maxFrom = mono(s.MaxFrom)
 		}
-		h.deadline, h.limited = time.Time{}, false
+		h.deadline, h.limited = longAgo, false
 		h.confirmed(s.Start, cmp.Or(s.TTL, s.Cfg.TTL), 0)
 	}
 	return h
@@ -184,7 +188,21 @@ func (h *Hold) Keys() *protocol.Keys { return h.k }
 func (h *Hold) What() string { return h.what }
 
 // Side is an RWMutex hold's side; "" for other locks.
-func (h *Hold) Side() string { return h.side }
+func (h *Hold) Side() string {
+	if h.side == 0 {
+		return ""
+	}
+	return string(rune(h.side)) // one byte: no allocation
+}
+
+// sideByte is a side as Hold keeps it: its one byte (Spec.Side: "r" or
+// "w", the root package's sideRead and sideWrite); 0 for "".
+func sideByte(side string) byte {
+	if side == "" {
+		return 0
+	}
+	return side[0]
+}
 
 // Handed reports whether a release handed the hold over: no attempt of
 // its own took it.
@@ -222,7 +240,7 @@ func (h *Hold) maxEnd() time.Time {
 	if h.maxHold <= 0 {
 		return time.Time{}
 	}
-	return h.maxFrom.Add(h.maxHold)
+	return fromMono(h.maxFrom).Add(h.maxHold)
 }
 
 // cut returns ttl cut to what is left of the max hold at now, for a
@@ -253,10 +271,10 @@ func (h *Hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
 	if len(h.unsure) > 0 {
 		ttl = h.capped(start, ttl, seq)
 	}
-	if d := start.Add(ttl - h.c.drift.Of(ttl)); d.After(h.deadline) {
+	if d := mono(start.Add(ttl - h.c.drift.Of(ttl))); d > h.deadline {
 		h.deadline = d
 	}
-	h.nextRenew = start.Add(ttl / 3)
+	h.nextRenew = mono(start.Add(ttl / 3))
 	if h.maxHold > 0 && !start.Add(ttl).Before(h.maxEnd()) {
 		h.limited = true // this lease reaches the max hold: nothing more to renew
 	}
@@ -291,7 +309,7 @@ func (h *Hold) end(err error) {
 	}
 	h.c.wd.remove(h)
 	reason, why := lossOf(err)
-	h.c.tel.HoldEnded(h.what, h.k.Name, h.acquired, reason, why)
+	h.c.tel.HoldEnded(h.what, h.k.Name, fromMono(h.acquired), reason, why)
 }
 
 // expireIfLate ends the hold as lost when its local deadline has passed,
@@ -300,7 +318,7 @@ func (h *Hold) end(err error) {
 func (h *Hold) expireIfLate(now time.Time) error {
 	h.mu.Lock()
 	err := h.err
-	late := err == nil && !now.Before(h.deadline)
+	late := err == nil && mono(now) >= h.deadline
 	h.mu.Unlock()
 	if !late {
 		return err
@@ -478,8 +496,8 @@ func (h *Hold) Extend(ctx context.Context, l *End, d time.Duration) error {
 	}
 	h.mu.Lock()
 	h.ttl = d
-	h.epoch++                // a renewal in flight may have run before this
-	h.deadline = time.Time{} // a shorter lease moves the deadline closer
+	h.epoch++            // a renewal in flight may have run before this
+	h.deadline = longAgo // a shorter lease moves the deadline closer
 	h.confirmed(start, d, seq)
 	h.c.wd.reschedule(h)
 	h.mu.Unlock()
@@ -499,10 +517,10 @@ func (h *Hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-ch
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unsure = append(h.unsure, unsure{d: d, seq: seq, done: done})
-	if dl := start.Add(d - h.c.drift.Of(d)); dl.Before(h.deadline) {
+	if dl := mono(start.Add(d - h.c.drift.Of(d))); dl < h.deadline {
 		h.deadline = dl
 	}
-	if next := start.Add(d / 3); next.Before(h.nextRenew) {
+	if next := mono(start.Add(d / 3)); next < h.nextRenew {
 		h.nextRenew = next
 	}
 	h.c.wd.reschedule(h)

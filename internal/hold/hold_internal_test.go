@@ -29,23 +29,23 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	h.mayHaveSet(t0, short, 2, make(chan struct{}))
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if limit := t0.Add(short); h.deadline.After(limit) {
-		t.Fatalf("after the unsure Extend the deadline is %v past what the server may give", h.deadline.Sub(limit))
+	if limit := t0.Add(short); fromMono(h.deadline).After(limit) {
+		t.Fatalf("after the unsure Extend the deadline is %v past what the server may give", fromMono(h.deadline).Sub(limit))
 	}
 
 	// A renewal placed before the Extend (1), answering after it.
 	t1 := t0.Add(10 * time.Millisecond)
-	h.deadline = time.Time{}
+	h.deadline = longAgo
 	h.confirmed(t1, long, 1)
-	if limit := t1.Add(short); h.deadline.After(limit) {
-		t.Fatalf("a confirmation placed before a pending Extend counted %v past it", h.deadline.Sub(limit))
+	if limit := t1.Add(short); fromMono(h.deadline).After(limit) {
+		t.Fatalf("a confirmation placed before a pending Extend counted %v past it", fromMono(h.deadline).Sub(limit))
 	}
 
 	// A command placed after it (3) has run: it counts in full.
 	t2 := time.Now().Add(time.Millisecond)
 	h.confirmed(t2, long, 3)
-	if want := t2.Add(long - c.drift.Of(long)); h.deadline.Before(want) {
-		t.Fatalf("a confirmation placed after the late Extend still capped: deadline %v short", want.Sub(h.deadline))
+	if want := t2.Add(long - c.drift.Of(long)); fromMono(h.deadline).Before(want) {
+		t.Fatalf("a confirmation placed after the late Extend still capped: deadline %v short", want.Sub(fromMono(h.deadline)))
 	}
 	if len(h.unsure) != 0 {
 		t.Fatalf("%d unsure Extends kept after a later command ran", len(h.unsure))
@@ -65,17 +65,17 @@ func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t1 := t0.Add(10 * time.Millisecond)
-	h.deadline = time.Time{}
+	h.deadline = longAgo
 	h.confirmed(t1, long, 3) // a later place, but the server does not order it
-	if limit := t1.Add(short); h.deadline.After(limit) {
-		t.Fatalf("a confirmation sent while the Extend could still run counted %v past it", h.deadline.Sub(limit))
+	if limit := t1.Add(short); fromMono(h.deadline).After(limit) {
+		t.Fatalf("a confirmation sent while the Extend could still run counted %v past it", fromMono(h.deadline).Sub(limit))
 	}
 	close(done)
 	h.confirmed(t1, long, 4) // sees it done
 	t2 := time.Now().Add(time.Millisecond)
 	h.confirmed(t2, long, 5)
-	if want := t2.Add(long - c.drift.Of(long)); h.deadline.Before(want) {
-		t.Fatalf("a confirmation sent after the Extend was done still capped: deadline %v short", want.Sub(h.deadline))
+	if want := t2.Add(long - c.drift.Of(long)); fromMono(h.deadline).Before(want) {
+		t.Fatalf("a confirmation sent after the Extend was done still capped: deadline %v short", want.Sub(fromMono(h.deadline)))
 	}
 	if len(h.unsure) != 0 {
 		t.Fatalf("%d unsure Extends kept after they were done and superseded", len(h.unsure))

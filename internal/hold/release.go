@@ -97,7 +97,7 @@ func (c *Keeper) Background(f func()) bool {
 // server, whichever comes first; at Close it makes one last bounded try.
 func (c *Keeper) releaseLater(h *Hold) {
 	h.mu.Lock()
-	until := h.deadline.Add(h.c.drift.Of(h.ttl))
+	until := fromMono(h.deadline).Add(h.c.drift.Of(h.ttl))
 	h.mu.Unlock()
 	c.orLastTry(func() {
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx

@@ -2,6 +2,7 @@ package hold
 
 import (
 	"container/heap"
+	"math"
 	"time"
 )
 
@@ -18,16 +19,36 @@ type schedule struct {
 	slot  func(*Hold) *slot
 }
 
-// slot is a hold's place in one schedule.
+// slot is a hold's place in one schedule: its key, as a monotonic clock
+// reading (mono), and its index.
 type slot struct {
-	at    time.Time
+	at    int64
 	index int // -1 when not in the schedule
 }
+
+// Monotonic clock readings in 8 bytes, not a time.Time's 24: the
+// schedules' keys (two per hold) and a Hold's acquired and maxFrom (a
+// hold per held lease). A reading is the nanoseconds from base, taken
+// once. Every time so kept comes from time.Now (Hold's deadline and
+// nextRenew, an attempt's start, a hand-off's arrival), so t.Sub(base) is
+// read on the monotonic clock, as comparing the times themselves would
+// be: a step of the wall clock moves none; and fromMono gives back a time
+// with a monotonic reading. The zero time (a deadline reset by Extend)
+// comes out as the smallest key, first: a key may be earlier than the
+// hold's real time, never later (see schedule).
+var base = time.Now()
+
+// longAgo is the zero time's reading (mono saturates): before every other.
+const longAgo int64 = math.MinInt64
+
+func mono(t time.Time) int64 { return int64(t.Sub(base)) }
+
+func fromMono(at int64) time.Time { return base.Add(time.Duration(at)) }
 
 func newSchedule(slot func(*Hold) *slot) *schedule { return &schedule{slot: slot} }
 
 func (s *schedule) Len() int           { return len(s.holds) }
-func (s *schedule) Less(i, j int) bool { return s.slot(s.holds[i]).at.Before(s.slot(s.holds[j]).at) }
+func (s *schedule) Less(i, j int) bool { return s.slot(s.holds[i]).at < s.slot(s.holds[j]).at }
 func (s *schedule) Swap(i, j int) {
 	s.holds[i], s.holds[j] = s.holds[j], s.holds[i]
 	s.slot(s.holds[i]).index = i
@@ -47,10 +68,10 @@ func (s *schedule) Pop() any {
 	return h
 }
 
-// set puts h in the schedule at t, or moves it there.
-func (s *schedule) set(h *Hold, t time.Time) {
+// set puts h in the schedule at at (mono), or moves it there.
+func (s *schedule) set(h *Hold, at int64) {
 	sl := s.slot(h)
-	sl.at = t
+	sl.at = at
 	if sl.index < 0 {
 		heap.Push(s, h)
 	} else {
@@ -65,9 +86,9 @@ func (s *schedule) sooner(h *Hold, t time.Time, add bool) bool {
 	sl := s.slot(h)
 	switch {
 	case sl.index < 0 && add:
-		s.set(h, t)
-	case sl.index >= 0 && t.Before(sl.at):
-		s.set(h, t)
+		s.set(h, mono(t))
+	case sl.index >= 0 && mono(t) < sl.at:
+		s.set(h, mono(t))
 	default:
 		return false
 	}
@@ -86,5 +107,5 @@ func (s *schedule) first() (*Hold, time.Time) {
 	if len(s.holds) == 0 {
 		return nil, time.Time{}
 	}
-	return s.holds[0], s.slot(s.holds[0]).at
+	return s.holds[0], fromMono(s.slot(s.holds[0]).at)
 }

@@ -80,9 +80,9 @@ func (w *watchdog) add(h *Hold) bool {
 	first := h.deadline
 	if h.renew {
 		w.renewals.set(h, h.nextRenew)
-		first = earlier(first, h.nextRenew)
+		first = min(first, h.nextRenew)
 	}
-	w.kickBefore(first)
+	w.kickBefore(fromMono(first))
 	return true
 }
 
@@ -98,9 +98,9 @@ func (w *watchdog) reschedule(h *Hold) {
 	first := h.deadline
 	if h.renewAt.index >= 0 {
 		w.renewals.set(h, h.nextRenew)
-		first = earlier(first, h.nextRenew)
+		first = min(first, h.nextRenew)
 	}
-	w.kickBefore(first)
+	w.kickBefore(fromMono(first))
 }
 
 // kickBefore makes the loop wake at t if it sleeps past t; a busy loop
@@ -184,7 +184,7 @@ func (w *watchdog) expire(now time.Time) {
 		case h.err != nil:
 			w.deadlines.remove(h) // ended: its remove is on its way
 			w.renewals.remove(h)
-		case now.Before(h.deadline):
+		case mono(now) < h.deadline:
 			w.deadlines.set(h, h.deadline)
 		}
 		w.mu.Unlock()
@@ -214,7 +214,7 @@ func (w *watchdog) due(now time.Time) []renewal {
 		switch {
 		case h.err != nil:
 			w.renewals.remove(h)
-		case h.nextRenew.After(now.Add(h.ttl / 6)):
+		case h.nextRenew > mono(now.Add(h.ttl/6)):
 			w.renewals.set(h, h.nextRenew) // not due after all
 		case h.limited:
 			w.renewals.remove(h) // its lease reaches its max hold: nothing more to renew
@@ -307,13 +307,13 @@ func (w *watchdog) apply(rs []renewal) {
 		case r.err != nil:
 			// Unknown outcome: try again soon; the deadline still holds.
 			w.c.clusterHint(r.err)
-			h.nextRenew = now.Add(h.ttl / 10)
+			h.nextRenew = mono(now.Add(h.ttl / 10))
 		case r.stale:
 			// A later command of the hold ran first (an Extend): this
 			// renewal changed nothing and confirms nothing; the next
 			// one comes soon.
 			h.settle(r.start, r.seq)
-			h.nextRenew = now.Add(h.ttl / 10)
+			h.nextRenew = mono(now.Add(h.ttl / 10))
 		case r.ok && r.epoch == h.epoch:
 			h.confirmed(r.start, r.ttl, r.seq) // limited when it reaches the max hold
 		case r.ok:

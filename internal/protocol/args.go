@@ -39,7 +39,7 @@ func (a LockArgs) Call(k *Keys) Call {
 	case a.Reentry:
 		n = 10
 	}
-	call, args := boxedCall(LockScript, k.MutexWords, n, n)
+	call, args := boxedCall(LockScript, k.MutexWords[:], n, n)
 	args[0], args[1], args[2], args[3], args[4] = a.Token, a.TTL, a.Count, a.Member, a.PlaceTTL
 	args[5], args[6], args[7], args[8] = Flag(a.Fair), a.Wake.BaseArg, a.Wake.PublishArg, Flag(a.Queued)
 	switch {
@@ -72,7 +72,7 @@ func (a UnlockArgs) Call(k *Keys) Call {
 	if a.Free {
 		n = 9
 	}
-	call, args := boxedCall(UnlockScript, k.MutexWords, n, n)
+	call, args := boxedCall(UnlockScript, k.MutexWords[:], n, n)
 	args[0], args[1], args[2], args[3] = a.Token, a.Left, a.Wake.BaseArg, a.Wake.PublishArg
 	args[4], args[5], args[6] = Flag(a.Reserve), a.Observers, a.Seq
 	if a.Free {
