@@ -96,11 +96,12 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 			return nil, err
 		}
 	}
-	member := c.member(token, r.need)
 	handOff := r.handOff && cfg.Renew && c.caps.HandOff
+	var handOffTTL time.Duration // 0: none
 	if handOff {
-		member = protocol.HandOffMember(member, cfg.TTL)
+		handOffTTL = cfg.TTL
 	}
+	member := c.member(token, r.need, handOffTTL)
 	a := c.acq.New()
 	a.What, a.Name, a.Channel, a.Token, a.HandOff = r.what, r.k.Name, r.k.Channel, token, handOff
 	a.Spec = backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call, Leave: r.leave,
@@ -109,9 +110,12 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	a.Attempt = attempt
 	a.One(acquire.Part{K: r.k, What: r.what, Side: string(r.side), Ops: p, Cfg: cfg})
 	if r.queue && c.caps.Directed {
-		a.Channel = c.wakeTo(r.k).Base + c.id
+		a.Channel = c.waitOn // one per Client, made once
+		if k := r.k; k.Wake != c.wake {
+			a.Channel = c.wakeTo(k).Base + c.id // a lock's own (sharded, or an Election's)
+		}
 		a.KeepAlive = cfg.QueueTTL / 3
-		a.Leave = func() []protocol.Call { return []protocol.Call{r.leave(member)} }
+		a.LeaveSpec = true // a.Spec.Leave(member)
 	}
 	hs, err := a.Run(ctx, wait)
 	if err != nil {

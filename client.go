@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +58,7 @@ type Client struct {
 	tel    *telemetry.Telemetry
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
 	wake   *protocol.WakeTo   // where releases wake this Client's waiters (not sharded)
+	waitOn string             // its own wake-up channel (not sharded): wake's base and its id, made once
 
 	own       []io.Closer // drivers New or NewQuorum made: closed by Close
 	closeOnce sync.Once
@@ -219,6 +219,7 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 	own := ""
 	if !cfg.sharded {
 		own = c.wakeTo(&protocol.Keys{}).Base + c.id
+		c.waitOn = own
 	}
 	for _, n := range nodes {
 		if r := n.Info().ResendAfter; r > 0 && (c.resendAfter == 0 || r < c.resendAfter) {
@@ -292,14 +293,10 @@ func (c *Client) wakeTo(k *protocol.Keys) protocol.WakeTo {
 	return protocol.WakeTo{Base: base, Publish: c.publish, Reserve: c.caps.Reserve, BaseArg: base, PublishArg: c.publish}
 }
 
-// member is how a waiter is registered in Redis: its Client's id, its
-// owner token, and for a semaphore the permits it waits for.
-func (c *Client) member(token string, need int) string {
-	m := c.id + ":" + token
-	if need > 0 {
-		m += ":" + strconv.Itoa(need)
-	}
-	return m
+// member is how a waiter of this Client is registered in Redis
+// (protocol.Member).
+func (c *Client) member(token string, need int, handOff time.Duration) string {
+	return protocol.Member(c.id, token, need, handOff)
 }
 
 // keys returns the Redis names of the lock of kind kd called name.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -366,11 +369,114 @@ func TestUncontendedServerCommands(t *testing.T) {
 	}
 }
 
-// An uncontended Lock+Unlock allocates a bounded number of objects, most
-// of them go-redis's own (its command, arguments and reply): a count, so
-// that an allocation that creeps into the hot path (a closure copying a
-// struct, a map per hold, a value boxed per call) is seen. The bound has
-// some room over the 52 measured, for go-redis's variation.
+// commandStats reads INFO commandstats: calls by command, without the
+// connections' set-up and the test's own questions (skip).
+func commandStats(t *testing.T, rdb *redis.Client, skip ...string) map[string]int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if strings.HasPrefix(name, "config") || name == "info" || name == "hello" || name == "ping" ||
+			strings.HasPrefix(name, "client") || slices.Contains(skip, name) {
+			continue
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		got[name] = n
+	}
+	return got
+}
+
+// The commands one acquisition of a contended Mutex costs the server: a
+// waiter's Lock that finds it held and takes a place in the queue, and
+// the holder's Unlock that hands it to that waiter (the work queue of
+// bench/processes_test.go is this, over and over), counted as
+// TestUncontendedServerCommands counts the lean path, and pinned so that
+// a change to it is seen: a directed hand-off needs no more.
+func TestHandOffServerCommands(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	t.Cleanup(func() { rdb.Close() })
+	holder, waiter := newClient(t, rdb).Mutex("x"), newClient(t, rdb).Mutex("x")
+	// handOff: the holder locks, the waiter waits, the holder unlocks;
+	// stats, set, resets the server's counts once the holder holds.
+	handOff := func(stats bool) {
+		l := mustLock(t, holder, ctx)
+		if stats {
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			wl, err := waiter.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- wl
+		}()
+		for { // until the waiter has its place: the queue is the signal
+			n, err := rdb.ZCard(ctx, "dlock:{x}:queue").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				break
+			}
+			runtime.Gosched()
+		}
+		unlock(t, l)
+		wl := <-got
+		if wl == nil {
+			t.FailNow()
+		}
+		unlock(t, wl)
+	}
+	handOff(false) // the scripts loaded, the waiter's wake-ups subscribed
+	handOff(true)
+	// (and the waiter's Unlock, which found nobody waiting: HDEL, EXISTS)
+	stats := commandStats(t, rdb, "zcard")
+	want := map[string]int{
+		"evalsha": 3, // the waiter's Lock, the holder's Unlock (and the waiter's own, below)
+		// Lock: is it free, was the caller's token buried (one EXISTS of
+		// both, then the dead set's ZSCORE: the release before left its
+		// receipt there), one PTTL for free and the wait; is it the
+		// caller's own already (HMGET); its place: the clock (one TIME),
+		// its arrival above the last (ZSCORE, ZRANGE), the queue and the
+		// places (two ZADDs, each set's PTTL and PEXPIRE); the fence as
+		// it saw it (GET)
+		"exists": 2, "zscore": 3, "pttl": 4, "hmget": 1, "time": 2, "zrange": 2, "zadd": 3, "pexpire": 4, "get": 1,
+		// Unlock: the owner's fields (HDEL), anyone waiting (EXISTS), the
+		// hash gone (DEL), the receipt (the clock: one TIME, ZADD, PTTL
+		// and PEXPIRE of the dead set), the first live waiter (ZRANGE,
+		// ZSCORE), its grant (INCR, HSET, PEXPIRE), its place given up
+		// (two ZREMs) and its message (PUBLISH)
+		"hdel": 1, "del": 1, "incr": 1, "hset": 1, "zrem": 2, "publish": 1,
+	}
+	// and the waiter's own Unlock, nobody waiting: HDEL, EXISTS
+	want["hdel"]++
+	want["exists"]++
+	if !maps.Equal(stats, want) {
+		t.Fatalf("a hand-off ran %v; want %v", stats, want)
+	}
+}
+
+// An uncontended Lock+Unlock allocates a bounded number of objects: a
+// count, so that an allocation that creeps into the hot path (a closure
+// copying a struct, a map per hold, a value boxed per call) is seen. On
+// go-redis (dlock's own connections) 19 were measured (2026-11-28; issue
+// 35 asks for at most 20), 20-21 under the race detector, and the bound
+// is 24; through rueidis or valkey-go (DLOCK_TEST_DRIVER), whose commands
+// and replies are theirs, 29 (32 under the race detector), and the bound
+// is 36.
 func TestUncontendedAllocations(t *testing.T) {
 	ctx := context.Background()
 	_, m := warmMutex(t)
@@ -384,8 +490,12 @@ func TestUncontendedAllocations(t *testing.T) {
 		}
 	})
 	t.Logf("%.0f allocations per Lock+Unlock", allocs)
-	if allocs > 60 {
-		t.Errorf("an uncontended Lock+Unlock made %.0f allocations; want at most 60", allocs)
+	bound := 24.0
+	if envdriver.Name() != "go-redis" {
+		bound = 36
+	}
+	if allocs > bound {
+		t.Errorf("an uncontended Lock+Unlock made %.0f allocations; want at most %.0f", allocs, bound)
 	}
 }
 

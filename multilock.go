@@ -141,7 +141,7 @@ func lockMutexes(ctx context.Context, ms []*Mutex) (*Lease, error) {
 // own.
 func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (*Lease, error) {
 	token := c.newToken()
-	member := c.member(token, 0)
+	member := c.member(token, 0, 0)
 	a := c.acq.New()
 	a.What, a.Name, a.Channel, a.Token = "LockAll", name, c.wakeTo(ms[0].k).Base+c.id, token
 	var keys []*protocol.Keys

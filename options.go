@@ -160,17 +160,29 @@ func WithReaderPreference() LockOption {
 // withOpts is c with the options of each list applied, in order: a
 // handle's defaults, then a call's. (One list or two, c is one value:
 // an option is an unknown func, so the &c it is given makes c escape to
-// the heap, once a call.)
+// the heap, once a call with options: applyOpts.)
 func withOpts(c lockConfig, lists ...[]LockOption) lockConfig {
+	for _, opts := range lists {
+		if len(opts) > 0 {
+			c = applyOpts(c, lists)
+			break
+		}
+	}
+	if c.MaxHold > 0 && c.TTL > c.MaxHold {
+		c.TTL = c.MaxHold // a lease does not outlive its max hold
+	}
+	return c
+}
+
+// applyOpts is withOpts's options run on c: apart, so that only a call
+// with options pays for the copy of c they are given, which escapes.
+func applyOpts(c lockConfig, lists [][]LockOption) lockConfig {
 	for _, opts := range lists {
 		for _, o := range opts {
 			if o != nil {
 				o(&c)
 			}
 		}
-	}
-	if c.MaxHold > 0 && c.TTL > c.MaxHold {
-		c.TTL = c.MaxHold // a lease does not outlive its max hold
 	}
 	return c
 }

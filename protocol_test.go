@@ -36,7 +36,7 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if res := attempt("a", ""); res[0] != protocol.ReplyHeld {
 		t.Fatalf("a's attempt = %v; want held", res)
 	}
-	member := protocol.HandOffMember(c.member("b", 0), ttl)
+	member := c.member("b", 0, ttl)
 	busy := attempt("b", member)
 	if len(busy) != 3 || busy[0] != protocol.ReplyBusy {
 		t.Fatalf("b's attempt = %v; want {busy, wait, seen}", busy)

@@ -86,8 +86,11 @@ type Acquisition struct {
 	KeepAlive time.Duration
 	// Leave, if set, gives up the waiter's places (one call per lock)
 	// when a Lock gives up without the lock (ctx ended, client closed,
-	// Redis error). Built only then.
-	Leave func() []protocol.Call
+	// Redis error). Built only then. LeaveSpec, for a Lock of one lock,
+	// is the same without a function made per acquire: its place is
+	// Spec.Member's, given up by Spec.Leave.
+	Leave     func() []protocol.Call
+	LeaveSpec bool
 	// HandOff: a release may hand the lock to this waiter (handoff.go);
 	// last is its latest place, which a hand-off names.
 	HandOff bool
@@ -195,7 +198,7 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 		return nil, err
 	}
 	defer func() {
-		leave := wait && a.Leave != nil
+		leave := wait && (a.Leave != nil || a.LeaveSpec)
 		if hs != nil || (!a.unknown && !leave) {
 			return
 		}
@@ -204,6 +207,7 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 		// sent again, can take anything, so what the attempts took is
 		// undone at once — not when the client library is done with
 		// them, which says nothing of what the server will still run.
+		why := err // (the closure below outlives Run: a copy, so that err stays on the stack when nothing is undone)
 		c.holds.Undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
 			// Where the bury fails the release may still be made: a late
 			// attempt there is what it was before, held by nobody for
@@ -213,13 +217,13 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 				err0 = a.each(ctx, func(p Part) protocol.Call { return backend.BuryCall(p.K, a.Token, p.Cfg) })
 			}
 			if a.unknown {
-				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.Name, "err", err)
+				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.Name, "err", why)
 				for _, p := range a.Parts {
 					err1 = errors.Join(err1, c.be.Run(ctx, p.Ops.Release(a.Token, 0, 0)).Err)
 				}
 			}
 			if leave {
-				for _, lc := range a.Leave() {
+				for _, lc := range a.leaves() {
 					err2 = errors.Join(err2, c.be.Everywhere(ctx, lc))
 				}
 			}
@@ -257,6 +261,14 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 		err = fmt.Errorf("%w (its last round: %w)", err, a.why)
 	}
 	return hs, err
+}
+
+// leaves are the calls that give up a waiter's places (Leave, LeaveSpec).
+func (a *Acquisition) leaves() []protocol.Call {
+	if a.LeaveSpec {
+		return []protocol.Call{a.Spec.Leave(a.Spec.Member)}
+	}
+	return a.Leave()
 }
 
 // WaitLoop waits on a channel until check reports done or fails. It

@@ -11,6 +11,10 @@ package protocol
 // "(go: Name)"; TestScriptHeadersMatchGo checks that the header and the
 // struct agree, slot by slot, in every variant.
 
+// ttlWords boxes the lease TTLs of lock.lua and unlock.lua (boxCache): a
+// program's locks mostly share one.
+var ttlWords boxCache[int64]
+
 // LockArgs are lock.lua's: acquire, re-enter, or an Election's Campaign.
 type LockArgs struct {
 	Token    string `lua:"ARGV[1]"`
@@ -40,7 +44,7 @@ func (a LockArgs) Call(k *Keys) Call {
 		n = 10
 	}
 	call, args := boxedCall(LockScript, k.MutexWords[:], n, n)
-	args[0], args[1], args[2], args[3], args[4] = a.Token, a.TTL, a.Count, a.Member, a.PlaceTTL
+	args[0], args[1], args[2], args[3], args[4] = a.Token, ttlWords.box(a.TTL), a.Count, a.Member, a.PlaceTTL
 	args[5], args[6], args[7], args[8] = Flag(a.Fair), a.Wake.BaseArg, a.Wake.PublishArg, Flag(a.Queued)
 	switch {
 	case a.Campaign:
@@ -76,7 +80,7 @@ func (a UnlockArgs) Call(k *Keys) Call {
 	args[0], args[1], args[2], args[3] = a.Token, a.Left, a.Wake.BaseArg, a.Wake.PublishArg
 	args[4], args[5], args[6] = Flag(a.Reserve), a.Observers, a.Seq
 	if a.Free {
-		args[7], args[8] = a.Fence, a.ReceiptTTL
+		args[7], args[8] = a.Fence, ttlWords.box(a.ReceiptTTL)
 	}
 	return call
 }

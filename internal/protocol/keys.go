@@ -137,22 +137,30 @@ func NewKeysOf(prefix string, kd *Kind, name, fence string) *Keys {
 
 // fenceWord is fence boxed as a script key, once for the locks that share
 // it (every lock of a Client off a cluster: boxing it anew would cost each
-// held lease 16 bytes more); lastFence keeps the last one boxed.
-func fenceWord(fence string) any {
-	if w := lastFence.Load(); w != nil && w.key == fence {
-		return w.word
-	}
-	w := &boxedKey{key: fence, word: fence}
-	lastFence.Store(w)
-	return w.word
-}
+// held lease 16 bytes more).
+func fenceWord(fence string) any { return fenceWords.box(fence) }
 
-type boxedKey struct {
-	key  string
+var fenceWords boxCache[string]
+
+// boxCache boxes a value as a command word (an interface), keeping the
+// last one boxed: a value that most calls share — a prefix's fence
+// counter, the lease TTL that most locks of a program use — is then made
+// an interface once, not at every call or lock (an allocation each).
+type boxCache[T comparable] struct{ last atomic.Pointer[boxed[T]] }
+
+type boxed[T comparable] struct {
+	v    T
 	word any
 }
 
-var lastFence atomic.Pointer[boxedKey]
+func (c *boxCache[T]) box(v T) any {
+	if b := c.last.Load(); b != nil && b.v == v {
+		return b.word
+	}
+	b := &boxed[T]{v: v, word: v}
+	c.last.Store(b)
+	return b.word
+}
 
 // Fence counters. A lock's fences must grow, forever, across restarts of
 // its Clients, so the counter they come from can never expire; one per

@@ -97,8 +97,25 @@ func ParseHandOff(msg string) (m HandOff, ok bool) {
 	return m, err1 == nil && err2 == nil && m.MS > 0
 }
 
-// HandOffMember is the member of a waiter that may be handed its lock
-// for ttl (lib_mutex.lua reads the suffix).
-func HandOffMember(member string, ttl time.Duration) string {
-	return member + ":h" + strconv.FormatInt(ttl.Milliseconds(), 10)
+// Member is how a waiter is registered in Redis (lib_queue.lua): its
+// Client's id, its owner token, for a semaphore the permits it waits for
+// (need > 0), and, when a release may hand it the lock for a lease of
+// handOff, that lease in ms (lib_mutex.lua reads the suffix) — made in
+// one allocation, as at every Lock.
+func Member(id, token string, need int, handOff time.Duration) string {
+	var num [20]byte
+	var b strings.Builder
+	b.Grow(len(id) + 1 + len(token) + 2*(1+len(num)))
+	b.WriteString(id)
+	b.WriteByte(':')
+	b.WriteString(token)
+	if need > 0 {
+		b.WriteByte(':')
+		b.Write(strconv.AppendInt(num[:0], int64(need), 10))
+	}
+	if handOff > 0 {
+		b.WriteString(":h")
+		b.Write(strconv.AppendInt(num[:0], handOff.Milliseconds(), 10))
+	}
+	return b.String()
 }

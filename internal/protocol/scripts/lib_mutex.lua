@@ -27,8 +27,8 @@ local RESERVED = '@next'
 -- than now_ms's numbers (lib_queue.lua) printed back into a string.
 -- lock.lua's common case writes the same out.
 local function stamp_ms()
-  local t = redis.call('TIME')
-  return t[1] .. string.sub('00000' .. t[2], -6, -4)
+  local s, us = clock()
+  return s .. string.sub('00000' .. us, -6, -4)
 end
 
 -- token_of is the owner token in a member.

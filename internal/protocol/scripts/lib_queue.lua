@@ -28,10 +28,25 @@
 -- so that a script's common case, which runs before them, does not pay for
 -- making them.
 
+-- clock is the server's clock as TIME gives it (seconds, microseconds:
+-- two strings), read once per script run: a script is one instant, which
+-- nothing interleaves (Redis itself counts keys' TTLs from one time per
+-- script), and each TIME is a redis.call. A release that hands its lock
+-- on read it twice (the receipt, then the first waiter's place), an
+-- acquire that takes a place twice (the place's expiry, its arrival).
+local clock_s, clock_us
+local function clock()
+  if not clock_s then
+    local t = redis.call('TIME')
+    clock_s, clock_us = t[1], t[2]
+  end
+  return clock_s, clock_us
+end
+
 -- now_ms is the server's time in milliseconds.
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local s, us = clock()
+  return tonumber(s) * 1000 + math.floor(tonumber(us) / 1000)
 end
 
 -- stretch makes key live at least ttl ms more.
@@ -201,9 +216,8 @@ local function place(queue, alive, member, now, place_ttl)
   if not redis.call('ZSCORE', queue, member) then
     -- Scores are doubles, exact below 2^53 (µs: until the year 2255).
     local last = tonumber(redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2] or 0)
-    local t = redis.call('TIME')
-    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('ZADD', queue, math.max(last + 1, us), member)
+    local s, us = clock()
+    redis.call('ZADD', queue, math.max(last + 1, tonumber(s) * 1000000 + tonumber(us)), member)
   end
   redis.call('ZADD', alive, now + place_ttl, member)
   -- The queue lives as long as its longest place, whatever mix of place

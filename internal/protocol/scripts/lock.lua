@@ -75,11 +75,17 @@ if ARGV[3] == '0' then
   end
 end
 local free = false -- the lock is free (asked below when common is not known yet)
+local pttl -- the lock's PTTL as an acquire found it: -2, there is no lock
 if not common then
   if redis.call('ZSCORE', KEYS[5], token) then
     return {NOT_HELD} -- a late attempt of an acquire given up on
   end
-  free = ARGV[3] == '0' and redis.call('EXISTS', lock) == 0
+  if ARGV[3] == '0' then
+    -- One PTTL asks whether the lock is free (no such key) and, when it
+    -- is not, how long the caller may have to wait (the reply's wait).
+    pttl = redis.call('PTTL', lock)
+    free = pttl == -2
+  end
   common = free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0)
 end
 
@@ -93,10 +99,10 @@ end
 -- is the only way it says 0.)
 --
 -- Why this cannot grant twice: the lock hash is taken only when it does
--- not exist (an EXISTS that counted it is 0 in this same script, which
--- nothing interleaves), and every hold, and a lock kept for a waiter,
--- lives in that hash. A FairMutex also requires an empty queue, as the
--- path below would. A buried token takes nothing: the dead set exists
+-- not exist (an EXISTS that counted it is 0, or a PTTL that found no such
+-- key, in this same script, which nothing interleaves), and every hold,
+-- and a lock kept for a waiter, lives in that hash. A FairMutex also
+-- requires an empty queue, as the path below would. A buried token takes nothing: the dead set exists
 -- while it holds one, so common is then decided after the ZSCORE above.
 if common then
   -- the hold's fence (next_fence in lib_queue.lua)
@@ -184,7 +190,13 @@ else
   end
 end
 
-local wait = math.max(redis.call('PTTL', lock), 0)
+-- The wait is the PTTL asked above, unless this call has changed the lock
+-- since (hand_on, when it found it free).
+local wait = pttl
+if free or not wait then
+  wait = redis.call('PTTL', lock)
+end
+wait = math.max(wait, 0)
 if place_ttl > 0 then
   place(queue, alive, member, now_ms(), place_ttl)
   return {BUSY, wait, redis.call('GET', fence) or 0}
