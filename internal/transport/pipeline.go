@@ -112,30 +112,77 @@ func FailedAll(n int, err error) []driver.Reply {
 // cannot end runs f on the caller's goroutine.
 func within[T any](ctx context.Context, f func() T) (T, error) {
 	var zero T
-	if ctx.Done() == nil {
+	if ok, err := apart(ctx); !ok {
+		if err != nil {
+			return zero, err
+		}
 		return f(), nil
 	}
-	if err := ctx.Err(); err != nil {
-		return zero, &errs.Late{Err: err, Done: closedChan}
+	r := &outcome[T]{done: make(chan struct{})}
+	go r.run(f)
+	if err := await(ctx, r.done); err != nil {
+		return zero, err
 	}
-	out := make(chan T, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		out <- f()
-	}()
+	return r.v, nil
+}
+
+// apart reports whether a round trip within ctx runs on a goroutine of
+// its own: not when ctx cannot end (it runs on the caller's), nor when ctx
+// has ended (then err, a settled *errs.Late: nothing is sent).
+func apart(ctx context.Context) (ok bool, err error) {
+	if ctx.Done() == nil {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, &errs.Late{Err: err, Done: closedChan}
+	}
+	return true, nil
+}
+
+// outcome is a round trip's result, v, set before done is closed: one
+// channel, which is also the Late's Done when the caller gives up first.
+type outcome[T any] struct {
+	v    T
+	done chan struct{}
+}
+
+func (r *outcome[T]) run(f func() T) {
+	r.v = f()
+	close(r.done)
+}
+
+// await waits until done is closed (a round trip on another goroutine
+// has its result), or returns a *errs.Late, settled when done closes, if
+// ctx ends first. A result that came at the same time is preferred.
+func await(ctx context.Context, done chan struct{}) error {
 	select {
-	case r := <-out:
-		return r, nil
+	case <-done:
+		return nil
 	case <-ctx.Done():
-		// The reply may have come at the same time: prefer it.
 		select {
-		case r := <-out:
-			return r, nil
+		case <-done:
+			return nil
 		default:
 		}
-		return zero, &errs.Late{Err: ctx.Err(), Done: done}
+		return &errs.Late{Err: ctx.Err(), Done: done}
 	}
+}
+
+// doCall is a command of an auto-pipelining driver run within its ctx
+// (pipelined.Do): the command, its result and the channel that says it
+// came, in two allocations, not within's four (a closure, its goroutine's,
+// two channels), since it runs at every call on rueidis and valkey-go.
+type doCall struct {
+	d    driver.Driver
+	ctx  context.Context
+	c    driver.Command
+	r    driver.Reply
+	done chan struct{}
+}
+
+func (x *doCall) run() {
+	x.r = x.d.Do(x.ctx, x.c)
+	close(x.done)
 }
 
 // Do runs a command within ctx, batched with the commands of other
@@ -146,11 +193,18 @@ func (p *pipelined) Do(ctx context.Context, c driver.Command) driver.Reply {
 	case p.bound:
 		return p.Driver.Do(ctx, c)
 	case p.auto:
-		r, err := within(ctx, func() driver.Reply { return p.Driver.Do(ctx, c) })
-		if err != nil {
+		if ok, err := apart(ctx); !ok {
+			if err != nil {
+				return protocol.FailedReply(err)
+			}
+			return p.Driver.Do(ctx, c)
+		}
+		x := &doCall{d: p.Driver, ctx: ctx, c: c, done: make(chan struct{})}
+		go x.run()
+		if err := await(ctx, x.done); err != nil {
 			return protocol.FailedReply(err)
 		}
-		return r
+		return x.r
 	}
 	return p.batched(ctx, c)
 }
