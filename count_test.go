@@ -334,25 +334,7 @@ func TestUncontendedServerCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlock(t, mustLock(t, m, ctx))
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		// (and a connection the client library opened meanwhile: its
-		// HELLO and CLIENT TRACKING are no part of the lock's work)
-		if strings.HasPrefix(name, "config") || name == "info" || name == "hello" || strings.HasPrefix(name, "client") {
-			continue
-		}
-		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		got[name] = n
-	}
+	got := commandStats(t, rdb)
 	want := map[string]int{
 		"evalsha": 2, // Lock, Unlock
 		// Lock: one EXISTS finds the lock free and no dead set (so its
@@ -370,7 +352,9 @@ func TestUncontendedServerCommands(t *testing.T) {
 }
 
 // commandStats reads INFO commandstats: calls by command, without the
-// connections' set-up and the test's own questions (skip).
+// connections' set-up and health checks (a connection the client library
+// opened meanwhile: its HELLO and CLIENT TRACKING are no part of the
+// lock's work) and the test's own questions (skip).
 func commandStats(t *testing.T, rdb *redis.Client, skip ...string) map[string]int {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
