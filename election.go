@@ -46,13 +46,19 @@ import (
 // and ":alive" beside it as for a Mutex, and observers listen on ":ch".
 type Election struct {
 	handle
+	req *request // its Campaigns' request, made once, but for the value (request)
 }
 
 // Election returns the handle of the election called name. opts set the
 // defaults of its Campaigns: a lease of 30 s renewed every 10 s unless
 // they say otherwise (WithTTL, WithLease, WithQueueTTL).
 func (c *Client) Election(name string, opts ...LockOption) *Election {
-	return &Election{handle{c, c.keys(protocol.ElectionKind, name), opts}}
+	e := &Election{handle: handle{c, c.keys(protocol.ElectionKind, name), opts}}
+	r := c.mutexRequest("Election", e.k, e.opts, true)
+	r.p = electionProto{r.p.(mutexProto)}
+	r.once = true // a win already lost is an error (see Campaign)
+	e.req = r
+	return e
 }
 
 // electionProto is the Redis side of a leadership: a FairMutex hold
@@ -90,16 +96,14 @@ func (p electionProto) TTL(token string) backend.Op { return p.m.TTL(token) }
 // attempts record value when they win (lock.lua's ARGV[11]): a Campaign
 // that nobody stands in the way of is one round trip.
 func (e *Election) request(value string) *request {
-	r := e.c.mutexRequest("Election", e.k, e.opts, true)
-	m := r.p.(mutexProto)
-	r.p = electionProto{m}
-	r.once = true // a win already lost is an error (see Campaign)
+	r := *e.req // a copy: its call is this Campaign's
+	m := r.p.(electionProto).m
 	r.call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
 		a := m.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), true)
 		a.Campaign, a.Value, a.Observers = true, value, e.k.Channel
 		return a.Call(e.k)
 	}
-	return r
+	return &r
 }
 
 // Campaign waits until this caller leads, then records value as the

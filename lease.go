@@ -127,7 +127,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	h := l.of.First()
 	tel := h.Keeper().Tel()
-	ctx, span := tel.Start(ctx, "dlock.Unlock", tel.SpanAttrs(h.What(), h.Keys().Name))
+	ctx, span := tel.SpanOn(ctx, "dlock.Unlock", h.What(), h.Keys().Name)
 	err := l.of.Unlock(ctx, l.end)
 	if err != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, err.Error())

@@ -113,7 +113,7 @@ type Telemetry struct {
 
 // The values the attribute sets take.
 var (
-	primitives = []string{"Mutex", "FairMutex", "RWMutex", "Semaphore"}
+	primitives = []string{"Mutex", "FairMutex", "RWMutex", "Semaphore", "Election", "Latch"}
 	outcomes   = []string{"acquired", "busy", "canceled", "closed", "invalid", "error"}
 	reasons    = []string{ReasonDeadline, ReasonEnded, ReasonGone}
 )
@@ -237,7 +237,18 @@ func (t *Telemetry) AcquireStarted(ctx context.Context, what, name string, wait 
 	if wait {
 		op = "dlock.Lock"
 	}
-	return t.Start(ctx, op, t.SpanAttrs(what, name))
+	return t.SpanOn(ctx, op, what, name)
+}
+
+// SpanOn starts the span op of the primitive what on the lock name, as
+// Start with SpanAttrs, but makes its attributes only when it records:
+// with no tracer provider set they would be made for nothing, at every
+// call whose lock's name the spans carry (WithTelemetryNames).
+func (t *Telemetry) SpanOn(ctx context.Context, op, what, name string) (context.Context, trace.Span) {
+	if !t.tracing() {
+		return ctx, noop.Span{}
+	}
+	return t.tracer.Start(ctx, op, t.SpanAttrs(what, name))
 }
 
 // AcquireEnded records an acquire's duration since start and its outcome,
