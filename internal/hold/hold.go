@@ -189,14 +189,18 @@ func (h *Hold) What() string { return h.what }
 
 // Side is an RWMutex hold's side; "" for other locks.
 func (h *Hold) Side() string {
-	if h.side == 0 {
-		return ""
+	switch h.side {
+	case 'r':
+		return "r"
+	case 'w':
+		return "w"
 	}
-	return string(rune(h.side)) // one byte: no allocation
+	return "" // (constants: string(rune(h.side)) would allocate where it escapes)
 }
 
 // sideByte is a side as Hold keeps it: its one byte (Spec.Side: "r" or
-// "w", the root package's sideRead and sideWrite); 0 for "".
+// "w", the root package's sideRead and sideWrite; Side gives them back);
+// 0 for "".
 func sideByte(side string) byte {
 	if side == "" {
 		return 0

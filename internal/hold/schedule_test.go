@@ -84,8 +84,10 @@ func TestMonoKeepsOrder(t *testing.T) {
 	if back := fromMono(mono(now)); !back.Equal(now) || back.Sub(now) != 0 {
 		t.Fatalf("fromMono(mono(t)) = %v, not t = %v", back, now)
 	}
-	if h := (&Hold{side: sideByte("r")}); h.Side() != "r" {
-		t.Fatalf("a read hold's side comes back as %q", h.Side())
+	for _, side := range []string{"r", "w"} {
+		if h := (&Hold{side: sideByte(side)}); h.Side() != side {
+			t.Fatalf("a hold's side %q comes back as %q", side, h.Side())
+		}
 	}
 	if h := (&Hold{side: sideByte("")}); h.Side() != "" {
 		t.Fatalf("a mutex hold's side comes back as %q", h.Side())
