@@ -24,6 +24,7 @@ import (
 type recorder struct {
 	mu    sync.Mutex
 	calls [][]string // one entry per round trip: the command names in it
+	words int        // the words of the commands recorded at the driver seam (addCommands)
 }
 
 func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -144,11 +145,24 @@ func (c countedConn) Pipeline(ctx context.Context, cmds []driver.Command) []driv
 
 // addCommands records one round trip of driver commands.
 func (r *recorder) addCommands(cmds []driver.Command) {
-	names := make([]string, len(cmds))
+	names, words := make([]string, len(cmds)), 0
 	for i, c := range cmds {
 		names[i] = c.StringArgs()[0]
+		words += len(c.Args)
 	}
+	r.mu.Lock()
+	r.words += words
+	r.mu.Unlock()
 	r.addNames(names)
+}
+
+// takeWords returns the words recorded since the last takeWords.
+func (r *recorder) takeWords() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.words
+	r.words = 0
+	return n
 }
 
 func TestUncontendedIsOneRoundTripEach(t *testing.T) {
@@ -173,6 +187,37 @@ func TestUncontendedIsOneRoundTripEach(t *testing.T) {
 	unlock(t, l)
 	if calls := rec.take(); len(calls) != 2 {
 		t.Fatalf("TryLock+Unlock sent %v; want two round trips", calls)
+	}
+}
+
+// An uncontended Lock and its Unlock send their fast scripts, with only
+// the keys and arguments those read (internal/protocol/script.go, "Fast
+// scripts"): the server pays for every word of a script call, read or not
+// (bench/README, "the server's work counted in instructions"). lock.lua
+// and unlock.lua would take 17 words each (EVALSHA, the SHA, the number of
+// keys, 5 keys, 9 arguments).
+func TestUncontendedSendsTheCommonCaseOnly(t *testing.T) {
+	ctx := context.Background()
+	for _, fair := range []bool{false, true} {
+		c, rec := countedClient(t)
+		var m dlock.Locker = c.Mutex(lockName(t))
+		want := 3 + 3 + 2 // EVALSHA, SHA, 3: the lock, the fence counter, the dead set; token, TTL
+		if fair {
+			m = c.FairMutex(lockName(t) + "-fair")
+			want++ // and its queue, which must be empty
+		}
+		unlock(t, mustLock(t, m, ctx)) // loads the scripts
+		rec.take()
+		rec.takeWords()
+		l := mustLock(t, m, ctx)
+		if got := rec.takeWords(); got != want {
+			t.Errorf("fair %v: an uncontended Lock sent %d words (%v); want %d", fair, got, rec.take(), want)
+		}
+		unlock(t, l)
+		// EVALSHA, SHA, 4: the lock, the fence counter, the queue, the dead set; token, fence
+		if got, want := rec.takeWords(), 3+4+2; got != want {
+			t.Errorf("fair %v: its Unlock sent %d words (%v); want %d", fair, got, rec.take(), want)
+		}
 	}
 }
 

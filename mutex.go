@@ -176,7 +176,7 @@ func (p mutexProto) reenterCall(token string, count int, ttl time.Duration, seq 
 // placeTTL ms if it is held; queued: an earlier attempt carried member),
 // count >= 2 re-enters.
 func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) protocol.Call {
-	return p.lockArgs(token, ttl, count, member, queued, placeTTL, fair).Call(p.k)
+	return p.lockArgs(token, ttl, count, member, queued, placeTTL, fair).Acquire(p.k)
 }
 
 // lockArgs are lock's arguments, for a re-entry or a Campaign to add to.
@@ -194,7 +194,7 @@ func (p mutexProto) Free(token string, fence int64, ttl time.Duration) backend.O
 }
 
 func (p mutexProto) freeCall(token string, fence int64, ttl time.Duration) protocol.Call {
-	return p.freeArgs(token, fence, ttl).Call(p.k)
+	return p.freeArgs(token, fence, ttl).FreeCall(p.k)
 }
 
 // freeArgs are the final release's, with its receipt (unlock.lua's

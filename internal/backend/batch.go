@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"slices"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
@@ -31,45 +32,64 @@ func RunBatch(ctx context.Context, d driver.Driver, calls []protocol.Call, sync 
 	return out
 }
 
-// sendBatch is runBatch on the pipelines that send sends.
+// sendBatch is runBatch on the pipelines that send sends. It sends in
+// rounds: a call that met NOSCRIPT goes again whole, and a fast script's
+// call that answered slow is followed by its full script's
+// (protocol.Call.Next), each in the next round's pipeline (with its own
+// WAIT, with replica sync: the last one follows every write). A call
+// takes four rounds at most: its fast script, whole, then its full
+// script, whole.
 func sendBatch(ctx context.Context, send func(context.Context, []driver.Command) []driver.Reply,
 	calls []protocol.Call, sync ReplicaSync) []driver.Reply {
-	cmds := make([]driver.Command, 0, len(calls)+1)
-	for _, c := range calls {
-		cmds = append(cmds, c.Command(false))
+	out := make([]driver.Reply, len(calls))
+	cur := calls
+	whole := make([]bool, len(calls))
+	todo := make([]int, len(calls))
+	for i := range todo {
+		todo[i] = i
 	}
 	var wait driver.Command // with replica sync, ends each pipeline
 	if sync.Replicas > 0 {
 		wait = protocol.Cmd("WAIT", sync.Replicas, sync.Timeout.Milliseconds())
-		cmds = append(cmds, wait)
 	}
-	out := send(ctx, cmds)
-	var again []int
-	for i := range calls {
-		if protocol.IsNoScript(out[i].Err) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
+	var waited driver.Reply
+	cmds := make([]driver.Command, 0, len(calls)+1)
+	for len(todo) > 0 {
 		cmds = cmds[:0]
-		for _, i := range again {
-			cmds = append(cmds, calls[i].Command(true))
+		for _, i := range todo {
+			cmds = append(cmds, cur[i].Command(whole[i]))
 		}
 		if sync.Replicas > 0 {
 			cmds = append(cmds, wait)
 		}
-		evals := send(ctx, cmds)
-		for j, i := range again {
-			out[i] = evals[j]
-		}
+		rs := send(ctx, cmds)
 		if sync.Replicas > 0 {
-			out[len(calls)] = evals[len(again)]
+			waited = rs[len(todo)]
 		}
+		again := todo[:0]
+		for j, i := range todo {
+			r := rs[j]
+			if !whole[i] && protocol.IsNoScript(r.Err) {
+				whole[i] = true
+				again = append(again, i)
+				continue
+			}
+			if next, ok := cur[i].Next(r); ok {
+				if &cur[0] == &calls[0] {
+					cur = slices.Clone(calls) // the caller's calls stay as they were
+				}
+				cur[i], whole[i] = next, false
+				again = append(again, i)
+				continue
+			}
+			out[i] = r
+		}
+		todo = again
 	}
 	if sync.Replicas > 0 {
-		sync.Check(out[len(calls)], out[:len(calls)])
+		sync.Check(waited, out)
 	}
-	return out[:len(calls)]
+	return out
 }
 
 // FirstErr returns the first error of a batch's replies.

@@ -43,7 +43,12 @@ func (a LockArgs) Call(k *Keys) Call {
 	case a.Reentry:
 		n = 10
 	}
-	call, args := boxedCall(LockScript, k.MutexWords[:], n, n)
+	return a.callIn(k, make([]any, 3+len(k.MutexWords)+n))
+}
+
+// callIn is Call in words, made by the caller.
+func (a LockArgs) callIn(k *Keys, words []any) Call {
+	call, args := boxedIn(LockScript, k.MutexWords[:], words)
 	args[0], args[1], args[2], args[3], args[4] = a.Token, ttlWords.box(a.TTL), a.Count, a.Member, a.PlaceTTL
 	args[5], args[6], args[7], args[8] = Flag(a.Fair), a.Wake.BaseArg, a.Wake.PublishArg, Flag(a.Queued)
 	switch {
@@ -53,6 +58,65 @@ func (a LockArgs) Call(k *Keys) Call {
 		args[9] = a.Seq
 	}
 	return call
+}
+
+// Acquire is the call of an attempt to acquire (Count 0) a mutex on k
+// (a Mutex's or FairMutex's keys, not an Election's): a first attempt
+// (not Queued) goes as lock_fast.lua, with lock.lua's call to make in its
+// place when the lock is contended, unless k was found contended lately
+// (script.go, "Fast scripts").
+func (a LockArgs) Acquire(k *Keys) Call {
+	first := !a.Queued && !a.Campaign && !a.Reentry && a.Count == 0
+	if !first || k.Contended() {
+		c := a.Call(k)
+		if first {
+			c.hint = k // kept while the lock is found held
+		}
+		return c
+	}
+	fast := LockFastArgs{Token: a.Token, TTL: a.TTL, Fair: a.Fair}
+	nf, n := fast.words(), 3+len(k.MutexWords)+9
+	words := make([]any, nf+n) // one allocation for both calls
+	full := a.callIn(k, words[nf:])
+	c := fast.call(k, words[:nf:nf], full.Args[1]) // its TTL, boxed
+	c.full, c.fullS, c.hint = words[nf:], &LockScript, k
+	return c
+}
+
+// LockFastArgs are lock_fast.lua's: a first attempt to acquire a mutex
+// that nobody waits for (LockArgs.Acquire).
+type LockFastArgs struct {
+	Token string `lua:"ARGV[1]"`
+	TTL   int64  `lua:"ARGV[2]"` // ms
+	// Fair adds the queue, which must be empty.
+	Fair bool `lua:"variant"`
+}
+
+// words is the length of the call's EVALSHA.
+func (a LockFastArgs) words() int {
+	if a.Fair {
+		return 3 + 4 + 2
+	}
+	return 3 + 3 + 2
+}
+
+// Call is lock_fast.lua's call on k, alone (LockArgs.Acquire makes it
+// with its full call).
+func (a LockFastArgs) Call(k *Keys) Call {
+	return a.call(k, make([]any, a.words()), ttlWords.box(a.TTL))
+}
+
+// call fills words with the call, its TTL boxed as ttl.
+func (a LockFastArgs) call(k *Keys, words []any, ttl any) Call {
+	w := k.MutexWords
+	words[0], words[1], words[3], words[4], words[5] = evalSHA, LockFastScript.SHAArg, w[0], w[1], w[4]
+	nk := 3
+	if a.Fair {
+		words[6], nk = w[2], 4
+	}
+	words[2] = nk
+	words[3+nk], words[4+nk] = a.Token, ttl
+	return Call{S: LockFastScript, Boxed: words[3 : 3+nk], Args: words[3+nk:], words: words}
 }
 
 // UnlockArgs are unlock.lua's: release holds, or (Free) the final
@@ -76,13 +140,56 @@ func (a UnlockArgs) Call(k *Keys) Call {
 	if a.Free {
 		n = 9
 	}
-	call, args := boxedCall(UnlockScript, k.MutexWords[:], n, n)
+	return a.callIn(k, make([]any, 3+len(k.MutexWords)+n))
+}
+
+// callIn is Call in words, made by the caller.
+func (a UnlockArgs) callIn(k *Keys, words []any) Call {
+	call, args := boxedIn(UnlockScript, k.MutexWords[:], words)
 	args[0], args[1], args[2], args[3] = a.Token, a.Left, a.Wake.BaseArg, a.Wake.PublishArg
 	args[4], args[5], args[6] = Flag(a.Reserve), a.Observers, a.Seq
 	if a.Free {
 		args[7], args[8] = a.Fence, ttlWords.box(a.ReceiptTTL)
 	}
 	return call
+}
+
+// FreeCall is the call of the final release (Free) of a mutex hold on k
+// (a Mutex's or FairMutex's, not an Election's: no Observers): as
+// unlock_fast.lua, with unlock.lua's call to make in its place when
+// somebody waits, unless k was found contended lately (script.go, "Fast
+// scripts").
+func (a UnlockArgs) FreeCall(k *Keys) Call {
+	if !a.Free || a.Left != 0 || a.Observers != "" || k.Contended() {
+		return a.Call(k)
+	}
+	fast := UnlockFastArgs{Token: a.Token, Fence: a.Fence}
+	const nf, n = 3 + 4 + 2, 3 + 5 + 9
+	words := make([]any, nf+n) // one allocation for both calls
+	full := a.callIn(k, words[nf:])
+	c := fast.call(k, words[:nf:nf], full.Args[7]) // its fence, boxed
+	c.full, c.fullS, c.hint = words[nf:], &UnlockScript, k
+	return c
+}
+
+// UnlockFastArgs are unlock_fast.lua's: the final release of a mutex
+// hold that nobody waits for (UnlockArgs.FreeCall).
+type UnlockFastArgs struct {
+	Token string `lua:"ARGV[1]"`
+	Fence int64  `lua:"ARGV[2]"`
+}
+
+// Call is unlock_fast.lua's call on k, alone (UnlockArgs.FreeCall makes
+// it with its full call).
+func (a UnlockFastArgs) Call(k *Keys) Call { return a.call(k, make([]any, 3+4+2), a.Fence) }
+
+// call fills words with the call, its fence boxed as fence.
+func (a UnlockFastArgs) call(k *Keys, words []any, fence any) Call {
+	w := k.MutexWords
+	words[0], words[1], words[2] = evalSHA, UnlockFastScript.SHAArg, 4
+	words[3], words[4], words[5], words[6] = w[0], w[1], w[2], w[4]
+	words[7], words[8] = a.Token, fence
+	return Call{S: UnlockFastScript, Boxed: words[3:7], Args: words[7:], words: words}
 }
 
 // LeaveArgs are leave.lua's: a mutex's waiter gives up its place.

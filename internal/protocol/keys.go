@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/keyslot"
 )
@@ -65,7 +66,29 @@ type Keys struct {
 	// boxed once for their calls.
 	Wake       *WakeTo
 	MutexWords *[5]any // lock, fence, queue, alive, dead (an array's pointer: 16 bytes fewer than a slice per lock)
+
+	// busyUntil is the mutex's contention hint (script.go, "Fast
+	// scripts"): until when (sinceStart) this Client takes it to be
+	// contended. (8 bytes: Keys stays 144 bytes a lock, its size class.)
+	busyUntil atomic.Int64
 }
+
+// Contended reports whether this Client found the mutex contended within
+// the last BusyFor (script.go, "Fast scripts").
+func (k *Keys) Contended() bool { return k.busyUntil.Load() > sinceStart() }
+
+// busy marks the mutex contended for BusyFor from now.
+func (k *Keys) busy() { k.busyUntil.Store(sinceStart() + int64(BusyFor)) }
+
+// BusyFor is how long a mutex found contended is taken to be so: its
+// calls go to the full scripts at once meanwhile.
+const BusyFor = time.Second
+
+// sinceStart is the time since the package started, on the monotonic
+// clock, in ns: a wall clock that steps does not move it.
+func sinceStart() int64 { return int64(time.Since(start)) }
+
+var start = time.Now()
 
 // KindKeys are the keys of one kind only ("" for the others; kinds
 // without keys of their own share noKindKeys).

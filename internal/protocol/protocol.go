@@ -24,6 +24,7 @@ const (
 	ReplyTooMany    = -2 // {-2, capacity}: more permits than the semaphore has
 	ReplyTTLNotHeld = -3 // a ttl script: the caller holds nothing
 	ReplyStale      = -4 // {-4} or -4: a later command of the hold ran first (internal/hold/hold.go, "Late commands")
+	ReplySlow       = -5 // -5: a fast script's common case did not hold; it changed nothing (script.go, "Fast scripts")
 )
 
 // RefusedMark starts the reply of a script whose publish was refused:

@@ -24,6 +24,7 @@ func TestProtocolAgrees(t *testing.T) {
 		"TOO_MANY":     strconv.Itoa(ReplyTooMany),
 		"TTL_NOT_HELD": strconv.Itoa(ReplyTTLNotHeld),
 		"STALE":        strconv.Itoa(ReplyStale),
+		"SLOW":         strconv.Itoa(ReplySlow),
 		"WAKE_ALL":     WakeAll,
 		"REFUSED":      RefusedMark,
 	}

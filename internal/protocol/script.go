@@ -94,7 +94,10 @@ var (
 	LatchDownScript = loadScript("latch_down.lua")
 	LatchOpenScript = loadScript("lib.lua", "lib_queue.lua", "latch_open.lua")
 
-	LockAllScript     = mutexScript("lock_all.lua")
+	LockAllScript = mutexScript("lock_all.lua")
+	// the mutex's fast scripts: lib.lua alone in front (see "Fast scripts")
+	LockFastScript    = loadScript("lib.lua", "lock_fast.lua")
+	UnlockFastScript  = loadScript("lib.lua", "unlock_fast.lua")
 	BuryScript        = loadScript("bury.lua")
 	QuorumFenceScript = loadScript("quorum_fence.lua")
 	OwnerScript       = loadScript("owner.lua")
@@ -120,6 +123,61 @@ type Call struct {
 	// words, when set (boxedCall), is the call's EVALSHA whole, Args its
 	// tail: one allocation for both.
 	words []any
+	// A fast script's call carries full, the EVALSHA words of the full
+	// script's call (fullS) to make in its place when it answers
+	// ReplySlow, and hint, the lock's keys, whose contention hint it sets
+	// then. A full first attempt made because of the hint carries hint
+	// alone, and sets it again when the lock is held. See "Fast scripts".
+	full  []any
+	fullS *Script
+	hint  *Keys
+}
+
+// Fast scripts. Most Lock+Unlock pairs find the lock free and nobody
+// waiting. lock.lua and unlock.lua take every argument that any of their
+// cases reads (14 keys and arguments each), and the server pays for each
+// of them, read or not (some 1 000-1 700 of its instructions apiece, as
+// much as its common case's own work: bench/README, "the server's work
+// counted in instructions"). So a mutex's first attempt to acquire, and
+// its final release, go first as lock_fast.lua and unlock_fast.lua: each
+// is its full script's common case alone, with only the keys and
+// arguments that case reads (5 and 6), behind the same condition, and
+// otherwise changes nothing and answers ReplySlow; the full script then
+// runs in its place (Next), one round trip later. Both are the full
+// scripts' words under the full scripts' conditions, so every argument
+// written there for who may hold the lock holds for them unchanged (see
+// their headers).
+//
+// The round trip more is paid where the lock is contended: a first
+// attempt that finds it held, a release that finds waiters. So each lock
+// keeps a hint (Keys.Contended), per Client: a fast script that answers
+// slow, or a full first attempt that finds the lock held, marks the lock
+// contended for BusyFor, and meanwhile its calls go to the full scripts
+// at once. (A holder that took the lock at once cannot tell that waiters
+// came since; the hint, kept a while, tells it that they did lately.) A
+// hint wrong either way costs a round trip or the full scripts' price,
+// never a grant.
+
+// Next is the call to make after c answered r: when c is a fast script's
+// and answered ReplySlow, its full script's call. It keeps the lock's
+// contention hint: a fast script that answered slow, or a full first
+// attempt that found the lock held, marks it contended.
+func (c Call) Next(r driver.Reply) (Call, bool) {
+	if c.hint == nil || r.Err != nil {
+		return Call{}, false
+	}
+	if c.full == nil { // a full first attempt, made because of the hint
+		if v, ok := r.Val.([]any); ok && len(v) > 0 && v[0] == any(int64(ReplyBusy)) {
+			c.hint.busy()
+		}
+		return Call{}, false
+	}
+	if v, ok := r.Val.(int64); !ok || v != ReplySlow {
+		return Call{}, false
+	}
+	c.hint.busy()
+	n := c.full[2].(int)
+	return Call{S: *c.fullS, Boxed: c.full[3 : 3+n], Args: c.full[3+n:], words: c.full}, true
 }
 
 // boxedCall returns a call of s on the boxed keys whose Args (returned)
@@ -127,7 +185,13 @@ type Call struct {
 // command: fill it, and append to it only within max.
 func boxedCall(s Script, boxed []any, n, max int) (Call, []any) {
 	head := 3 + len(boxed)
-	words := make([]any, head+n, head+max)
+	return boxedIn(s, boxed, make([]any, head+n, head+max))
+}
+
+// boxedIn is boxedCall in words, made by the caller (as long as the
+// call's EVALSHA).
+func boxedIn(s Script, boxed []any, words []any) (Call, []any) {
+	head := 3 + len(boxed)
 	words[0], words[1], words[2] = evalSHA, s.SHAArg, len(boxed)
 	copy(words[3:], boxed)
 	return Call{S: s, Boxed: boxed, Args: words[head:], words: words}, words[head:]
@@ -146,8 +210,18 @@ func (c Call) FirstKey() string {
 }
 
 // Run runs the call on its own: one round trip when the server has its
-// script cached, two when it answers NOSCRIPT.
+// script cached, two when it answers NOSCRIPT; a fast script's that
+// answers slow, then its full script's (Next).
 func (c Call) Run(ctx context.Context, d driver.Driver) driver.Reply {
+	r := c.run(ctx, d)
+	if next, ok := c.Next(r); ok {
+		return next.run(ctx, d)
+	}
+	return r
+}
+
+// run is Run without Next.
+func (c Call) run(ctx context.Context, d driver.Driver) driver.Reply {
 	r := d.Do(ctx, c.Command(false))
 	if IsNoScript(r.Err) {
 		r = d.Do(ctx, c.Command(true))

@@ -19,6 +19,9 @@ local TOO_MANY = -2     -- {-2, capacity} a semaphore request above its capacity
 local TTL_NOT_HELD = -3 -- ttl scripts: the caller holds nothing
 local STALE = -4        -- {-4} or -4: a later command of the same hold ran
                         -- first; this one changed nothing (see in_order)
+local SLOW = -5         -- -5: a fast script (lock_fast.lua, unlock_fast.lua)
+                        -- found its common case does not hold; it changed
+                        -- nothing, and the full script is to run instead
 -- Wake message published on a lock's channel (a latch, an RWMutex's
 -- readers); a waiter whose turn it is is told on its client's own channel
 -- (lib_queue.lua):

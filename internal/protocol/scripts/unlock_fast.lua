@@ -1,0 +1,36 @@
+-- unlock_fast.lua: the final release of a mutex hold (Mutex or FairMutex)
+-- that nobody waits for: unlock.lua's common case alone, with only the
+-- keys and arguments it reads. When somebody waits it changes nothing and
+-- answers SLOW, and Go runs unlock.lua in its place, which hands the lock
+-- on (internal/protocol/script.go, "Fast scripts").
+--
+-- KEYS[1]  (go: Lock) lock hash (lock.lua)
+-- KEYS[2]  (go: Fence) the fence counter of the lock's slot
+-- KEYS[3]  (go: Queue) queue: waiters
+-- KEYS[4]  (go: Dead) dead: a release that handed the lock on left its
+--          token there (unlock.lua's receipt)
+-- ARGV[1]  (go: Token) owner token
+-- ARGV[2]  (go: Fence) the hold's fence
+--
+-- Returns  1     done
+--          -1    the caller holds nothing: its lease was lost, or never held
+--          SLOW  waiters are registered: nothing changed
+--
+-- Why this frees only what unlock.lua would: with no queue, unlock.lua's
+-- final release (Left 0, no Election's observers) runs its common case
+-- only — this HDEL, then the same answer when it removed nothing ("Sent
+-- again" in unlock.lua), else done — and this script runs that case word
+-- for word after the EXISTS that found no queue, in one script, which
+-- nothing interleaves. unlock.lua's argument (HDEL removing anything
+-- leaves the hash empty, so the lock free) holds for it unchanged.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return SLOW
+end
+local token = ARGV[1]
+if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. token, 'q:' .. token) == 0 then
+  if redis.call('GET', KEYS[2]) == ARGV[2] or redis.call('ZSCORE', KEYS[4], token) then
+    return 1 -- this release, sent again: it ran
+  end
+  return NOT_HELD
+end
+return 1
