@@ -78,7 +78,7 @@ func (a LockArgs) Acquire(k *Keys) Call {
 	nf, n := fast.words(), 3+len(k.MutexWords)+9
 	words := make([]any, nf+n) // one allocation for both calls
 	full := a.callIn(k, words[nf:])
-	c := fast.call(k, words[:nf:nf], full.Args[1]) // its TTL, boxed
+	c := fast.call(k, words[:nf:nf], full.Args[0], full.Args[1]) // its token and TTL, boxed
 	c.full, c.fullS, c.hint = words[nf:], &LockScript, k
 	return c
 }
@@ -103,11 +103,12 @@ func (a LockFastArgs) words() int {
 // Call is lock_fast.lua's call on k, alone (LockArgs.Acquire makes it
 // with its full call).
 func (a LockFastArgs) Call(k *Keys) Call {
-	return a.call(k, make([]any, a.words()), ttlWords.box(a.TTL))
+	return a.call(k, make([]any, a.words()), a.Token, ttlWords.box(a.TTL))
 }
 
-// call fills words with the call, its TTL boxed as ttl.
-func (a LockFastArgs) call(k *Keys, words []any, ttl any) Call {
+// call fills words with the call, its token and TTL boxed as token and
+// ttl (a string made an interface anew would cost an allocation).
+func (a LockFastArgs) call(k *Keys, words []any, token, ttl any) Call {
 	w := k.MutexWords
 	words[0], words[1], words[3], words[4], words[5] = evalSHA, LockFastScript.SHAArg, w[0], w[1], w[4]
 	nk := 3
@@ -115,7 +116,7 @@ func (a LockFastArgs) call(k *Keys, words []any, ttl any) Call {
 		words[6], nk = w[2], 4
 	}
 	words[2] = nk
-	words[3+nk], words[4+nk] = a.Token, ttl
+	words[3+nk], words[4+nk] = token, ttl
 	return Call{S: LockFastScript, Boxed: words[3 : 3+nk], Args: words[3+nk:], words: words}
 }
 
@@ -167,7 +168,7 @@ func (a UnlockArgs) FreeCall(k *Keys) Call {
 	const nf, n = 3 + 4 + 2, 3 + 5 + 9
 	words := make([]any, nf+n) // one allocation for both calls
 	full := a.callIn(k, words[nf:])
-	c := fast.call(k, words[:nf:nf], full.Args[7]) // its fence, boxed
+	c := fast.call(k, words[:nf:nf], full.Args[0], full.Args[7]) // its token and fence, boxed
 	c.full, c.fullS, c.hint = words[nf:], &UnlockScript, k
 	return c
 }
@@ -181,14 +182,15 @@ type UnlockFastArgs struct {
 
 // Call is unlock_fast.lua's call on k, alone (UnlockArgs.FreeCall makes
 // it with its full call).
-func (a UnlockFastArgs) Call(k *Keys) Call { return a.call(k, make([]any, 3+4+2), a.Fence) }
+func (a UnlockFastArgs) Call(k *Keys) Call { return a.call(k, make([]any, 3+4+2), a.Token, a.Fence) }
 
-// call fills words with the call, its fence boxed as fence.
-func (a UnlockFastArgs) call(k *Keys, words []any, fence any) Call {
+// call fills words with the call, its token and fence boxed as token and
+// fence.
+func (a UnlockFastArgs) call(k *Keys, words []any, token, fence any) Call {
 	w := k.MutexWords
 	words[0], words[1], words[2] = evalSHA, UnlockFastScript.SHAArg, 4
 	words[3], words[4], words[5], words[6] = w[0], w[1], w[2], w[4]
-	words[7], words[8] = a.Token, fence
+	words[7], words[8] = token, fence
 	return Call{S: UnlockFastScript, Boxed: words[3:7], Args: words[7:], words: words}
 }
 
