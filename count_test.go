@@ -219,6 +219,27 @@ func TestUncontendedSendsTheCommonCaseOnly(t *testing.T) {
 			t.Errorf("fair %v: its Unlock sent %d words (%v); want %d", fair, got, rec.take(), want)
 		}
 	}
+	// An Election's Campaign and Resign: a FairMutex's, and the value, the
+	// observers' channel and the publish command; Resign's receipt TTL.
+	// (lock.lua's and unlock.lua's would be 20 and 17.)
+	c, rec := countedClient(t)
+	e := c.Election(lockName(t))
+	ld := campaign(t, e, "warm-up") // loads the scripts (and leaves a receipt: the next Campaign finds the dead set)
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	rec.takeWords()
+	ld = campaign(t, e, "v")
+	if got, want := rec.takeWords(), 3+4+5; got != want {
+		t.Errorf("an uncontended Campaign sent %d words (%v); want %d", got, rec.take(), want)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.takeWords(), 3+4+5; got != want {
+		t.Errorf("its Resign sent %d words (%v); want %d", got, rec.take(), want)
+	}
 }
 
 func TestWatchdogRenewsInOnePipelinePerTick(t *testing.T) {

@@ -84,7 +84,7 @@ func (p electionProto) Release(token string, left int, seq int64) backend.Op {
 func (p electionProto) Free(token string, fence int64, ttl time.Duration) backend.Op {
 	a := p.m.freeArgs(token, fence, ttl)
 	a.Observers = p.m.k.Channel
-	return a.Call(p.m.k)
+	return a.FreeCall(p.m.k)
 }
 func (p electionProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
 	return p.m.Renew(token, ttl, exact, seq)
@@ -101,7 +101,7 @@ func (e *Election) request(value string) *request {
 	r.call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
 		a := m.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), true)
 		a.Campaign, a.Value, a.Observers = true, value, e.k.Channel
-		return a.Call(e.k)
+		return a.Acquire(e.k)
 	}
 	return &r
 }

@@ -61,12 +61,12 @@ func (a LockArgs) callIn(k *Keys, words []any) Call {
 }
 
 // Acquire is the call of an attempt to acquire (Count 0) a mutex on k
-// (a Mutex's or FairMutex's keys, not an Election's): a first attempt
-// (not Queued) goes as lock_fast.lua, with lock.lua's call to make in its
+// (a Mutex's, a FairMutex's or an Election's keys): a first attempt (not
+// Queued) goes as lock_fast.lua, with lock.lua's call to make in its
 // place when the lock is contended, unless k was found contended lately
 // (script.go, "Fast scripts").
 func (a LockArgs) Acquire(k *Keys) Call {
-	first := !a.Queued && !a.Campaign && !a.Reentry && a.Count == 0
+	first := !a.Queued && !a.Reentry && a.Count == 0
 	if !first || k.Contended() {
 		c := a.Call(k)
 		if first {
@@ -74,13 +74,24 @@ func (a LockArgs) Acquire(k *Keys) Call {
 		}
 		return c
 	}
-	fast := LockFastArgs{Token: a.Token, TTL: a.TTL, Fair: a.Fair}
-	nf, n := fast.words(), 3+len(k.MutexWords)+9
+	fast := LockFastArgs{Token: a.Token, TTL: a.TTL, Fair: a.Fair, Campaign: a.Campaign}
+	nf, n := fast.words(), 3+len(k.MutexWords)+a.argc()
 	words := make([]any, nf+n) // one allocation for both calls
 	full := a.callIn(k, words[nf:])
-	c := fast.call(k, words[:nf:nf], full.Args[0], full.Args[1]) // its token and TTL, boxed
+	c := fast.call(k, words[:nf:nf], full.Args)
 	c.full, c.fullS, c.hint = words[nf:], &LockScript, k
 	return c
+}
+
+// argc is how many arguments lock.lua's call takes.
+func (a LockArgs) argc() int {
+	switch {
+	case a.Campaign:
+		return 12
+	case a.Reentry:
+		return 10
+	}
+	return 9
 }
 
 // LockFastArgs are lock_fast.lua's: a first attempt to acquire a mutex
@@ -90,25 +101,38 @@ type LockFastArgs struct {
 	TTL   int64  `lua:"ARGV[2]"` // ms
 	// Fair adds the queue, which must be empty.
 	Fair bool `lua:"variant"`
+	// Campaign adds an Election candidate's value, recorded with the
+	// hold, and the observers' channel, told.
+	Campaign  bool   `lua:"variant"`
+	Value     string `lua:"ARGV[3]"`
+	Observers string `lua:"ARGV[4]"`
+	Publish   string `lua:"ARGV[5]"` // PUBLISH or SPUBLISH
 }
 
 // words is the length of the call's EVALSHA.
 func (a LockFastArgs) words() int {
+	n := 3 + 3 + 2
 	if a.Fair {
-		return 3 + 4 + 2
+		n++
 	}
-	return 3 + 3 + 2
+	if a.Campaign {
+		n += 3
+	}
+	return n
 }
 
 // Call is lock_fast.lua's call on k, alone (LockArgs.Acquire makes it
 // with its full call).
 func (a LockFastArgs) Call(k *Keys) Call {
-	return a.call(k, make([]any, a.words()), a.Token, ttlWords.box(a.TTL))
+	// boxed as lock.lua's arguments are (LockArgs.callIn)
+	boxed := []any{a.Token, ttlWords.box(a.TTL), 7: a.Publish, 10: a.Value, 11: a.Observers}
+	return a.call(k, make([]any, a.words()), boxed)
 }
 
-// call fills words with the call, its token and TTL boxed as token and
-// ttl (a string made an interface anew would cost an allocation).
-func (a LockFastArgs) call(k *Keys, words []any, token, ttl any) Call {
+// call fills words with the call, taking its arguments from full, the
+// same call's lock.lua arguments, boxed (a string made an interface anew
+// would cost an allocation).
+func (a LockFastArgs) call(k *Keys, words []any, full []any) Call {
 	w := k.MutexWords
 	words[0], words[1], words[3], words[4], words[5] = evalSHA, LockFastScript.SHAArg, w[0], w[1], w[4]
 	nk := 3
@@ -116,8 +140,12 @@ func (a LockFastArgs) call(k *Keys, words []any, token, ttl any) Call {
 		words[6], nk = w[2], 4
 	}
 	words[2] = nk
-	words[3+nk], words[4+nk] = token, ttl
-	return Call{S: LockFastScript, Boxed: words[3 : 3+nk], Args: words[3+nk:], words: words}
+	args := words[3+nk:]
+	args[0], args[1] = full[0], full[1] // token, TTL
+	if a.Campaign {
+		args[2], args[3], args[4] = full[10], full[11], full[7] // value, observers, publish
+	}
+	return Call{S: LockFastScript, Boxed: words[3 : 3+nk], Args: args, words: words}
 }
 
 // UnlockArgs are unlock.lua's: release holds, or (Free) the final
@@ -156,19 +184,18 @@ func (a UnlockArgs) callIn(k *Keys, words []any) Call {
 }
 
 // FreeCall is the call of the final release (Free) of a mutex hold on k
-// (a Mutex's or FairMutex's, not an Election's: no Observers): as
-// unlock_fast.lua, with unlock.lua's call to make in its place when
-// somebody waits, unless k was found contended lately (script.go, "Fast
-// scripts").
+// (a Mutex's, a FairMutex's or an Election's): as unlock_fast.lua, with
+// unlock.lua's call to make in its place when somebody waits, unless k
+// was found contended lately (script.go, "Fast scripts").
 func (a UnlockArgs) FreeCall(k *Keys) Call {
-	if !a.Free || a.Left != 0 || a.Observers != "" || k.Contended() {
+	if !a.Free || a.Left != 0 || k.Contended() {
 		return a.Call(k)
 	}
-	fast := UnlockFastArgs{Token: a.Token, Fence: a.Fence}
-	const nf, n = 3 + 4 + 2, 3 + 5 + 9
+	fast := UnlockFastArgs{Token: a.Token, Fence: a.Fence, Election: a.Observers != ""}
+	nf, n := fast.words(), 3+5+9
 	words := make([]any, nf+n) // one allocation for both calls
 	full := a.callIn(k, words[nf:])
-	c := fast.call(k, words[:nf:nf], full.Args[0], full.Args[7]) // its token and fence, boxed
+	c := fast.call(k, words[:nf:nf], full.Args)
 	c.full, c.fullS, c.hint = words[nf:], &UnlockScript, k
 	return c
 }
@@ -178,20 +205,41 @@ func (a UnlockArgs) FreeCall(k *Keys) Call {
 type UnlockFastArgs struct {
 	Token string `lua:"ARGV[1]"`
 	Fence int64  `lua:"ARGV[2]"`
+	// Election adds the observers' channel, told, and the receipt's TTL.
+	Election   bool   `lua:"variant"`
+	Observers  string `lua:"ARGV[3]"`
+	Publish    string `lua:"ARGV[4]"` // PUBLISH or SPUBLISH
+	ReceiptTTL int64  `lua:"ARGV[5]"` // ms
+}
+
+// words is the length of the call's EVALSHA.
+func (a UnlockFastArgs) words() int {
+	if a.Election {
+		return 3 + 4 + 5
+	}
+	return 3 + 4 + 2
 }
 
 // Call is unlock_fast.lua's call on k, alone (UnlockArgs.FreeCall makes
 // it with its full call).
-func (a UnlockFastArgs) Call(k *Keys) Call { return a.call(k, make([]any, 3+4+2), a.Token, a.Fence) }
+func (a UnlockFastArgs) Call(k *Keys) Call {
+	// boxed as unlock.lua's arguments are (UnlockArgs.callIn)
+	boxed := []any{a.Token, 3: a.Publish, 5: a.Observers, 7: a.Fence, 8: a.ReceiptTTL}
+	return a.call(k, make([]any, a.words()), boxed)
+}
 
-// call fills words with the call, its token and fence boxed as token and
-// fence.
-func (a UnlockFastArgs) call(k *Keys, words []any, token, fence any) Call {
+// call fills words with the call, taking its arguments from full, the
+// same call's unlock.lua arguments, boxed.
+func (a UnlockFastArgs) call(k *Keys, words []any, full []any) Call {
 	w := k.MutexWords
 	words[0], words[1], words[2] = evalSHA, UnlockFastScript.SHAArg, 4
 	words[3], words[4], words[5], words[6] = w[0], w[1], w[2], w[4]
-	words[7], words[8] = token, fence
-	return Call{S: UnlockFastScript, Boxed: words[3:7], Args: words[7:], words: words}
+	args := words[7:]
+	args[0], args[1] = full[0], full[7] // token, fence
+	if a.Election {
+		args[2], args[3], args[4] = full[5], full[3], full[8] // observers, publish, receipt TTL
+	}
+	return Call{S: UnlockFastScript, Boxed: words[3:7], Args: args, words: words}
 }
 
 // LeaveArgs are leave.lua's: a mutex's waiter gives up its place.

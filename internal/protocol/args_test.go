@@ -60,8 +60,8 @@ func scriptCases() (map[string]scriptCase, map[string]string) {
 	cases := map[string]scriptCase{
 		"lock.lua": {LockArgs{Token: "tok", TTL: 30000, Count: 2, Member: "mem", PlaceTTL: 500, Wake: w, Seq: 3, Value: "val", Observers: "obs"},
 			func(a any) Call { return a.(LockArgs).Call(mk) }},
-		"lock_fast.lua":   {LockFastArgs{Token: "tok", TTL: 30000}, func(a any) Call { return a.(LockFastArgs).Call(mk) }},
-		"unlock_fast.lua": {UnlockFastArgs{Token: "tok", Fence: 9}, func(a any) Call { return a.(UnlockFastArgs).Call(mk) }},
+		"lock_fast.lua":   {LockFastArgs{Token: "tok", TTL: 30000, Value: "val", Observers: "obs", Publish: "PUBLISH"}, func(a any) Call { return a.(LockFastArgs).Call(mk) }},
+		"unlock_fast.lua": {UnlockFastArgs{Token: "tok", Fence: 9, Observers: "obs", Publish: "PUBLISH", ReceiptTTL: 100}, func(a any) Call { return a.(UnlockFastArgs).Call(mk) }},
 		"unlock.lua": {UnlockArgs{Token: "tok", Left: 1, Wake: w, Observers: "obs", Seq: 3, Fence: 9, ReceiptTTL: 100},
 			func(a any) Call { return a.(UnlockArgs).Call(ek) }},
 		"leave.lua": {LeaveArgs{Member: "mem", Wake: w}, func(a any) Call { return a.(LeaveArgs).Call(mk) }},

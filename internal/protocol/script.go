@@ -95,9 +95,10 @@ var (
 	LatchOpenScript = loadScript("lib.lua", "lib_queue.lua", "latch_open.lua")
 
 	LockAllScript = mutexScript("lock_all.lua")
-	// the mutex's fast scripts: lib.lua alone in front (see "Fast scripts")
+	// the mutex's fast scripts (see "Fast scripts"): an Election's part
+	// after their common case
 	LockFastScript    = loadScript("lib.lua", "lock_fast.lua")
-	UnlockFastScript  = loadScript("lib.lua", "unlock_fast.lua")
+	UnlockFastScript  = loadScript("lib.lua", "lib_queue.lua", "unlock_fast.lua")
 	BuryScript        = loadScript("bury.lua")
 	QuorumFenceScript = loadScript("quorum_fence.lua")
 	OwnerScript       = loadScript("owner.lua")

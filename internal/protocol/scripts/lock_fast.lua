@@ -11,21 +11,32 @@
 --          when nobody waits
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: TTL) lease TTL in milliseconds
+-- ARGV[3]  (go: Value, if Campaign) an Election's Campaign only: the
+--          candidate's value, recorded with the hold ('v:<token>')
+-- ARGV[4]  (go: Observers, if Campaign) the observers' channel, told then
+-- ARGV[5]  (go: Publish, if Campaign) publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
---          SLOW        the lock exists (held, or kept for a waiter), a
---                      token was buried here, or (FairMutex) somebody
---                      waits: nothing changed
+--          SLOW        the lock exists (held, or kept for a waiter), the
+--                      caller's token was buried here, or (FairMutex)
+--                      somebody waits: nothing changed
 --
--- Why this grants only what lock.lua would: it is lock.lua's common case
--- (a first attempt, count 0, no place to give up, no Campaign), word for
--- word, under the same condition — one EXISTS over the lock, the dead set
--- and, for a FairMutex, the queue counts none of them — in one script,
--- which nothing interleaves. lock.lua's argument (why a lock hash is only
--- ever taken when it does not exist) holds for it unchanged. Sent twice,
--- the copy finds the lock (the first copy's hold) and answers SLOW; lock.lua
--- then finds the token in the hash and answers held with its fence, as
--- lock.lua sent twice does.
+-- Why this grants only what lock.lua would: it takes the lock exactly
+-- where lock.lua's first attempt (count 0, no place to give up) takes
+-- it, and writes what lock.lua writes there, word for word: where one
+-- EXISTS over the lock, the dead set and, for a FairMutex (an Election
+-- is one), the queue counts none of them (lock.lua's common case); or,
+-- when that counted one, where the caller's token is not in the dead set
+-- (ZSCORE), the lock does not exist and, for a FairMutex, nobody waits
+-- (lock.lua's other path to take, which asks PTTL where this asks
+-- EXISTS: the same -2 / 0). All in one script, which nothing
+-- interleaves. lock.lua's argument (why a lock hash is only ever taken
+-- when it does not exist) holds for it unchanged. Sent twice, the copy
+-- finds the lock (the first copy's hold) and answers SLOW; lock.lua then
+-- finds the token in the hash and answers held with its fence, as
+-- lock.lua sent twice does. A Campaign's value is written with the hold,
+-- where lock.lua writes it just after (HSETNX on the hash it has just
+-- made: the same), and its observers are told as lock.lua tells them.
 local lock, token = KEYS[1], ARGV[1]
 local n
 if KEYS[4] then
@@ -34,7 +45,21 @@ else
   n = redis.call('EXISTS', lock, KEYS[3])
 end
 if n ~= 0 then
-  return SLOW
+  -- Something exists: maybe only the dead set, which also keeps receipts
+  -- (an Election's every release leaves one). Asked one by one, as
+  -- lock.lua asks them then: the caller's token buried, the lock there,
+  -- (FairMutex) somebody waiting.
+  if redis.call('ZSCORE', KEYS[3], token) then
+    return SLOW
+  end
+  if KEYS[4] then
+    n = redis.call('EXISTS', lock, KEYS[4])
+  else
+    n = redis.call('EXISTS', lock)
+  end
+  if n ~= 0 then
+    return SLOW
+  end
 end
 -- the hold's fence (next_fence in lib_queue.lua)
 local f = redis.call('INCR', KEYS[2])
@@ -45,4 +70,11 @@ end
 local t = redis.call('TIME')
 redis.call('HSET', lock, token, '1', 't:' .. token, t[1] .. string.sub('00000' .. t[2], -6, -4), 'f:' .. token, f)
 redis.call('PEXPIRE', lock, ARGV[2])
+if not ARGV[3] then
+  return {HELD, f}
+end
+-- @helpers
+-- an Election's new leader: its value, and its observers told
+redis.call('HSET', lock, 'v:' .. token, ARGV[3])
+publish(ARGV[5], ARGV[4], WAKE_ALL)
 return {HELD, f}

@@ -11,18 +11,24 @@
 --          token there (unlock.lua's receipt)
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: Fence) the hold's fence
+-- ARGV[3]  (go: Observers, if Election) an Election's leader resigning:
+--          its observers' channel, told
+-- ARGV[4]  (go: Publish, if Election) publish command (PUBLISH or SPUBLISH)
+-- ARGV[5]  (go: ReceiptTTL, if Election) the receipt's TTL in milliseconds
 --
 -- Returns  1     done
 --          -1    the caller holds nothing: its lease was lost, or never held
 --          SLOW  waiters are registered: nothing changed
 --
 -- Why this frees only what unlock.lua would: with no queue, unlock.lua's
--- final release (Left 0, no Election's observers) runs its common case
--- only — this HDEL, then the same answer when it removed nothing ("Sent
--- again" in unlock.lua), else done — and this script runs that case word
--- for word after the EXISTS that found no queue, in one script, which
--- nothing interleaves. unlock.lua's argument (HDEL removing anything
--- leaves the hash empty, so the lock free) holds for it unchanged.
+-- final release (Left 0) runs this HDEL, then the same answer when it
+-- removed nothing ("Sent again" in unlock.lua), else done — for a mutex
+-- nothing more; for an Election's leader (observers given) its slow path,
+-- which with nobody waiting comes to the receipt and the observers told,
+-- as here. This script runs that word for word after the EXISTS that
+-- found no queue, in one script, which nothing interleaves. unlock.lua's
+-- argument (HDEL removing anything leaves the hash empty, so the lock
+-- free, and its DEL finds nothing) holds for it unchanged.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return SLOW
 end
@@ -33,4 +39,12 @@ if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. toke
   end
   return NOT_HELD
 end
+if not ARGV[3] then
+  return 1
+end
+-- @helpers
+-- an Election's leader resigned: the receipt (a copy of this release
+-- answers done, whoever leads by then), then its observers told
+receipt(KEYS[4], token, ARGV[5])
+publish(ARGV[4], ARGV[3], WAKE_ALL)
 return 1
