@@ -58,6 +58,7 @@ type Client struct {
 	tel    *telemetry.Telemetry
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
 	wake   *protocol.WakeTo   // where releases wake this Client's waiters (not sharded)
+	hints  protocol.Hints     // whether its mutexes were found contended lately (internal/protocol/script.go, "Fast scripts")
 	waitOn string             // its own wake-up channel (not sharded): wake's base and its id, made once
 
 	own       []io.Closer // drivers New or NewQuorum made: closed by Close
@@ -303,6 +304,9 @@ func (c *Client) member(token string, need int, handOff time.Duration) string {
 // Where its releases wake its waiters is worked out once, here.
 func (c *Client) keys(kd *protocol.Kind, name string) *protocol.Keys {
 	k := protocol.NewKeysOf(c.prefix, kd, name, c.fence)
+	if k.MutexWords != nil { // a mutex's (an Election's)
+		k.Hint = c.hints.For(k.Lock) // every handle of the lock shares it
+	}
 	if c.publish != "SPUBLISH" {
 		k.Wake = c.wake // one channel per Client: shared by its locks
 		return k

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -12,8 +14,9 @@ import (
 // A fast script (internal/protocol/script.go, "Fast scripts") gives way
 // to its full script where the lock is contended, one round trip later,
 // and the Client then sends the full script at once while the lock stays
-// contended: a first attempt that finds the lock held, a release that
-// finds waiters, each answer as the full script alone would.
+// contended, through any handle of the lock: a first attempt that finds
+// the lock held, a release that finds waiters, each answer as the full
+// script alone would.
 func TestFastScriptsGiveWay(t *testing.T) {
 	ctx := context.Background()
 	for _, fair := range []bool{false, true} {
@@ -51,7 +54,8 @@ func TestFastScriptsGiveWay(t *testing.T) {
 				t.Fatalf("fair %v: the first TryLock sent %v; want two round trips: lock_fast.lua, which found it held, then lock.lua", fair, calls)
 			}
 			rec.takeWords()
-			if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			// through a handle made anew: the hint is the Client's
+			if _, err := mutex(c, name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 				t.Fatalf("fair %v: TryLock of a held lock, again: %v; want ErrNotObtained", fair, err)
 			}
 			if calls, words := rec.take(), rec.takeWords(); len(calls) != 1 || words != fullWords {
@@ -81,7 +85,7 @@ func TestFastScriptsGiveWay(t *testing.T) {
 				t.Fatalf("fair %v: the waiter's fence %d is not above the holder's %d", fair, wl.Fence(), l.Fence())
 			}
 			rec.takeWords()
-			if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			if _, err := mutex(c, name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 				t.Fatalf("fair %v: TryLock of the lock the waiter holds: %v; want ErrNotObtained", fair, err)
 			}
 			if calls, words := rec.take(), rec.takeWords(); len(calls) != 1 || words != fullWords {
@@ -137,4 +141,39 @@ func lockOrNil(t *testing.T, m dlock.Locker) *dlock.Lease {
 		return nil
 	}
 	return l
+}
+
+// With replica sync every round trip of a grant ends with a WAIT, which
+// blocks its whole timeout where replicas are missing: so an acquire goes
+// to the full script at once, never through a fast script that would give
+// way to it a round trip (and a WAIT) later.
+func TestReplicaSyncSendsTheFullScriptAtOnce(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	held := mustLock(t, client(t).Mutex(name), ctx)
+	defer unlock(t, held)
+	c, rec := countedClient(t, dlock.WithReplicaSync(1, 10*time.Millisecond))
+	// the scripts loaded (the grant itself fails here: no replica acknowledges it)
+	if _, err := c.Mutex(name + "-warm").TryLock(ctx); !errors.Is(err, dlock.ErrReplicaSync) {
+		t.Fatalf("TryLock with replica sync and no replica: %v; want ErrReplicaSync", err)
+	}
+	rec.take()
+	// (held, and no replica to acknowledge: either error will do here)
+	if l, err := c.Mutex(name).TryLock(ctx); err == nil {
+		unlock(t, l)
+		t.Fatal("TryLock of a held lock with replica sync: obtained")
+	}
+	// then the undoing of what the failed grant may have taken: no WAIT
+	calls := rec.take()
+	waits := 0
+	for _, trip := range calls {
+		for _, cmd := range trip {
+			if cmd == "wait" {
+				waits++
+			}
+		}
+	}
+	if len(calls) == 0 || !slices.Equal(calls[0], []string{"evalsha", "wait"}) || waits != 1 {
+		t.Fatalf("it sent %v; want one round trip of the grant: lock.lua and WAIT", calls)
+	}
 }

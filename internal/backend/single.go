@@ -67,7 +67,8 @@ func (s *single) Grant(ctx context.Context, o Op) driver.Reply {
 	if s.sync.Replicas == 0 || !ok {
 		return o.Run(ctx, s.rdb)
 	}
-	return RunBatch(ctx, s.rdb, []protocol.Call{cl}, s.sync)[0] // on a connection of cl's node
+	// A fast script's full call at once: a round more would WAIT again.
+	return RunBatch(ctx, s.rdb, []protocol.Call{cl.Full()}, s.sync)[0] // on a connection of cl's node
 }
 
 // Batch sends the calls in one pipeline (go-redis splits a cluster's per
@@ -89,6 +90,9 @@ func (s *single) Batch(ctx context.Context, ops []Op, grant bool) []driver.Reply
 	calls := make([]protocol.Call, len(ops))
 	for i, o := range ops {
 		calls[i] = o.(protocol.Call) // every op of a script deployment is a call
+		if sync.Replicas > 0 {
+			calls[i] = calls[i].Full() // as Grant
+		}
 	}
 	return RunBatch(ctx, s.rdb, calls, sync)
 }

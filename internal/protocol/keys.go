@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -67,18 +68,38 @@ type Keys struct {
 	Wake       *WakeTo
 	MutexWords *[5]any // lock, fence, queue, alive, dead (an array's pointer: 16 bytes fewer than a slice per lock)
 
-	// busyUntil is the mutex's contention hint (script.go, "Fast
-	// scripts"): until when (sinceStart) this Client takes it to be
-	// contended. (8 bytes: Keys stays 144 bytes a lock, its size class.)
-	busyUntil atomic.Int64
+	// Hint is the mutex's contention hint (script.go, "Fast scripts"):
+	// until when (sinceStart) its Client takes it to be contended; one of
+	// the Client's Hints, set by Client.keys (nil: no hint kept).
+	Hint *atomic.Int64
 }
 
-// Contended reports whether this Client found the mutex contended within
+// Contended reports whether the Client found the mutex contended within
 // the last BusyFor (script.go, "Fast scripts").
-func (k *Keys) Contended() bool { return k.busyUntil.Load() > sinceStart() }
+func (k *Keys) Contended() bool { return k.Hint != nil && k.Hint.Load() > sinceStart() }
 
 // busy marks the mutex contended for BusyFor from now.
-func (k *Keys) busy() { k.busyUntil.Store(sinceStart() + int64(BusyFor)) }
+func (k *Keys) busy() {
+	if k.Hint != nil {
+		k.Hint.Store(sinceStart() + int64(BusyFor))
+	}
+}
+
+// Hints are a Client's contention hints, shared by every handle of a
+// lock (a program that makes its handle anew at each Lock keeps its
+// hint): a fixed table that lock names hash into, so that it never grows.
+// Two names that share a slot share a hint, which costs at most a round
+// trip or the full scripts' price, never a grant.
+type Hints struct{ slots [hintSlots]atomic.Int64 }
+
+const hintSlots = 512 // 4 KiB a Client
+
+// For is the hint of the lock named lock.
+func (h *Hints) For(lock string) *atomic.Int64 {
+	return &h.slots[maphash.String(hintSeed, lock)%hintSlots]
+}
+
+var hintSeed = maphash.MakeSeed()
 
 // BusyFor is how long a mutex found contended is taken to be so: its
 // calls go to the full scripts at once meanwhile.

@@ -151,7 +151,8 @@ type Call struct {
 //
 // The round trip more is paid where the lock is contended: a first
 // attempt that finds it held, a release that finds waiters. So each lock
-// keeps a hint (Keys.Contended), per Client: a fast script that answers
+// keeps a hint (Keys.Contended), per Client (Hints: every handle of the
+// lock shares it): a fast script that answers
 // slow, or a full first attempt that finds the lock held, marks the lock
 // contended for BusyFor, and meanwhile its calls go to the full scripts
 // at once. (A holder that took the lock at once cannot tell that waiters
@@ -177,8 +178,19 @@ func (c Call) Next(r driver.Reply) (Call, bool) {
 		return Call{}, false
 	}
 	c.hint.busy()
+	return c.Full(), true
+}
+
+// Full is the call itself, or, for a fast script's call, its full
+// script's call alone: where a round trip more would cost more than the
+// fast script saves (replica sync, whose every round trip ends with a
+// WAIT that blocks its full timeout when replicas are missing).
+func (c Call) Full() Call {
+	if c.full == nil {
+		return c
+	}
 	n := c.full[2].(int)
-	return Call{S: *c.fullS, Boxed: c.full[3 : 3+n], Args: c.full[3+n:], words: c.full}, true
+	return Call{S: *c.fullS, Boxed: c.full[3 : 3+n], Args: c.full[3+n:], words: c.full}
 }
 
 // boxedCall returns a call of s on the boxed keys whose Args (returned)

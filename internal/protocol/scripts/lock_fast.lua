@@ -6,7 +6,8 @@
 --
 -- KEYS[1]  (go: Lock) lock hash (lock.lua)
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot
--- KEYS[3]  (go: Dead) dead: tokens of acquires given up on (bury.lua)
+-- KEYS[3]  (go: Dead) dead: tokens of acquires given up on (bury.lua),
+--          and receipts of releases (unlock.lua)
 -- KEYS[4]  (go: Queue, if Fair) a FairMutex's queue: it takes the lock only
 --          when nobody waits
 -- ARGV[1]  (go: Token) owner token

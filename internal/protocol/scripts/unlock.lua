@@ -53,8 +53,9 @@
 -- HEXISTS then DEL: a mutex's hash holds either one owner's two fields
 -- (token -> count, 't:<token>' -> when taken) or RESERVED alone, never
 -- both and never two owners, because every script adds an owner only to a
--- hash that is gone (lock.lua's take after EXISTS is 0 or DEL, hand_on
--- when the lock has just become free, lock_all.lua after DEL) and a
+-- hash that is gone (lock.lua's take after EXISTS is 0 or DEL, as
+-- lock_fast.lua's, hand_on when the lock has just become free,
+-- lock_all.lua after DEL) and a
 -- re-entry only sets the count of an owner already there. So when HDEL
 -- removes anything, the caller held the lock and the hash is now empty,
 -- which Redis deletes: the lock is free, as DEL made it. When it removes
