@@ -102,8 +102,10 @@ func (h *Hints) For(lock string) *atomic.Int64 {
 var hintSeed = maphash.MakeSeed()
 
 // BusyFor is how long a mutex found contended is taken to be so: its
-// calls go to the full scripts at once meanwhile.
-const BusyFor = time.Second
+// calls go to the full scripts at once meanwhile. A lock contended a
+// moment ago is likely to be again; taken wrongly for contended, it pays
+// the full scripts' price (a fifth more of the server's work) meanwhile.
+const BusyFor = 5 * time.Second
 
 // sinceStart is the time since the package started, on the monotonic
 // clock, in ns: a wall clock that steps does not move it.
