@@ -1,8 +1,8 @@
--- lock_fast.lua: a first attempt to acquire a free mutex (Mutex or
--- FairMutex) that nobody waits for: lock.lua's common case alone, with
--- only the keys and arguments it reads. When that case does not hold it
--- changes nothing and answers SLOW, and Go runs lock.lua in its place
--- (internal/protocol/script.go, "Fast scripts").
+-- lock_fast.lua: a first attempt to acquire a free mutex (a Mutex, a
+-- FairMutex, an Election's Campaign) that nobody waits for: where
+-- lock.lua would take the lock, with only the keys and arguments it
+-- reads there. Elsewhere it changes nothing and answers SLOW, and Go runs
+-- lock.lua in its place (internal/protocol/script.go, "Fast scripts").
 --
 -- KEYS[1]  (go: Lock) lock hash (lock.lua)
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot

@@ -1,6 +1,6 @@
--- unlock_fast.lua: the final release of a mutex hold (Mutex or FairMutex)
--- that nobody waits for: unlock.lua's common case alone, with only the
--- keys and arguments it reads. When somebody waits it changes nothing and
+-- unlock_fast.lua: the final release of a mutex hold (a Mutex's, a
+-- FairMutex's, an Election's leader's Resign) that nobody waits for:
+-- what unlock.lua does then, with only the keys and arguments it reads. When somebody waits it changes nothing and
 -- answers SLOW, and Go runs unlock.lua in its place, which hands the lock
 -- on (internal/protocol/script.go, "Fast scripts").
 --
