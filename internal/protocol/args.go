@@ -121,12 +121,15 @@ func (a LockFastArgs) words() int {
 	return n
 }
 
-// Call is lock_fast.lua's call on k, alone (LockArgs.Acquire makes it
-// with its full call).
+// Call is lock_fast.lua's call on k (whose Client has not found it
+// contended), as LockArgs.Acquire makes it: so TestScriptHeadersMatchGo
+// checks what Acquire sends.
 func (a LockFastArgs) Call(k *Keys) Call {
-	// boxed as lock.lua's arguments are (LockArgs.callIn)
-	boxed := []any{a.Token, ttlWords.box(a.TTL), 7: a.Publish, 10: a.Value, 11: a.Observers}
-	return a.call(k, make([]any, a.words()), boxed)
+	full := LockArgs{Token: a.Token, TTL: a.TTL, Fair: a.Fair, Wake: WakeTo{Publish: a.Publish, PublishArg: a.Publish}}
+	if a.Campaign {
+		full.Campaign, full.Value, full.Observers = true, a.Value, a.Observers
+	}
+	return full.Acquire(k)
 }
 
 // call fills words with the call, taking its arguments from full, the
@@ -220,12 +223,16 @@ func (a UnlockFastArgs) words() int {
 	return 3 + 4 + 2
 }
 
-// Call is unlock_fast.lua's call on k, alone (UnlockArgs.FreeCall makes
-// it with its full call).
+// Call is unlock_fast.lua's call on k (whose Client has not found it
+// contended), as UnlockArgs.FreeCall makes it: so TestScriptHeadersMatchGo
+// checks what FreeCall sends.
 func (a UnlockFastArgs) Call(k *Keys) Call {
-	// boxed as unlock.lua's arguments are (UnlockArgs.callIn)
-	boxed := []any{a.Token, 3: a.Publish, 5: a.Observers, 7: a.Fence, 8: a.ReceiptTTL}
-	return a.call(k, make([]any, a.words()), boxed)
+	full := UnlockArgs{Token: a.Token, Free: true, Fence: a.Fence, ReceiptTTL: a.ReceiptTTL,
+		Wake: WakeTo{Publish: a.Publish, PublishArg: a.Publish}}
+	if a.Election {
+		full.Observers = a.Observers
+	}
+	return full.FreeCall(k)
 }
 
 // call fills words with the call, taking its arguments from full, the
