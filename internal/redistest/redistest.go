@@ -40,7 +40,11 @@ const (
 	logName      = "redistest.log"
 	startTries   = 5
 	readyTimeout = 5 * time.Second
-	pollInterval = 10 * time.Millisecond
+	// loadingTimeout bounds the wait for a server that answers LOADING:
+	// alive, reading its AOF, which a run under load may have grown past
+	// what readyTimeout reads on a busy machine.
+	loadingTimeout = 60 * time.Second
+	pollInterval   = 10 * time.Millisecond
 	// restartPortWait bounds how long Restart keeps retrying while the old
 	// port is momentarily unavailable.
 	restartPortWait = 3 * time.Second
@@ -369,9 +373,10 @@ func serverArgs(port int, dir string, aof bool, extra []string) []string {
 }
 
 // waitReady polls the server until it answers PING, it exits, or
-// readyTimeout passes.
+// readyTimeout passes (loadingTimeout while it answers LOADING).
 func waitReady(p *proc, addr string) error {
-	deadline := time.Now().Add(readyTimeout)
+	start := time.Now()
+	deadline := start.Add(readyTimeout)
 	for {
 		err := probe(addr, p.pid())
 		if err == nil {
@@ -387,7 +392,11 @@ func waitReady(p *proc, addr string) error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redistest: redis-server on %s not ready after %v (last probe: %v); log:\n%s", addr, readyTimeout, err, p.logTail(4096))
+			if strings.Contains(err.Error(), "LOADING") && time.Since(start) < loadingTimeout {
+				time.Sleep(pollInterval)
+				continue
+			}
+			return fmt.Errorf("redistest: redis-server on %s not ready after %v (last probe: %v); log:\n%s", addr, time.Since(start).Round(time.Millisecond), err, p.logTail(4096))
 		}
 		time.Sleep(pollInterval)
 	}
