@@ -180,3 +180,83 @@ func TestForwardStepTwoOwnersFenceGuardRefusesTheStale(t *testing.T) {
 	}
 	_ = old.Unlock(ctx) // ErrNotHeld: its hold is gone
 }
+
+// A release's receipt (the proof, for a copy of the release sent again,
+// that it ran: receipt in lib_queue.lua) lasts its lease's TTL; the dead
+// set that keeps receipts must not keep them longer. It lived on as long
+// as receipts kept coming — a lock handed on without pause never let it
+// expire — and every receipt stayed in it: a lock handed on 600 times a
+// second grew it by 600 members a second, forever. Stepping the server's
+// clock makes receipts old without waiting for them: hand-offs at t0,
+// one at t0+20s (the set's key lives on), one at t0+40s (t0's receipts,
+// 30 s ones, have expired); only the last two hand-offs' receipts may
+// remain.
+func TestExpiredReceiptsLeaveTheDeadSet(t *testing.T) {
+	s := clockServer(t)
+	const first = 5 // hand-offs at t0
+	for _, kd := range queueingKinds {
+		t.Run(kd.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
+			admin := newRedis(t, s)
+			name := lockName(t)
+			holder, waiter := newClient(t, newRedis(t, s)), newClient(t, newRedis(t, s))
+			// handOff: the holder's release hands the lock to a waiter.
+			handOff := func() {
+				t.Helper()
+				release, err := kd.take(ctx, holder, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan func() error, 1)
+				go func() {
+					rel, err := kd.take(ctx, waiter, name)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- rel
+				}()
+				waitFor(t, "the waiter's place", func() bool { return admin.ZCard(ctx, kd.queue(name)).Val() == 1 })
+				if err := release(); err != nil {
+					t.Fatal(err)
+				}
+				rel := <-got
+				if rel == nil {
+					t.FailNow()
+				}
+				if err := rel(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// receipts counts the members of every dead set of the name's keys.
+			receipts := func() int64 {
+				keys, err := admin.Keys(ctx, "*"+name+"*:dead").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var n int64
+				for _, k := range keys {
+					n += admin.ZCard(ctx, k).Val()
+				}
+				return n
+			}
+			for range first {
+				handOff()
+			}
+			each := receipts() / first
+			if each == 0 {
+				t.Skip("no receipts written by this kind's hand-off")
+			}
+			for range 2 {
+				if err := s.StepClock(20 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+				handOff()
+			}
+			if n := receipts(); n > 2*each {
+				t.Fatalf("%d receipts in the dead sets after %d hand-offs whose receipts expired and 2 that have not (%d each): expired receipts stay", n, first, each)
+			}
+		})
+	}
+}

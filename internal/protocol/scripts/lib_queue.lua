@@ -57,9 +57,16 @@ local function stretch(key, ttl)
 end
 
 -- receipt leaves token in dead (bury.lua's set) for ttl ms: the proof,
--- for a copy of its release sent again, that the release ran.
+-- for a copy of its release sent again, that the release ran. Entries
+-- whose time is past are dropped first, as bury.lua drops them: the key
+-- lives as long as its latest entry, so on a lock handed on without a
+-- pause it never expires, and every receipt would stay in it (600 hand-
+-- offs a second grew it by 600 members a second, forever). An entry is
+-- dropped only when past its own time, which is when it stops counting.
 local function receipt(dead, token, ttl)
-  redis.call('ZADD', dead, now_ms() + tonumber(ttl), token)
+  local now = now_ms()
+  redis.call('ZREMRANGEBYSCORE', dead, '-inf', now)
+  redis.call('ZADD', dead, now + tonumber(ttl), token)
   stretch(dead, ttl)
 end
 
