@@ -43,21 +43,100 @@ func loadScript(names ...string) Script {
 	if names[0] != "lib.lua" {
 		names = append([]string{"lib.lua"}, names...)
 	}
-	var helpers strings.Builder
+	var family strings.Builder
 	for _, name := range names[1 : len(names)-1] {
-		helpers.WriteString(read(name))
+		family.WriteString(read(name))
 	}
 	body := read(names[len(names)-1])
+	helpers := usedHelpers(family.String(), body)
 	src := read("lib.lua")
 	if head, tail, ok := strings.Cut(body, helpersMark); ok {
-		src += head + helpersMark + helpers.String() + tail
+		src += head + helpersMark + helpers + tail
 	} else {
-		src += helpers.String() + body
+		src += helpers + body
 	}
 	src = wrapPublishing(src)
 	sum := sha1.Sum([]byte(src))
 	sha := hex.EncodeToString(sum[:])
 	return Script{Src: src, SHA: sha, SrcArg: src, SHAArg: sha}
+}
+
+// usedHelpers is the family's helpers (lib_*.lua, joined) without the
+// functions that body does not call, directly or through a helper it
+// calls: each function a script defines is made at every call that
+// reaches it (a closure, then garbage), some 700 instructions of the
+// server's each, whether or not the call uses it. A helper is a
+// top-level "local function NAME(" through the first line "end" after
+// it; everything else (names, comments) is kept. A name counts as
+// called wherever it appears as a word outside a whole-line comment, so
+// a doubt keeps a function, never drops one.
+func usedHelpers(family, body string) string {
+	type fn struct {
+		name, text string
+		used       bool
+	}
+	var fns []*fn
+	var glue []string // text between functions; glue[i] comes before fns[i]
+	var cur strings.Builder
+	lines := strings.SplitAfter(family, "\n")
+	for i := 0; i < len(lines); i++ {
+		m := helperDef.FindStringSubmatch(lines[i])
+		if m == nil {
+			cur.WriteString(lines[i])
+			continue
+		}
+		glue = append(glue, cur.String())
+		cur.Reset()
+		var text strings.Builder
+		for ; i < len(lines); i++ {
+			text.WriteString(lines[i])
+			if strings.TrimRight(lines[i], "\r\n") == "end" {
+				break
+			}
+		}
+		fns = append(fns, &fn{name: m[1], text: text.String()})
+	}
+	tail := cur.String()
+	// mark every function reachable from the body and the glue
+	byName := map[string]*fn{}
+	for _, f := range fns {
+		byName[f.name] = f
+	}
+	var visit func(code string)
+	visit = func(code string) {
+		for _, w := range luaWord.FindAllString(codeOnly(code), -1) {
+			if f := byName[w]; f != nil && !f.used {
+				f.used = true
+				visit(strings.SplitN(f.text, "\n", 2)[1])
+			}
+		}
+	}
+	visit(body + strings.Join(glue, "") + tail)
+	var out strings.Builder
+	for i, f := range fns {
+		out.WriteString(glue[i])
+		if f.used {
+			out.WriteString(f.text)
+		}
+	}
+	out.WriteString(tail)
+	return out.String()
+}
+
+var (
+	helperDef = regexp.MustCompile(`^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+	luaWord   = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+)
+
+// codeOnly is Lua code without its whole-line comments.
+func codeOnly(code string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(code, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
 
 // helpersMark is the line of a script where its family's helpers go.

@@ -48,9 +48,10 @@ end
 -- hand_on runs when lock has just become free (its hash is gone). released
 -- is the token of the hold that ended, if any: a place of its own in the
 -- queue is stale (left by a call that go-redis sent again after losing its
--- reply, which then took the lock) and is dropped.
-local function hand_on(lock, fence, queue, alive, base, pub, reserve, released)
-  local h, now, exp = first_live(queue, alive)
+-- reply, which then took the lock) and is dropped. first, if given, is
+-- the head of the queue as the caller has just read it (first_live).
+local function hand_on(lock, fence, queue, alive, base, pub, reserve, released, first)
+  local h, now, exp = first_live(queue, alive, first)
   while h and token_of(h) == released do
     unqueue(queue, alive, h)
     h, now, exp = first_live(queue, alive)
@@ -65,10 +66,11 @@ local function hand_on(lock, fence, queue, alive, base, pub, reserve, released)
   local left = math.max(exp - now, 1)
   local ttl = string.match(h, ':h(%d+)$')
   if ttl then
-    local granted = math.min(tonumber(ttl), left)
+    local granted = int(math.min(tonumber(ttl), left))
     local tok = token_of(h)
     local f = next_fence(fence)
-    redis.call('HSET', lock, tok, 1, 't:' .. tok, now, 'f:' .. tok, f)
+    -- stamp_ms is now (first_live's), as a string
+    redis.call('HSET', lock, tok, 1, 't:' .. tok, stamp_ms(), 'f:' .. tok, f)
     redis.call('PEXPIRE', lock, granted)
     unqueue(queue, alive, h)
     publish(pub, base .. string.match(h, '^[^:]*'),

@@ -49,6 +49,15 @@ local function now_ms()
   return tonumber(s) * 1000 + math.floor(tonumber(us) / 1000)
 end
 
+-- int is n, a whole number, as the decimal string Redis would be sent:
+-- a number given to redis.call (or joined with ..) is printed as a
+-- double (%.17g, %.14g), several thousand instructions of the server's
+-- each; as an integer it is a fraction of that. Every place in a queue,
+-- receipt and hold's time is a whole number of ms or µs, below 2^53.
+local function int(n)
+  return string.format('%d', n)
+end
+
 -- stretch makes key live at least ttl ms more.
 local function stretch(key, ttl)
   if redis.call('PTTL', key) < tonumber(ttl) then
@@ -65,8 +74,8 @@ end
 -- dropped only when past its own time, which is when it stops counting.
 local function receipt(dead, token, ttl)
   local now = now_ms()
-  redis.call('ZREMRANGEBYSCORE', dead, '-inf', now)
-  redis.call('ZADD', dead, now + tonumber(ttl), token)
+  redis.call('ZREMRANGEBYSCORE', dead, '-inf', int(now))
+  redis.call('ZADD', dead, int(now + tonumber(ttl)), token)
   stretch(dead, ttl)
 end
 
@@ -189,9 +198,11 @@ end
 -- first_live returns the first live waiter (nil if none), the server
 -- time and when that waiter's place expires. Dead waiters are dropped
 -- when they come first. It costs one call when nobody waits, three when
--- the first is alive.
-local function first_live(queue, alive)
-  local h = head(queue)
+-- the first is alive; one less when the caller has just read the head
+-- of the queue itself and gives it as known (in this same script, which
+-- nothing interleaves, with no change to the queue since).
+local function first_live(queue, alive, known)
+  local h = known or head(queue)
   if not h then
     return nil, nil, nil
   end
@@ -210,7 +221,10 @@ end
 
 -- place enters member in the queue if it is not there, last (its arrival
 -- number above the last waiter's: see the queue above), and renews its
--- place for place_ttl ms.
+-- place for place_ttl ms. fresh says that the caller had no place before
+-- this call (no earlier attempt of its acquire carried member): then only
+-- a copy of this very call, sent again, can have placed it, and ZADD NX
+-- keeps that copy's arrival without asking first (one call less).
 --
 -- Both sets live at least as long as their longest place: their expiry
 -- only grows (stretch). Waiters choose their own place TTL (WithQueueTTL),
@@ -219,14 +233,14 @@ end
 -- would take every earlier waiter's place, and its arrival number, with
 -- the keys (issue 23). A key that outlives every place holds only dead
 -- members, which the next script to look drops (purge, first_live).
-local function place(queue, alive, member, now, place_ttl)
-  if not redis.call('ZSCORE', queue, member) then
+local function place(queue, alive, member, now, place_ttl, fresh)
+  if fresh or not redis.call('ZSCORE', queue, member) then
     -- Scores are doubles, exact below 2^53 (µs: until the year 2255).
     local last = tonumber(redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2] or 0)
     local s, us = clock()
-    redis.call('ZADD', queue, math.max(last + 1, tonumber(s) * 1000000 + tonumber(us)), member)
+    redis.call('ZADD', queue, 'NX', int(math.max(last + 1, tonumber(s) * 1000000 + tonumber(us))), member)
   end
-  redis.call('ZADD', alive, now + place_ttl, member)
+  redis.call('ZADD', alive, int(now + place_ttl), member)
   -- The queue lives as long as its longest place, whatever mix of place
   -- TTLs its waiters use: a waiter with a short one must not take the
   -- places (and arrival numbers) of those before it with the keys.

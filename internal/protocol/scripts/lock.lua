@@ -61,30 +61,32 @@
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, member = ARGV[1], ARGV[2], ARGV[4]
 
--- One EXISTS asks the common case's three questions at once: the lock is
--- free, no acquire given up on was buried here (the dead set is gone, so
--- this token is not in it), and, for a FairMutex, nobody waits. Only when
--- it counts a key are they asked one by one below. (A redis.call costs
--- the server more than the command it runs.)
+-- This script runs when the fast one (lock_fast.lua) gave way, or the
+-- Client's hint says it would: mostly on a lock that is held. So one
+-- PTTL asks first whether the lock is free (no such key) and, when it is
+-- not, how long the caller may have to wait (the reply's wait); only a
+-- free lock asks the common case's other questions, in one EXISTS: no
+-- acquire given up on was buried here (the dead set is gone, so this
+-- token is not in it), and, for a FairMutex, nobody waits. When it
+-- counts a key they are asked one by one below. (A redis.call costs the
+-- server more than the command it runs.)
 local common = false
+local free = false -- the lock is free
+local pttl -- the lock's PTTL as an acquire found it: -2, there is no lock
 if ARGV[3] == '0' then
-  if ARGV[6] == '1' then
-    common = redis.call('EXISTS', lock, KEYS[5], queue) == 0
-  else
-    common = redis.call('EXISTS', lock, KEYS[5]) == 0
+  pttl = redis.call('PTTL', lock)
+  free = pttl == -2
+  if free then
+    if ARGV[6] == '1' then
+      common = redis.call('EXISTS', KEYS[5], queue) == 0
+    else
+      common = redis.call('EXISTS', KEYS[5]) == 0
+    end
   end
 end
-local free = false -- the lock is free (asked below when common is not known yet)
-local pttl -- the lock's PTTL as an acquire found it: -2, there is no lock
 if not common then
   if redis.call('ZSCORE', KEYS[5], token) then
     return {NOT_HELD} -- a late attempt of an acquire given up on
-  end
-  if ARGV[3] == '0' then
-    -- One PTTL asks whether the lock is free (no such key) and, when it
-    -- is not, how long the caller may have to wait (the reply's wait).
-    pttl = redis.call('PTTL', lock)
-    free = pttl == -2
   end
   common = free and (ARGV[6] ~= '1' or redis.call('EXISTS', queue) == 0)
 end
@@ -99,8 +101,8 @@ end
 -- is the only way it says 0.)
 --
 -- Why this cannot grant twice: the lock hash is taken only when it does
--- not exist (an EXISTS that counted it is 0, or a PTTL that found no such
--- key, in this same script, which nothing interleaves), and every hold,
+-- not exist (a PTTL that found no such key, in this same script, which
+-- nothing interleaves), and every hold,
 -- and a lock kept for a waiter, lives in that hash. A FairMutex also
 -- requires an empty queue, as the path below would. A buried token takes nothing: the dead set exists
 -- while it holds one, so common is then decided after the ZSCORE above.
@@ -198,7 +200,7 @@ if free or not wait then
 end
 wait = math.max(wait, 0)
 if place_ttl > 0 then
-  place(queue, alive, member, now_ms(), place_ttl)
+  place(queue, alive, member, now_ms(), place_ttl, ARGV[9] ~= '1')
   return {BUSY, wait, redis.call('GET', fence) or 0}
 end
 return {BUSY, wait}

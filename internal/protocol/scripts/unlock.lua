@@ -61,6 +61,7 @@
 -- which Redis deletes: the lock is free, as DEL made it. When it removes
 -- nothing, the caller held nothing and nothing changed. (Go sends the
 -- count as a decimal integer, so '0' is the only way it says 0.)
+local first -- the first waiter, when the common case below has read it
 if ARGV[2] == '0' then
   if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'f:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1]) == 0 then
     if ARGV[8] and (redis.call('GET', KEYS[2]) == ARGV[8] or redis.call('ZSCORE', KEYS[5], ARGV[1])) then
@@ -68,8 +69,12 @@ if ARGV[2] == '0' then
     end
     return NOT_HELD
   end
-  if ARGV[6] == '' and redis.call('EXISTS', KEYS[3]) == 0 then
-    return 1 -- nobody waits
+  -- Whether anybody waits, and who comes first: one call serves both.
+  if ARGV[6] == '' then
+    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not first then
+      return 1 -- nobody waits
+    end
   end
 end
 -- @helpers
@@ -89,7 +94,7 @@ if ARGV[8] then
   -- the receipt: the hand-off below INCRs the fence
   receipt(KEYS[5], ARGV[1], ARGV[9])
 end
-hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1])
+hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[1], first)
 if ARGV[6] ~= '' then
   -- an Election's leader resigned: its observers read who leads now
   publish(ARGV[4], ARGV[6], WAKE_ALL)
