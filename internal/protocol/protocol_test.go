@@ -62,3 +62,56 @@ func TestProtocolAgrees(t *testing.T) {
 		}
 	}
 }
+
+// Every helper that a script calls is defined in it once loadScript has
+// dropped the helpers it does not call (usedHelpers); and some are
+// dropped. A call here is "name(" outside a whole-line comment, found
+// apart from usedHelpers' own reading.
+func TestScriptsKeepTheHelpersTheyCall(t *testing.T) {
+	read := func(name string) string {
+		b, err := ScriptFiles.ReadFile("scripts/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	families := [][]string{
+		{"lib_queue.lua"},
+		{"lib_queue.lua", "lib_mutex.lua"},
+		{"lib_queue.lua", "lib_rw.lua"},
+		{"lib_queue.lua", "lib_sem.lua"},
+	}
+	entries, err := ScriptFiles.ReadDir("scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := regexp.MustCompile(`(?m)^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+	dropped := 0
+	for _, fam := range families {
+		var family string
+		for _, f := range fam {
+			family += read(f)
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "lib") {
+				continue
+			}
+			body := read(e.Name())
+			out := usedHelpers(family, body) + body
+			for _, m := range defs.FindAllStringSubmatch(family, -1) {
+				name := m[1]
+				defined := strings.Contains(out, "local function "+name+"(")
+				called := regexp.MustCompile(`\b` + name + `\(`).MatchString(codeOnly(strings.ReplaceAll(out, "local function "+name+"(", "")))
+				if called && !defined {
+					t.Errorf("%v + %s: %s is called but was dropped", fam, e.Name(), name)
+				}
+				if !defined {
+					dropped++
+				}
+			}
+		}
+	}
+	if dropped == 0 {
+		t.Error("no helper was dropped from any script")
+	}
+}
