@@ -34,6 +34,7 @@ type Driver struct {
 	rdb     Redis
 	wire    *wire.Mux            // dlock's own connections, for a plain client's commands (Own)
 	cluster *redis.ClusterClient // rdb, when it is a cluster's
+	cw      *clusterWire         // dlock's own connections to a cluster's masters (Own)
 	resend  time.Duration        // Info's ResendAfter (resendAfter)
 
 	mu    sync.Mutex
@@ -60,6 +61,12 @@ func New(rdb Redis) *Driver {
 // connections.
 func Own(rdb Redis) *Driver {
 	g := New(rdb)
+	if g.cluster != nil {
+		if g.cw = ownCluster(g.cluster); g.cw != nil {
+			g.resend = 0 // a keyed call on the wire goes once
+		}
+		return g
+	}
 	r, ok := rdb.(*redis.Client)
 	if !ok {
 		return g
@@ -113,8 +120,11 @@ func hello(ctx context.Context, o *redis.Options) ([]driver.Command, error) {
 // Close closes the connections of Own's driver (not rdb); it is safe to
 // call more than once.
 func (g *Driver) Close() error {
-	if g.wire != nil {
+	switch {
+	case g.wire != nil:
 		return g.wire.Close()
+	case g.cw != nil:
+		return g.cw.close()
 	}
 	return nil
 }
@@ -122,7 +132,7 @@ func (g *Driver) Close() error {
 // Info: a cluster's when rdb is a *redis.ClusterClient; on dlock's own
 // connections, bound by ctx and batched, never sent twice.
 func (g *Driver) Info() driver.Info {
-	own := g.wire != nil
+	own := g.wire != nil || g.cw != nil
 	return driver.Info{Name: "go-redis", Cluster: g.cluster != nil, ResendAfter: g.resend, AutoPipeline: own, CtxBound: own}
 }
 
@@ -200,6 +210,17 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	if g.wire != nil {
 		return g.wire.Do(ctx, c)
 	}
+	if g.cw != nil {
+		if key, ok := firstKey(c); ok {
+			return g.cw.do(ctx, c, key)
+		}
+		return bound(ctx, func() driver.Reply { return g.process(ctx, c) })
+	}
+	return g.process(ctx, c)
+}
+
+// process sends c through go-redis.
+func (g *Driver) process(ctx context.Context, c driver.Command) driver.Reply {
 	cmd := goCmd(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
 	return goReply(cmd)
@@ -210,6 +231,9 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 func (g *Driver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	if g.wire != nil {
 		return g.wire.Pipeline(ctx, cmds)
+	}
+	if g.cw != nil {
+		return g.cw.pipeline(ctx, g, cmds)
 	}
 	return goPipeline(ctx, g.rdb.Pipelined, cmds)
 }
@@ -247,6 +271,9 @@ func (c goConn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Re
 func (g *Driver) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
 	if g.wire != nil {
 		return g.wire.Dedicated(ctx, fn)
+	}
+	if g.cw != nil {
+		return g.cw.dedicated(ctx, key, fn)
 	}
 	var node any = g.rdb
 	if g.cluster != nil {
@@ -358,6 +385,9 @@ func (g *Driver) Masters(ctx context.Context) ([]driver.Driver, error) {
 // NodeOf ask a master where the slot is.
 func (g *Driver) Refresh() {
 	if g.cluster != nil {
+		if g.cw != nil {
+			g.cw.forget()
+		}
 		g.stale.Store(true) // and the next NodeOf asks a master (askedOwner)
 		g.cluster.ReloadState(context.Background())
 	}

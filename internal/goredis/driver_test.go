@@ -17,8 +17,8 @@ func TestGoRedisDriver(t *testing.T) {
 }
 
 // So does the driver on dlock's own connections (internal/wire), which a
-// single node's and a failover client's commands go on; a cluster's
-// client is used as it is.
+// single node's, a failover client's and a cluster's keyed commands go
+// on (a cluster's: one Mux a master, cluster.go).
 func TestGoRedisOwnDriver(t *testing.T) {
 	testDriver(t, goredis.Own)
 }

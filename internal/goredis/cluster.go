@@ -1,0 +1,323 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/keyslot"
+	"github.com/dlock-go/dlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// clusterWire is dlock's own connections to a cluster's masters
+// (internal/wire, one Mux a master), for a *redis.ClusterClient's keyed
+// commands: what Own gives a plain client — calls bound by their ctx on
+// the caller's goroutine, many goroutines' calls in one write, nothing
+// sent twice — on every node. A command goes to the master of its first
+// key's slot: go-redis's slot map says which, unless a MOVED reply has
+// said since (moved: a redirect is fresher than go-redis's map, which
+// reloads at most every 200 ms). A MOVED reply is followed at once (the
+// command did not run where it was refused), and an ASK (a slot being
+// migrated) is sent on as ASKING and the command, together, to the node
+// it names; up to maxRedirects. Other transient answers (TRYAGAIN,
+// CLUSTERDOWN, a dead master) come back to the Client, which refreshes
+// the map and tries again (client.go, "Topology changes"). Keyless
+// commands, pub/sub, NodeOf and Masters stay with go-redis.
+type clusterWire struct {
+	cc *redis.ClusterClient
+
+	mu     sync.Mutex
+	tmpl   *redis.Options       // a master's options, each Mux's made from it with the master's address
+	muxes  map[string]*wire.Mux // by master address
+	moved  map[int]string       // slot -> master address, from MOVED replies
+	closed bool
+}
+
+// maxRedirects bounds the MOVED and ASK replies one command follows
+// (go-redis's MaxRedirects default).
+const maxRedirects = 3
+
+// ownCluster returns the clusterWire of cc, or nil when its nodes' options
+// do not allow dlock's own connections (an OnConnect hook or streaming
+// credentials, which only go-redis's pool runs; a slot map of the
+// caller's, ClusterSlots, whose nodes are not a cluster's): see Own.
+func ownCluster(cc *redis.ClusterClient) *clusterWire {
+	o := cc.Options()
+	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.ClusterSlots != nil {
+		return nil
+	}
+	return &clusterWire{cc: cc, muxes: map[string]*wire.Mux{}, moved: map[int]string{}}
+}
+
+// firstKey is c's first key, if it has one.
+func firstKey(c driver.Command) (string, bool) {
+	if c.Keys == 0 || c.FirstKey >= len(c.Args) {
+		return "", false
+	}
+	switch k := c.Args[c.FirstKey].(type) {
+	case string:
+		return k, true
+	case []byte:
+		return string(k), true
+	}
+	return "", false
+}
+
+// route returns the Mux of the master of key's slot.
+func (w *clusterWire) route(ctx context.Context, key string) (*wire.Mux, error) {
+	slot := keyslot.Of(key)
+	w.mu.Lock()
+	addr, ok := w.moved[slot]
+	tmpl := w.tmpl
+	w.mu.Unlock()
+	if !ok || tmpl == nil {
+		n, err := w.cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		o := n.Options()
+		if !ok {
+			addr = o.Addr
+		}
+		if tmpl == nil {
+			if o.Dialer == nil {
+				return nil, errors.New("dlock: a cluster node's client has no dialer")
+			}
+			tmpl = o
+		}
+	}
+	return w.mux(addr, tmpl)
+}
+
+// mux returns the Mux of the master at addr, made from tmpl at the first
+// call.
+func (w *clusterWire) mux(addr string, tmpl *redis.Options) (*wire.Mux, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, wire.ErrClosed
+	}
+	if w.tmpl == nil {
+		w.tmpl = tmpl
+	}
+	if m := w.muxes[addr]; m != nil {
+		return m, nil
+	}
+	o := w.tmpl
+	m := wire.New(wire.Config{
+		Dial:         func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, addr) },
+		Hello:        func(ctx context.Context) ([]driver.Command, error) { return hello(ctx, o) },
+		DialTimeout:  max(o.DialTimeout, 0),
+		ReadTimeout:  max(o.ReadTimeout, 0),
+		WriteTimeout: max(o.WriteTimeout, 0),
+		MaxRetries:   max(o.MaxRetries, 0),
+	})
+	w.muxes[addr] = m
+	return m, nil
+}
+
+// redirect parses a MOVED or ASK reply ("MOVED 3999 127.0.0.1:6381"):
+// ask is true for ASK; ok is false for any other reply.
+func redirect(r driver.Reply) (ask bool, slot int, addr string, ok bool) {
+	var e *driver.ErrorReply
+	if r.Err == nil || !errors.As(r.Err, &e) {
+		return false, 0, "", false
+	}
+	f := strings.Fields(e.Error())
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return false, 0, "", false
+	}
+	s, err := strconv.Atoi(f[1])
+	if err != nil {
+		return false, 0, "", false
+	}
+	return f[0] == "ASK", s, f[2], true
+}
+
+// learn records that slot is served by the master at addr (a MOVED), and
+// has go-redis reload its map in the background.
+func (w *clusterWire) learn(slot int, addr string) {
+	w.mu.Lock()
+	w.moved[slot] = addr
+	w.mu.Unlock()
+	w.cc.ReloadState(context.Background())
+}
+
+// forget drops what MOVED replies said (Refresh: go-redis's map is
+// reloaded, and a redirect will say again where a slot went).
+func (w *clusterWire) forget() {
+	w.mu.Lock()
+	clear(w.moved)
+	w.mu.Unlock()
+}
+
+var askingCmd = driver.Command{Args: []any{"ASKING"}}
+
+// do sends c, keyed by key, to its slot's master, following redirects.
+func (w *clusterWire) do(ctx context.Context, c driver.Command, key string) driver.Reply {
+	m, err := w.route(ctx, key)
+	if err != nil {
+		return driver.Reply{Err: err}
+	}
+	r := m.Do(ctx, c)
+	return w.follow(ctx, c, r)
+}
+
+// follow follows r, c's reply, while it is a MOVED or an ASK: neither ran
+// the command.
+func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Reply) driver.Reply {
+	for range maxRedirects {
+		ask, slot, addr, ok := redirect(r)
+		if !ok || ctx.Err() != nil {
+			return r
+		}
+		w.mu.Lock()
+		tmpl := w.tmpl
+		w.mu.Unlock()
+		if !ask {
+			w.learn(slot, addr)
+		}
+		m, err := w.mux(addr, tmpl)
+		if err != nil {
+			return driver.Reply{Err: err}
+		}
+		if !ask {
+			r = m.Do(ctx, c)
+			continue
+		}
+		rs := m.Pipeline(ctx, []driver.Command{askingCmd, c})
+		if rs[0].Err != nil {
+			return rs[0]
+		}
+		r = rs[1]
+	}
+	return r
+}
+
+// pipeline sends cmds, each to its first key's master (keyless ones
+// through go-redis), one pipeline a master, all at once; a command
+// redirected is followed alone.
+func (w *clusterWire) pipeline(ctx context.Context, g *Driver, cmds []driver.Command) []driver.Reply {
+	out := make([]driver.Reply, len(cmds))
+	type group struct {
+		m   *wire.Mux
+		idx []int
+	}
+	var groups []*group
+	var keyless []int
+	for i, c := range cmds {
+		key, ok := firstKey(c)
+		if !ok {
+			keyless = append(keyless, i)
+			continue
+		}
+		m, err := w.route(ctx, key)
+		if err != nil {
+			out[i] = driver.Reply{Err: err}
+			continue
+		}
+		var gr *group
+		for _, x := range groups {
+			if x.m == m {
+				gr = x
+			}
+		}
+		if gr == nil {
+			gr = &group{m: m}
+			groups = append(groups, gr)
+		}
+		gr.idx = append(gr.idx, i)
+	}
+	send := func(gr *group) {
+		part := make([]driver.Command, len(gr.idx))
+		for j, i := range gr.idx {
+			part[j] = cmds[i]
+		}
+		rs := gr.m.Pipeline(ctx, part)
+		for j, i := range gr.idx {
+			out[i] = w.follow(ctx, cmds[i], rs[j])
+		}
+	}
+	if len(groups) == 1 && len(keyless) == 0 {
+		send(groups[0])
+		return out
+	}
+	var wg sync.WaitGroup
+	for _, gr := range groups {
+		wg.Go(func() { send(gr) })
+	}
+	if len(keyless) > 0 {
+		part := make([]driver.Command, len(keyless))
+		for j, i := range keyless {
+			part[j] = cmds[i]
+		}
+		rs := goPipeline(ctx, g.rdb.Pipelined, part)
+		for j, i := range keyless {
+			out[i] = rs[j]
+		}
+	}
+	wg.Wait()
+	return out
+}
+
+// dedicated lends a connection of key's master.
+func (w *clusterWire) dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	m, err := w.route(ctx, key)
+	if err != nil {
+		return err
+	}
+	return m.Dedicated(ctx, fn)
+}
+
+// close closes every master's connections; later calls fail.
+func (w *clusterWire) close() error {
+	w.mu.Lock()
+	w.closed = true
+	ms := w.muxes
+	w.muxes = map[string]*wire.Mux{}
+	w.mu.Unlock()
+	var err error
+	for _, m := range ms {
+		err = errors.Join(err, m.Close())
+	}
+	return err
+}
+
+// bound runs f, a call through go-redis, within ctx, as a CtxBound
+// driver must: when ctx ends first it returns an *errs.Late, settled when
+// f returns, and f goes on in the background. (A cluster's keyless
+// commands only; its keyed ones go on dlock's own connections.)
+func bound(ctx context.Context, f func() driver.Reply) driver.Reply {
+	if ctx.Done() == nil {
+		return f()
+	}
+	if err := ctx.Err(); err != nil {
+		return driver.Reply{Err: &errs.Late{Err: err, Done: settled}}
+	}
+	var r driver.Reply
+	done := make(chan struct{})
+	go func() {
+		r = f()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return r
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return r
+		default:
+		}
+		return driver.Reply{Err: &errs.Late{Err: ctx.Err(), Done: done}}
+	}
+}
+
+// settled is the Done of a call that was never sent.
+var settled = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
