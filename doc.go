@@ -95,11 +95,11 @@
 //     resumes (see "Hand-off" in internal/acquire/handoff.go for the argument).
 //   - A ctx bounds every call that takes one, whatever the server does
 //     (slow, paused, stopped, unreachable), on any go-redis client — no
-//     ContextTimeoutEnabled needed: on a single server (or a failover
-//     client's master) the Client's commands go on connections of its own
-//     (see New), where a caller waits for its reply or its ctx; through a
-//     cluster's client, or WithoutOwnConnections, each round trip runs on
-//     a goroutine of its own while the caller waits. A grant whose reply
+//     ContextTimeoutEnabled needed: the Client's commands go on
+//     connections of its own (see New; a cluster's, one set a master),
+//     where a caller waits for its reply or its ctx; under
+//     WithoutOwnConnections (or a client with an OnConnect hook), each
+//     round trip runs on a goroutine of its own while the caller waits. A grant whose reply
 //     comes after its caller gave up is released, not reported.
 //   - A watchdog renewal only ever lengthens a lease on the server; Extend
 //     sets it. So a renewal still in flight when Extend ran never shortens

@@ -215,6 +215,7 @@ var commandTries = map[string][]string{
 	"sunsubscribe":     nil,
 	"cluster|slots":    {"CLUSTER", "SLOTS"},
 	"cluster|shards":   {"CLUSTER", "SHARDS"},
+	"asking":           {"ASKING"},
 	"command":          {"COMMAND"}, // as go-redis asks it: every command's key positions
 	"watch":            {"WATCH", "$s"},
 	"unwatch":          {"UNWATCH"},

@@ -14,6 +14,9 @@
 //   - On a cluster, NodeOf asks the slot's previous master where it went
 //     after a Refresh, since go-redis reloads its map from any node and at
 //     most every 200 ms.
+//   - Own sends a plain client's commands, and a cluster client's keyed
+//     ones (one set a master: cluster.go), on dlock's own connections
+//     (internal/wire), bound by their ctx without a goroutine each.
 //   - Its pub/sub connections unsubscribe a sharded channel the server
 //     ended by itself (its slot moved), which go-redis would subscribe
 //     again on a reconnect where it no longer lives.

@@ -56,8 +56,10 @@ func New(rdb Redis) *Driver {
 // Own returns the Driver of rdb that sends its commands (Do, Pipeline,
 // Dedicated) on connections of its own (internal/wire), made from rdb's
 // options, when rdb is a *redis.Client (a single node or a failover
-// client) with no OnConnect hook and no streaming credentials; New's
-// otherwise. Pub/sub goes through rdb either way. Close closes the
+// client) with no OnConnect hook and no streaming credentials; on a
+// *redis.ClusterClient (the same provisos, and no ClusterSlots of its
+// own) its keyed commands go on connections of its own to each master
+// (clusterWire); New's otherwise. Pub/sub goes through rdb either way. Close closes the
 // connections.
 func Own(rdb Redis) *Driver {
 	g := New(rdb)

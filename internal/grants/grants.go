@@ -84,6 +84,10 @@ var Commands = []Command{
 	{Name: "sunsubscribe", Use: Cluster},
 	{Name: "cluster|slots", Use: Cluster},
 	{Name: "cluster|shards", Use: Cluster},
+	// a command sent on to the master a slot is being migrated to (an
+	// ASK reply) goes after ASKING, by go-redis or by dlock's own
+	// connections (internal/goredis/cluster.go)
+	{Name: "asking", Use: Cluster},
 	// go-redis's cluster client reads every command's key positions
 	// (COMMAND) to route them
 	{Name: "command", Use: Cluster},
