@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/redisfence"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // The server's clock. These tests run on a redis-server whose wall clock
@@ -59,6 +60,21 @@ var queueingKinds = []clockKind{
 	}, func(name string) string { return keysOf(name).Lock + ":election:queue" }},
 }
 
+// eachQueueingKind runs f for each kind that queues, on a server under
+// the clock shim (its clock put back after each), with a ctx of 30 s, an
+// admin client of the server and a name of the subtest's own.
+func eachQueueingKind(t *testing.T, f func(t *testing.T, s *redistest.Server, kd clockKind, ctx context.Context, admin *redis.Client, name string)) {
+	s := clockServer(t)
+	for _, kd := range queueingKinds {
+		t.Run(kd.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
+			f(t, s, kd, ctx, newRedis(t, s), lockName(t))
+		})
+	}
+}
+
 func leaseRelease(l *dlock.Lease, err error) (func() error, error) {
 	if err != nil {
 		return nil, err
@@ -72,65 +88,57 @@ func leaseRelease(l *dlock.Lease, err error) (func() error, error) {
 // arrival came first, for every kind that queues; LockAll waits in the
 // queue of the Mutex that stops it.)
 func TestLaterArrivalServedLaterAfterTheServerClockStepsBack(t *testing.T) {
-	s := clockServer(t)
-	for _, kd := range queueingKinds {
-		t.Run(kd.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
-			admin := newRedis(t, s)
-			name := lockName(t)
-			queue := kd.queue(name)
-			release, err := kd.take(ctx, newClient(t, newRedis(t, s)), name)
-			if err != nil {
-				t.Fatal(err)
-			}
+	eachQueueingKind(t, func(t *testing.T, s *redistest.Server, kd clockKind, ctx context.Context, admin *redis.Client, name string) {
+		queue := kd.queue(name)
+		release, err := kd.take(ctx, newClient(t, newRedis(t, s)), name)
+		if err != nil {
+			t.Fatal(err)
+		}
 
-			// A and B wait in turn; each, once served, says so and holds
-			// until told to let go.
-			served := make(chan string, 2)
-			letGo := map[string]chan struct{}{"A": make(chan struct{}), "B": make(chan struct{})}
-			var wg sync.WaitGroup
-			wait := func(who string) {
-				c := newClient(t, newRedis(t, s))
-				wg.Go(func() {
-					rel, err := kd.take(ctx, c, name)
-					if err != nil {
-						t.Errorf("%s: %v", who, err)
-						served <- who + " failed"
-						return
-					}
-					served <- who
-					<-letGo[who]
-					if err := rel(); err != nil {
-						t.Errorf("%s's release: %v", who, err)
-					}
-				})
-			}
-			wait("A")
-			waitFor(t, "A queued", func() bool { return admin.ZCard(ctx, queue).Val() == 1 })
-			if err := s.StepClock(-10 * time.Second); err != nil {
-				t.Fatal(err)
-			}
-			wait("B")
-			waitFor(t, "B queued", func() bool { return admin.ZCard(ctx, queue).Val() == 2 })
+		// A and B wait in turn; each, once served, says so and holds
+		// until told to let go.
+		served := make(chan string, 2)
+		letGo := map[string]chan struct{}{"A": make(chan struct{}), "B": make(chan struct{})}
+		var wg sync.WaitGroup
+		wait := func(who string) {
+			c := newClient(t, newRedis(t, s))
+			wg.Go(func() {
+				rel, err := kd.take(ctx, c, name)
+				if err != nil {
+					t.Errorf("%s: %v", who, err)
+					served <- who + " failed"
+					return
+				}
+				served <- who
+				<-letGo[who]
+				if err := rel(); err != nil {
+					t.Errorf("%s's release: %v", who, err)
+				}
+			})
+		}
+		wait("A")
+		waitFor(t, "A queued", func() bool { return admin.ZCard(ctx, queue).Val() == 1 })
+		if err := s.StepClock(-10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		wait("B")
+		waitFor(t, "B queued", func() bool { return admin.ZCard(ctx, queue).Val() == 2 })
 
-			if err := release(); err != nil {
-				t.Fatal(err)
-			}
-			first := <-served
-			close(letGo[first])
-			second := <-served
-			if second != "A" && second != "B" {
-				t.Fatal(second)
-			}
-			close(letGo[second])
-			wg.Wait()
-			if first != "A" {
-				t.Fatalf("served %s then %s: the later arrival (B, after the server's clock stepped back 10 s) came first", first, second)
-			}
-		})
-	}
+		if err := release(); err != nil {
+			t.Fatal(err)
+		}
+		first := <-served
+		close(letGo[first])
+		second := <-served
+		if second != "A" && second != "B" {
+			t.Fatal(second)
+		}
+		close(letGo[second])
+		wg.Wait()
+		if first != "A" {
+			t.Fatalf("served %s then %s: the later arrival (B, after the server's clock stepped back 10 s) came first", first, second)
+		}
+	})
 }
 
 // Issue 33, item 12, said, not fixed: a step forward of the server's clock
@@ -192,71 +200,63 @@ func TestForwardStepTwoOwnersFenceGuardRefusesTheStale(t *testing.T) {
 // 30 s ones, have expired); only the last two hand-offs' receipts may
 // remain.
 func TestExpiredReceiptsLeaveTheDeadSet(t *testing.T) {
-	s := clockServer(t)
 	const first = 5 // hand-offs at t0
-	for _, kd := range queueingKinds {
-		t.Run(kd.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
-			admin := newRedis(t, s)
-			name := lockName(t)
-			holder, waiter := newClient(t, newRedis(t, s)), newClient(t, newRedis(t, s))
-			// handOff: the holder's release hands the lock to a waiter.
-			handOff := func() {
-				t.Helper()
-				release, err := kd.take(ctx, holder, name)
+	eachQueueingKind(t, func(t *testing.T, s *redistest.Server, kd clockKind, ctx context.Context, admin *redis.Client, name string) {
+		holder, waiter := newClient(t, newRedis(t, s)), newClient(t, newRedis(t, s))
+		// handOff: the holder's release hands the lock to a waiter.
+		handOff := func() {
+			t.Helper()
+			release, err := kd.take(ctx, holder, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan func() error, 1)
+			go func() {
+				rel, err := kd.take(ctx, waiter, name)
 				if err != nil {
-					t.Fatal(err)
+					t.Error(err)
 				}
-				got := make(chan func() error, 1)
-				go func() {
-					rel, err := kd.take(ctx, waiter, name)
-					if err != nil {
-						t.Error(err)
-					}
-					got <- rel
-				}()
-				waitFor(t, "the waiter's place", func() bool { return admin.ZCard(ctx, kd.queue(name)).Val() == 1 })
-				if err := release(); err != nil {
-					t.Fatal(err)
-				}
-				rel := <-got
-				if rel == nil {
-					t.FailNow()
-				}
-				if err := rel(); err != nil {
-					t.Fatal(err)
-				}
+				got <- rel
+			}()
+			waitFor(t, "the waiter's place", func() bool { return admin.ZCard(ctx, kd.queue(name)).Val() == 1 })
+			if err := release(); err != nil {
+				t.Fatal(err)
 			}
-			// receipts counts the members of every dead set of the name's keys.
-			receipts := func() int64 {
-				keys, err := admin.Keys(ctx, "*"+name+"*:dead").Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				var n int64
-				for _, k := range keys {
-					n += admin.ZCard(ctx, k).Val()
-				}
-				return n
+			rel := <-got
+			if rel == nil {
+				t.FailNow()
 			}
-			for range first {
-				handOff()
+			if err := rel(); err != nil {
+				t.Fatal(err)
 			}
-			each := receipts() / first
-			if each == 0 {
-				t.Skip("no receipts written by this kind's hand-off")
+		}
+		// receipts counts the members of every dead set of the name's keys.
+		receipts := func() int64 {
+			keys, err := admin.Keys(ctx, "*"+name+"*:dead").Result()
+			if err != nil {
+				t.Fatal(err)
 			}
-			for range 2 {
-				if err := s.StepClock(20 * time.Second); err != nil {
-					t.Fatal(err)
-				}
-				handOff()
+			var n int64
+			for _, k := range keys {
+				n += admin.ZCard(ctx, k).Val()
 			}
-			if n := receipts(); n > 2*each {
-				t.Fatalf("%d receipts in the dead sets after %d hand-offs whose receipts expired and 2 that have not (%d each): expired receipts stay", n, first, each)
+			return n
+		}
+		for range first {
+			handOff()
+		}
+		each := receipts() / first
+		if each == 0 {
+			t.Skip("no receipts written by this kind's hand-off")
+		}
+		for range 2 {
+			if err := s.StepClock(20 * time.Second); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			handOff()
+		}
+		if n := receipts(); n > 2*each {
+			t.Fatalf("%d receipts in the dead sets after %d hand-offs whose receipts expired and 2 that have not (%d each): expired receipts stay", n, first, each)
+		}
+	})
 }

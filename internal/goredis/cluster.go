@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/dlock-go/dlock/internal/wire"
 	"github.com/redis/go-redis/v9"
@@ -27,8 +26,9 @@ import (
 // migrated) is sent on as ASKING and the command, together, to the node
 // it names; up to maxRedirects. Other transient answers (TRYAGAIN,
 // CLUSTERDOWN, a dead master) come back to the Client, which refreshes
-// the map and tries again (client.go, "Topology changes"). Keyless
-// commands, pub/sub, NodeOf and Masters stay with go-redis.
+// the map and tries again (client.go, "Topology changes"). A keyless
+// command (PING, TIME) goes to the master of slot 0, as any master would
+// do; pub/sub, NodeOf and Masters stay with go-redis.
 type clusterWire struct {
 	cc *redis.ClusterClient
 
@@ -55,18 +55,18 @@ func ownCluster(cc *redis.ClusterClient) *clusterWire {
 	return &clusterWire{cc: cc, muxes: map[string]*wire.Mux{}, moved: map[int]string{}}
 }
 
-// firstKey is c's first key, if it has one.
-func firstKey(c driver.Command) (string, bool) {
+// firstKey is c's first key: "" (slot 0) for a keyless command.
+func firstKey(c driver.Command) string {
 	if c.Keys == 0 || c.FirstKey >= len(c.Args) {
-		return "", false
+		return ""
 	}
 	switch k := c.Args[c.FirstKey].(type) {
 	case string:
-		return k, true
+		return k
 	case []byte:
-		return string(k), true
+		return string(k)
 	}
-	return "", false
+	return ""
 }
 
 // route returns the Mux of the master of key's slot.
@@ -200,24 +200,17 @@ func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Rep
 	return r
 }
 
-// pipeline sends cmds, each to its first key's master (keyless ones
-// through go-redis), one pipeline a master, all at once; a command
-// redirected is followed alone.
-func (w *clusterWire) pipeline(ctx context.Context, g *Driver, cmds []driver.Command) []driver.Reply {
+// pipeline sends cmds, each to its first key's master, one pipeline a
+// master, all at once; a command redirected is followed alone.
+func (w *clusterWire) pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	out := make([]driver.Reply, len(cmds))
 	type group struct {
 		m   *wire.Mux
 		idx []int
 	}
 	var groups []*group
-	var keyless []int
 	for i, c := range cmds {
-		key, ok := firstKey(c)
-		if !ok {
-			keyless = append(keyless, i)
-			continue
-		}
-		m, err := w.route(ctx, key)
+		m, err := w.route(ctx, firstKey(c))
 		if err != nil {
 			out[i] = driver.Reply{Err: err}
 			continue
@@ -244,23 +237,13 @@ func (w *clusterWire) pipeline(ctx context.Context, g *Driver, cmds []driver.Com
 			out[i] = w.follow(ctx, cmds[i], rs[j])
 		}
 	}
-	if len(groups) == 1 && len(keyless) == 0 {
+	if len(groups) == 1 {
 		send(groups[0])
 		return out
 	}
 	var wg sync.WaitGroup
 	for _, gr := range groups {
 		wg.Go(func() { send(gr) })
-	}
-	if len(keyless) > 0 {
-		part := make([]driver.Command, len(keyless))
-		for j, i := range keyless {
-			part[j] = cmds[i]
-		}
-		rs := goPipeline(ctx, g.rdb.Pipelined, part)
-		for j, i := range keyless {
-			out[i] = rs[j]
-		}
 	}
 	wg.Wait()
 	return out
@@ -288,36 +271,3 @@ func (w *clusterWire) close() error {
 	}
 	return err
 }
-
-// bound runs f, a call through go-redis, within ctx, as a CtxBound
-// driver must: when ctx ends first it returns an *errs.Late, settled when
-// f returns, and f goes on in the background. (A cluster's keyless
-// commands only; its keyed ones go on dlock's own connections.)
-func bound(ctx context.Context, f func() driver.Reply) driver.Reply {
-	if ctx.Done() == nil {
-		return f()
-	}
-	if err := ctx.Err(); err != nil {
-		return driver.Reply{Err: &errs.Late{Err: err, Done: settled}}
-	}
-	var r driver.Reply
-	done := make(chan struct{})
-	go func() {
-		r = f()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return r
-	case <-ctx.Done():
-		select {
-		case <-done:
-			return r
-		default:
-		}
-		return driver.Reply{Err: &errs.Late{Err: ctx.Err(), Done: done}}
-	}
-}
-
-// settled is the Done of a call that was never sent.
-var settled = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

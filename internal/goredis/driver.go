@@ -213,10 +213,7 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 		return g.wire.Do(ctx, c)
 	}
 	if g.cw != nil {
-		if key, ok := firstKey(c); ok {
-			return g.cw.do(ctx, c, key)
-		}
-		return bound(ctx, func() driver.Reply { return g.process(ctx, c) })
+		return g.cw.do(ctx, c, firstKey(c))
 	}
 	return g.process(ctx, c)
 }
@@ -235,7 +232,7 @@ func (g *Driver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.R
 		return g.wire.Pipeline(ctx, cmds)
 	}
 	if g.cw != nil {
-		return g.cw.pipeline(ctx, g, cmds)
+		return g.cw.pipeline(ctx, cmds)
 	}
 	return goPipeline(ctx, g.rdb.Pipelined, cmds)
 }
