@@ -3,10 +3,14 @@ package goredis
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keyslot"
@@ -35,9 +39,25 @@ type clusterWire struct {
 	mu     sync.Mutex
 	tmpl   *redis.Options       // a master's options, each Mux's made from it with the master's address
 	muxes  map[string]*wire.Mux // by master address
-	moved  map[int]string       // slot -> master address, from MOVED replies
+	moved  map[int]movedTo      // slot -> master address, from MOVED replies
 	closed bool
+	// loaded: go-redis has had its slot map (MasterForKey loads it, with
+	// reads that only its timeouts bound, when it has none; afterwards it
+	// reloads in the background and answers at once).
+	loaded atomic.Bool
 }
+
+// movedTo is where a MOVED reply said a slot is, until when it is
+// believed over go-redis's map (movedFor): the map, reloaded meanwhile,
+// takes over, and a redirect says again where a slot went. Never for
+// good: an address can come to mean another server.
+type movedTo struct {
+	addr  string
+	until time.Time
+}
+
+// movedFor is how long a MOVED reply is believed over go-redis's map.
+const movedFor = 5 * time.Second
 
 // maxRedirects bounds the MOVED and ASK replies one command follows
 // (go-redis's MaxRedirects default).
@@ -49,10 +69,12 @@ const maxRedirects = 3
 // caller's, ClusterSlots, whose nodes are not a cluster's): see Own.
 func ownCluster(cc *redis.ClusterClient) *clusterWire {
 	o := cc.Options()
-	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.ClusterSlots != nil {
+	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.ClusterSlots != nil ||
+		(o.NewClient != nil && reflect.ValueOf(o.NewClient).Pointer() != reflect.ValueOf(redis.NewClient).Pointer()) {
+		// (a NewClient of the caller's may make each node's client its own way)
 		return nil
 	}
-	return &clusterWire{cc: cc, muxes: map[string]*wire.Mux{}, moved: map[int]string{}}
+	return &clusterWire{cc: cc, muxes: map[string]*wire.Mux{}, moved: map[int]movedTo{}}
 }
 
 // firstKey is c's first key: "" (slot 0) for a keyless command.
@@ -69,17 +91,22 @@ func firstKey(c driver.Command) string {
 	return ""
 }
 
-// route returns the Mux of the master of key's slot.
-func (w *clusterWire) route(ctx context.Context, key string) (*wire.Mux, error) {
+// route returns the Mux of the master of key's slot, and its address.
+func (w *clusterWire) route(ctx context.Context, key string) (*wire.Mux, string, error) {
 	slot := keyslot.Of(key)
 	w.mu.Lock()
-	addr, ok := w.moved[slot]
+	mv, ok := w.moved[slot]
+	if ok && time.Now().After(mv.until) {
+		delete(w.moved, slot)
+		ok = false
+	}
+	addr := mv.addr
 	tmpl := w.tmpl
 	w.mu.Unlock()
 	if !ok || tmpl == nil {
-		n, err := w.cc.MasterForKey(ctx, key)
+		n, err := w.masterFor(ctx, key)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		o := n.Options()
 		if !ok {
@@ -87,12 +114,45 @@ func (w *clusterWire) route(ctx context.Context, key string) (*wire.Mux, error) 
 		}
 		if tmpl == nil {
 			if o.Dialer == nil {
-				return nil, errors.New("dlock: a cluster node's client has no dialer")
+				return nil, "", errors.New("dlock: a cluster node's client has no dialer")
 			}
 			tmpl = o
 		}
 	}
-	return w.mux(addr, tmpl)
+	m, err := w.mux(addr, tmpl)
+	return m, addr, err
+}
+
+// masterFor is go-redis's client of the master of key's slot. Until
+// go-redis has its slot map, asking may read from a seed node for as long
+// as go-redis's own timeouts allow, so it is asked on a goroutine of its
+// own, within ctx; once it has one, at once.
+func (w *clusterWire) masterFor(ctx context.Context, key string) (*redis.Client, error) {
+	if w.loaded.Load() || ctx.Done() == nil {
+		n, err := w.cc.MasterForKey(ctx, key)
+		if err == nil {
+			w.loaded.Store(true)
+		}
+		return n, err
+	}
+	type found struct {
+		n   *redis.Client
+		err error
+	}
+	ch := make(chan found, 1)
+	go func() {
+		n, err := w.cc.MasterForKey(context.WithoutCancel(ctx), key)
+		ch <- found{n, err}
+	}()
+	select {
+	case f := <-ch:
+		if f.err == nil {
+			w.loaded.Store(true)
+		}
+		return f.n, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err() // nothing was sent to the key's master
+	}
 }
 
 // mux returns the Mux of the master at addr, made from tmpl at the first
@@ -100,14 +160,14 @@ func (w *clusterWire) route(ctx context.Context, key string) (*wire.Mux, error) 
 func (w *clusterWire) mux(addr string, tmpl *redis.Options) (*wire.Mux, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if m := w.muxes[addr]; m != nil {
+		return m, nil // after close too: a closed Mux still sends (wire.Mux.Close)
+	}
 	if w.closed {
 		return nil, wire.ErrClosed
 	}
 	if w.tmpl == nil {
 		w.tmpl = tmpl
-	}
-	if m := w.muxes[addr]; m != nil {
-		return m, nil
 	}
 	o := w.tmpl
 	m := wire.New(wire.Config{
@@ -140,11 +200,36 @@ func redirect(r driver.Reply) (ask bool, slot int, addr string, ok bool) {
 	return f[0] == "ASK", s, f[2], true
 }
 
+// redirected is the address a redirect named (to), as go-redis reads
+// one: an IPv6 host without brackets gets them, and a loopback host is
+// the host of the node that answered (from) when that one is not: a
+// cluster that announces loopback addresses, reached from elsewhere.
+func redirected(to, from string) string {
+	i := strings.LastIndexByte(to, ':')
+	if i < 0 {
+		return to
+	}
+	host, port := to[:i], to[i+1:]
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if fromHost, _, err := net.SplitHostPort(from); err == nil && loopback(host) && !loopback(fromHost) {
+		host = fromHost
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// loopback reports whether host names this machine.
+func loopback(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
+}
+
 // learn records that slot is served by the master at addr (a MOVED), and
 // has go-redis reload its map in the background.
 func (w *clusterWire) learn(slot int, addr string) {
 	w.mu.Lock()
-	w.moved[slot] = addr
+	w.moved[slot] = movedTo{addr, time.Now().Add(movedFor)}
 	w.mu.Unlock()
 	w.cc.ReloadState(context.Background())
 }
@@ -161,22 +246,24 @@ var askingCmd = driver.Command{Args: []any{"ASKING"}}
 
 // do sends c, keyed by key, to its slot's master, following redirects.
 func (w *clusterWire) do(ctx context.Context, c driver.Command, key string) driver.Reply {
-	m, err := w.route(ctx, key)
+	m, addr, err := w.route(ctx, key)
 	if err != nil {
 		return driver.Reply{Err: err}
 	}
 	r := m.Do(ctx, c)
-	return w.follow(ctx, c, r)
+	return w.follow(ctx, c, r, addr)
 }
 
 // follow follows r, c's reply, while it is a MOVED or an ASK: neither ran
 // the command.
-func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Reply) driver.Reply {
+func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Reply, from string) driver.Reply {
 	for range maxRedirects {
-		ask, slot, addr, ok := redirect(r)
+		ask, slot, to, ok := redirect(r)
 		if !ok || ctx.Err() != nil {
 			return r
 		}
+		addr := redirected(to, from)
+		from = addr
 		w.mu.Lock()
 		tmpl := w.tmpl
 		w.mu.Unlock()
@@ -191,11 +278,9 @@ func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Rep
 			r = m.Do(ctx, c)
 			continue
 		}
-		rs := m.Pipeline(ctx, []driver.Command{askingCmd, c})
-		if rs[0].Err != nil {
-			return rs[0]
-		}
-		r = rs[1]
+		// the command's own reply, whatever ASKING's: it was sent, and
+		// ran or was refused on its own account
+		r = m.Pipeline(ctx, []driver.Command{askingCmd, c})[1]
 	}
 	return r
 }
@@ -205,25 +290,34 @@ func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Rep
 func (w *clusterWire) pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	out := make([]driver.Reply, len(cmds))
 	type group struct {
-		m   *wire.Mux
-		idx []int
+		m    *wire.Mux
+		addr string
+		idx  []int
 	}
 	var groups []*group
+	// each slot routed once: its commands stay in one group, in order,
+	// even when a MOVED changes where the slot goes meanwhile
+	bySlot := map[int]*group{}
 	for i, c := range cmds {
-		m, err := w.route(ctx, firstKey(c))
-		if err != nil {
-			out[i] = driver.Reply{Err: err}
-			continue
-		}
-		var gr *group
-		for _, x := range groups {
-			if x.m == m {
-				gr = x
-			}
-		}
+		key := firstKey(c)
+		slot := keyslot.Of(key)
+		gr := bySlot[slot]
 		if gr == nil {
-			gr = &group{m: m}
-			groups = append(groups, gr)
+			m, addr, err := w.route(ctx, key)
+			if err != nil {
+				out[i] = driver.Reply{Err: err}
+				continue
+			}
+			for _, x := range groups {
+				if x.m == m {
+					gr = x
+				}
+			}
+			if gr == nil {
+				gr = &group{m: m, addr: addr}
+				groups = append(groups, gr)
+			}
+			bySlot[slot] = gr
 		}
 		gr.idx = append(gr.idx, i)
 	}
@@ -234,7 +328,7 @@ func (w *clusterWire) pipeline(ctx context.Context, cmds []driver.Command) []dri
 		}
 		rs := gr.m.Pipeline(ctx, part)
 		for j, i := range gr.idx {
-			out[i] = w.follow(ctx, cmds[i], rs[j])
+			out[i] = w.follow(ctx, cmds[i], rs[j], gr.addr)
 		}
 	}
 	if len(groups) == 1 {
@@ -251,19 +345,20 @@ func (w *clusterWire) pipeline(ctx context.Context, cmds []driver.Command) []dri
 
 // dedicated lends a connection of key's master.
 func (w *clusterWire) dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
-	m, err := w.route(ctx, key)
+	m, _, err := w.route(ctx, key)
 	if err != nil {
 		return err
 	}
 	return m.Dedicated(ctx, fn)
 }
 
-// close closes every master's connections; later calls fail.
+// close closes every master's connections. A call after it goes out
+// on a master's Mux as a closed Mux's does (wire.Mux.Close: a given-up
+// wait's place, a last release); none dials a master it had not.
 func (w *clusterWire) close() error {
 	w.mu.Lock()
 	w.closed = true
-	ms := w.muxes
-	w.muxes = map[string]*wire.Mux{}
+	ms := maps.Clone(w.muxes)
 	w.mu.Unlock()
 	var err error
 	for _, m := range ms {

@@ -2,7 +2,11 @@ package goredis_test
 
 import (
 	"context"
+	"errors"
+	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -105,4 +109,53 @@ func TestOwnClusterFollowsRedirects(t *testing.T) {
 			t.Fatalf("GET of a key migrated away: %v, %v", r.Val, r.Err)
 		}
 	})
+}
+
+// Before go-redis has a cluster's slot map, asking it where a key lives
+// reads from a seed node, bounded only by go-redis's own timeouts; a call
+// on dlock's own connections still returns when its ctx ends. (A seed
+// that accepts and never answers; a ReadTimeout of 3 s.)
+func TestOwnClusterBoundWhileTheSlotMapLoads(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{ln.Addr().String()},
+		ReadTimeout: 3 * time.Second, MaxRetries: -1, MaxRedirects: -1})
+	d := goredis.Own(rdb)
+	t.Cleanup(func() {
+		_ = d.Close()
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		_ = rdb.Close()
+	})
+	if !d.Info().CtxBound {
+		t.Fatal("not CtxBound")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r := d.Do(ctx, driver.Command{Args: []any{"GET", "k"}, FirstKey: 1, Keys: 1})
+	if !errors.Is(r.Err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, %v; want the ctx's deadline", r.Val, r.Err)
+	}
 }
