@@ -101,9 +101,9 @@ func (w *clusterWire) route(ctx context.Context, key string) (*wire.Mux, string,
 		ok = false
 	}
 	addr := mv.addr
-	tmpl := w.tmpl
+	known := w.tmpl != nil
 	w.mu.Unlock()
-	if !ok || tmpl == nil {
+	if !ok || !known {
 		n, err := w.masterFor(ctx, key)
 		if err != nil {
 			return nil, "", err
@@ -112,14 +112,18 @@ func (w *clusterWire) route(ctx context.Context, key string) (*wire.Mux, string,
 		if !ok {
 			addr = o.Addr
 		}
-		if tmpl == nil {
+		if !known {
 			if o.Dialer == nil {
 				return nil, "", errors.New("dlock: a cluster node's client has no dialer")
 			}
-			tmpl = o
+			w.mu.Lock()
+			if w.tmpl == nil {
+				w.tmpl = o
+			}
+			w.mu.Unlock()
 		}
 	}
-	m, err := w.mux(addr, tmpl)
+	m, err := w.mux(addr)
 	return m, addr, err
 }
 
@@ -155,9 +159,9 @@ func (w *clusterWire) masterFor(ctx context.Context, key string) (*redis.Client,
 	}
 }
 
-// mux returns the Mux of the master at addr, made from tmpl at the first
-// call.
-func (w *clusterWire) mux(addr string, tmpl *redis.Options) (*wire.Mux, error) {
+// mux returns the Mux of the master at addr, made from the masters'
+// options (tmpl, which route has set) at the first call.
+func (w *clusterWire) mux(addr string) (*wire.Mux, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if m := w.muxes[addr]; m != nil {
@@ -166,18 +170,7 @@ func (w *clusterWire) mux(addr string, tmpl *redis.Options) (*wire.Mux, error) {
 	if w.closed {
 		return nil, wire.ErrClosed
 	}
-	if w.tmpl == nil {
-		w.tmpl = tmpl
-	}
-	o := w.tmpl
-	m := wire.New(wire.Config{
-		Dial:         func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, addr) },
-		Hello:        func(ctx context.Context) ([]driver.Command, error) { return hello(ctx, o) },
-		DialTimeout:  max(o.DialTimeout, 0),
-		ReadTimeout:  max(o.ReadTimeout, 0),
-		WriteTimeout: max(o.WriteTimeout, 0),
-		MaxRetries:   max(o.MaxRetries, 0),
-	})
+	m := ownMux(w.tmpl, addr)
 	w.muxes[addr] = m
 	return m, nil
 }
@@ -264,13 +257,10 @@ func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Rep
 		}
 		addr := redirected(to, from)
 		from = addr
-		w.mu.Lock()
-		tmpl := w.tmpl
-		w.mu.Unlock()
 		if !ask {
 			w.learn(slot, addr)
 		}
-		m, err := w.mux(addr, tmpl)
+		m, err := w.mux(addr)
 		if err != nil {
 			return driver.Reply{Err: err}
 		}

@@ -77,16 +77,23 @@ func Own(rdb Redis) *Driver {
 	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.Dialer == nil {
 		return g
 	}
-	g.wire = wire.New(wire.Config{
-		Dial:         func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, o.Addr) },
+	g.wire = ownMux(o, o.Addr)
+	g.resend = 0 // a call on the wire goes once
+	return g
+}
+
+// ownMux is dlock's own connections to the server at addr, made from a
+// go-redis client's options o: its Dialer, credentials, database, name,
+// timeouts and MaxRetries.
+func ownMux(o *redis.Options, addr string) *wire.Mux {
+	return wire.New(wire.Config{
+		Dial:         func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, addr) },
 		Hello:        func(ctx context.Context) ([]driver.Command, error) { return hello(ctx, o) },
 		DialTimeout:  max(o.DialTimeout, 0),
 		ReadTimeout:  max(o.ReadTimeout, 0),
 		WriteTimeout: max(o.WriteTimeout, 0),
 		MaxRetries:   max(o.MaxRetries, 0),
 	})
-	g.resend = 0 // a call on the wire goes once
-	return g
 }
 
 // hello is what a new connection of Own's sends first, from the client's
@@ -215,11 +222,6 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	if g.cw != nil {
 		return g.cw.do(ctx, c, firstKey(c))
 	}
-	return g.process(ctx, c)
-}
-
-// process sends c through go-redis.
-func (g *Driver) process(ctx context.Context, c driver.Command) driver.Reply {
 	cmd := goCmd(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
 	return goReply(cmd)

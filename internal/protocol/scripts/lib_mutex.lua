@@ -42,7 +42,7 @@ local function decimal(f)
   if type(f) == 'string' then
     return f
   end
-  return string.format('%d', f)
+  return int(f)
 end
 
 -- hand_on runs when lock has just become free (its hash is gone). released
