@@ -58,10 +58,30 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- stretch makes key live at least ttl ms more.
-local function stretch(key, ttl)
-  if redis.call('PTTL', key) < tonumber(ttl) then
-    redis.call('PEXPIRE', key, ttl)
+-- stretch makes key live at least ttl ms more: its expiry only grows. It
+-- sets the expiry exactly where PTTL < ttl would (the key has none, or
+-- one that ends sooner), in one call where it can: Redis 7's PEXPIRE NX
+-- sets one only on a key without, GT only on a key whose expiry ends
+-- sooner (GT counts a key without one as never expiring), so exactly one
+-- of them can set it, and trying one, then the other when the first set
+-- nothing, is the same as asking PTTL first. new says which to try first:
+-- NX where the caller has just made the key (a queue it found empty), GT
+-- elsewhere (a key that lives with an expiry: a lock, a set of places or
+-- receipts in use). A server before Redis 7 refuses both options: there
+-- it asks PTTL, then PEXPIREs.
+local function stretch(key, ttl, new)
+  local first, second = 'GT', 'NX'
+  if new then
+    first, second = 'NX', 'GT'
+  end
+  local r = redis.pcall('PEXPIRE', key, ttl, first)
+  if r == 0 then
+    r = redis.pcall('PEXPIRE', key, ttl, second)
+  end
+  if type(r) == 'table' then -- refused: a server before Redis 7
+    if redis.call('PTTL', key) < tonumber(ttl) then
+      redis.call('PEXPIRE', key, ttl)
+    end
   end
 end
 
@@ -234,18 +254,22 @@ end
 -- the keys (issue 23). A key that outlives every place holds only dead
 -- members, which the next script to look drops (purge, first_live).
 local function place(queue, alive, member, now, place_ttl, fresh)
+  local new = false
   if fresh or not redis.call('ZSCORE', queue, member) then
     -- Scores are doubles, exact below 2^53 (µs: until the year 2255).
-    local last = tonumber(redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2] or 0)
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+    new = not last
     local s, us = clock()
-    redis.call('ZADD', queue, 'NX', int(math.max(last + 1, tonumber(s) * 1000000 + tonumber(us))), member)
+    redis.call('ZADD', queue, 'NX', int(math.max(tonumber(last or 0) + 1, tonumber(s) * 1000000 + tonumber(us))), member)
   end
   redis.call('ZADD', alive, int(now + place_ttl), member)
   -- The queue lives as long as its longest place, whatever mix of place
   -- TTLs its waiters use: a waiter with a short one must not take the
-  -- places (and arrival numbers) of those before it with the keys.
-  stretch(queue, place_ttl)
-  stretch(alive, place_ttl)
+  -- places (and arrival numbers) of those before it with the keys. (new:
+  -- the queue was empty, so most likely both keys are new; a guess, which
+  -- only decides which of stretch's two calls comes first.)
+  stretch(queue, place_ttl, new)
+  stretch(alive, place_ttl, new)
 end
 
 -- unqueue removes member from the queue.

@@ -54,8 +54,14 @@ local function capacity(cap_key, default, ttl)
 end
 
 -- keep makes a capacity set by an acquire live at least ttl ms more (one
--- set by SetPermits has no expiry, and keeps none).
+-- set by SetPermits has no expiry, and keeps none): Redis 7's PEXPIRE GT,
+-- which sets an expiry only where one ends sooner (it counts a key without
+-- one as never expiring), in one call; before Redis 7, which refuses GT,
+-- PTTL then PEXPIRE.
 local function keep(cap_key, ttl)
+  if type(redis.pcall('PEXPIRE', cap_key, ttl, 'GT')) ~= 'table' then
+    return
+  end
   local left = redis.call('PTTL', cap_key)
   if left >= 0 and left < tonumber(ttl) then
     redis.call('PEXPIRE', cap_key, ttl)
