@@ -473,6 +473,55 @@ func TestCallersReadTheirOwnReplies(t *testing.T) {
 	}
 }
 
+// A call alone on its connection is read by a goroutine while another
+// connection of the process awaits a reply (see "Who reads"), and by its
+// caller when none does; and the count of busy connections comes back
+// to 0 once every reply is in, whichever read it.
+func TestReaderWhenOtherConnectionsWait(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	a, _ := newMux(t, s, Config{ReadTimeout: time.Minute})
+	b, _ := newMux(t, s, Config{ReadTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if n := busyConns.Load(); n != 0 {
+		t.Fatalf("%d connections busy before the test", n)
+	}
+	blocked := make(chan driver.Reply, 1)
+	go func() { blocked <- a.Do(ctx, cmd("BLPOP", "k", 30)) }()
+	waitBusy(t, ctx, 1) // until a's BLPOP awaits its reply
+	if r := b.Do(ctx, cmd("ECHO", "x")); r.Val != "x" {
+		t.Fatalf("ECHO = %+v", r)
+	}
+	if n := b.readers.Load(); n != 1 {
+		t.Errorf("a call alone on its connection while another waits: %d reader goroutines, want 1", n)
+	}
+	if r := b.Do(ctx, cmd("RPUSH", "k", "v")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := <-blocked; r.Err != nil {
+		t.Fatalf("BLPOP = %+v", r)
+	}
+	waitBusy(t, ctx, 0) // b's reader has delivered RPUSH's reply
+	before := b.readers.Load()
+	if r := b.Do(ctx, cmd("ECHO", "y")); r.Val != "y" {
+		t.Fatalf("ECHO = %+v", r)
+	}
+	if n := b.readers.Load() - before; n != 0 {
+		t.Errorf("a call alone in the process: %d reader goroutines, want 0 (its caller reads)", n)
+	}
+}
+
+// waitBusy waits until n connections await replies, or fails at ctx's end.
+func waitBusy(t *testing.T, ctx context.Context, n int64) {
+	t.Helper()
+	for busyConns.Load() != n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d connections busy, want %d", busyConns.Load(), n)
+		}
+		runtime.Gosched()
+	}
+}
+
 // A reading caller whose ctx deadline passes while the server is paused
 // returns an *errs.Late at its deadline; the calls queued behind it get
 // their own replies (a goroutine reads on), and its Done closes once its
