@@ -551,9 +551,9 @@ func readOnly(replies []driver.Reply) bool {
 // it and hands it over instead: with a caller per connection reading
 // itself, 16 or 64 Clients of one process left a third of a core idle
 // on a 2-core VM (the callers and the server waiting in turn for each
-// other's wake-ups) and did 0.73x and 0.77x redislock's Lock+Unlock a
-// second; with the reader, 0.90x and 0.95x, the CPU per call about the
-// same (bench/README, "Who reads"). busyConns counts the connections
+// other's wake-ups) and did 0.73x and 0.82x redislock's Lock+Unlock a
+// second; with the reader, 0.90x and 0.93x, the CPU per call about the
+// same (bench/README, "who reads a reply"). busyConns counts the connections
 // with calls awaiting replies, each changed under its connection's mu
 // (0 or 1 from each connection): it only picks the reader, so a count
 // read as another connection changes picks one or the other, both right.
