@@ -417,6 +417,64 @@ func TestUncontendedServerCommands(t *testing.T) {
 	}
 }
 
+// The commands an uncontended Campaign and Resign cost the server, as a
+// service that campaigns again within a receipt's TTL meets them: the
+// Resign before left its receipt, so the dead set exists.
+func TestCampaignServerCommands(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	t.Cleanup(func() { rdb.Close() })
+	e := newClient(t, rdb).Election("x")
+	for range 2 { // the scripts loaded; the receipt left
+		if err := campaign(t, e, "v").Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nextServerMs(t, rdb) // the receipt below lands after the last one's ms
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := campaign(t, e, "v").Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := commandStats(t, rdb)
+	want := map[string]int{
+		"evalsha": 2, // Campaign, Resign
+		// Campaign: its token not buried (ZSCORE: a Campaign meets the
+		// dead set, so it asks first), nobody holds or waits (one EXISTS of
+		// the lock and the queue); take it with the value, stamp and fence
+		// it (INCR, TIME, one HSET, PEXPIRE); its observers told
+		"zscore": 1, "exists": 2, "incr": 1, "time": 2, "hset": 1, "pexpire": 2, "publish": 2,
+		// Resign: nobody waits (EXISTS of the queue), free it (HDEL), its
+		// receipt (TIME, ZREMRANGEBYSCORE, ZADD, PEXPIRE GT); its observers
+		// told
+		"hdel": 1, "zremrangebyscore": 1, "zadd": 1,
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("an uncontended Campaign+Resign ran %v; want %v", got, want)
+	}
+}
+
+// nextServerMs returns once the server's clock (TIME) has moved to a
+// later millisecond than at the call: a receipt written after it expires
+// later than one written before, so its PEXPIRE GT sets the dead set's
+// expiry in one call (in the same millisecond GT sets nothing, and
+// stretch asks NX too: a call more, and a count that would depend on
+// timing).
+func nextServerMs(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	ms := func() int64 {
+		now, err := rdb.Time(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return now.UnixMilli()
+	}
+	for first := ms(); ms() == first; {
+	}
+}
+
 // commandStats reads INFO commandstats: calls by command, without the
 // connections' set-up and health checks (a connection the client library
 // opened meanwhile: its HELLO and CLIENT TRACKING are no part of the
@@ -461,6 +519,7 @@ func TestHandOffServerCommands(t *testing.T) {
 	handOff := func(stats bool) {
 		l := mustLock(t, holder, ctx)
 		if stats {
+			nextServerMs(t, rdb) // the receipt below lands after the last one's ms
 			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -30,26 +30,32 @@
 -- when that counted one, where the caller's token is not in the dead set
 -- (ZSCORE), the lock does not exist and, for a FairMutex, nobody waits
 -- (lock.lua's other path to take, which asks PTTL where this asks
--- EXISTS: the same -2 / 0). All in one script, which nothing
+-- EXISTS: the same -2 / 0); a Campaign asks the ZSCORE, then that
+-- EXISTS, at once (the same three conditions). All in one script, which nothing
 -- interleaves. lock.lua's argument (why a lock hash is only ever taken
 -- when it does not exist) holds for it unchanged. Sent twice, the copy
 -- finds the lock (the first copy's hold) and answers SLOW; lock.lua then
 -- finds the token in the hash and answers held with its fence, as
--- lock.lua sent twice does. A Campaign's value is written with the hold,
--- where lock.lua writes it just after (HSETNX on the hash it has just
--- made: the same), and its observers are told as lock.lua tells them.
+-- lock.lua sent twice does. A Campaign's value is written in the hold's
+-- own HSET, where lock.lua writes it just after (HSETNX on the hash it has
+-- just made: the same), and its observers are told as lock.lua tells them.
 local lock, token = KEYS[1], ARGV[1]
-local n
-if KEYS[4] then
+-- n: how many of the keys exist. A Campaign meets its election's dead
+-- set (every Resign leaves a receipt there), so it skips the EXISTS that
+-- would count it and asks one by one at once: two calls, not three.
+local n = 1
+if ARGV[3] then
+  n = 1
+elseif KEYS[4] then
   n = redis.call('EXISTS', lock, KEYS[3], KEYS[4])
 else
   n = redis.call('EXISTS', lock, KEYS[3])
 end
 if n ~= 0 then
-  -- Something exists: maybe only the dead set, which also keeps receipts
-  -- (an Election's every release leaves one). Asked one by one, as
-  -- lock.lua asks them then: the caller's token buried, the lock there,
-  -- (FairMutex) somebody waiting.
+  -- Something exists (or a Campaign): maybe only the dead set, which also
+  -- keeps receipts (an Election's every release leaves one). Asked one by
+  -- one, as lock.lua asks them then: the caller's token buried, the lock
+  -- there, (FairMutex) somebody waiting.
   if redis.call('ZSCORE', KEYS[3], token) then
     return SLOW
   end
@@ -69,13 +75,15 @@ if f >= 9007199254740992 then
 end
 -- when it was taken, in server ms (stamp_ms in lib_mutex.lua)
 local t = redis.call('TIME')
-redis.call('HSET', lock, token, '1', 't:' .. token, t[1] .. string.sub('00000' .. t[2], -6, -4), 'f:' .. token, f)
-redis.call('PEXPIRE', lock, ARGV[2])
+local stamp = t[1] .. string.sub('00000' .. t[2], -6, -4)
 if not ARGV[3] then
+  redis.call('HSET', lock, token, '1', 't:' .. token, stamp, 'f:' .. token, f)
+  redis.call('PEXPIRE', lock, ARGV[2])
   return {HELD, f}
 end
 -- @helpers
--- an Election's new leader: its value, and its observers told
-redis.call('HSET', lock, 'v:' .. token, ARGV[3])
+-- an Election's new leader: its value with the hold, and its observers told
+redis.call('HSET', lock, token, '1', 't:' .. token, stamp, 'f:' .. token, f, 'v:' .. token, ARGV[3])
+redis.call('PEXPIRE', lock, ARGV[2])
 publish(ARGV[5], ARGV[4], WAKE_ALL)
 return {HELD, f}
