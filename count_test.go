@@ -422,10 +422,7 @@ func TestUncontendedServerCommands(t *testing.T) {
 // Resign before left its receipt, so the dead set exists.
 func TestCampaignServerCommands(t *testing.T) {
 	ctx := context.Background()
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	t.Cleanup(func() { rdb.Close() })
-	e := newClient(t, rdb).Election("x")
+	rdb, e := ownElection(t)
 	for range 2 { // the scripts loaded; the receipt left
 		if err := campaign(t, e, "v").Resign(ctx); err != nil {
 			t.Fatal(err)
@@ -628,10 +625,7 @@ func allocsAtMost(t *testing.T, what string, allocs, onGoRedis, elsewhere float6
 // bound is 36 there, 50 through rueidis or valkey-go (43 measured).
 func TestCampaignAllocations(t *testing.T) {
 	ctx := context.Background()
-	s := redistest.StartT(t, redistest.Options{})
-	rdb := s.Client()
-	t.Cleanup(func() { rdb.Close() })
-	e := newClient(t, rdb).Election("x")
+	_, e := ownElection(t)
 	campaign := func() {
 		ld, err := e.Campaign(ctx, "v")
 		if err != nil {
@@ -648,6 +642,15 @@ func TestCampaignAllocations(t *testing.T) {
 
 // warmMutex is a Mutex on a server of its own, taken and released once
 // (its scripts are loaded, its Client recorded), and that server's client.
+// ownElection is an Election on a server of its own, and that server's
+// client (for its counts).
+func ownElection(t *testing.T) (*redis.Client, *dlock.Election) {
+	t.Helper()
+	rdb := redistest.StartT(t, redistest.Options{}).Client()
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, newClient(t, rdb).Election("x")
+}
+
 func warmMutex(t *testing.T) (*redis.Client, *dlock.Mutex) {
 	t.Helper()
 	s := redistest.StartT(t, redistest.Options{})
