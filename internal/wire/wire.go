@@ -789,8 +789,15 @@ func (c *conn) next(whole bool) (driver.Reply, error) {
 }
 
 // add takes r, a reply of the call h at the head of the queue, and
-// delivers h's replies once all have come; with c.mu held.
+// delivers h's replies once all have come; with c.mu held. A reader
+// reads a reply without c.mu, so the connection may have failed
+// meanwhile (fail: a writer that met a killed connection); then fail has
+// given h its error and emptied the queue, and r, which came too late to
+// count, is dropped.
 func (c *conn) add(h *call, r driver.Reply) {
+	if c.head == len(c.queue) || c.queue[c.head] != h {
+		return
+	}
 	c.got = append(c.got, r)
 	if len(c.got) < h.n {
 		return

@@ -511,6 +511,34 @@ func TestReaderWhenOtherConnectionsWait(t *testing.T) {
 	}
 }
 
+// A reply a reader has read whole as the connection fails (fail, from a
+// write that met a killed connection, runs between the reader's read and
+// its add) is dropped: its call has the connection's error already, and
+// the queue fail emptied is left as it is (torture seed 374616220: a
+// panic, index out of range, in add).
+func TestReplyReadAsTheConnectionFails(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	c := &conn{m: New(Config{}), nc: client}
+	k := newCall(make([]driver.Reply, 1))
+	c.mu.Lock()
+	c.queue = append(c.queue, k)
+	busyConns.Add(1) // as roundTrip counts it
+	c.reading = true
+	h := c.queue[c.head] // the reader's read starts
+	c.mu.Unlock()
+	c.fail(errors.New("write: broken pipe")) // a writer meets the killed connection
+	c.mu.Lock()
+	c.add(h, driver.Reply{Val: "OK"}) // the reply the reader had read
+	c.mu.Unlock()
+	if !errors.Is(k.many[0].Err, k.failed) || k.failed == nil {
+		t.Fatalf("the call's reply = %+v (failed %v), want the connection's error", k.many[0], k.failed)
+	}
+	if n := busyConns.Load(); n != 0 {
+		t.Fatalf("%d connections counted busy after the failure, want 0", n)
+	}
+}
+
 // waitBusy waits until n connections await replies, or fails at ctx's end.
 func waitBusy(t *testing.T, ctx context.Context, n int64) {
 	t.Helper()
