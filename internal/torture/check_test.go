@@ -593,3 +593,23 @@ func TestWeightsAdd(t *testing.T) {
 		t.Fatal("weights changed the defaults")
 	}
 }
+
+// laterValueOf accepts a value of the same worker's later op only.
+func TestLaterValueOf(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{
+		{valueOf("w2.0", 9464, 0), true},
+		{valueOf("w2.0", 9464, 3), true},
+		{valueOf("w2.0", 9462, 0), false}, // its own: compared as equal before
+		{valueOf("w2.0", 9461, 0), false},
+		{valueOf("w1.0", 9464, 0), false},
+		{valueOf("w2.01", 9464, 0), false},
+		{"", false},
+	} {
+		if got := laterValueOf("w2.0", 9462, c.v); got != c.want {
+			t.Errorf("laterValueOf(w2.0, 9462, %q) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
