@@ -45,7 +45,7 @@ local lock, token = KEYS[1], ARGV[1]
 -- would count it and asks one by one at once: two calls, not three.
 local n = 1
 if ARGV[3] then
-  n = 1
+  -- (a Campaign: asked one by one below)
 elseif KEYS[4] then
   n = redis.call('EXISTS', lock, KEYS[3], KEYS[4])
 else
@@ -76,14 +76,16 @@ end
 -- when it was taken, in server ms (stamp_ms in lib_mutex.lua)
 local t = redis.call('TIME')
 local stamp = t[1] .. string.sub('00000' .. t[2], -6, -4)
-if not ARGV[3] then
+if ARGV[3] then -- an Election's new leader: its value with the hold
+  redis.call('HSET', lock, token, '1', 't:' .. token, stamp, 'f:' .. token, f, 'v:' .. token, ARGV[3])
+else
   redis.call('HSET', lock, token, '1', 't:' .. token, stamp, 'f:' .. token, f)
-  redis.call('PEXPIRE', lock, ARGV[2])
+end
+redis.call('PEXPIRE', lock, ARGV[2])
+if not ARGV[3] then
   return {HELD, f}
 end
 -- @helpers
--- an Election's new leader: its value with the hold, and its observers told
-redis.call('HSET', lock, token, '1', 't:' .. token, stamp, 'f:' .. token, f, 'v:' .. token, ARGV[3])
-redis.call('PEXPIRE', lock, ARGV[2])
+-- an Election's new leader: its observers told
 publish(ARGV[5], ARGV[4], WAKE_ALL)
 return {HELD, f}
