@@ -511,6 +511,53 @@ func TestReaderWhenOtherConnectionsWait(t *testing.T) {
 	}
 }
 
+// A lone call that a reader goroutine reads (another connection waits)
+// still returns at its ctx's end when the server stalls: an *errs.Late
+// of the ctx's error, whose Done closes once the reply has come.
+func TestReaderReadCallBoundedByCtx(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	a, _ := newMux(t, s, Config{ReadTimeout: time.Minute})
+	b, _ := newMux(t, s, Config{ReadTimeout: time.Minute})
+	bg, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if r := b.Do(bg, cmd("PING")); r.Err != nil { // b's connection dialled
+		t.Fatal(r.Err)
+	}
+	blocked := make(chan driver.Reply, 1)
+	go func() { blocked <- a.Do(bg, cmd("BLPOP", "k", 30)) }()
+	waitBusy(t, bg, 1)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	before := b.readers.Load()
+	ctx, cancelCall := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancelCall()
+	start := time.Now()
+	r := b.Do(ctx, cmd("RPUSH", "k", "v"))
+	took := time.Since(start)
+	late, ok := errors.AsType[*errs.Late](r.Err)
+	if !ok || !errors.Is(r.Err, context.DeadlineExceeded) {
+		t.Fatalf("Do on a paused server = %+v, want an *errs.Late of context.DeadlineExceeded", r)
+	}
+	if took > 5*time.Second {
+		t.Errorf("Do returned after %v, its ctx ended after 100ms", took)
+	}
+	if n := b.readers.Load() - before; n != 1 {
+		t.Errorf("%d reader goroutines for the call, want 1 (the path under test)", n)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-late.Done: // the RPUSH ran after all, and its reply came
+	case <-bg.Done():
+		t.Fatal("the given-up call's Done did not close after the server resumed")
+	}
+	if r := <-blocked; r.Err != nil {
+		t.Fatalf("BLPOP = %+v", r)
+	}
+}
+
 // A reply a reader has read whole as the connection fails (fail, from a
 // write that met a killed connection, runs between the reader's read and
 // its add) is dropped: its call has the connection's error already, and
