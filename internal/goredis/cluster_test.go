@@ -116,6 +116,25 @@ func TestOwnClusterFollowsRedirects(t *testing.T) {
 // on dlock's own connections still returns when its ctx ends. (A seed
 // that accepts and never answers; a ReadTimeout of 3 s.)
 func TestOwnClusterBoundWhileTheSlotMapLoads(t *testing.T) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{blackHole(t)},
+		ReadTimeout: 3 * time.Second, MaxRetries: -1, MaxRedirects: -1})
+	d := goredis.Own(rdb)
+	t.Cleanup(func() { _ = d.Close(); _ = rdb.Close() })
+	if !d.Info().CtxBound {
+		t.Fatal("not CtxBound")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r := d.Do(ctx, driver.Command{Args: []any{"GET", "k"}, FirstKey: 1, Keys: 1})
+	if !errors.Is(r.Err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, %v; want the ctx's deadline", r.Val, r.Err)
+	}
+}
+
+// blackHole is the address of a server that accepts connections and never
+// answers, closed when t ends (its connections too, after the clients'
+// Cleanups: those registered later run first).
+func blackHole(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -135,11 +154,7 @@ func TestOwnClusterBoundWhileTheSlotMapLoads(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{ln.Addr().String()},
-		ReadTimeout: 3 * time.Second, MaxRetries: -1, MaxRedirects: -1})
-	d := goredis.Own(rdb)
 	t.Cleanup(func() {
-		_ = d.Close()
 		_ = ln.Close()
 		<-done
 		mu.Lock()
@@ -147,15 +162,6 @@ func TestOwnClusterBoundWhileTheSlotMapLoads(t *testing.T) {
 			_ = c.Close()
 		}
 		mu.Unlock()
-		_ = rdb.Close()
 	})
-	if !d.Info().CtxBound {
-		t.Fatal("not CtxBound")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	r := d.Do(ctx, driver.Command{Args: []any{"GET", "k"}, FirstKey: 1, Keys: 1})
-	if !errors.Is(r.Err, context.DeadlineExceeded) {
-		t.Fatalf("Do = %v, %v; want the ctx's deadline", r.Val, r.Err)
-	}
+	return ln.Addr().String()
 }

@@ -1,6 +1,9 @@
 package goredis_test
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
 	"testing"
 	"time"
 
@@ -62,6 +65,41 @@ func TestResendAfterIsTheReadTimeout(t *testing.T) {
 			defer c.rdb.(interface{ Close() error }).Close()
 			if got := goredis.New(c.rdb).Info().ResendAfter; got != c.want {
 				t.Errorf("ResendAfter %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// A call returns when its ctx ends even while a connection is being made
+// by a dialer that does not watch ctx: go-redis's own with TLS
+// (tls.DialWithDialer, bounded by DialTimeout alone), here stuck in the
+// handshake with a server that never answers.
+func TestDialBoundedByCtx(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rdb  redis.UniversalClient
+	}{
+		{"client", redis.NewClient(&redis.Options{Addr: blackHole(t), TLSConfig: &tls.Config{InsecureSkipVerify: true},
+			DialTimeout: time.Minute, MaxRetries: -1})},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{blackHole(t)}, TLSConfig: &tls.Config{InsecureSkipVerify: true},
+			DialTimeout: time.Minute, MaxRetries: -1, MaxRedirects: -1})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := goredis.Own(c.rdb)
+			t.Cleanup(func() { _ = d.Close(); _ = c.rdb.Close() })
+			if !d.Info().CtxBound {
+				t.Fatal("not CtxBound")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			r := d.Do(ctx, driver.Command{Args: []any{"GET", "k"}, FirstKey: 1, Keys: 1})
+			if !errors.Is(r.Err, context.DeadlineExceeded) {
+				t.Fatalf("Do = %v, %v; want the ctx's deadline", r.Val, r.Err)
+			}
+			// a bound far from the dial's minute, for a loaded CI machine
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("Do returned after %v; its ctx ended after 100ms", took)
 			}
 		})
 	}

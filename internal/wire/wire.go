@@ -382,7 +382,7 @@ func (m *Mux) dial(ctx context.Context) (*conn, error) {
 		ctx, cancel = context.WithTimeout(ctx, m.cfg.DialTimeout)
 		defer cancel()
 	}
-	nc, err := m.cfg.Dial(ctx)
+	nc, err := dialWithin(ctx, m.cfg.Dial)
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +394,47 @@ func (m *Mux) dial(ctx context.Context) (*conn, error) {
 	c.r = bufio.NewReaderSize(deadlineReader{c}, 16<<10)
 	c.used.Store(time.Now().UnixNano())
 	return c, nil
+}
+
+// dialWithin is dial(ctx), returned at ctx's end even when dial does not
+// watch ctx: go-redis's own dialer with TLS (tls.DialWithDialer) is
+// bounded by its DialTimeout alone, handshake included. The dial goes on
+// in a goroutine of its own until it ends; a connection it makes after
+// its caller gave up is closed. (A goroutine per dial: dials are rare.)
+func dialWithin(ctx context.Context, dial func(context.Context) (net.Conn, error)) (net.Conn, error) {
+	type dialed struct {
+		nc  net.Conn
+		err error
+	}
+	done := make(chan dialed, 1)
+	var mu sync.Mutex
+	gaveUp := false
+	go func() {
+		nc, err := dial(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if gaveUp {
+			if err == nil { // (a failed dial's nc may be a typed nil)
+				_ = nc.Close()
+			}
+			return
+		}
+		done <- dialed{nc, err}
+	}()
+	select {
+	case d := <-done:
+		return d.nc, d.err
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case d := <-done: // it came as ctx ended: taken, never lost
+			return d.nc, d.err
+		default:
+			gaveUp = true
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // hello sends the hello commands on nc and reads their replies, with

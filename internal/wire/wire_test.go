@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -760,4 +761,47 @@ func TestCancelAfterTheFirstWait(t *testing.T) {
 		t.Fatalf("Do cancelled after its first wait = %+v, want an *errs.Late of context.Canceled", r)
 	}
 	<-late.Done
+}
+
+// A dial that ignores its ctx (go-redis's own with TLS) does not hold its
+// caller past the ctx's end; the connection it makes afterwards is
+// closed, not leaked, and the next call dials anew.
+func TestDialThatIgnoresCtx(t *testing.T) {
+	release := make(chan struct{})
+	made := make(chan net.Conn, 2) // the server's ends of the connections made
+	var dials atomic.Int32
+	m := New(Config{Dial: func(context.Context) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			<-release // the first dial: stuck whatever its ctx does
+		}
+		client, server := net.Pipe()
+		made <- server
+		return client, nil
+	}})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if r := m.Do(ctx, cmd("PING")); !errors.Is(r.Err, context.DeadlineExceeded) {
+		t.Fatalf("Do while the dial is stuck = %+v, want the ctx's deadline", r)
+	}
+	close(release)
+	first := <-made
+	_ = first.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := first.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("reading the connection made after its caller gave up: %v, want io.EOF (closed)", err)
+	}
+	// the next call has a connection of its own
+	next := make(chan driver.Reply, 1)
+	go func() { next <- m.Do(context.Background(), cmd("PING")) }()
+	second := <-made
+	if _, err := readReply(bufio.NewReader(second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Write([]byte("+PONG\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if rep := <-next; rep.Val != "PONG" {
+		t.Fatalf("the next call = %+v, want PONG", rep)
+	}
+	_ = second.Close()
 }
