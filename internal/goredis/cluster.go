@@ -38,14 +38,30 @@ type clusterWire struct {
 
 	mu     sync.Mutex
 	tmpl   *redis.Options       // a master's options, each Mux's made from it with the master's address
-	muxes  map[string]*wire.Mux // by master address
-	moved  map[int]movedTo      // slot -> master address, from MOVED replies
+	muxes  map[string]*master // by master address
+	moved  map[int]movedTo    // slot -> master address, from MOVED replies
+	swept  time.Time          // when forget last closed the Muxes no call used (sweep)
 	closed bool
 	// loaded: go-redis has had its slot map (MasterForKey loads it, with
 	// reads that only its timeouts bound, when it has none; afterwards it
 	// reloads in the background and answers at once).
 	loaded atomic.Bool
 }
+
+// master is the Mux of one master's address, and whether a call was sent
+// through it since the last sweep (under clusterWire.mu).
+type master struct {
+	m    *wire.Mux
+	used bool
+}
+
+// sweepEvery: forget closes, at most this often, the Muxes that no call
+// used since it last did (a master that left the cluster, failed over or
+// removed, is no longer in go-redis's map, so no call goes there; its Mux
+// would otherwise keep its connections until Close). A Mux of a master
+// still in the cluster that no call used for that long is closed too; the
+// next call to it makes another. A variable for tests.
+var sweepEvery = time.Minute
 
 // movedTo is where a MOVED reply said a slot is, until when it is
 // believed over go-redis's map (movedFor): the map, reloaded meanwhile,
@@ -74,7 +90,7 @@ func ownCluster(cc *redis.ClusterClient) *clusterWire {
 		// (a NewClient of the caller's may make each node's client its own way)
 		return nil
 	}
-	return &clusterWire{cc: cc, muxes: map[string]*wire.Mux{}, moved: map[int]movedTo{}}
+	return &clusterWire{cc: cc, muxes: map[string]*master{}, moved: map[int]movedTo{}, swept: time.Now()}
 }
 
 // firstKey is c's first key: "" (slot 0) for a keyless command.
@@ -164,14 +180,15 @@ func (w *clusterWire) masterFor(ctx context.Context, key string) (*redis.Client,
 func (w *clusterWire) mux(addr string) (*wire.Mux, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if m := w.muxes[addr]; m != nil {
-		return m, nil // after close too: a closed Mux still sends (wire.Mux.Close)
+	if ms := w.muxes[addr]; ms != nil {
+		ms.used = true
+		return ms.m, nil // after close too: a closed Mux still sends (wire.Mux.Close)
 	}
 	if w.closed {
 		return nil, wire.ErrClosed
 	}
 	m := ownMux(w.tmpl, addr)
-	w.muxes[addr] = m
+	w.muxes[addr] = &master{m: m, used: true}
 	return m, nil
 }
 
@@ -228,11 +245,29 @@ func (w *clusterWire) learn(slot int, addr string) {
 }
 
 // forget drops what MOVED replies said (Refresh: go-redis's map is
-// reloaded, and a redirect will say again where a slot went).
+// reloaded, and a redirect will say again where a slot went), and, at
+// most every sweepEvery, closes the Muxes that no call used since the
+// last time (sweepEvery). A call that took such a Mux just before still
+// goes on it (a closed Mux still sends, wire.Mux.Close); the next one
+// to that address makes a new Mux.
 func (w *clusterWire) forget() {
+	var idle []*wire.Mux
 	w.mu.Lock()
 	clear(w.moved)
+	if now := time.Now(); now.Sub(w.swept) >= sweepEvery && !w.closed {
+		w.swept = now
+		for addr, ms := range w.muxes {
+			if !ms.used {
+				idle = append(idle, ms.m)
+				delete(w.muxes, addr)
+			}
+			ms.used = false
+		}
+	}
 	w.mu.Unlock()
+	for _, m := range idle {
+		_ = m.Close()
+	}
 }
 
 var askingCmd = driver.Command{Args: []any{"ASKING"}}
@@ -352,7 +387,7 @@ func (w *clusterWire) close() error {
 	w.mu.Unlock()
 	var err error
 	for _, m := range ms {
-		err = errors.Join(err, m.Close())
+		err = errors.Join(err, m.m.Close())
 	}
 	return err
 }
