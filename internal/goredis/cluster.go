@@ -37,7 +37,7 @@ type clusterWire struct {
 	cc *redis.ClusterClient
 
 	mu     sync.Mutex
-	tmpl   *redis.Options       // a master's options, each Mux's made from it with the master's address
+	tmpl   *redis.Options     // a master's options, each Mux's made from it with the master's address
 	muxes  map[string]*master // by master address
 	moved  map[int]movedTo    // slot -> master address, from MOVED replies
 	swept  time.Time          // when forget last closed the Muxes no call used (sweep)
