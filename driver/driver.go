@@ -231,12 +231,16 @@ func (r Reply) Int64Slice() ([]int64, error) {
 
 // StringArgs returns a command's words as strings: for a driver whose
 // client takes strings only.
-func (c Command) StringArgs() []string {
-	out := make([]string, len(c.Args))
-	for i, a := range c.Args {
-		out[i] = argString(a)
+func (c Command) StringArgs() []string { return c.AppendStringArgs(make([]string, 0, len(c.Args))) }
+
+// AppendStringArgs appends a command's words as strings to dst, as
+// StringArgs makes them, and returns the extended slice: for a driver
+// that reuses dst once its client has copied the words.
+func (c Command) AppendStringArgs(dst []string) []string {
+	for _, a := range c.Args {
+		dst = append(dst, argString(a))
 	}
-	return out
+	return dst
 }
 
 // argString formats a word of a command.

@@ -141,7 +141,10 @@ func firstKey(cmds []driver.Command) string {
 // keys goes to the node of pin's slot when pin is set; with all, every
 // command does (a dedicated connection of a cluster: see conn).
 func build(b rueidis.Builder, c driver.Command, pin string, all bool) (rueidis.Completed, error) {
-	words := c.StringArgs()
+	// the words in an array on the stack (a longer command's grow on the
+	// heap): rueidis's builder copies them into a command of its own
+	var buf [24]string
+	words := c.AppendStringArgs(buf[:0])
 	if len(words) == 0 || words[0] == "" {
 		return rueidis.Completed{}, errors.New("rueidisdlock: empty command")
 	}
