@@ -1,6 +1,7 @@
 package rueidisdlock
 
 import (
+	"context"
 	"testing"
 
 	"github.com/dlock-go/dlock/driver"
@@ -32,5 +33,27 @@ func TestBuildAllocatesOnlyRueidisCommand(t *testing.T) {
 	})
 	if ours > theirs {
 		t.Errorf("build made %.0f allocations, rueidis's builder alone %.0f", ours, theirs)
+	}
+}
+
+// detached keeps what detach returns on the heap, as a call does.
+var detached context.Context
+
+// detach keeps ctx's values and drops its end; a ctx that cannot end is
+// passed as it is, without an allocation.
+func TestDetach(t *testing.T) {
+	type key struct{}
+	bg := context.WithValue(context.Background(), key{}, "v")
+	if n := testing.AllocsPerRun(100, func() { detached = detach(bg) }); n != 0 {
+		t.Errorf("detach of a ctx that cannot end made %.0f allocations", n)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	d := detach(ctx)
+	cancel()
+	if d.Err() != nil || d.Done() != nil {
+		t.Errorf("detach(ctx) ended with ctx: %v", d.Err())
+	}
+	if d.Value(key{}) != "v" || detach(bg).Value(key{}) != "v" {
+		t.Error("detach lost ctx's values")
 	}
 }

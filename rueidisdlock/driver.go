@@ -38,8 +38,15 @@ func (d *libDriver) Info() driver.Info {
 }
 
 // detach returns the ctx a command is sent with: ctx's values without
-// its end (see the package doc).
-func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+// its end (see the package doc); ctx itself when it cannot end (no Done
+// channel: context.Background, and what is made from it without a
+// cancel or a deadline), which saves an allocation a call.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
 
 func (d *libDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	for attempt := 0; ; attempt++ {
