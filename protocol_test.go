@@ -27,7 +27,7 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	const ttl, placeTTL = time.Minute, 60000
 	attempt := func(token, member string) []int64 {
 		t.Helper()
-		res, err := backend.FenceReply("lock", "x", p.lock(token, ttl, 0, member, true, placeTTL, false).Run(ctx, d))
+		res, err := backend.FenceReply("lock", "x", p.lock(token, ttl, 0, member, true, placeTTL, false).Run(ctx, d), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -215,18 +215,27 @@ func (r Reply) Slice() ([]any, error) {
 }
 
 // Int64Slice returns an array reply of integers.
-func (r Reply) Int64Slice() ([]int64, error) {
+func (r Reply) Int64Slice() ([]int64, error) { return r.AppendInt64s(nil) }
+
+// AppendInt64s appends an array reply of integers to dst and returns the
+// extended slice (dst, an array on the caller's stack, saves an
+// allocation per reply).
+func (r Reply) AppendInt64s(dst []int64) ([]int64, error) {
 	vs, err := r.Slice()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int64, len(vs))
-	for i, v := range vs {
-		if out[i], err = (Reply{Val: v}).Int64(); err != nil {
+	if dst == nil {
+		dst = make([]int64, 0, len(vs))
+	}
+	for _, v := range vs {
+		n, err := (Reply{Val: v}).Int64()
+		if err != nil {
 			return nil, err
 		}
+		dst = append(dst, n)
 	}
-	return out, nil
+	return dst, nil
 }
 
 // StringArgs returns a command's words as strings: for a driver whose

@@ -60,9 +60,13 @@ func RetryAfter(pttl int64, ttl time.Duration) time.Duration {
 	return time.Duration(pttl) * time.Millisecond
 }
 
-// FenceReply reads a {1, fence} / {0, pttl} / {-1} reply.
-func FenceReply(op, name string, cmd interface{ Int64Slice() ([]int64, error) }) ([]int64, error) {
-	res, err := cmd.Int64Slice()
+// FenceReply reads a {1, fence} / {0, pttl} / {-1} reply into buf
+// (appended to buf[:0]; nil: a slice of its own).
+func FenceReply(op, name string, r driver.Reply, buf []int64) ([]int64, error) {
+	if buf != nil {
+		buf = buf[:0]
+	}
+	res, err := r.AppendInt64s(buf)
 	if err != nil {
 		return nil, errs.Redis(op, name, err)
 	}

@@ -38,7 +38,8 @@ func (s *single) Attempt(a *AttemptSpec) (HoldOps, AttemptFunc) {
 			m = a.Member
 		}
 		start := time.Now()
-		res, err := FenceReply("lock", a.K.Name, s.Grant(ctx, a.Call(a.Token, m, placed, a.Cfg)))
+		var buf [4]int64 // the reply's words: {held, fence} or {busy, pttl, seen}
+		res, err := FenceReply("lock", a.K.Name, s.Grant(ctx, a.Call(a.Token, m, placed, a.Cfg)), buf[:])
 		if err != nil {
 			return Outcome{}, err
 		}
