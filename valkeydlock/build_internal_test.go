@@ -11,8 +11,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// build allocates nothing of its own: a command's words go through a
-// pooled buffer, which valkey-go's builder copies into a command of its own
+// build allocates nothing of its own: a command's words go in an array on
+// its stack, which valkey-go's builder copies into a command of its own
 // (the []string made per call was 2 of the 25 allocations of an
 // uncontended Lock+Unlock). Counted against valkey-go's builder making the
 // same command from words it is given.
