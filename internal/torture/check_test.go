@@ -594,22 +594,27 @@ func TestWeightsAdd(t *testing.T) {
 	}
 }
 
-// laterValueOf accepts a value of the same worker's later op only.
-func TestLaterValueOf(t *testing.T) {
+// A Campaign's Value may be a value of the same worker recorded by a
+// call begun after the Campaign began (seeds 274153045, 66545729); one
+// begun before it, or never recorded by this worker, is a violation.
+func TestRecordingsSince(t *testing.T) {
+	var r recordings
+	t0 := time.Now()
+	r.record(valueOf("w2.0", 9405, 0), t0.Add(-time.Second))       // an earlier Campaign's
+	r.record(valueOf("w2.0", 9405, 1), t0.Add(time.Millisecond))   // its Proclaim, after
+	r.record(valueOf("w2.0", 9464, 0), t0.Add(2*time.Millisecond)) // a later Campaign's
 	for _, c := range []struct {
 		v    string
 		want bool
 	}{
+		{valueOf("w2.0", 9405, 1), true},
 		{valueOf("w2.0", 9464, 0), true},
-		{valueOf("w2.0", 9464, 3), true},
-		{valueOf("w2.0", 9462, 0), false}, // its own: compared as equal before
-		{valueOf("w2.0", 9461, 0), false},
-		{valueOf("w1.0", 9464, 0), false},
-		{valueOf("w2.01", 9464, 0), false},
+		{valueOf("w2.0", 9405, 0), false}, // stale: recorded before
+		{valueOf("w1.0", 9464, 0), false}, // never recorded here
 		{"", false},
 	} {
-		if got := laterValueOf("w2.0", 9462, c.v); got != c.want {
-			t.Errorf("laterValueOf(w2.0, 9462, %q) = %v, want %v", c.v, got, c.want)
+		if got := r.since(c.v, t0); got != c.want {
+			t.Errorf("since(%q) = %v, want %v", c.v, got, c.want)
 		}
 	}
 }

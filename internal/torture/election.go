@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +59,8 @@ func (g *gor) campaign(parent context.Context, sp spec, e *dlock.Election) *held
 	op, ctx, cancel, ce, st := g.begin(parent, sp)
 	defer cancel()
 	value := valueOf(g.w.cfg.ID, op, 0)
+	began := time.Now()
+	g.w.values.record(value, began)
 	ld, err := e.Campaign(ctx, value)
 	t := now()
 	if err != nil {
@@ -78,27 +79,32 @@ func (g *gor) campaign(parent context.Context, sp spec, e *dlock.Election) *held
 		ge.Err = errNow.Error()
 	}
 	g.emit(ge)
-	if v := ld.Value(); v != value && !laterValueOf(g.w.cfg.ID, op, v) {
+	if v := ld.Value(); v != value && !g.w.values.since(v, began) {
 		g.fatal("Campaign of %q returned a leadership with value %q, want %q", name, v, value)
 	}
 	return h
 }
 
-// laterValueOf reports whether v is the value of worker w's op begun
-// after op: a Campaign on the same Client that found this leadership and
-// proclaimed on it (Campaign's "leads already"), or a Proclaim of that
-// one's lead, may record its value between this Campaign's return and
-// its read of Value (seed 274153045), which is documented: Value is the
-// value as last recorded, and both share the leadership. A value of an
-// op begun before this one, or of another worker, is still wrong.
-func laterValueOf(w string, op int64, v string) bool {
-	rest, ok := strings.CutPrefix(v, w+"#op") // callKey's form
-	if !ok {
-		return false
-	}
-	num, _, _ := strings.Cut(rest, "/")
-	vop, err := strconv.ParseInt(num, 10, 64)
-	return err == nil && vop > op
+// recordings are the values a worker's Campaigns and Proclaims recorded,
+// each with when its call began. A Campaign's leadership may carry, by the
+// time its Value is read, a value another call of the same worker
+// recorded on it meanwhile: a Campaign on the same Client that found this
+// leadership and proclaimed on it (Campaign's "leads already"; seed
+// 274153045), or a Proclaim of a lead that shares it, even one of an
+// earlier Campaign (seed 66545729). That is documented: Value is the
+// value as last recorded, and they share the leadership. A value whose
+// call began before this Campaign did (stale), or another worker's, is
+// still wrong.
+type recordings struct{ began sync.Map } // value -> time.Time
+
+// record notes that a call recording v began at t.
+func (r *recordings) record(v string, t time.Time) { r.began.Store(v, t) }
+
+// since reports whether v was recorded by a call of this worker that
+// began after t.
+func (r *recordings) since(v string, t time.Time) bool {
+	b, ok := r.began.Load(v)
+	return ok && b.(time.Time).After(t)
 }
 
 // elect is the election scenario: 1-3 candidates, each a goroutine of its
@@ -204,6 +210,7 @@ func (g *gor) lead(ctx context.Context, h *held, e *dlock.Election) {
 // instead, which is no fault of this call's.
 func (g *gor) proclaim(ctx context.Context, h *held, v string) {
 	before := h.ld.Value()
+	g.w.values.record(v, time.Now())
 	err := h.ld.Proclaim(ctx, v)
 	switch after := h.ld.Value(); {
 	case err == nil && after == before && before != v:

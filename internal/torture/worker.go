@@ -46,6 +46,7 @@ type worker struct {
 	// given: a Campaign on a Client that leads already returns that
 	// leadership (dlock proclaims), which is the same owner, not a new one.
 	leaders sync.Map     // *dlock.Leadership -> owner
+	values  recordings   // the values its Campaigns and Proclaims recorded
 	gids    atomic.Int64 // goroutine ids of helpers
 	fwrites atomic.Int64 // fenced writes made (fenced.go)
 	// privates numbers the Clients made for one scenario.
