@@ -594,27 +594,40 @@ func TestWeightsAdd(t *testing.T) {
 	}
 }
 
-// A Campaign's Value may be a value of the same worker recorded by a
-// call begun after the Campaign began (seeds 274153045, 66545729); one
-// begun before it, or never recorded by this worker, is a violation.
-func TestRecordingsSince(t *testing.T) {
+// A Campaign's Value may be a value recorded on the same leadership (its
+// Client, election and term) by a call begun after the Campaign began
+// (seeds 274153045, 66545729); one begun before it, or recorded through
+// another Client (another leadership: the case an attack on the first
+// version of this check found), on another election or in another term,
+// or never recorded by this worker, is a violation.
+func TestRecordingsShares(t *testing.T) {
 	var r recordings
 	t0 := time.Now()
-	r.record(valueOf("w2.0", 9405, 0), t0.Add(-time.Second))       // an earlier Campaign's
-	r.record(valueOf("w2.0", 9405, 1), t0.Add(time.Millisecond))   // its Proclaim, after
-	r.record(valueOf("w2.0", 9464, 0), t0.Add(2*time.Millisecond)) // a later Campaign's
-	for _, c := range []struct {
+	c := recording{client: "c1.1", name: "e1", term: 7, began: t0}
+	at := func(client, name string, term int64, d time.Duration) recording {
+		return recording{client: client, name: name, term: term, began: t0.Add(d)}
+	}
+	r.record(valueOf("w2.0", 9405, 0), at("c1.1", "e1", 0, -time.Second))     // an earlier Campaign's
+	r.record(valueOf("w2.0", 9405, 1), at("c1.1", "e1", 7, time.Millisecond)) // its lead's Proclaim, after
+	r.record(valueOf("w2.0", 9464, 0), at("c1.1", "e1", 0, time.Millisecond)) // a later Campaign's, re-entered
+	r.record(valueOf("w2.0", 9466, 1), at("p7", "e1", 7, time.Millisecond))   // another Client's leadership
+	r.record(valueOf("w2.0", 9467, 1), at("c1.1", "e0", 7, time.Millisecond)) // another election
+	r.record(valueOf("w2.0", 9468, 1), at("c1.1", "e1", 6, time.Millisecond)) // an earlier term
+	for _, cs := range []struct {
 		v    string
 		want bool
 	}{
 		{valueOf("w2.0", 9405, 1), true},
 		{valueOf("w2.0", 9464, 0), true},
 		{valueOf("w2.0", 9405, 0), false}, // stale: recorded before
+		{valueOf("w2.0", 9466, 1), false},
+		{valueOf("w2.0", 9467, 1), false},
+		{valueOf("w2.0", 9468, 1), false},
 		{valueOf("w1.0", 9464, 0), false}, // never recorded here
 		{"", false},
 	} {
-		if got := r.since(c.v, t0); got != c.want {
-			t.Errorf("since(%q) = %v, want %v", c.v, got, c.want)
+		if got := r.shares(cs.v, c); got != cs.want {
+			t.Errorf("shares(%q) = %v, want %v", cs.v, got, cs.want)
 		}
 	}
 }

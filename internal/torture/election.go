@@ -60,7 +60,7 @@ func (g *gor) campaign(parent context.Context, sp spec, e *dlock.Election) *held
 	defer cancel()
 	value := valueOf(g.w.cfg.ID, op, 0)
 	began := time.Now()
-	g.w.values.record(value, began)
+	g.w.values.record(value, recording{client: sp.client, name: sp.names[0], began: began})
 	ld, err := e.Campaign(ctx, value)
 	t := now()
 	if err != nil {
@@ -70,7 +70,7 @@ func (g *gor) campaign(parent context.Context, sp spec, e *dlock.Election) *held
 	// The leadership begins here (see acquire).
 	errNow := ld.Err()
 	name := sp.names[0]
-	h := &held{id: g.w.leases.Add(1), ld: ld, op: op, names: sp.names, ttl: sp.ttls[name], fixed: sp.fixed}
+	h := &held{id: g.w.leases.Add(1), ld: ld, op: op, client: sp.client, names: sp.names, ttl: sp.ttls[name], fixed: sp.fixed}
 	owner, again := g.w.leaders.LoadOrStore(ld, leaderOwner(g.w.cfg.ID, h.id))
 	ge := Event{T: t, K: kGrant, Op: op, Lease: h.id, Client: sp.client, Scn: sp.scn, St: st, DL: ce.DL,
 		EK: errKind(errNow), Names: sp.names, Sides: []string{""}, Owners: []string{owner.(string)},
@@ -79,32 +79,45 @@ func (g *gor) campaign(parent context.Context, sp spec, e *dlock.Election) *held
 		ge.Err = errNow.Error()
 	}
 	g.emit(ge)
-	if v := ld.Value(); v != value && !g.w.values.since(v, began) {
+	if v := ld.Value(); v != value && !g.w.values.shares(v, recording{client: sp.client, name: name, term: ld.Term(), began: began}) {
 		g.fatal("Campaign of %q returned a leadership with value %q, want %q", name, v, value)
 	}
 	return h
 }
 
 // recordings are the values a worker's Campaigns and Proclaims recorded,
-// each with when its call began. A Campaign's leadership may carry, by the
-// time its Value is read, a value another call of the same worker
-// recorded on it meanwhile: a Campaign on the same Client that found this
-// leadership and proclaimed on it (Campaign's "leads already"; seed
-// 274153045), or a Proclaim of a lead that shares it, even one of an
-// earlier Campaign (seed 66545729). That is documented: Value is the
-// value as last recorded, and they share the leadership. A value whose
-// call began before this Campaign did (stale), or another worker's, is
-// still wrong.
-type recordings struct{ began sync.Map } // value -> time.Time
+// each with where and when its call began. A Campaign's leadership may
+// carry, by the time its Value is read, a value another call recorded on
+// the same leadership meanwhile: a Campaign on the same Client that found
+// it and proclaimed on it (Campaign's "leads already"; seed 274153045), or
+// a Proclaim of a lead that shares it, even one of an earlier Campaign
+// (seed 66545729). That is documented: Value is the value as last
+// recorded, and they share the leadership. Any other value is still
+// wrong: one whose call began before this Campaign did (stale), or one
+// recorded through another Client, on another election, in another term,
+// or by another worker.
+type recordings struct{ m sync.Map } // value -> recording
 
-// record notes that a call recording v began at t.
-func (r *recordings) record(v string, t time.Time) { r.began.Store(v, t) }
+// recording is where and when a call that records a value began.
+type recording struct {
+	client, name string    // the Client's id (spec.client), the election
+	term         int64     // a Proclaim's leadership's term; 0 for a Campaign (not known until it returns)
+	began        time.Time // when the call began
+}
 
-// since reports whether v was recorded by a call of this worker that
-// began after t.
-func (r *recordings) since(v string, t time.Time) bool {
-	b, ok := r.began.Load(v)
-	return ok && b.(time.Time).After(t)
+// record notes the call that records v.
+func (r *recordings) record(v string, at recording) { r.m.Store(v, at) }
+
+// shares reports whether v was recorded on the leadership that c (this
+// Campaign: its Client, election, term, and when it began) returned, by a
+// call that began after c did.
+func (r *recordings) shares(v string, c recording) bool {
+	x, ok := r.m.Load(v)
+	if !ok {
+		return false
+	}
+	at := x.(recording)
+	return at.client == c.client && at.name == c.name && (at.term == 0 || at.term == c.term) && at.began.After(c.began)
 }
 
 // elect is the election scenario: 1-3 candidates, each a goroutine of its
@@ -210,7 +223,7 @@ func (g *gor) lead(ctx context.Context, h *held, e *dlock.Election) {
 // instead, which is no fault of this call's.
 func (g *gor) proclaim(ctx context.Context, h *held, v string) {
 	before := h.ld.Value()
-	g.w.values.record(v, time.Now())
+	g.w.values.record(v, recording{client: h.client, name: h.names[0], term: h.ld.Term(), began: time.Now()})
 	err := h.ld.Proclaim(ctx, v)
 	switch after := h.ld.Value(); {
 	case err == nil && after == before && before != v:

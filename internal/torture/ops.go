@@ -31,6 +31,7 @@ type held struct {
 	lease   *dlock.Lease
 	ld      *dlock.Leadership // an Election's: lease is nil
 	op      int64             // the Campaign's call id (ld)
+	client  string            // the Campaign's Client (spec.client; ld)
 	names   []string
 	ttl     time.Duration // the longest TTL of its names
 	fixed   bool
