@@ -411,6 +411,9 @@ func dialWithin(ctx context.Context, dial func(context.Context) (net.Conn, error
 	gaveUp := false
 	go func() {
 		nc, err := dial(ctx)
+		if err == nil && nc == nil { // a broken Dial: an error, not a nil conn used
+			err = errNoConn
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if gaveUp {
@@ -436,6 +439,9 @@ func dialWithin(ctx context.Context, dial func(context.Context) (net.Conn, error
 		}
 	}
 }
+
+// errNoConn: the Dial returned neither a connection nor an error.
+var errNoConn = errors.New("dlock: the dialer returned no connection and no error")
 
 // hello sends the hello commands on nc and reads their replies, with
 // ctx's deadline (and cancellation) on the socket.

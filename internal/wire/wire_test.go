@@ -805,3 +805,28 @@ func TestDialThatIgnoresCtx(t *testing.T) {
 	}
 	_ = second.Close()
 }
+
+// A Dial that returns neither a connection nor an error fails the call
+// with an error; it does not crash the process, whether the caller waited
+// or had given up by then (its dial then ends on a goroutine of its own).
+func TestDialReturnsNoConnection(t *testing.T) {
+	release := make(chan struct{})
+	ended := make(chan struct{}, 2)
+	m := New(Config{Dial: func(context.Context) (net.Conn, error) {
+		defer func() { ended <- struct{}{} }()
+		<-release
+		return nil, nil
+	}})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if r := m.Do(ctx, cmd("PING")); !errors.Is(r.Err, context.DeadlineExceeded) {
+		t.Fatalf("Do while the dial is stuck = %+v, want the ctx's deadline", r)
+	}
+	close(release) // the given-up dial returns (nil, nil) on its goroutine
+	<-ended
+	if r := m.Do(context.Background(), cmd("PING")); !errors.Is(r.Err, errNoConn) {
+		t.Fatalf("Do = %+v, want errNoConn", r)
+	}
+	<-ended
+}
