@@ -19,8 +19,9 @@ import (
 
 // documentedGrant is the grant docs/deployments.md prints for every
 // Client (the line "ACL SETUSER app reset on >secret ..." that names
-// neither a cluster's commands nor WithoutScripts'), with extra the
-// commands it adds; as words for ACL SETUSER.
+// neither a cluster's commands, nor WithoutScripts', nor a connection's
+// SELECT), or, with extra, the line that adds those commands (extra[0]
+// one of "+spublish", "+multi", "+select"); as words for ACL SETUSER.
 func documentedGrant(t *testing.T, extra ...string) []any {
 	t.Helper()
 	b, err := os.ReadFile("docs/deployments.md")
@@ -33,7 +34,8 @@ func documentedGrant(t *testing.T, extra ...string) []any {
 			continue
 		}
 		has := func(w string) bool { return strings.Contains(line+" ", " "+w+" ") }
-		if has("+spublish") != (len(extra) > 0 && extra[0] == "+spublish") || has("+multi") != (len(extra) > 0 && extra[0] == "+multi") {
+		wants := func(w string) bool { return len(extra) > 0 && extra[0] == w }
+		if has("+spublish") != wants("+spublish") || has("+multi") != wants("+multi") || has("+select") != wants("+select") {
 			continue
 		}
 		var words []any
@@ -563,5 +565,54 @@ func TestRefusedCommandWarns(t *testing.T) {
 	waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "may not run") })
 	if !strings.Contains(logs.String(), "deployments.md") {
 		t.Errorf("the warning does not name the fix: %q", logs.String())
+	}
+}
+
+// A go-redis client with a database other than 0 and a ClientName sends
+// SELECT and CLIENT SETNAME on every connection it opens, and so do
+// dlock's own connections (they follow the client's options): a user
+// given exactly the grant docs/deployments.md prints for such a client
+// runs every public call of every primitive, through go-redis's pool
+// (WithoutOwnConnections) and through dlock's own connections, and the
+// server logs no command refused.
+func TestDocumentedGrantWithDBAndName(t *testing.T) {
+	if envdriver.Name() != "go-redis" {
+		t.Skip("DB and ClientName here are go-redis's options")
+	}
+	for _, through := range []struct {
+		name string
+		opts []dlock.Option
+	}{{"pool", []dlock.Option{dlock.WithoutOwnConnections()}}, {"own connections", nil}} {
+		t.Run(through.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			s := redistest.StartT(t, redistest.Options{})
+			replica := redistest.StartT(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(s.Port())}})
+			admin := newRedis(t, s)
+			if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, documentedGrant(t, "+select")...)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the replica", func() bool {
+				info, err := newRedis(t, replica).Info(ctx, "replication").Result()
+				return err == nil && strings.Contains(info, "master_link_status:up")
+			})
+			asApp := func(name string) func(o *redis.Options) {
+				return func(o *redis.Options) { o.Username, o.Password, o.DB, o.ClientName = "app", "secret", 3, name }
+			}
+			a := newClient(t, newRedis(t, s, asApp("app-a")), through.opts...)
+			b := newClient(t, newRedis(t, s, asApp("app-b")), through.opts...)
+			synced := newClient(t, newRedis(t, s, asApp("app-synced")), append([]dlock.Option{dlock.WithReplicaSync(1, time.Second)}, through.opts...)...)
+			everyCall(t, ctx, a, b, synced)
+			if denied := aclDenials(t, admin); len(denied) > 0 {
+				t.Errorf("the server refused %d command(s) to the documented grant:\n%s", len(denied), strings.Join(denied, "\n"))
+			}
+			// the locks were taken in database 3, as the client asked: the
+			// fence counter is there, not in 0
+			in3, err := newRedis(t, s, func(o *redis.Options) { o.DB = 3 }).Exists(ctx, "dlock:fence").Result()
+			in0, err0 := admin.Exists(ctx, "dlock:fence").Result()
+			if err != nil || err0 != nil || in3 != 1 || in0 != 0 {
+				t.Errorf("the fence counter: %d in database 3 (%v), %d in 0 (%v); want 1, 0", in3, err, in0, err0)
+			}
+		})
 	}
 }

@@ -80,13 +80,10 @@ func TestGrantsCoverTheGoSide(t *testing.T) {
 	}
 	notSent := map[string]string{
 		"readonly": "errors.go: the READONLY error reply's prefix",
-		// internal/goredis's hello on dlock's own connections: sent only
-		// where the go-redis client's options ask for them, as go-redis
-		// sends them on its own connections (AUTH needs no grant; SELECT
-		// and CLIENT SETNAME are the application's, granted already)
-		"auth":           "internal/goredis: the client's credentials, as go-redis sends them",
-		"select":         "internal/goredis: the client's DB, as go-redis selects it",
-		"client|setname": "internal/goredis: the client's ClientName, as go-redis sets it",
+		// internal/goredis's hello on dlock's own connections, as go-redis
+		// sends it on its own: AUTH needs no grant (SELECT and CLIENT
+		// SETNAME do: grants.Connection)
+		"auth": "internal/goredis: the client's credentials, as go-redis sends them",
 	}
 	var files []string
 	for _, dir := range []string{".", "internal/goredis", "internal/protocol", "internal/transport", "internal/backend", "internal/deploy", "internal/wake", "rueidisdlock", "valkeydlock"} {
@@ -152,7 +149,7 @@ func TestGrantsCoverTheGoSide(t *testing.T) {
 }
 
 // docs/deployments.md prints the grants the list makes: for every
-// Client, a cluster's, WithoutScripts'.
+// Client, a cluster's, WithoutScripts', a client's with a DB or a name.
 func TestGrantsDocumented(t *testing.T) {
 	b, err := os.ReadFile("docs/deployments.md")
 	if err != nil {
@@ -162,7 +159,7 @@ func TestGrantsDocumented(t *testing.T) {
 	for _, l := range strings.Split(string(b), "\n") {
 		lines[strings.TrimSpace(l)] = true
 	}
-	for _, uses := range [][]grants.Use{{grants.Every}, {grants.Every, grants.Cluster}, {grants.Every, grants.NoScripts}} {
+	for _, uses := range [][]grants.Use{{grants.Every}, {grants.Every, grants.Cluster}, {grants.Every, grants.NoScripts}, {grants.Every, grants.Connection}} {
 		line := grants.Line("app", "secret", "dlock", uses...)
 		if !lines[line] {
 			t.Errorf("docs/deployments.md does not print the grant of %v (internal/grants):\n%s", uses, line)

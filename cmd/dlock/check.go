@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -169,7 +170,8 @@ func (c *checker) key(suffix string) string {
 // (internal/grants) as its user, harmlessly: its words, where $h $z $n $s
 // $r $u stand for scratch keys of the prefix in one slot (a hash, a
 // sorted set, a counter, a string, a RENAME's target, a ZUNIONSTORE's),
-// $c for a channel there and $p for a SCAN pattern of them. Any reply but
+// $c for a channel there, $p for a SCAN pattern of them, $db and $name
+// for the check's own connection's database and name. Any reply but
 // a refusal (NOPERM; in a script, "can't run this command") says the user
 // may run it: an error of the command's own ("no such key") is a yes, and
 // so the tries need no keys set up. nil: the pub/sub check tries it.
@@ -224,6 +226,8 @@ var commandTries = map[string][]string{
 	"delifeq":          {"DELIFEQ", "$s", "x"},
 	"multi":            {"MULTI"}, // then EXEC, last (commands)
 	"exec":             {"EXEC"},
+	"select":           {"SELECT", "$db"},              // the database the check is on: nothing changes
+	"client|setname":   {"CLIENT", "SETNAME", "$name"}, // the check's own connection's name
 }
 
 // checkScript runs the tries of the commands dlock's scripts call, each
@@ -303,6 +307,8 @@ func (c *checker) commands(ctx context.Context) {
 	}
 	conn := node.Conn() // one connection: WATCH, MULTI and EXEC are of a connection
 	defer conn.Close()
+	slot["$db"] = fmt.Sprint(node.Options().DB)
+	slot["$name"] = cmp.Or(node.Options().ClientName, "dlock-check")
 	refused := map[grants.Use][]string{}
 	refuse := func(cmd grants.Command) {
 		if !slices.Contains(refused[cmd.Use], cmd.Name) {
@@ -377,6 +383,10 @@ func (c *checker) commands(ctx context.Context) {
 	}
 	if n := refused[grants.Cluster]; len(n) > 0 {
 		c.say(checkMissing, "commands", "refused: %s: a cluster's Clients need them (grant them: %s)", strings.Join(n, ", "), grant(n))
+	}
+	if n := refused[grants.Connection]; len(n) > 0 {
+		c.say(checkWarning, "commands", "refused: %s: a client with a database other than 0 (select) or a ClientName (client|setname) "+
+			"sends them on every connection, and fails every call without them (grant them: %s)", strings.Join(n, ", "), grant(n))
 	}
 	if n := refused[grants.NoScripts]; len(n) > 0 {
 		c.say(checkWarning, "commands", "refused: %s: Clients WithoutScripts need them (grant them: %s)", strings.Join(n, ", "), grant(n))

@@ -128,3 +128,46 @@ func TestCheckNamesEachDeniedClusterCommand(t *testing.T) {
 	}
 	grant("")
 }
+
+// A client with a database other than 0 or a ClientName needs SELECT and
+// CLIENT SETNAME (grants.Connection): dlock check warns, naming both,
+// when the user lacks them, and says nothing of them when the user has
+// the documented grant of such a client, which runs the check on
+// database 3 too.
+func TestCheckNamesTheConnectionGrant(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	admin := s.Client()
+	defer admin.Close()
+	ctx := context.Background()
+	grant := func(uses ...grants.Use) {
+		t.Helper()
+		var args []any
+		for _, w := range strings.Fields(grants.Line("app", "pw", "dlock", uses...)) {
+			args = append(args, w)
+		}
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := fmt.Sprintf("redis://app:pw@%s", s.Addr())
+	warned := func(out string) bool {
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "warning") && strings.Contains(line, "select") && strings.Contains(line, "client|setname") {
+				return true
+			}
+		}
+		return false
+	}
+	grant(grants.Every)
+	if r := runCLI("check", "--redis", url); r.code != exitOK || !warned(r.stdout) {
+		t.Errorf("every Client's grant alone: exit %d, want %d with a warning naming select and client|setname:\n%s%s",
+			r.code, exitOK, r.stdout, r.stderr)
+	}
+	grant(grants.Every, grants.Connection)
+	for _, u := range []string{url, url + "/3"} {
+		if r := runCLI("check", "--redis", u); r.code != exitOK || warned(r.stdout) || strings.Contains(r.stdout, "select") {
+			t.Errorf("%s with the grant of a client with a DB and a name: exit %d, want %d and nothing said of select:\n%s%s",
+				u, r.code, exitOK, r.stdout, r.stderr)
+		}
+	}
+}

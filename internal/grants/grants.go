@@ -22,6 +22,11 @@ const (
 	// WithoutScripts: a transaction per acquire, compare-and-delete
 	// through WATCH (or DELEX / DELIFEQ where the server has them: Only).
 	NoScripts
+	// A client whose options name a database other than 0 (SELECT) or a
+	// ClientName (CLIENT SETNAME): go-redis sends them on every
+	// connection it opens (its pool's and its pub/sub's), and so do
+	// dlock's own connections, which follow the client's options.
+	Connection
 )
 
 // Command is one Redis command, as ACL SETUSER names it (lower case,
@@ -99,6 +104,9 @@ var Commands = []Command{
 	{Name: "command|info", Use: NoScripts},
 	{Name: "delex", Use: NoScripts, Only: "Redis 8.4"},
 	{Name: "delifeq", Use: NoScripts, Only: "Valkey 9"},
+	// a client's DB and ClientName
+	{Name: "select", Use: Connection},
+	{Name: "client|setname", Use: Connection},
 }
 
 // Of returns the commands of uses, in Commands' order; those a server
