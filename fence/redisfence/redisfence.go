@@ -29,6 +29,11 @@
 // resource "orders/42"), as the record has it. A key of another slot is
 // refused before anything is sent (an error matching fence.ErrInvalid).
 //
+// A Guard refuses a server that may evict its records (a maxmemory-policy
+// other than noeviction): every write fails with an error matching
+// dlock.ErrEvictionPolicy, as a dlock Client's acquire does, unless
+// WithEvictionRisk (eviction.go says why, and when the policy is read).
+//
 // What a Guard does not promise: writes that bypass it are not fenced;
 // the record is as durable as the server's data (a restart without
 // persistence forgets it, as it forgets the data); and a failover that
@@ -43,6 +48,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -58,10 +64,14 @@ const DefaultPrefix = "dlock:fenced"
 // Guard checks the fences of writes to resources kept in one Redis
 // deployment. It is safe for concurrent use.
 type Guard struct {
-	rdb     redis.UniversalClient
-	prefix  string
-	receipt time.Duration
-	cluster bool
+	rdb          redis.UniversalClient
+	prefix       string
+	receipt      time.Duration
+	cluster      bool
+	evictionRisk bool          // WithEvictionRisk
+	log          *slog.Logger  // WithLogger
+	recheck      time.Duration // WithPolicyRecheck
+	policy       policyCheck   // the server's eviction policy (eviction.go)
 }
 
 // Option configures a Guard.
@@ -87,7 +97,7 @@ func WithReceiptTTL(d time.Duration) Option { return func(g *Guard) { g.receipt 
 // New returns a Guard of rdb's resources. Its methods return an error
 // matching fence.ErrInvalid if rdb is nil or an option is invalid.
 func New(rdb redis.UniversalClient, opts ...Option) *Guard {
-	g := &Guard{rdb: rdb, prefix: DefaultPrefix, receipt: DefaultReceiptTTL}
+	g := &Guard{rdb: rdb, prefix: DefaultPrefix, receipt: DefaultReceiptTTL, log: slog.Default(), recheck: DefaultPolicyRecheck}
 	for _, o := range opts {
 		if o != nil {
 			o(g)
@@ -154,6 +164,9 @@ func (g *Guard) Tx(ctx context.Context, t fence.Token, resource string, keys []s
 	if fn == nil {
 		return invalid("nil transaction")
 	}
+	if err := g.admit(ctx); err != nil {
+		return err
+	}
 	watched := append([]string{rec}, keys...)
 	for {
 		err := g.rdb.Watch(ctx, func(tx *redis.Tx) error {
@@ -210,6 +223,16 @@ func (g *Guard) receipts(resource string) string { return g.Record(resource) + "
 
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
+// infoField returns the value of a field of an INFO reply ("" if absent).
+func infoField(info, field string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // check validates a write and returns its fence and the record's key.
 func (g *Guard) check(t fence.Token, resource string, keys []string) (int64, string, error) {
 	if g.rdb == nil {
@@ -220,6 +243,12 @@ func (g *Guard) check(t fence.Token, resource string, keys []string) (int64, str
 	}
 	if g.receipt <= 0 {
 		return 0, "", invalid("receipt TTL %v: must be positive", g.receipt)
+	}
+	if g.recheck <= 0 {
+		return 0, "", invalid("policy recheck %v: must be positive", g.recheck)
+	}
+	if g.log == nil {
+		return 0, "", invalid("nil logger")
 	}
 	f, err := fence.Check(t, resource)
 	if err != nil {
@@ -242,6 +271,9 @@ func (g *Guard) check(t fence.Token, resource string, keys []string) (int64, str
 func (g *Guard) run(ctx context.Context, t fence.Token, resource string, keys []string, op string, args ...any) error {
 	f, rec, err := g.check(t, resource, keys)
 	if err != nil {
+		return err
+	}
+	if err := g.admit(ctx); err != nil {
 		return err
 	}
 	// The write id, made once, before the first send: every copy of this

@@ -30,6 +30,7 @@ type resendScene struct {
 	p      *faultproxy.Proxy
 	holder *redis.Client
 	direct *redis.Client
+	guard  *redisfence.Guard // the holder's, warmed: its check of the server's policy made
 }
 
 func newResendScene(t *testing.T) *resendScene {
@@ -43,12 +44,14 @@ func newResendScene(t *testing.T) *resendScene {
 		_ = holder.Close()
 		_ = p.Close()
 	})
-	// One connection, ready; the scripts loaded.
+	// One connection, ready; the scripts loaded; the guard's check of the
+	// server's eviction policy made (its INFO is not the reply delayed).
 	ctx := context.Background()
-	if err := redisfence.New(holder).Set(ctx, token(1), name(t)+"/warm", name(t)+"/warm", "x", 0); err != nil {
+	g := redisfence.New(holder)
+	if err := g.Set(ctx, token(1), name(t)+"/warm", name(t)+"/warm", "x", 0); err != nil {
 		t.Fatal(err)
 	}
-	return &resendScene{t: t, p: p, holder: holder, direct: newRedis(t, srv)}
+	return &resendScene{t: t, p: p, holder: holder, direct: newRedis(t, srv), guard: g}
 }
 
 // run runs write (the holder's call) with its first reply delayed (if
@@ -101,7 +104,7 @@ func TestResentWriteAnswersAsTheFirstCopy(t *testing.T) {
 	for _, op := range []string{"set", "hset", "delete"} {
 		t.Run(op, func(t *testing.T) {
 			s := newResendScene(t)
-			g, newer := redisfence.New(s.holder), redisfence.New(s.direct)
+			g, newer := s.guard, redisfence.New(s.direct)
 			res := uniq(t)
 			key := res + ":k"
 			if op == "delete" {
@@ -137,7 +140,7 @@ func TestResentWriteAnswersAsTheFirstCopy(t *testing.T) {
 func TestResentTxAnswersAsTheFirstCopy(t *testing.T) {
 	ctx := context.Background()
 	s := newResendScene(t)
-	g, newer := redisfence.New(s.holder), redisfence.New(s.direct)
+	g, newer := s.guard, redisfence.New(s.direct)
 	res := uniq(t)
 	key := res + ":k"
 	write := func() error {
