@@ -1,10 +1,13 @@
 package redisfence_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,5 +90,105 @@ func TestGuardRefusesAnEvictingServer(t *testing.T) {
 				t.Errorf("the stale write is in the store")
 			}
 		})
+	}
+}
+
+// The check of the server's policy is made once per Guard, not per
+// write: writes from eight goroutines at once, from the first on, send
+// one INFO between them (those that come while it is under way wait for
+// it).
+func TestEvictionCheckIsCached(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := newRedis(t, s)
+	g := redisfence.New(rdb)
+	before := cmdCalls(t, rdb, "info")
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				if err := g.Set(ctx, token(1), name(t), fmt.Sprintf("{%s}:%d:%d", name(t), w, i), "x", 0); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// the second read counts the first
+	if n := cmdCalls(t, rdb, "info") - before - 1; n != 1 {
+		t.Errorf("200 writes of one Guard sent INFO %d times; want once", n)
+	}
+}
+
+// A policy changed at run time is seen within WithPolicyRecheck: a
+// server set to allkeys-lru after a Guard's first write is refused at
+// the first write once the pass is that old, and accepted again once it
+// is set back (a refusal is not kept).
+func TestEvictionPolicyChangedAtRunTime(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := newRedis(t, s)
+	const recheck = 200 * time.Millisecond
+	g := redisfence.New(rdb, redisfence.WithPolicyRecheck(recheck))
+	res, key := name(t), "{"+name(t)+"}:data"
+	if err := g.Set(ctx, token(6), res, key, "six", 0); err != nil {
+		t.Fatal(err)
+	}
+	passed := time.Now() // the pass was made before this
+	if err := rdb.ConfigSet(ctx, "maxmemory", "8mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// the thing under test is time passing: no event to wait for
+	time.Sleep(time.Until(passed.Add(recheck)))
+	if err := g.Set(ctx, token(6), res, key, "six again", 0); !errors.Is(err, dlock.ErrEvictionPolicy) {
+		t.Errorf("a write %v after the policy became allkeys-lru: %v; want an error matching ErrEvictionPolicy", recheck, err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(ctx, token(6), res, key, "six, once more", 0); err != nil {
+		t.Errorf("a write after the policy went back to noeviction: %v", err)
+	}
+}
+
+// WithEvictionRisk lets a Guard write on an evicting server and logs one
+// warning (not one a write) that names the risk; the risk is real: under
+// volatile-lru a cache filling the server evicts the receipts of guarded
+// writes (they carry a TTL), which is why a Guard refuses such a server
+// by default.
+func TestEvictionRiskWarnsNamingTheRisk(t *testing.T) {
+	ctx := context.Background()
+	s := evictingServer(t, "volatile-lru")
+	rdb := newRedis(t, s)
+	var logs bytes.Buffer
+	g := redisfence.New(rdb, redisfence.WithEvictionRisk(), redisfence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	res, key := name(t), "{"+name(t)+"}:data"
+	for range 20 {
+		if err := g.Set(ctx, token(6), res, key, "six", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN"); n != 1 {
+		t.Errorf("%d warnings; want one:\n%s", n, out)
+	}
+	for _, w := range []string{"volatile-lru", "stale", "WithEvictionRisk"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the warning does not say %q:\n%s", w, out)
+		}
+	}
+	receipts := g.Record(res) + ":w"
+	if rdb.Exists(ctx, receipts).Val() != 1 {
+		t.Fatalf("no receipts at %s", receipts)
+	}
+	if !fillCache(t, rdb, func() bool { return rdb.Exists(ctx, receipts).Val() == 0 }) {
+		t.Errorf("under volatile-lru the cache never evicted the receipts")
+	}
+	if f, err := g.Fence(ctx, res); err != nil || f != 6 {
+		t.Errorf("under volatile-lru the record: %d, %v; want 6 (it has no TTL)", f, err)
 	}
 }
