@@ -512,17 +512,21 @@ func (c *checker) owners(ctx context.Context) {
 	c.say(checkOK, "owners", "owner records %s:client:* read and written", c.prefix)
 }
 
-// eviction checks that the server never evicts keys.
+// eviction checks that the server never evicts keys: not the locks',
+// and not the records of the fence guards (fence/redisfence) either.
 func (c *checker) eviction(ctx context.Context) {
 	info, err := c.server.Info(ctx, "memory").Result()
 	if err != nil {
-		c.say(checkMissing, "eviction", "INFO memory: %v (cannot tell the maxmemory-policy; dlock reads it at a Client's first Lock)", err)
+		c.say(checkMissing, "eviction", "INFO memory: %v (cannot tell the maxmemory-policy; dlock reads it at a Client's first Lock "+
+			"and a fence guard's first write)", err)
 		return
 	}
 	policy := infoField(info, "maxmemory_policy")
 	if policy != "noeviction" {
 		c.say(checkMissing, "eviction", "maxmemory-policy is %s: an evicted lock lets a second owner in, an evicted fence counter "+
-			"repeats fences; set maxmemory-policy noeviction (dlock refuses this server unless WithEvictionRisk)", policy)
+			"repeats fences, an evicted fence guard's record lets a stale write in and its evicted receipts answer a re-sent "+
+			"write wrongly; set maxmemory-policy noeviction (dlock's Clients and fence guards refuse this server unless "+
+			"WithEvictionRisk)", policy)
 		return
 	}
 	c.say(checkOK, "eviction", "maxmemory-policy noeviction")

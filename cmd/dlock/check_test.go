@@ -34,6 +34,7 @@ func TestCheck(t *testing.T) {
 		t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
 	}
 	lru := redistest.StartT(t, redistest.Options{Args: []string{"--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"}})
+	volatile := redistest.StartT(t, redistest.Options{Args: []string{"--maxmemory", "5mb", "--maxmemory-policy", "volatile-lru"}})
 	aof := redistest.StartT(t, redistest.Options{AOF: true})
 	as := func(user string) string {
 		return fmt.Sprintf("redis://%s:pw@%s", user, testServer.Addr())
@@ -58,7 +59,9 @@ func TestCheck(t *testing.T) {
 		{"acl without scripts", as("noscript"), exitFail,
 			[]string{"MISSING  scripts", "EVAL refused", "ok       pub/sub"}, nil},
 		{"allkeys-lru", "redis://" + lru.Addr(), exitFail,
-			[]string{"MISSING  eviction", "allkeys-lru", "maxmemory-policy noeviction"}, nil},
+			[]string{"MISSING  eviction", "allkeys-lru", "maxmemory-policy noeviction", "fence guard", "stale"}, nil},
+		{"volatile-lru", "redis://" + volatile.Addr(), exitFail,
+			[]string{"MISSING  eviction", "volatile-lru", "maxmemory-policy noeviction", "fence guard", "receipts"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI("check", "--redis", tc.url)
