@@ -192,3 +192,44 @@ func TestEvictionRiskWarnsNamingTheRisk(t *testing.T) {
 		t.Errorf("under volatile-lru the record: %d, %v; want 6 (it has no TTL)", f, err)
 	}
 }
+
+// On a cluster a Guard reads every master's policy (a Guard writes to
+// every slot, as a Client locks in every slot): one master set to
+// allkeys-lru, not the one of the resource's slot, and the Guard refuses
+// the cluster, naming that master; set back, it writes.
+func TestGuardRefusesAClusterWithOneEvictingMaster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{ReplicasPerMaster: -1})
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	res, key := name(t), "{"+name(t)+"}:data"
+	g := redisfence.New(rdb)
+	home, err := rdb.MasterForKey(ctx, g.Record(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := cl.Masters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other *redis.Client
+	for _, m := range masters {
+		if m.Addr() != home.Options().Addr {
+			other = newRedis(t, m)
+			break
+		}
+	}
+	if err := other.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = g.Set(ctx, token(3), res, key, "three", 0)
+	if !errors.Is(err, dlock.ErrEvictionPolicy) || !strings.Contains(err.Error(), other.Options().Addr) {
+		t.Errorf("a cluster with %s on allkeys-lru: %v; want an error matching ErrEvictionPolicy naming it", other.Options().Addr, err)
+	}
+	if err := other.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(ctx, token(3), res, key, "three", 0); err != nil {
+		t.Errorf("the cluster set back to noeviction: %v", err)
+	}
+}
