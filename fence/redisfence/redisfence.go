@@ -114,7 +114,9 @@ var guardScript = redis.NewScript(guardSrc)
 
 // Set writes key = value (ttl 0: no expiry) only if t's fence is at least
 // every fence accepted for resource, atomically, and records it; else an
-// error matching fence.ErrStale, and nothing is written.
+// error matching fence.ErrStale, and nothing is written. On a server that
+// may evict keys it writes nothing and returns an error matching
+// dlock.ErrEvictionPolicy (unless WithEvictionRisk), as every write does.
 func (g *Guard) Set(ctx context.Context, t fence.Token, resource, key, value string, ttl time.Duration) error {
 	if ttl < 0 {
 		return invalid("negative ttl %v", ttl)
