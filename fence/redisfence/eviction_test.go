@@ -233,3 +233,79 @@ func TestGuardRefusesAClusterWithOneEvictingMaster(t *testing.T) {
 		t.Errorf("the cluster set back to noeviction: %v", err)
 	}
 }
+
+// The check is made within each write's ctx: on a stopped server, eight
+// writes of a Guard that has not checked yet, each with a 200 ms ctx,
+// return (with their ctx's error), whether they make the check or wait
+// for another's; once the server runs again, the next write checks and
+// writes (a check that could not be made is not kept).
+func TestEvictionCheckWithinTheCtx(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil { // a connection, ready
+		t.Fatal(err)
+	}
+	g := redisfence.New(rdb)
+	res := name(t)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = s.Resume()
+		}
+	}()
+	errs := make([]error, 8)
+	took := make([]time.Duration, 8)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			errs[i] = g.Set(ctx, token(1), res, fmt.Sprintf("{%s}:%d", res, i), "x", 0)
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) || took[i] > 2*time.Second {
+			t.Errorf("write %d on a stopped server: %v after %v; want its ctx's error, within about 200ms", i, err, took[i])
+		}
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	if err := g.Set(context.Background(), token(1), res, "{"+res+"}:after", "x", 0); err != nil {
+		t.Errorf("a write once the server runs again: %v", err)
+	}
+}
+
+// A user that may not run INFO (an ACL; a proxy that forbids it) leaves
+// the policy unknown: the Guard writes, and logs one warning that says
+// so and what to make sure of.
+func TestEvictionCheckRefusedInfoWarns(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	admin := newRedis(t, s)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := s.Client(func(o *redis.Options) { o.Username, o.Password = "noinfo", "pw" })
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logs bytes.Buffer
+	g := redisfence.New(rdb, redisfence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), redisfence.WithPolicyRecheck(time.Nanosecond))
+	res := name(t)
+	for i := range 3 {
+		if err := g.Set(ctx, token(1), res, fmt.Sprintf("{%s}:%d", res, i), "x", 0); err != nil {
+			t.Fatalf("write %d as a user refused INFO: %v", i, err)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN"); n != 1 || !strings.Contains(out, "noeviction") {
+		t.Errorf("%d warnings; want one naming noeviction:\n%s", n, out)
+	}
+}
