@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/redis/go-redis/v9"
@@ -30,8 +32,11 @@ import (
 // before the first write once the last pass is older than
 // WithPolicyRecheck (DefaultPolicyRecheck): a policy changed at run time
 // is seen within that long, and no write is let through on a pass older
-// than it. Writes made while a check is under way wait for it (each
-// within its ctx). A check that refused the server, or could not be
+// than it. The Guards of one go-redis client (*redis.Client,
+// *redis.ClusterClient, *redis.Ring) share what they read, so a Guard
+// made for each write costs no INFO of its own; one WithEvictionRisk
+// reads for itself. Writes made while a check is under way wait for it
+// (each within its ctx). A check that refused the server, or could not be
 // made, is made again at the next write, so a server that was fixed is
 // accepted without a new Guard. A server that refuses INFO (an ACL, a
 // proxy) cannot be told: the Guard logs one warning and writes.
@@ -60,13 +65,51 @@ func WithLogger(l *slog.Logger) Option { return func(g *Guard) { g.log = l } }
 // server.
 func WithPolicyRecheck(d time.Duration) Option { return func(g *Guard) { g.recheck = d } }
 
-// policyCheck is what a Guard knows of its server's eviction policy; mu
-// guards the fields.
+// policyCheck is what the Guards of one client know of its server's
+// eviction policy; mu guards the fields.
 type policyCheck struct {
 	mu     sync.Mutex
-	until  time.Time       // a passed check holds until then (monotonic)
+	passed time.Time       // when the last check that passed began (monotonic); zero: none
 	flight *policyFlight   // the check under way, if any
 	warned map[string]bool // warnings given
+}
+
+// checks is the policyCheck of each go-redis client that Guards without
+// WithEvictionRisk were made of: weak.Pointer of the client ->
+// *policyCheck, deleted when the client is collected.
+var checks sync.Map
+
+// policyCheckOf returns the policyCheck of a Guard of rdb: the one its
+// client's Guards share, or (WithEvictionRisk, whose checks pass where
+// others' fail; a client of another type) one of its own.
+func policyCheckOf(rdb redis.UniversalClient, risk bool) *policyCheck {
+	if !risk {
+		switch r := rdb.(type) {
+		case *redis.Client:
+			return sharedCheck(r)
+		case *redis.ClusterClient:
+			return sharedCheck(r)
+		case *redis.Ring:
+			return sharedCheck(r)
+		}
+	}
+	return &policyCheck{}
+}
+
+// sharedCheck returns the policyCheck of the client at p.
+func sharedCheck[T any](p *T) *policyCheck {
+	if p == nil {
+		return &policyCheck{}
+	}
+	k := weak.Make(p)
+	if pc, ok := checks.Load(k); ok {
+		return pc.(*policyCheck)
+	}
+	pc, loaded := checks.LoadOrStore(k, &policyCheck{})
+	if !loaded {
+		runtime.AddCleanup(p, func(k weak.Pointer[T]) { checks.Delete(k) }, k)
+	}
+	return pc.(*policyCheck)
 }
 
 // policyFlight is one check under way: done is closed when err is set.
@@ -80,10 +123,10 @@ type policyFlight struct {
 // check: one matching errs.EvictionPolicy, or one of a check that could
 // not be made.
 func (g *Guard) admit(ctx context.Context) error {
-	pc := &g.policy
+	pc := g.policy
 	for {
 		pc.mu.Lock()
-		if time.Now().Before(pc.until) {
+		if !pc.passed.IsZero() && time.Since(pc.passed) < g.recheck {
 			pc.mu.Unlock()
 			return nil
 		}
@@ -97,15 +140,16 @@ func (g *Guard) admit(ctx context.Context) error {
 			if errors.Is(f.err, errs.EvictionPolicy) {
 				return f.err
 			}
-			continue // passed (until is set), or could not be made: this caller tries, within its ctx
+			continue // passed (seen above), or could not be made: this caller tries, within its ctx
 		}
 		f := &policyFlight{done: make(chan struct{})}
 		pc.flight = f
 		pc.mu.Unlock()
+		began := time.Now()
 		err := g.readPolicies(ctx)
 		pc.mu.Lock()
 		if err == nil {
-			pc.until = time.Now().Add(g.recheck)
+			pc.passed = began
 		}
 		pc.flight = nil
 		f.err = err
@@ -157,17 +201,19 @@ func (g *Guard) judge(where, info string, err error) error {
 		"set maxmemory-policy noeviction (or accept the risk with redisfence.WithEvictionRisk)", errs.EvictionPolicy, where, policy)
 }
 
-// warnOnce logs a warning the first time it is given for key.
+// warnOnce logs a warning the first time it is given for key (once for
+// the Guards that share g's policyCheck).
 func (g *Guard) warnOnce(key, msg string, args ...any) {
-	g.policy.mu.Lock()
-	first := !g.policy.warned[key]
+	pc := g.policy
+	pc.mu.Lock()
+	first := !pc.warned[key]
 	if first {
-		if g.policy.warned == nil {
-			g.policy.warned = map[string]bool{}
+		if pc.warned == nil {
+			pc.warned = map[string]bool{}
 		}
-		g.policy.warned[key] = true
+		pc.warned[key] = true
 	}
-	g.policy.mu.Unlock()
+	pc.mu.Unlock()
 	if first {
 		g.log.Warn(msg, args...)
 	}

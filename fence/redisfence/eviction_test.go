@@ -93,10 +93,10 @@ func TestGuardRefusesAnEvictingServer(t *testing.T) {
 	}
 }
 
-// The check of the server's policy is made once per Guard, not per
+// The check of the server's policy is made once per client, not per
 // write: writes from eight goroutines at once, from the first on, send
 // one INFO between them (those that come while it is under way wait for
-// it).
+// it), and so do Guards made one per write of the same client.
 func TestEvictionCheckIsCached(t *testing.T) {
 	ctx := context.Background()
 	s := redistest.StartT(t, redistest.Options{})
@@ -115,9 +115,15 @@ func TestEvictionCheckIsCached(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// and a Guard made for each write, of the same client
+	for i := range 50 {
+		if err := redisfence.New(rdb).Set(ctx, token(1), name(t), fmt.Sprintf("{%s}:new:%d", name(t), i), "x", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// the second read counts the first
 	if n := cmdCalls(t, rdb, "info") - before - 1; n != 1 {
-		t.Errorf("200 writes of one Guard sent INFO %d times; want once", n)
+		t.Errorf("200 writes of one Guard, and 50 of a Guard each, of one client sent INFO %d times; want once", n)
 	}
 }
 

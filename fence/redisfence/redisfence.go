@@ -71,7 +71,7 @@ type Guard struct {
 	evictionRisk bool          // WithEvictionRisk
 	log          *slog.Logger  // WithLogger
 	recheck      time.Duration // WithPolicyRecheck
-	policy       policyCheck   // the server's eviction policy (eviction.go)
+	policy       *policyCheck  // the server's eviction policy (eviction.go)
 }
 
 // Option configures a Guard.
@@ -104,6 +104,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Guard {
 		}
 	}
 	_, g.cluster = rdb.(*redis.ClusterClient)
+	g.policy = policyCheckOf(rdb, g.evictionRisk)
 	return g
 }
 
