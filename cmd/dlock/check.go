@@ -58,24 +58,26 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(out, "checking Redis %s at %s for dlock (prefix %q)\n", v, where, a.prefix)
 	ck := checker{rdb: rdb, prefix: a.prefix, w: out}
-	ck.scripts(ctx)
-	ck.commands(ctx)
-	ck.keys(ctx)
-	ck.pubsub(ctx)
-	ck.owners(ctx)
-	servers, err := masters(ctx, rdb)
-	if err != nil {
-		ck.say(checkMissing, "cluster", "cannot list the masters: %v", err)
-	}
-	_, cluster := rdb.(*redis.ClusterClient)
-	for _, s := range servers {
-		ck.server = s
-		if cluster {
-			ck.node = s.Options().Addr + ": "
+	if ck.connection(ctx) {
+		ck.scripts(ctx)
+		ck.commands(ctx)
+		ck.keys(ctx)
+		ck.pubsub(ctx)
+		ck.owners(ctx)
+		servers, err := masters(ctx, rdb)
+		if err != nil {
+			ck.say(checkMissing, "cluster", "cannot list the masters: %v", err)
 		}
-		ck.eviction(ctx)
-		ck.persistence(ctx)
-		ck.replicas(ctx)
+		_, cluster := rdb.(*redis.ClusterClient)
+		for _, s := range servers {
+			ck.server = s
+			if cluster {
+				ck.node = s.Options().Addr + ": "
+			}
+			ck.eviction(ctx)
+			ck.persistence(ctx)
+			ck.replicas(ctx)
+		}
 	}
 	code := exitOK
 	if ck.missing > 0 {
@@ -107,7 +109,7 @@ type checkJSON struct {
 // checkResult is one check's outcome.
 type checkResult struct {
 	Outcome string `json:"outcome"`        // ok, MISSING (required), warning, info
-	What    string `json:"what"`           // scripts, commands, keys, pub/sub, owners, eviction, persistence, replicas, cluster
+	What    string `json:"what"`           // connection, scripts, commands, keys, pub/sub, owners, eviction, persistence, replicas, cluster
 	Node    string `json:"node,omitempty"` // a cluster's master the check is of
 	Detail  string `json:"detail"`
 }
@@ -264,6 +266,21 @@ func refusal(err error) bool {
 	}
 	m := err.Error()
 	return strings.Contains(m, "permissions to run the") || strings.Contains(m, "can't run this command")
+}
+
+// connection checks that a connection can be opened at all as the user:
+// one with a database other than 0 (/DB in the URL) sends SELECT first,
+// and fails every command when it is refused (grants.Connection). It
+// says what is missing, and returns whether nothing was (else the other
+// checks, which would each fail alike, are not made).
+func (c *checker) connection(ctx context.Context) bool {
+	err := c.rdb.Ping(ctx).Err()
+	if err == nil || !refusal(err) || !strings.Contains(err.Error(), "'select'") && !strings.Contains(err.Error(), "'client|setname'") {
+		return true
+	}
+	c.say(checkMissing, "connection", "%v: a client with a database other than 0 (select) or a ClientName (client|setname) sends them "+
+		"on every connection, and every call fails without them (grant them: ACL SETUSER <user> +select +client|setname)", err)
+	return false
 }
 
 // scripts checks EVAL and EVALSHA.

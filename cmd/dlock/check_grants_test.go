@@ -131,7 +131,9 @@ func TestCheckNamesEachDeniedClusterCommand(t *testing.T) {
 
 // A client with a database other than 0 or a ClientName needs SELECT and
 // CLIENT SETNAME (grants.Connection): dlock check warns, naming both,
-// when the user lacks them, and says nothing of them when the user has
+// when the user lacks them (on database 3, where every command then
+// fails, one MISSING line says so), and says nothing of them when the
+// user has
 // the documented grant of such a client, which runs the check on
 // database 3 too.
 func TestCheckNamesTheConnectionGrant(t *testing.T) {
@@ -162,6 +164,12 @@ func TestCheckNamesTheConnectionGrant(t *testing.T) {
 	if r := runCLI("check", "--redis", url); r.code != exitOK || !warned(r.stdout) {
 		t.Errorf("every Client's grant alone: exit %d, want %d with a warning naming select and client|setname:\n%s%s",
 			r.code, exitOK, r.stdout, r.stderr)
+	}
+	// on database 3 every command fails: one MISSING line says why
+	if r := runCLI("check", "--redis", url+"/3"); r.code != exitFail || strings.Count(r.stdout, "MISSING") != 1 ||
+		!strings.Contains(r.stdout, "MISSING  connection") || !strings.Contains(r.stdout, "+select") {
+		t.Errorf("every Client's grant alone, on database 3: exit %d, want %d with one MISSING line naming +select:\n%s%s",
+			r.code, exitFail, r.stdout, r.stderr)
 	}
 	grant(grants.Every, grants.Connection)
 	for _, u := range []string{url, url + "/3"} {
