@@ -11,14 +11,12 @@
 --
 -- Returns  1
 --
+-- The burial is the mark 'refused' of the lock's ledger (mark in
+-- lib_queue.lua): it never shortens a mark of the token already there (a
+-- longer burial, or a release's receipt), and it is not a release: a
+-- final release that finds its hold gone and only its burial answers -1.
 -- The key lives as long as its latest entry; expired entries are dropped
 -- here. An attempt that arrives later still than that takes what it takes
 -- for its own TTL at most, as a holder that crashed at once would.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
+mark(KEYS[1], ARGV[2], ARGV[1])
 return 1

@@ -1,0 +1,172 @@
+package dlock_test
+
+// Marks on one token meeting in the lock's :dead set, the one ledger
+// (docs/how-it-works.md, "Marks"): a burial (bury.lua: the token's late
+// acquires are refused), a release's receipt (a copy of the release
+// answers done) and a force's receipt. A later mark never shortens an
+// earlier one, and a burial never reads as a release.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// markKind is a kind of hold as the marks tests take it.
+type markKind struct {
+	kind  dlock.Kind
+	queue string // its waiters' queue key, after the lock key
+	take  func(ctx context.Context, c *dlock.Client, name string, ttl time.Duration) (*dlock.Lease, error)
+}
+
+var markKinds = map[string]markKind{
+	"Mutex": {dlock.KindMutex, ":queue", func(ctx context.Context, c *dlock.Client, name string, ttl time.Duration) (*dlock.Lease, error) {
+		return c.Mutex(name).Lock(ctx, dlock.WithTTL(ttl))
+	}},
+	"RWMutex": {dlock.KindRWMutex, ":rw:queue", func(ctx context.Context, c *dlock.Client, name string, ttl time.Duration) (*dlock.Lease, error) {
+		return c.RWMutex(name).Lock(ctx, dlock.WithTTL(ttl))
+	}},
+	"Semaphore": {dlock.KindSemaphore, ":sem:queue", func(ctx context.Context, c *dlock.Client, name string, ttl time.Duration) (*dlock.Lease, error) {
+		return c.Semaphore(name, 1).Acquire(ctx, 1, dlock.WithTTL(ttl))
+	}},
+}
+
+// slowLease takes name through a lateDriver whose go-redis-like re-send
+// made the acquire slow (its first copy held back, its second took the
+// lock): the lease buries its token before its final release. The held
+// first copy is d's to deliver.
+func slowLease(t *testing.T, k markKind, name string, ttl time.Duration) (*dlock.Lease, *lateDriver) {
+	t.Helper()
+	ctx := context.Background()
+	d := &lateDriver{Driver: goRedisDriver(t, newRedis(t, srv)), resend: 20 * time.Millisecond}
+	c, err := dlock.NewWithDriver(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	warm, err := k.take(ctx, c, name, time.Second) // the server has the script: the late EVALSHA runs
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, warm)
+	d.hold(strconv.FormatInt(ttl.Milliseconds(), 10)) // the attempt, by its TTL
+	l, err := k.take(ctx, c, name, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, d
+}
+
+// waiter starts take on a Client of its own and waits until it is queued
+// (n waiters in all); the returned func waits for its lease.
+func waiter(t *testing.T, k markKind, name string, n int64) func() *dlock.Lease {
+	t.Helper()
+	ctx := context.Background()
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	c := client(t)
+	go func() {
+		bounded, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		l, err := k.take(bounded, c, name, 10*time.Second)
+		got <- result{l, err}
+	}()
+	waitFor(t, "the waiter queued", func() bool {
+		m, _ := newRedis(t, srv).ZCard(ctx, keysOf(name).Lock+k.queue).Result()
+		return m == n
+	})
+	return func() *dlock.Lease {
+		t.Helper()
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.l
+	}
+}
+
+// serverMS is the server's clock in milliseconds.
+func serverMS(t *testing.T) int64 {
+	t.Helper()
+	now, err := newRedis(t, srv).Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMilli()
+}
+
+// Issue 45, 7: a lease whose acquire was slow buries its token before its
+// final release, for twice the longer of TTL and QueueTTL; its release's
+// receipt, for the lease's TTL, must not cut that burial short. The
+// release hands the lock to a waiter; once the receipt's time has passed,
+// the next release on the lock (handing it to a second waiter) drops the
+// entries past their time; the second waiter releases; then the first
+// copy of the slow acquire lands. It must take nothing: another Client
+// then takes the lock at once. On the code where the receipt overwrote
+// the burial, the late copy held the lock for nobody.
+func TestReceiptKeepsTheBurial(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 1500 * time.Millisecond
+	for kn, k := range markKinds {
+		t.Run(kn, func(t *testing.T) {
+			name := lockName(t)
+			a, d := slowLease(t, k, name, ttl)
+			first := waiter(t, k, name, 1)
+			second := waiter(t, k, name, 2)
+			released := serverMS(t)
+			unlock(t, a) // burial, then the release's receipt; handed to first
+			w1 := first()
+			waitFor(t, "the receipt's time passed", func() bool {
+				return serverMS(t) > released+ttl.Milliseconds()+100
+			})
+			unlock(t, w1) // a receipt of its own; handed to second
+			unlock(t, second())
+			d.deliver(t) // the slow acquire's first copy lands
+			// within a third of the late copy's TTL, which a Lock would wait out
+			short, cancel := context.WithTimeout(ctx, ttl/3)
+			defer cancel()
+			l, err := k.take(short, client(t), name, time.Second)
+			if err != nil {
+				t.Fatalf("the first copy of a slow acquire, landed after its lease's release, holds the %s for nobody: %v", kn, err)
+			}
+			unlock(t, l)
+		})
+	}
+}
+
+// Issue 45, 8: the same slow-acquired lease, force-unlocked by an
+// operator; another owner takes the lock (a higher fence) and releases
+// it; then the first lease's Unlock must report ErrNotHeld. Its own
+// burial, made just before its release, is not a release that ran. On
+// the code where the burial read as the release's receipt, Unlock
+// returned nil.
+func TestBurialIsNotARelease(t *testing.T) {
+	ctx := context.Background()
+	for kn, k := range markKinds {
+		t.Run(kn, func(t *testing.T) {
+			name := lockName(t)
+			a, _ := slowLease(t, k, name, 31*time.Second)
+			if _, err := client(t).ForceUnlock(ctx, k.kind, name); err != nil {
+				t.Fatal(err)
+			}
+			b, err := k.take(ctx, client(t), name, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Fence() <= a.Fence() {
+				t.Fatalf("the next owner's fence %d is not above the forced lease's %d", b.Fence(), a.Fence())
+			}
+			unlock(t, b)
+			if err := a.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("the Unlock of a %s lease that was forced, then held and released by another owner, returned %v; want ErrNotHeld", kn, err)
+			}
+		})
+	}
+}
