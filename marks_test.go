@@ -9,11 +9,14 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // markKind is a kind of hold as the marks tests take it.
@@ -168,5 +171,62 @@ func TestBurialIsNotARelease(t *testing.T) {
 				t.Fatalf("the Unlock of a %s lease that was forced, then held and released by another owner, returned %v; want ErrNotHeld", kn, err)
 			}
 		})
+	}
+}
+
+// Issue 45, 5: a release whose reply comes after the client's
+// ReadTimeout (the server busy 0.8 s, ReadTimeout 0.5 s) has an unknown
+// outcome; the ctx has time, so the release is asked again and Unlock
+// returns what happened: nil, and the lock (the permit) is free. On dlock's
+// own connections (the default) and through go-redis's pool. On the code
+// before, Unlock returned an i/o timeout although it had released.
+func TestUnlockAfterReadTimeoutAsksAgain(t *testing.T) {
+	for _, pool := range []bool{false, true} {
+		for kn, k := range markKinds {
+			t.Run(fmt.Sprintf("%s/pool=%v", kn, pool), func(t *testing.T) {
+				s := redistest.StartT(t, redistest.Options{})
+				ctx := context.Background()
+				rdb := newRedis(t, s, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 500*time.Millisecond, -1 })
+				var opts []dlock.Option
+				if pool {
+					opts = append(opts, dlock.WithoutOwnConnections())
+				}
+				c, err := dlock.New(rdb, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				name := lockName(t)
+				warm, err := k.take(ctx, c, name, time.Minute) // the scripts loaded
+				if err != nil {
+					t.Fatal(err)
+				}
+				unlock(t, warm)
+				l, err := k.take(ctx, c, name, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait := stallOnce(t, s, 800*time.Millisecond)
+				uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err = l.Unlock(uctx)
+				cancel()
+				wait()
+				if err != nil {
+					t.Fatalf("an Unlock whose reply came after the ReadTimeout returned %v", err)
+				}
+				other, err := dlock.New(newRedis(t, s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer other.Close()
+				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				l2, err := k.take(short, other, name, time.Second)
+				if err != nil {
+					t.Fatalf("after the Unlock the %s is not free: %v", kn, err)
+				}
+				unlock(t, l2)
+			})
+		}
 	}
 }
