@@ -230,3 +230,41 @@ func TestUnlockAfterReadTimeoutAsksAgain(t *testing.T) {
 		}
 	}
 }
+
+// Issue 45, 5, for a command in a hold's sequence: an Extend whose reply
+// comes after the ReadTimeout is asked again with the same place (its
+// copy answers "this very call ran") and returns nil, the lease
+// lengthened. On the code before, Extend returned an i/o timeout.
+func TestExtendAfterReadTimeoutAsksAgain(t *testing.T) {
+	for kn, k := range markKinds {
+		t.Run(kn, func(t *testing.T) {
+			s := redistest.StartT(t, redistest.Options{})
+			ctx := context.Background()
+			rdb := newRedis(t, s, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 500*time.Millisecond, -1 })
+			c, err := dlock.New(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			l, err := k.take(ctx, c, lockName(t), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Extend(ctx, time.Minute); err != nil { // the script loaded
+				t.Fatal(err)
+			}
+			wait := stallOnce(t, s, 800*time.Millisecond)
+			ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = l.Extend(ectx, 2*time.Minute)
+			cancel()
+			wait()
+			if err != nil {
+				t.Fatalf("an Extend whose reply came after the ReadTimeout returned %v", err)
+			}
+			if left, err := l.TTL(ctx); err != nil || left < 90*time.Second {
+				t.Fatalf("after the Extend the lease has %v left (%v); want about 2 minutes", left, err)
+			}
+			unlock(t, l)
+		})
+	}
+}
