@@ -268,3 +268,88 @@ func TestExtendAfterReadTimeoutAsksAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestReceiptKeepsTheBurial for an Election: a Campaign whose attempt was
+// slow resigns, handing the lead on; once its receipt's time has passed
+// the next leader resigns to a third, who resigns; then the slow
+// Campaign's first copy lands. It must take nothing: nobody leads, and a
+// new Campaign wins at once. On the code where the receipt overwrote the
+// burial, Leader() returned the resigned leader's value.
+func TestReceiptKeepsTheBurialElection(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 1500 * time.Millisecond
+	name := lockName(t)
+	d := &lateDriver{Driver: goRedisDriver(t, newRedis(t, srv)), resend: 20 * time.Millisecond}
+	c, err := dlock.NewWithDriver(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	campaign := func(ctx context.Context, c *dlock.Client, value string) (*dlock.Leadership, error) {
+		return c.Election(name, dlock.WithTTL(ttl)).Campaign(ctx, value)
+	}
+	warm, err := campaign(ctx, c, "warm") // the server has the script: the late EVALSHA runs
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.hold("slow") // the attempt, by its value
+	a, err := campaign(ctx, c, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := keysOf(name).Lock + ":election:queue"
+	next := func(value string, n int64) func() *dlock.Leadership {
+		got := make(chan *dlock.Leadership, 1)
+		errc := make(chan error, 1)
+		other := client(t)
+		go func() {
+			bounded, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			ld, err := campaign(bounded, other, value)
+			got <- ld
+			errc <- err
+		}()
+		waitFor(t, "the candidate queued", func() bool {
+			m, _ := newRedis(t, srv).ZCard(ctx, queue).Result()
+			return m == n
+		})
+		return func() *dlock.Leadership {
+			t.Helper()
+			ld := <-got
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			return ld
+		}
+	}
+	first := next("first", 1)
+	second := next("second", 2)
+	resigned := serverMS(t)
+	if err := a.Resign(ctx); err != nil { // burial, then the receipt; first leads
+		t.Fatal(err)
+	}
+	w1 := first()
+	waitFor(t, "the receipt's time passed", func() bool { return serverMS(t) > resigned+ttl.Milliseconds()+100 })
+	if err := w1.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := second().Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.deliver(t) // the slow Campaign's first copy lands
+	if info, err := client(t).Election(name).Leader(ctx); err == nil {
+		t.Fatalf("after every leader resigned, the election says %q leads (term %d)", info.Value, info.Term)
+	} else if !errors.Is(err, dlock.ErrNoLeader) {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, ttl/3)
+	defer cancel()
+	ld, err := campaign(short, client(t), "new")
+	if err != nil {
+		t.Fatalf("the first copy of a slow Campaign, landed after it resigned, holds the election for nobody: %v", err)
+	}
+	_ = ld.Resign(ctx)
+}
