@@ -353,3 +353,37 @@ func TestReceiptKeepsTheBurialElection(t *testing.T) {
 	}
 	_ = ld.Resign(ctx)
 }
+
+// A burial, then the lease's receipt, then a copy of its release: a
+// slow-acquired lease's Unlock that go-redis sent twice (the server runs
+// both copies; another lock takes a fence between them, so a Mutex's
+// copy cannot lean on the fence counter) reports the release it made.
+// The copy finds the release's own mark, not only the burial. (It passed
+// before the ledger too, where the burial and the receipt were one
+// member; it guards the split.)
+func TestSlowLeaseUnlockSentTwiceReportsDone(t *testing.T) {
+	ctx := context.Background()
+	for kn, k := range markKinds {
+		t.Run(kn, func(t *testing.T) {
+			name := lockName(t)
+			a, d := slowLease(t, k, name, 31*time.Second)
+			w := waiter(t, k, name, 1) // a Mutex's release leaves a receipt when it hands on
+			other := client(t)
+			d.mu.Lock()
+			d.resend, d.twice = 0, true
+			d.between = func() { unlock(t, mustLock(t, other.Mutex(name+"/other"), ctx)) }
+			d.mu.Unlock()
+			d.hold(a.Token(), "0") // the final release
+			if err := a.Unlock(ctx); err != nil {
+				t.Fatalf("the Unlock of a slow-acquired %s, sent twice: %v", kn, err)
+			}
+			d.mu.Lock()
+			armed := d.armed
+			d.mu.Unlock()
+			if armed {
+				t.Fatal("the release was not sent twice: the test shows nothing")
+			}
+			unlock(t, w())
+		})
+	}
+}
