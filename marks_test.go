@@ -387,3 +387,38 @@ func TestSlowLeaseUnlockSentTwiceReportsDone(t *testing.T) {
 		})
 	}
 }
+
+// TestReceiptKeepsTheBurial for a read taken inside a write hold, its
+// attempt slow, unlocked before the write: its receipt must not cut its
+// burial short, and its first copy, landing once the next release on the
+// lock has swept the marks past their time, takes nothing.
+func TestReceiptKeepsTheBurialOfAReadInsideAWrite(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 1500 * time.Millisecond
+	name := lockName(t)
+	d := &lateDriver{Driver: goRedisDriver(t, newRedis(t, srv)), resend: 20 * time.Millisecond}
+	c, err := dlock.NewWithDriver(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rw := c.RWMutex(name)
+	w := mustLock(t, rw, ctx, dlock.WithTTL(time.Minute))
+	unlock(t, mustLock(t, rw.RLocker(), w.Context(ctx), dlock.WithTTL(time.Second))) // the script loaded
+	d.hold(strconv.FormatInt(ttl.Milliseconds(), 10))                                // the read's attempt, by its TTL
+	r := mustLock(t, rw.RLocker(), w.Context(ctx), dlock.WithTTL(ttl))
+	released := serverMS(t)
+	unlock(t, r) // burial, then its receipt
+	unlock(t, w)
+	waitFor(t, "the receipt's time passed", func() bool { return serverMS(t) > released+ttl.Milliseconds()+100 })
+	other := client(t)
+	unlock(t, mustLock(t, other.RWMutex(name), ctx, dlock.WithTTL(time.Second))) // its receipt sweeps the marks past their time
+	d.deliver(t)                                                                 // the read's first copy lands
+	short, cancel := context.WithTimeout(ctx, ttl/3)
+	defer cancel()
+	l, err := other.RWMutex(name).Lock(short, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("the first copy of a slow read inside a write, landed after its release, holds the RWMutex for nobody: %v", err)
+	}
+	unlock(t, l)
+}
