@@ -5,7 +5,8 @@
 -- lock, a read hold, permits or a place after the undo, and leave them
 -- held by nobody. Every acquire script checks the token first.
 --
--- KEYS[1]  (go: Dead) dead: token -> until when it is refused (server ms)
+-- KEYS[1]  (go: Dead) dead, the lock's ledger of marks (lib_queue.lua):
+--          token -> until when it is refused (server ms)
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: For) how long to refuse it, in milliseconds
 --

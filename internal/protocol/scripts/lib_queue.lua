@@ -114,9 +114,15 @@ end
 -- only by a final release that found no hold of its token, or by a
 -- ForceUnlock's copy, which then change nothing whatever they answer.
 -- What the split of released from refused changes is an answer: a
--- release whose hold is gone says done only when its own release ran,
--- never because its lease buried its token (issue 45: a forced lease's
--- Unlock said nil after another owner had held the lock).
+-- release whose hold is gone says done on its own release's mark (or, a
+-- mutex's, on a fence counter nobody moved: unlock.lua), never because
+-- its lease buried its token (issue 45: a forced lease's Unlock said nil
+-- after another owner had held the lock). And GT is what "Acquires sent
+-- twice" (internal/acquire/acquisition.go) assumes of a burial: that it
+-- refuses the token's late copies for as long as it was asked to, so
+-- that a copy later still takes what it takes for its own TTL at most;
+-- the receipt that shortened it broke that, and a copy landing between
+-- the receipt's time and the burial's held the lock for nobody.
 
 -- mark leaves member m1 (and m2, if given) in dead for ttl ms at least:
 -- a member already there until later keeps its time (ZADD GT updates only
