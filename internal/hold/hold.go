@@ -587,7 +587,7 @@ func (h *Hold) inOrderAt(ctx context.Context, grant bool, cmd func(seq int64, st
 		h.mu.Unlock()
 		start = time.Now()
 		o := cmd(seq, start)
-		r = h.c.run(ctx, grant, o)
+		r = h.c.askAgain(ctx, grant, o, h.c.run(ctx, grant, o)) // the same place: a copy answers 'again'
 		if !isStale(r) {
 			return r, seq, start
 		}

@@ -2,11 +2,14 @@ package hold
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/transport"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -48,10 +51,68 @@ func (h *Hold) free() backend.Op {
 // buryFirst's, when it makes one).
 func (h *Hold) release(ctx context.Context) error { return h.releaseReply(ctx).Err }
 
-// releaseReply is release's reply (unlock.lua's).
+// releaseReply is release's reply (unlock.lua's), asked again while its
+// outcome is unknown and ctx lasts (askAgain).
 func (h *Hold) releaseReply(ctx context.Context) driver.Reply {
 	h.buryFirst(ctx)
-	return h.c.run(ctx, false, h.free())
+	o := h.free()
+	return h.c.askAgain(ctx, false, o, h.c.run(ctx, false, o))
+}
+
+// Unknown outcomes. A call whose reply did not come (a read timeout: the
+// server busy longer than the client's ReadTimeout; a connection closed
+// or reset after the call was sent) may have run or not. A call that is
+// safe twice — a final release (its copy answers done when it ran: its
+// receipt, or the fence nobody moved, unlock.lua's "Sent again"), and
+// every command in a hold's sequence, sent again with the same place (a
+// renewal, Extend, a re-entry, an inner unlock, Proclaim: its copy
+// answers 'again', done) — is asked again while ctx lasts, up to
+// askTries calls in all, and the caller is told what happened, not
+// that the reply was lost (issue 45: a Semaphore's Unlock whose reply
+// came after the ReadTimeout returned an i/o timeout although the permit
+// was free). A call never sent (a connection refused) and a reply
+// from Redis are outcomes known: they are returned as they are. When the
+// last try's outcome is unknown too, the caller gets its error (and a
+// release goes on in the background, as before).
+//
+// A copy that answers "not held" can only misreport a release that ran
+// (a Mutex's release nobody waited for leaves no receipt; its copy says
+// done only while the shared fence counter has not moved: on a busy
+// server it says not held), never report one that did not run as done.
+
+// askTries is how many calls at most an idempotent call of unknown
+// outcome makes in all.
+const askTries = 3
+
+// unknownOutcome reports whether err leaves it unknown whether the call
+// ran: no reply came for a call that was sent.
+func unknownOutcome(err error) bool {
+	if err == nil || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if _, ok := errors.AsType[*driver.ErrorReply](err); ok {
+		return false
+	}
+	return transport.Transient(err)
+}
+
+// askAgain runs o again while r, its last reply, has an unknown outcome
+// and ctx lasts, askTries calls in all, after a pause that doubles from
+// releaseMinBackoff; it returns the last reply.
+func (c *Keeper) askAgain(ctx context.Context, grant bool, o backend.Op, r driver.Reply) driver.Reply {
+	pause := releaseMinBackoff
+	for try := 1; try < askTries && unknownOutcome(r.Err) && ctx.Err() == nil; try++ {
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return r
+		case <-timer.C:
+		}
+		pause *= 2
+		r = c.run(ctx, grant, o)
+	}
+	return r
 }
 
 // buryFirst buries h's token (bury.lua) when an attempt of its acquire

@@ -389,7 +389,8 @@ func (a RWWriteArgs) Call(k *Keys) Call {
 }
 
 // RWUnlockArgs are rw_unlock.lua's: release holds, or (Receipt) the
-// final release, which leaves its token in the dead set as the receipt.
+// final release, which leaves its receipt in the dead set (receipt in
+// lib_queue.lua).
 type RWUnlockArgs struct {
 	Token string `lua:"ARGV[1]"`
 	Side  string `lua:"ARGV[2]"` // 'r' or 'w'
@@ -485,7 +486,8 @@ func (a SemAcquireArgs) Call(k *Keys) Call {
 }
 
 // SemReleaseArgs are sem_release.lua's: release, or (Receipt) the final
-// release, which leaves its token in the dead set as the receipt.
+// release, which leaves its receipt in the dead set (receipt in
+// lib_queue.lua).
 type SemReleaseArgs struct {
 	Token string `lua:"ARGV[1]"`
 	Left  int    `lua:"ARGV[2]"`

@@ -59,7 +59,7 @@ type Keys struct {
 	Channel string // <lock>:ch       release notifications; an Election's observers
 	Queue   string // <lock>:queue    waiters: token -> arrival
 	Alive   string // <lock>:alive    waiters: token -> place expiry
-	Dead    string // <lock>:dead     tokens of acquires given up on: token -> until (server ms); see bury.lua
+	Dead    string // <lock>:dead     the ledger of marks on tokens: member -> until (server ms); see lib_queue.lua
 	*KindKeys
 
 	// Set by Client.keys: where releases wake the lock's waiters, and the

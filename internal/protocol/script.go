@@ -178,7 +178,7 @@ var (
 	// after their common case
 	LockFastScript    = loadScript("lib.lua", "lock_fast.lua")
 	UnlockFastScript  = loadScript("lib.lua", "lib_queue.lua", "unlock_fast.lua")
-	BuryScript        = loadScript("bury.lua")
+	BuryScript        = loadScript("lib.lua", "lib_queue.lua", "bury.lua")
 	QuorumFenceScript = loadScript("quorum_fence.lua")
 	OwnerScript       = loadScript("owner.lua")
 )

@@ -5,20 +5,19 @@
 -- lock, a read hold, permits or a place after the undo, and leave them
 -- held by nobody. Every acquire script checks the token first.
 --
--- KEYS[1]  (go: Dead) dead: token -> until when it is refused (server ms)
+-- KEYS[1]  (go: Dead) dead, the lock's ledger of marks (lib_queue.lua):
+--          token -> until when it is refused (server ms)
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: For) how long to refuse it, in milliseconds
 --
 -- Returns  1
 --
+-- The burial is the mark 'refused' of the lock's ledger (mark in
+-- lib_queue.lua): it never shortens a mark of the token already there (a
+-- longer burial, or a release's receipt), and it is not a release: a
+-- final release that finds its hold gone and only its burial answers -1.
 -- The key lives as long as its latest entry; expired entries are dropped
 -- here. An attempt that arrives later still than that takes what it takes
 -- for its own TTL at most, as a holder that crashed at once would.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
+mark(KEYS[1], ARGV[2], ARGV[1])
 return 1

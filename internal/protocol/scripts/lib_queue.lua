@@ -85,25 +85,90 @@ local function stretch(key, ttl, new)
   end
 end
 
--- receipt leaves token in dead (bury.lua's set) for ttl ms: the proof,
--- for a copy of its release sent again, that the release ran. Entries
--- whose time is past are dropped first, as bury.lua drops them: the key
--- lives as long as its latest entry, so on a lock handed on without a
--- pause it never expires, and every receipt would stay in it (600 hand-
--- offs a second grew it by 600 members a second, forever). An entry is
--- dropped only when past its own time, which is when it stops counting.
-local function receipt(dead, token, ttl)
+-- The ledger. A lock's dead set holds every mark on its tokens, member
+-- -> until when it counts (server ms); docs/how-it-works.md, "Marks",
+-- keeps the table of who writes each, for how long, who reads it and
+-- what it answers:
+--   <token>           refused: no acquire of token takes anything from
+--                     now on (every acquire script asks first). Left by a
+--                     burial (bury.lua: an acquire given up on, or a lease
+--                     whose acquire was slow, before its final release)
+--                     and by a release's receipt (below).
+--   rel:<token>       released: token's final release ran. Only that
+--                     release writes it, so a copy of it sent again that
+--                     finds it answers done, truly (sent_again). A burial
+--                     is not a release: it never writes it.
+--   force:<id>:<had>  a ForceUnlock ran and answered had (forced_before).
+-- Owner tokens are hex, so the three never share a member. A mark is never
+-- shortened by a later one (mark: ZADD GT): a receipt for a lease's TTL
+-- written after that lease's burial, for twice the longest TTL, leaves the
+-- burial as long as it was (issue 45: it cut it to the TTL, and the next
+-- mark's sweep then dropped it while the acquire's late copy could still
+-- land).
+
+-- Why the ledger cannot grant twice, nor hide a loss: a mark never makes
+-- a script take or free anything. refused only stops an acquire (every
+-- acquire script asks it before it changes anything), and GT only makes a
+-- refusal last longer, so an acquire the ledger refused once it refuses
+-- until the mark's time at least; released and a force's mark are read
+-- only by a final release that found no hold of its token, or by a
+-- ForceUnlock's copy, which then change nothing whatever they answer.
+-- What the split of released from refused changes is an answer: a
+-- release whose hold is gone says done on its own release's mark (or, a
+-- mutex's, on a fence counter nobody moved: unlock.lua), never because
+-- its lease buried its token (issue 45: a forced lease's Unlock said nil
+-- after another owner had held the lock). And GT is what "Acquires sent
+-- twice" (internal/acquire/acquisition.go) assumes of a burial: that it
+-- refuses the token's late copies for as long as it was asked to, so
+-- that a copy later still takes what it takes for its own TTL at most;
+-- the receipt that shortened it broke that, and a copy landing between
+-- the receipt's time and the burial's held the lock for nobody.
+
+-- mark leaves member m1 (and m2, if given) in dead for ttl ms at least:
+-- a member already there until later keeps its time (ZADD GT updates only
+-- to a greater score, and adds a member that is missing, since Redis 6.2;
+-- before it, which refuses GT, ZSCORE then ZADD where it is sooner).
+-- Entries whose time is past are dropped first: the key lives as long as
+-- its latest entry, so on a lock handed on without a pause it never
+-- expires, and every mark would stay in it (600 hand-offs a second grew
+-- it by 600 members a second, forever). An entry is dropped only when
+-- past its own time, which is when it stops counting.
+local function mark(dead, ttl, m1, m2)
   local now = now_ms()
+  local till = now + tonumber(ttl)
   redis.call('ZREMRANGEBYSCORE', dead, '-inf', int(now))
-  redis.call('ZADD', dead, int(now + tonumber(ttl)), token)
+  local r
+  if m2 then
+    r = redis.pcall('ZADD', dead, 'GT', int(till), m1, int(till), m2)
+  else
+    r = redis.pcall('ZADD', dead, 'GT', int(till), m1)
+  end
+  if type(r) == 'table' then -- refused: a server before Redis 6.2
+    for _, m in ipairs({m1, m2}) do
+      local had = redis.call('ZSCORE', dead, m)
+      if not had or tonumber(had) < till then
+        redis.call('ZADD', dead, int(till), m)
+      end
+    end
+  end
   stretch(dead, ttl)
+end
+
+-- receipt leaves, for ttl ms (the lease's TTL), the marks of token's
+-- final release: released (a copy of the release sent again answers
+-- done) and refused (a late copy of its acquire takes nothing).
+local function receipt(dead, token, ttl)
+  mark(dead, ttl, token, 'rel:' .. token)
 end
 
 -- sent_again answers a final release that finds no hold: true when ttl
 -- (the receipt's TTL; nil: no receipt asked) is given and dead holds
--- token's receipt, i.e. this release ran before and this is a copy.
+-- token's release mark, i.e. this release ran before and this is a
+-- copy. token's burial alone (refused, no release mark) is false: the
+-- hold was lost before the release (expired, forced), and another owner
+-- may have taken the lock since.
 local function sent_again(dead, token, ttl)
-  return ttl ~= nil and redis.call('ZSCORE', dead, token) ~= false
+  return ttl ~= nil and redis.call('ZSCORE', dead, 'rel:' .. token) ~= false
 end
 
 -- forced_before answers a ForceUnlock (force.lua, rw_force.lua,
@@ -128,7 +193,7 @@ end
 -- forced leaves the receipt of a ForceUnlock that ran (forced_before),
 -- for ttl ms, and returns its reply, had.
 local function forced(dead, id, had, ttl)
-  receipt(dead, 'force:' .. id .. ':' .. had, ttl)
+  mark(dead, ttl, 'force:' .. id .. ':' .. had)
   return had
 end
 

@@ -15,12 +15,12 @@
 --          (in_order in lib_queue.lua): a late inner unlock changes nothing
 -- ARGV[7]  (go: ReceiptTTL, if Receipt) n = 0, optional: the hold's lease TTL
 --          in milliseconds, with
--- KEYS[7]  (go: Dead, if Receipt) dead (bury.lua): the release leaves its
---          token there as a receipt, and a copy of it sent again (go-redis
---          re-sends a call whose reply it lost; the server runs both) that
---          finds the hold gone and the receipt there answers done, not -1.
---          Only this token's own release writes its receipt, so done is the
---          truth.
+-- KEYS[7]  (go: Dead, if Receipt) dead (the ledger, lib_queue.lua): the
+--          release leaves its receipt there, and a copy of it sent again
+--          (go-redis re-sends a call whose reply it lost; the server runs
+--          both) that finds the hold gone and the release mark there
+--          answers done, not -1. Only this token's own release writes that
+--          mark (a burial does not), so done is the truth.
 --
 -- Returns  1 done, -1 the caller holds nothing, -4 STALE (n >= 1: a later
 --          command of the hold ran; nothing changed)

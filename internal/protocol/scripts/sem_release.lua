@@ -12,9 +12,9 @@
 -- ARGV[4]  (go: Wake) publish command (PUBLISH or SPUBLISH)
 -- ARGV[5]  (go: ReceiptTTL, if Receipt) optional: the hold's lease TTL in
 --          milliseconds, with
--- KEYS[6]  (go: Dead, if Receipt) dead (bury.lua): the receipt of the
---          release, as in rw_unlock.lua: a copy sent again answers done, not
---          -1
+-- KEYS[6]  (go: Dead, if Receipt) dead (the ledger, lib_queue.lua): the
+--          receipt of the release, as in rw_unlock.lua: a copy sent again
+--          answers done, not -1; a burial alone answers -1
 --
 -- Returns  1 done, -1 the caller holds nothing
 --          (when a wake-up was refused, the reply comes wrapped as {REFUSED,

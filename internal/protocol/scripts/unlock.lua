@@ -21,9 +21,9 @@
 -- ARGV[9]  (go: ReceiptTTL, if Free) its lease TTL in
 --          milliseconds: the release answers done, not -1, when it is
 --          sent again after it ran (see "Sent again" below)
--- KEYS[5]  (go: Dead) dead: tokens that must not take the lock again
---          (bury.lua); a release that hands the lock on leaves its token
---          there as the receipt
+-- KEYS[5]  (go: Dead) dead: the lock's ledger of marks (lib_queue.lua):
+--          tokens that must not take the lock again (bury.lua); a release
+--          that hands the lock on leaves its receipt there
 --
 -- Returns  1   done
 --          -1  the caller holds nothing: its lease was lost, or never held
@@ -39,8 +39,11 @@
 -- done (1), not -1, when nobody can have held the lock since this hold:
 -- the fence counter is still the hold's fence (every grant of every lock
 -- that shares the counter INCRs it, so none was made since), or
--- the token is in the dead set, where a release that handed the lock on
--- (which INCRs the fence for the next owner) left it. Else -1: the hold
+-- the dead set holds the token's release mark, 'rel:<token>', which a
+-- release that handed the lock on (which INCRs the fence for the next
+-- owner) left. The token's burial alone is not that mark (a lease whose
+-- acquire was slow buries its token before its release, and that release
+-- may find its hold forced away). Else -1: the hold
 -- was lost before the release (expired, forced, lost with a failover),
 -- and another owner may have taken the lock. Since the counter is shared
 -- (keys.go, "Fence counters"), a grant of another lock between the two
@@ -64,7 +67,7 @@
 local first -- the first waiter, when the common case below has read it
 if ARGV[2] == '0' then
   if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'f:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1]) == 0 then
-    if ARGV[8] and (redis.call('GET', KEYS[2]) == ARGV[8] or redis.call('ZSCORE', KEYS[5], ARGV[1])) then
+    if ARGV[8] and (redis.call('GET', KEYS[2]) == ARGV[8] or redis.call('ZSCORE', KEYS[5], 'rel:' .. ARGV[1])) then
       return 1 -- this release, sent again: it ran
     end
     return NOT_HELD

@@ -8,7 +8,7 @@
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot
 -- KEYS[3]  (go: Queue) queue: waiters
 -- KEYS[4]  (go: Dead) dead: a release that handed the lock on left its
---          token there (unlock.lua's receipt)
+--          release mark there, 'rel:<token>' (unlock.lua's receipt)
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: Fence) the hold's fence
 -- ARGV[3]  (go: Observers, if Election) an Election's leader resigning:
@@ -34,7 +34,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local token = ARGV[1]
 if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. token, 'q:' .. token) == 0 then
-  if redis.call('GET', KEYS[2]) == ARGV[2] or redis.call('ZSCORE', KEYS[4], token) then
+  if redis.call('GET', KEYS[2]) == ARGV[2] or redis.call('ZSCORE', KEYS[4], 'rel:' .. token) then
     return 1 -- this release, sent again: it ran
   end
   return NOT_HELD
