@@ -102,20 +102,22 @@ func goRedis(rdb Redis, cfg clientConfig) *goredis.Driver {
 // error wrapping ErrInvalidArgument when rdb is nil or an option is
 // invalid.
 //
-// On a *redis.Client (a single server, or a failover client's master)
-// and on a *redis.ClusterClient (each master of the cluster, which the
-// client's slot map names, MOVED and ASK replies followed) the Client
-// sends its commands on connections of its own, made from
+// On a *redis.Client of a single server and on a *redis.ClusterClient
+// (each master of the cluster, which the client's slot map names, MOVED
+// and ASK replies followed) the Client sends its commands on connections
+// of its own, made from
 // rdb's options (its Dialer, credentials, database, client name,
 // timeouts and MaxRetries; not its hooks or pool): one connection shared
 // by all its calls, whose commands go out together, and a few for WAIT
 // and transactions. A call returns when its ctx ends, without a
 // goroutine of its own. It is never sent again after a timeout (its first
 // copy may still run); after a refused, reset or closed connection it is
-// sent again on a new one, MaxRetries times at most. A client with an OnConnect hook or
-// streaming credentials (or a cluster's with its own ClusterSlots), and
-// any client under WithoutOwnConnections are used as they are; pub/sub
-// always goes through rdb.
+// sent again on a new one, MaxRetries times at most. A failover client
+// (redis.NewFailoverClient), whose pool alone follows the sentinels to a
+// new master, a client with an OnConnect hook or streaming credentials
+// (or a cluster's with its own ClusterSlots), and any client under
+// WithoutOwnConnections are used as they are; pub/sub always goes
+// through rdb.
 func New(rdb Redis, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil Redis client")

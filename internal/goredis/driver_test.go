@@ -20,8 +20,9 @@ func TestGoRedisDriver(t *testing.T) {
 }
 
 // So does the driver on dlock's own connections (internal/wire), which a
-// single node's, a failover client's and a cluster's keyed commands go
-// on (a cluster's: one Mux a master, cluster.go).
+// single node's and a cluster's keyed commands go on (a cluster's: one
+// Mux a master, cluster.go); a failover client's go through its pool
+// (TestFailoverClientGoesThroughItsPool).
 func TestGoRedisOwnDriver(t *testing.T) {
 	testDriver(t, goredis.Own)
 }
@@ -100,6 +101,28 @@ func TestDialBoundedByCtx(t *testing.T) {
 			// a bound far from the dial's minute, for a loaded CI machine
 			if took := time.Since(start); took > 10*time.Second {
 				t.Errorf("Do returned after %v; its ctx ended after 100ms", took)
+			}
+		})
+	}
+}
+
+// A failover client's commands go through its pool, which alone follows
+// the sentinels to a new master (Own, failover): Own finds it by the
+// Addr go-redis gives its options, and a plain client's still go on
+// connections of dlock's own.
+func TestFailoverClientGoesThroughItsPool(t *testing.T) {
+	fo := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	for _, c := range []struct {
+		name string
+		rdb  *redis.Client
+		own  bool
+	}{{"failover", fo, false}, {"plain", plain, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := goredis.Own(c.rdb)
+			t.Cleanup(func() { _ = d.Close(); _ = c.rdb.Close() })
+			if own := d.Info().AutoPipeline; own != c.own {
+				t.Errorf("on dlock's own connections: %v, want %v (Addr %q)", own, c.own, c.rdb.Options().Addr)
 			}
 		})
 	}
