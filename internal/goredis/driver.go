@@ -32,7 +32,7 @@ type Redis interface {
 // concurrent use, as the client is.
 type Driver struct {
 	rdb     Redis
-	wire    *wire.Mux            // dlock's own connections, for a plain client's commands (Own)
+	wire    *ownConns            // dlock's own connections, for a plain client's commands (Own)
 	cluster *redis.ClusterClient // rdb, when it is a cluster's
 	cw      *clusterWire         // dlock's own connections to a cluster's masters (Own)
 	resend  time.Duration        // Info's ResendAfter (resendAfter)
@@ -78,7 +78,7 @@ func Own(rdb Redis) *Driver {
 	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.Dialer == nil || failover(o) {
 		return g
 	}
-	g.wire = ownMux(o, o.Addr)
+	g.wire = newOwnConns(r, o)
 	g.resend = 0 // a call on the wire goes once
 	return g
 }
@@ -101,15 +101,18 @@ func failover(o *redis.Options) bool { return o.Addr == "FailoverClient" }
 // ownMux is dlock's own connections to the server at addr, made from a
 // go-redis client's options o: its Dialer, credentials, database, name,
 // timeouts and MaxRetries.
-func ownMux(o *redis.Options, addr string) *wire.Mux {
-	return wire.New(wire.Config{
+func ownMux(o *redis.Options, addr string) *wire.Mux { return wire.New(ownConfig(o, addr)) }
+
+// ownConfig is the configuration of ownMux's connections.
+func ownConfig(o *redis.Options, addr string) wire.Config {
+	return wire.Config{
 		Dial:         func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, addr) },
 		Hello:        func(ctx context.Context) ([]driver.Command, error) { return hello(ctx, o) },
 		DialTimeout:  max(o.DialTimeout, 0),
 		ReadTimeout:  max(o.ReadTimeout, 0),
 		WriteTimeout: max(o.WriteTimeout, 0),
 		MaxRetries:   max(o.MaxRetries, 0),
-	})
+	}
 }
 
 // hello is what a new connection of Own's sends first, from the client's
@@ -143,7 +146,7 @@ func hello(ctx context.Context, o *redis.Options) ([]driver.Command, error) {
 }
 
 // Close closes the connections of Own's driver (not rdb); it is safe to
-// call more than once.
+// call more than once. Closing rdb closes a single server's too (ownConns).
 func (g *Driver) Close() error {
 	switch {
 	case g.wire != nil:

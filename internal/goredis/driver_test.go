@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/drivertest"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -123,6 +124,47 @@ func TestFailoverClientGoesThroughItsPool(t *testing.T) {
 			t.Cleanup(func() { _ = d.Close(); _ = c.rdb.Close() })
 			if own := d.Info().AutoPipeline; own != c.own {
 				t.Errorf("on dlock's own connections: %v, want %v (Addr %q)", own, c.own, c.rdb.Options().Addr)
+			}
+		})
+	}
+}
+
+// Closing the go-redis client closes Own's connections to a single
+// server: once a pipeline (the watchdog's renewals) or a dial has found
+// the client closed, every call fails with an error wrapping
+// redis.ErrClosed, as through the pool (issue 45). Until then a lone
+// call (Do) costs one atomic load more: it is not asked.
+func TestOwnConnectionsCloseWithTheirClient(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	get := driver.Command{Args: []any{"GET", "k"}, FirstKey: 1, Keys: 1}
+	for _, c := range []struct {
+		name string
+		find func(*goredis.Driver) error // what finds the client closed
+	}{
+		{"pipeline", func(d *goredis.Driver) error { return d.Pipeline(ctx, []driver.Command{get})[0].Err }},
+		{"dedicated", func(d *goredis.Driver) error {
+			return d.Dedicated(ctx, "k", func(driver.Conn) error { return nil })
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := s.Client()
+			d := goredis.Own(rdb)
+			t.Cleanup(func() { _ = d.Close() })
+			if r := d.Do(ctx, get); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if err := c.find(d); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.find(d); !errors.Is(err, redis.ErrClosed) {
+				t.Fatalf("after Close: %v; want redis.ErrClosed", err)
+			}
+			if r := d.Do(ctx, get); !errors.Is(r.Err, redis.ErrClosed) {
+				t.Fatalf("Do after Close: %v, %v; want redis.ErrClosed", r.Val, r.Err)
 			}
 		})
 	}
