@@ -19,13 +19,13 @@ const closedTTL = time.Second
 // what the user would: both holds are told (Done, Err ErrLeaseLost)
 // within about a TTL, another Client takes the lock and the observer
 // sees the leader go, and a new call fails with an error wrapping
-// redis.ErrClosed. It returns how many of those failed and how long the
-// holds took to end.
+// redis.ErrClosed. It logs each of those that failed and returns how
+// many did and how long the holds took to end.
 func closedRun(t *testing.T, opts ...dlock.Option) (bad int, took time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	failf := func(format string, args ...any) {
-		t.Errorf(format, args...)
+		t.Logf(format, args...)
 		bad++
 	}
 	rdb := newRedis(t, srv)
@@ -121,5 +121,8 @@ func eventually(within time.Duration, cond func() bool) bool {
 func TestClosingTheGoRedisClientEndsItsHolds(t *testing.T) {
 	onlyGoRedis(t)
 	bad, took := closedRun(t)
-	t.Logf("holds told %v after the go-redis client was closed; %d checks failed", took.Round(time.Millisecond), bad)
+	t.Logf("holds told %v after the go-redis client was closed", took.Round(time.Millisecond))
+	if bad != 0 {
+		t.Fatalf("%d checks failed", bad)
+	}
 }
