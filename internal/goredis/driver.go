@@ -146,7 +146,8 @@ func hello(ctx context.Context, o *redis.Options) ([]driver.Command, error) {
 }
 
 // Close closes the connections of Own's driver (not rdb); it is safe to
-// call more than once. Closing rdb closes a single server's too (ownConns).
+// call more than once. Closing rdb closes them too, once a pipeline or
+// (on one server) a dial finds it closed (ownConns, clusterWire.goneNow).
 func (g *Driver) Close() error {
 	switch {
 	case g.wire != nil:

@@ -136,19 +136,25 @@ func TestFailoverClientGoesThroughItsPool(t *testing.T) {
 // call (Do) costs one atomic load more: it is not asked.
 func TestOwnConnectionsCloseWithTheirClient(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	ctx := context.Background()
 	get := driver.Command{Args: []any{"GET", "k"}, FirstKey: 1, Keys: 1}
+	pipeline := func(d *goredis.Driver) error { return d.Pipeline(ctx, []driver.Command{get})[0].Err }
+	dedicated := func(d *goredis.Driver) error {
+		return d.Dedicated(ctx, "k", func(driver.Conn) error { return nil })
+	}
 	for _, c := range []struct {
 		name string
+		rdb  func() redis.UniversalClient
 		find func(*goredis.Driver) error // what finds the client closed
 	}{
-		{"pipeline", func(d *goredis.Driver) error { return d.Pipeline(ctx, []driver.Command{get})[0].Err }},
-		{"dedicated", func(d *goredis.Driver) error {
-			return d.Dedicated(ctx, "k", func(driver.Conn) error { return nil })
-		}},
+		{"pipeline", func() redis.UniversalClient { return s.Client() }, pipeline},
+		{"dedicated", func() redis.UniversalClient { return s.Client() }, dedicated},
+		{"cluster pipeline", func() redis.UniversalClient { return cl.Client() }, pipeline},
+		{"cluster dedicated", func() redis.UniversalClient { return cl.Client() }, dedicated},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rdb := s.Client()
+			rdb := c.rdb()
 			d := goredis.Own(rdb)
 			t.Cleanup(func() { _ = d.Close() })
 			if r := d.Do(ctx, get); r.Err != nil {

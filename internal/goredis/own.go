@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrClientClosed is what a call on Own's connections to a single server
-// fails with once the go-redis client they were made from is closed: it
+// ErrClientClosed is what a call on Own's connections (to a server, or to
+// a cluster's masters: clusterWire.goneNow) fails with once the go-redis client they were made from is closed: it
 // wraps go-redis's redis.ErrClosed, which the same call through the
 // client's pool returns, so that errors.Is(err, redis.ErrClosed) holds
 // on either path.
