@@ -84,7 +84,9 @@ type Redis interface {
 // test injecting faults at the seam), or to hand it to NewWithDriver. On
 // a *redis.Client its commands go on connections of its own (see New);
 // they close when it is closed (it is an io.Closer: a Client made by
-// NewWithDriver does not close it), or, once it is garbage, when the
+// NewWithDriver does not close it), when rdb is closed (found at the next
+// pipeline, such as the watchdog's renewals, or dial; calls then fail
+// with an error wrapping redis.ErrClosed), or, once it is garbage, when the
 // runtime finalizes their sockets (no goroutine of its keeps them).
 func GoRedisDriver(rdb Redis) driver.Driver { return goredis.Own(rdb) }
 

@@ -83,7 +83,9 @@ var ended = func() context.Context {
 // I/O: a command on an ended ctx stops at the pool's door, which answers
 // redis.ErrClosed when closed and the ctx's error otherwise (go-redis
 // v9's ConnPool.Get checks in that order). go-redis says no other way:
-// its pool is not exported.
+// its pool is not exported. The cost: a ProcessHook of the user's (a
+// tracer) sees this PING, failed with context.Canceled, at each
+// pipeline (each watchdog tick).
 func closedPool(rdb *redis.Client) bool {
 	return errors.Is(rdb.Process(ended, redis.NewCmd(ended, "PING")), redis.ErrClosed)
 }
