@@ -84,7 +84,9 @@ type Redis interface {
 // test injecting faults at the seam), or to hand it to NewWithDriver. On
 // a *redis.Client its commands go on connections of its own (see New);
 // they close when it is closed (it is an io.Closer: a Client made by
-// NewWithDriver does not close it), or, once it is garbage, when the
+// NewWithDriver does not close it), when rdb is closed (found at the next
+// pipeline, such as the watchdog's renewals, or dial; calls then fail
+// with an error wrapping redis.ErrClosed), or, once it is garbage, when the
 // runtime finalizes their sockets (no goroutine of its keeps them).
 func GoRedisDriver(rdb Redis) driver.Driver { return goredis.Own(rdb) }
 
@@ -102,20 +104,22 @@ func goRedis(rdb Redis, cfg clientConfig) *goredis.Driver {
 // error wrapping ErrInvalidArgument when rdb is nil or an option is
 // invalid.
 //
-// On a *redis.Client (a single server, or a failover client's master)
-// and on a *redis.ClusterClient (each master of the cluster, which the
-// client's slot map names, MOVED and ASK replies followed) the Client
-// sends its commands on connections of its own, made from
+// On a *redis.Client of a single server and on a *redis.ClusterClient
+// (each master of the cluster, which the client's slot map names, MOVED
+// and ASK replies followed) the Client sends its commands on connections
+// of its own, made from
 // rdb's options (its Dialer, credentials, database, client name,
 // timeouts and MaxRetries; not its hooks or pool): one connection shared
 // by all its calls, whose commands go out together, and a few for WAIT
 // and transactions. A call returns when its ctx ends, without a
 // goroutine of its own. It is never sent again after a timeout (its first
 // copy may still run); after a refused, reset or closed connection it is
-// sent again on a new one, MaxRetries times at most. A client with an OnConnect hook or
-// streaming credentials (or a cluster's with its own ClusterSlots), and
-// any client under WithoutOwnConnections are used as they are; pub/sub
-// always goes through rdb.
+// sent again on a new one, MaxRetries times at most. A failover client
+// (redis.NewFailoverClient), whose pool alone follows the sentinels to a
+// new master, a client with an OnConnect hook or streaming credentials
+// (or a cluster's with its own ClusterSlots), and any client under
+// WithoutOwnConnections are used as they are; pub/sub always goes
+// through rdb.
 func New(rdb Redis, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil Redis client")

@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,4 +106,159 @@ func TestSentinelCutLinkDoubleGrantAndReplicaSync(t *testing.T) {
 	t.Logf("double grant after failover: first lease %v (fence %d), second fence %d",
 		first.Err(), first.Fence(), second.Fence())
 	unlock(t, second)
+}
+
+// failoverPairs is what failoverRun counted: pairs of TryLock (the Client
+// already running, then the other) on one fresh name each.
+type failoverPairs struct {
+	pairs int // pairs run
+	both  int // pairs in which both got the lock
+	// late: pairs that began more than followWithin after the failover
+	// completed (Sentinel.Failover returned); lateBoth of them both got
+	// the lock; lateSome of them one at least did (the count that shows
+	// the run could have failed).
+	late, lateBoth, lateSome int
+}
+
+// followWithin is how soon after a Sentinel failover a Client already
+// running must have followed the new master (issue 45): no double grant
+// from a pair that began later.
+const followWithin = 500 * time.Millisecond
+
+// failoverRun starts a Sentinel topology (a master, one replica), makes a
+// Client on a failover client and uses it (the Client already running),
+// and a second on another; then runs pairs of TryLock — the running
+// Client, then the other, on a fresh name a pair — before, during and
+// after SENTINEL FAILOVER, for after past its completion; the second
+// Client is replaced by a new one (on a new failover client) once the
+// failover has completed. settle: wait, before the after, for the
+// sentinels to have demoted the old master (about 10 s).
+func failoverRun(t *testing.T, after time.Duration, settle bool, opts ...dlock.Option) failoverPairs {
+	t.Helper()
+	st := redistest.StartSentinelT(t, redistest.SentinelOptions{})
+	newOne := func() *dlock.Client {
+		c, err := dlock.New(failoverClient(t, st), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	running := newOne()
+	var other atomic.Pointer[dlock.Client]
+	other.Store(newOne())
+	name := lockName(t)
+	var completed atomic.Int64 // when the failover completed (unix ns), 0 before
+
+	stop := make(chan struct{})
+	counted := make(chan failoverPairs, 1)
+	go func() {
+		var n failoverPairs
+		tick := time.NewTicker(5 * time.Millisecond) // a pace, not a wait
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				counted <- n
+				return
+			case <-tick.C:
+			}
+			began := time.Now().UnixNano()
+			got := 0
+			var leases []*dlock.Lease
+			for _, c := range []*dlock.Client{running, other.Load()} {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				l, err := c.Mutex(fmt.Sprintf("%s-%d", name, i)).TryLock(ctx)
+				cancel()
+				if err == nil {
+					got++
+					leases = append(leases, l)
+				}
+			}
+			for _, l := range leases {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = l.Unlock(ctx)
+				cancel()
+			}
+			n.pairs++
+			if got == 2 {
+				n.both++
+			}
+			if c := completed.Load(); c != 0 && began > c+int64(followWithin) {
+				n.late++
+				if got == 2 {
+					n.lateBoth++
+				}
+				if got > 0 {
+					n.lateSome++
+				}
+			}
+		}
+	}()
+	stopped := false
+	halt := func() failoverPairs {
+		if !stopped {
+			stopped = true
+			close(stop)
+		}
+		return <-counted
+	}
+	defer func() {
+		if !stopped {
+			halt()
+		}
+	}()
+
+	// the running Client has held and released a lock on the master
+	warm := mustLock(t, running.Mutex(name+"-warm"), context.Background())
+	unlock(t, warm)
+	if err := st.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	completed.Store(time.Now().UnixNano())
+	other.Store(newOne())
+	if settle {
+		if err := st.WaitHealthy(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(after) // the window observed after the failover, not a wait for a signal
+	n := halt()
+	t.Logf("%d pairs: %d both got the lock; %d began %v after the failover completed: %d both got it, %d one at least",
+		n.pairs, n.both, n.late, followWithin, n.lateBoth, n.lateSome)
+	return n
+}
+
+// A Client already running follows a Sentinel failover as go-redis's pool
+// does (issue 45): a failover client's commands go through its pool,
+// which go-redis empties of the old master's connections when the
+// sentinels announce the new one; dlock's own connections would have
+// kept locking on the old master, which still calls itself master, until
+// the sentinels demote it (about 10 s). After the failover, no pair of
+// Clients both get a lock past followWithin.
+func TestSentinelFailoverFollowedByARunningClient(t *testing.T) {
+	onlyGoRedis(t)
+	n := failoverRun(t, 2*time.Second, false)
+	if n.lateSome < 10 {
+		t.Fatalf("only %d pairs took the lock %v after the failover: the run shows nothing", n.lateSome, followWithin)
+	}
+	if n.lateBoth != 0 {
+		t.Fatalf("%d of %d pairs begun %v after the failover completed both got the lock", n.lateBoth, n.late, followWithin)
+	}
+}
+
+// With WithReplicaSync no pair of Clients both get a lock at all, during
+// or after a Sentinel failover, until well after the sentinels have
+// demoted the old master: a grant the replica acknowledged before its
+// promotion is on the new master, and one on the old master after it
+// is acknowledged by no replica.
+func TestSentinelFailoverWithReplicaSyncNeverGrantsTwice(t *testing.T) {
+	onlyGoRedis(t)
+	n := failoverRun(t, time.Second, true, dlock.WithReplicaSync(1, 300*time.Millisecond))
+	if n.lateSome < 10 {
+		t.Fatalf("only %d pairs took the lock after the failover: the run shows nothing", n.lateSome)
+	}
+	if n.both != 0 {
+		t.Fatalf("%d of %d pairs both got the lock", n.both, n.pairs)
+	}
 }

@@ -46,6 +46,9 @@ type clusterWire struct {
 	// reads that only its timeouts bound, when it has none; afterwards it
 	// reloads in the background and answers at once).
 	loaded atomic.Bool
+	// gone: cc was found closed (goneNow); the Muxes are closed and every
+	// call fails with ErrClientClosed.
+	gone atomic.Bool
 }
 
 // master is the Mux of one master's address, and whether a call was sent
@@ -274,6 +277,9 @@ var askingCmd = driver.Command{Args: []any{"ASKING"}}
 
 // do sends c, keyed by key, to its slot's master, following redirects.
 func (w *clusterWire) do(ctx context.Context, c driver.Command, key string) driver.Reply {
+	if w.gone.Load() {
+		return driver.Reply{Err: ErrClientClosed}
+	}
 	m, addr, err := w.route(ctx, key)
 	if err != nil {
 		return driver.Reply{Err: err}
@@ -314,6 +320,10 @@ func (w *clusterWire) follow(ctx context.Context, c driver.Command, r driver.Rep
 // master, all at once; a command redirected is followed alone.
 func (w *clusterWire) pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	out := make([]driver.Reply, len(cmds))
+	if w.goneNow(ctx) {
+		failAll(out, ErrClientClosed)
+		return out
+	}
 	type group struct {
 		m    *wire.Mux
 		addr string
@@ -370,6 +380,9 @@ func (w *clusterWire) pipeline(ctx context.Context, cmds []driver.Command) []dri
 
 // dedicated lends a connection of key's master.
 func (w *clusterWire) dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	if w.goneNow(ctx) {
+		return ErrClientClosed
+	}
 	m, _, err := w.route(ctx, key)
 	if err != nil {
 		return err
@@ -390,4 +403,27 @@ func (w *clusterWire) close() error {
 		err = errors.Join(err, m.m.Close())
 	}
 	return err
+}
+
+// goneNow reports whether cc has been closed, asking the pool of a
+// master's go-redis client (closing cc closes them: closedPool) when not
+// yet known; found closed, it closes the Muxes. As ownConns, it is asked
+// by pipelines and dedicated connections (the watchdog's renewals), not
+// by a lone call, which loads gone; and only once go-redis has its slot
+// map, from which a master's client comes without I/O.
+func (w *clusterWire) goneNow(ctx context.Context) bool {
+	if w.gone.Load() {
+		return true
+	}
+	if !w.loaded.Load() {
+		return false
+	}
+	n, err := w.cc.MasterForKey(ctx, "")
+	if err != nil || !closedPool(n) {
+		return false
+	}
+	if w.gone.CompareAndSwap(false, true) {
+		_ = w.close()
+	}
+	return true
 }

@@ -32,7 +32,7 @@ type Redis interface {
 // concurrent use, as the client is.
 type Driver struct {
 	rdb     Redis
-	wire    *wire.Mux            // dlock's own connections, for a plain client's commands (Own)
+	wire    *ownConns            // dlock's own connections, for a plain client's commands (Own)
 	cluster *redis.ClusterClient // rdb, when it is a cluster's
 	cw      *clusterWire         // dlock's own connections to a cluster's masters (Own)
 	resend  time.Duration        // Info's ResendAfter (resendAfter)
@@ -55,8 +55,9 @@ func New(rdb Redis) *Driver {
 
 // Own returns the Driver of rdb that sends its commands (Do, Pipeline,
 // Dedicated) on connections of its own (internal/wire), made from rdb's
-// options, when rdb is a *redis.Client (a single node or a failover
-// client) with no OnConnect hook and no streaming credentials; on a
+// options, when rdb is a *redis.Client of a single node (not a failover
+// client's: see failover) with no OnConnect hook and no streaming
+// credentials; on a
 // *redis.ClusterClient (the same provisos, and no ClusterSlots of its
 // own) its keyed commands go on connections of its own to each master
 // (clusterWire); New's otherwise. Pub/sub goes through rdb either way. Close closes the
@@ -74,26 +75,44 @@ func Own(rdb Redis) *Driver {
 		return g
 	}
 	o := r.Options()
-	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.Dialer == nil {
+	if o.OnConnect != nil || o.StreamingCredentialsProvider != nil || o.Dialer == nil || failover(o) {
 		return g
 	}
-	g.wire = ownMux(o, o.Addr)
+	g.wire = newOwnConns(r, o)
 	g.resend = 0 // a call on the wire goes once
 	return g
 }
 
+// failover reports whether o are the options of a failover client
+// (redis.NewFailoverClient), whose Addr go-redis sets to "FailoverClient".
+// Its commands go through its pool, not on connections of Own's: go-redis
+// alone hears the sentinels announce a new master (+switch-master, on a
+// connection to a sentinel it keeps to itself) and then closes its pool's
+// connections to the old one (its onFailover), within milliseconds. Own's
+// connections, made through the same Dialer, would reach the new master
+// only once they had failed; the old master still calls itself master
+// and takes writes until the sentinels demote it, about 10 s later, and a
+// lock taken there meanwhile is one a Client on the new master takes too
+// (issue 45). Following the switch ourselves would need the sentinels'
+// addresses, which the client does not show; asking the Dialer where the
+// master is would cost a round trip to a sentinel per check.
+func failover(o *redis.Options) bool { return o.Addr == "FailoverClient" }
+
 // ownMux is dlock's own connections to the server at addr, made from a
 // go-redis client's options o: its Dialer, credentials, database, name,
 // timeouts and MaxRetries.
-func ownMux(o *redis.Options, addr string) *wire.Mux {
-	return wire.New(wire.Config{
+func ownMux(o *redis.Options, addr string) *wire.Mux { return wire.New(ownConfig(o, addr)) }
+
+// ownConfig is the configuration of ownMux's connections.
+func ownConfig(o *redis.Options, addr string) wire.Config {
+	return wire.Config{
 		Dial:         func(ctx context.Context) (net.Conn, error) { return o.Dialer(ctx, o.Network, addr) },
 		Hello:        func(ctx context.Context) ([]driver.Command, error) { return hello(ctx, o) },
 		DialTimeout:  max(o.DialTimeout, 0),
 		ReadTimeout:  max(o.ReadTimeout, 0),
 		WriteTimeout: max(o.WriteTimeout, 0),
 		MaxRetries:   max(o.MaxRetries, 0),
-	})
+	}
 }
 
 // hello is what a new connection of Own's sends first, from the client's
@@ -127,7 +146,8 @@ func hello(ctx context.Context, o *redis.Options) ([]driver.Command, error) {
 }
 
 // Close closes the connections of Own's driver (not rdb); it is safe to
-// call more than once.
+// call more than once. Closing rdb closes them too, once a pipeline or
+// (on one server) a dial finds it closed (ownConns, clusterWire.goneNow).
 func (g *Driver) Close() error {
 	switch {
 	case g.wire != nil:

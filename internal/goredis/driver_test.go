@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/drivertest"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,8 +21,9 @@ func TestGoRedisDriver(t *testing.T) {
 }
 
 // So does the driver on dlock's own connections (internal/wire), which a
-// single node's, a failover client's and a cluster's keyed commands go
-// on (a cluster's: one Mux a master, cluster.go).
+// single node's and a cluster's keyed commands go on (a cluster's: one
+// Mux a master, cluster.go); a failover client's go through its pool
+// (TestFailoverClientGoesThroughItsPool).
 func TestGoRedisOwnDriver(t *testing.T) {
 	testDriver(t, goredis.Own)
 }
@@ -100,6 +102,75 @@ func TestDialBoundedByCtx(t *testing.T) {
 			// a bound far from the dial's minute, for a loaded CI machine
 			if took := time.Since(start); took > 10*time.Second {
 				t.Errorf("Do returned after %v; its ctx ended after 100ms", took)
+			}
+		})
+	}
+}
+
+// A failover client's commands go through its pool, which alone follows
+// the sentinels to a new master (Own, failover): Own finds it by the
+// Addr go-redis gives its options, and a plain client's still go on
+// connections of dlock's own.
+func TestFailoverClientGoesThroughItsPool(t *testing.T) {
+	fo := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	for _, c := range []struct {
+		name string
+		rdb  *redis.Client
+		own  bool
+	}{{"failover", fo, false}, {"plain", plain, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := goredis.Own(c.rdb)
+			t.Cleanup(func() { _ = d.Close(); _ = c.rdb.Close() })
+			if own := d.Info().AutoPipeline; own != c.own {
+				t.Errorf("on dlock's own connections: %v, want %v (Addr %q)", own, c.own, c.rdb.Options().Addr)
+			}
+		})
+	}
+}
+
+// Closing the go-redis client closes Own's connections to a single
+// server: once a pipeline (the watchdog's renewals) or a dial has found
+// the client closed, every call fails with an error wrapping
+// redis.ErrClosed, as through the pool (issue 45). Until then a lone
+// call (Do) costs one atomic load more: it is not asked.
+func TestOwnConnectionsCloseWithTheirClient(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
+	ctx := context.Background()
+	get := driver.Command{Args: []any{"GET", "k"}, FirstKey: 1, Keys: 1}
+	pipeline := func(d *goredis.Driver) error { return d.Pipeline(ctx, []driver.Command{get})[0].Err }
+	dedicated := func(d *goredis.Driver) error {
+		return d.Dedicated(ctx, "k", func(driver.Conn) error { return nil })
+	}
+	for _, c := range []struct {
+		name string
+		rdb  func() redis.UniversalClient
+		find func(*goredis.Driver) error // what finds the client closed
+	}{
+		{"pipeline", func() redis.UniversalClient { return s.Client() }, pipeline},
+		{"dedicated", func() redis.UniversalClient { return s.Client() }, dedicated},
+		{"cluster pipeline", func() redis.UniversalClient { return cl.Client() }, pipeline},
+		{"cluster dedicated", func() redis.UniversalClient { return cl.Client() }, dedicated},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.rdb()
+			d := goredis.Own(rdb)
+			t.Cleanup(func() { _ = d.Close() })
+			if r := d.Do(ctx, get); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if err := c.find(d); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.find(d); !errors.Is(err, redis.ErrClosed) {
+				t.Fatalf("after Close: %v; want redis.ErrClosed", err)
+			}
+			if r := d.Do(ctx, get); !errors.Is(r.Err, redis.ErrClosed) {
+				t.Fatalf("Do after Close: %v, %v; want redis.ErrClosed", r.Val, r.Err)
 			}
 		})
 	}
