@@ -1,0 +1,196 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// foldHold is a TCP proxy in front of one redis-server that holds the
+// first command containing marker on its way to the server, for hold
+// (a path that stalls, then delivers), or resets its connection instead
+// (reset). Everything else passes at once.
+type foldHold struct {
+	ln       net.Listener
+	upstream string
+	marker   []byte
+	hold     time.Duration
+	reset    bool
+	armed    atomic.Bool
+	hit      chan struct{} // closed when the marked command came by
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newFoldHold(t *testing.T, upstream, marker string, hold time.Duration, reset bool) *foldHold {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &foldHold{ln: ln, upstream: upstream, marker: []byte(marker), hold: hold, reset: reset, hit: make(chan struct{})}
+	p.armed.Store(true)
+	p.wg.Go(p.serve)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *foldHold) addr() string { return p.ln.Addr().String() }
+
+func (p *foldHold) keep(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+}
+
+func (p *foldHold) serve() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.upstream)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		p.keep(client)
+		p.keep(server)
+		p.wg.Go(func() {
+			_, _ = io.Copy(client, server)
+			_ = client.Close()
+		})
+		p.wg.Go(func() {
+			defer server.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := client.Read(buf)
+				if n > 0 {
+					if bytes.Contains(buf[:n], p.marker) && p.armed.CompareAndSwap(true, false) {
+						close(p.hit)
+						if p.reset {
+							if tc, ok := client.(*net.TCPConn); ok {
+								_ = tc.SetLinger(0)
+							}
+							_ = client.Close()
+							return
+						}
+						time.Sleep(p.hold) // the fault: the path holds the command this long
+					}
+					if _, werr := server.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+// setOldCounters sets, on s, the counter of lock name that an older
+// dlock kept per name (<prefix>:{<name>}:fence), at v.
+func setOldCounters(t *testing.T, s *redistest.Server, prefix, name string, v int64) {
+	t.Helper()
+	k, err := dlock.KeysOf(prefix, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := s.Client()
+	defer admin.Close()
+	if err := admin.Set(context.Background(), k.Lock+":fence", v, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 45, item 10: an older dlock's per-name counters at 50 on three of
+// five nodes and 10 on two; a new Client's first fold command is held
+// 150 ms on the three (node timeout 100 ms), so the fold fails there. No
+// fence may come from the two folded nodes and three unfolded ones: every
+// fence must be above 50 and strictly increasing. An acquire may fail
+// meanwhile, with an error that says the fold is not done (a
+// *QuorumError), and one later succeeds. Once with TryLocks, once with
+// a Lock that waits through it.
+func TestQuorumFencesWaitForTheFold(t *testing.T) {
+	servers := redistest.StartNT(t, 5, redistest.Options{})
+	for _, how := range []string{"TryLock", "Lock"} {
+		t.Run(how, func(t *testing.T) {
+			prefix := "fold45-" + how
+			name := lockName(t)
+			nodes := make([]*redis.Client, len(servers))
+			holds := make([]*foldHold, 0, 3)
+			for i, s := range servers {
+				old := int64(10)
+				addr := s.Addr()
+				if i < 3 {
+					old = 50
+					p := newFoldHold(t, s.Addr(), prefix+":fence:folded", 150*time.Millisecond, false)
+					holds = append(holds, p)
+					addr = p.addr()
+				}
+				setOldCounters(t, s, prefix, name, old)
+				nodes[i] = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+				t.Cleanup(func() { _ = nodes[i].Close() })
+			}
+			c := quorumClient(t, nodes, dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithPrefix(prefix))
+			m := c.Mutex(name)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			last, granted, refused := int64(50), 0, 0
+			for granted < 3 && ctx.Err() == nil {
+				var l *dlock.Lease
+				var err error
+				if how == "TryLock" {
+					l, err = m.TryLock(ctx, dlock.WithLease(time.Second))
+				} else {
+					l, err = m.Lock(ctx, dlock.WithLease(time.Second))
+				}
+				if err != nil {
+					if _, ok := errors.AsType[*dlock.QuorumError](err); !ok {
+						t.Fatalf("%s: %v; want a lease, or a *QuorumError while the fold is not done", how, err)
+					}
+					refused++
+					t.Logf("%s refused: %v", how, err)
+					continue
+				}
+				if l.Fence() <= last {
+					t.Errorf("%s: fence %d after %d (older fences went up to 50 on nodes 0-2)", how, l.Fence(), last)
+				}
+				last = max(last, l.Fence())
+				granted++
+				unlock(t, l)
+			}
+			for i, p := range holds {
+				select {
+				case <-p.hit:
+				default:
+					t.Errorf("node %d: the fold's first command never came by the proxy", i)
+				}
+			}
+			if granted < 3 {
+				t.Fatalf("%s: %d grants (%d refused) in 10 s after the fold was held on nodes 0-2", how, granted, refused)
+			}
+			t.Logf("%s: %d refused before %d grants, last fence %d", how, refused, granted, last)
+		})
+	}
+}
