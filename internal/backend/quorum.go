@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -26,6 +27,7 @@ type Quorum struct {
 	drift           Drift
 	log             *slog.Logger
 	fail            func(QuorumFailure) error
+	folds           *Folds // which nodes' older fence counters are folded (see "Fences on a quorum")
 	// stragglers are node calls still running after their operation was
 	// decided by a majority; Close waits for them.
 	stragglers sync.WaitGroup
@@ -55,6 +57,10 @@ type QuorumFailure struct {
 	Needed  int // the majority
 	Failing []NodeFailure
 	NotSeen []int // Op "fence": the nodes not yet known to hold every fence issued
+	// Unfolded (Op "fence"): the nodes whose older fence counters are
+	// not yet folded into the Client's, each with why (the fold's error,
+	// or errNotFolded if it has not ended there yet).
+	Unfolded []NodeFailure
 }
 
 // NodeFailure is one node's failure in a quorum call (dlock.NodeError).
@@ -66,8 +72,53 @@ type NodeFailure struct {
 // NewQuorum returns the quorum backend of cfg.
 func NewQuorum(cfg QuorumConfig) *Quorum {
 	return &Quorum{nodes: cfg.Nodes, timeout: cfg.Timeout, jitter: cfg.Jitter, mark: cfg.Mark, drift: cfg.Drift,
-		log: cfg.Log, fail: cfg.Fail}
+		log: cfg.Log, fail: cfg.Fail, folds: newFolds(len(cfg.Nodes))}
 }
+
+// Folds is what the quorum knows of the fold on each node (the fold of
+// older fence counters into the Client's, internal/deploy/fold.go): the
+// deployment records each node's outcome in it, and the quorum's fences
+// count only the nodes folded ("Fences on a quorum"). Safe for
+// concurrent use.
+type Folds struct {
+	done []atomic.Bool           // folded, for good (the Client's fold is done once a node)
+	why  []atomic.Pointer[error] // the last failed fold's error, while not done
+}
+
+func newFolds(n int) *Folds {
+	return &Folds{done: make([]atomic.Bool, n), why: make([]atomic.Pointer[error], n)}
+}
+
+// Folds is where the deployment records the fold on each node.
+func (q *Quorum) Folds() *Folds { return q.folds }
+
+// Set records the end of a fold on node: done if err is nil, else why not.
+func (f *Folds) Set(node int, err error) {
+	if err == nil {
+		f.done[node].Store(true)
+		return
+	}
+	f.why[node].Store(&err)
+}
+
+// snapshot says which nodes are folded now, and why each other one is not.
+func (f *Folds) snapshot() (done []bool, missing []NodeFailure) {
+	done = make([]bool, len(f.done))
+	for i := range f.done {
+		if done[i] = f.done[i].Load(); !done[i] {
+			why := errNotFolded
+			if p := f.why[i].Load(); p != nil {
+				why = *p
+			}
+			missing = append(missing, NodeFailure{i, why})
+		}
+	}
+	return done, missing
+}
+
+// errNotFolded is why a node is not folded when no fold has failed there:
+// it has not ended yet.
+var errNotFolded = errors.New("the fold of older fence counters has not ended on it yet")
 
 // NodeTimeout is how long each node's part of a quorum call may take.
 func (q *Quorum) NodeTimeout() time.Duration { return q.timeout }
@@ -321,6 +372,28 @@ func (q *Quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []Undo
 // over, as on a single node restarted without persistence). The price: a
 // new deployment issues no fence, so grants no lock, until every node has
 // answered once; after that a majority of marked nodes suffices.
+//
+// Older fences, from counters this Client does not take fences from (an
+// older dlock's, one per lock name, or the other WithSlotFences
+// layout's), are a second kind of state a node's counter may lack: they
+// reach it only when the Client's fold (internal/deploy/fold.go) has
+// added them to it on that node. The older dlock issued each fence F_old
+// the same way, written back to a majority M_old, whose old counters
+// are at least F_old. So "marked" above is "marked and folded": a node
+// counts only once this Client's fold has ended there (Folds, read
+// before the round's fence step, so that the counter it reads is the
+// folded one), and a new deployment is taken as one only when every
+// node is folded. Then the marked majority that decides G shares a
+// node n with M_old, whose counter holds n's old value, at least F_old
+// (the fold adds it: INCRBY), so G > F_old — for every majority M_old,
+// which is why a majority of the nodes counted must be folded, not just
+// any: two folded nodes and three unfolded ones, whose old counters are
+// 10 and 50, gave fence 11 after 50 (issue 45). A round that has no
+// such majority issues no fence: a TryLock fails with a *QuorumError of
+// Op "fence" naming the nodes not folded and why; a Lock folds again
+// before its next round and tries again within its ctx. A node whose
+// fold ended stays folded for the Client: what it lost since (a restart
+// without persistence) lost its old counters too, and its mark says so.
 
 // raiseFences decides the fence of a round that a majority granted (t):
 // see "Fences on a quorum".
@@ -330,6 +403,7 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		want = max(want, t.vals[i][1])
 	}
 	answered := append(slices.Clone(t.ok), t.no...)
+	folded, unfolded := q.folds.snapshot() // before the counters are read
 	mark := q.mark
 	run := func(nodes []int, fence int64, markThem bool) tally {
 		return q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
@@ -337,7 +411,7 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		}), nodes, func(v []int64) bool { return len(v) == 2 })
 	}
 	r := run(answered, want, false)
-	fence, marked := want, 0
+	fence, marked, counted := want, 0, 0
 	for _, i := range r.ok {
 		c := r.vals[i][1]
 		if c > want || !slices.Contains(t.ok, i) {
@@ -345,11 +419,15 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		}
 		fence = max(fence, c)
 		marked += int(r.vals[i][0])
+		if r.vals[i][0] == 1 && folded[i] {
+			counted++
+		}
 	}
 	switch {
-	case marked >= q.majority():
-	case marked == 0 && len(r.ok) == len(q.nodes):
-		// a new deployment: every node answers, none is marked
+	case counted >= q.majority():
+	case marked == 0 && len(r.ok) == len(q.nodes) && len(unfolded) == 0:
+		// a new deployment: every node answers, none is marked, every
+		// one is folded
 	default:
 		// Who is not yet seen: on a new quorum (none marked) the nodes
 		// that did not answer, whose first answer marks them all; else
@@ -362,7 +440,8 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 				notSeen = append(notSeen, i)
 			}
 		}
-		return 0, q.fail(QuorumFailure{Op: "fence", Name: k.Name, OK: marked, Needed: q.majority(), Failing: r.failed, NotSeen: notSeen})
+		return 0, q.fail(QuorumFailure{Op: "fence", Name: k.Name, OK: counted, Needed: q.majority(), Failing: r.failed,
+			NotSeen: notSeen, Unfolded: unfolded})
 	}
 	if fence == want && marked == len(r.ok) {
 		return fence, nil // every node that answered has it, and is marked
