@@ -194,3 +194,42 @@ func TestQuorumFencesWaitForTheFold(t *testing.T) {
 		})
 	}
 }
+
+// The same fold on a single node (issue 45, 10, "is a fold error there
+// handled?"): an older counter at 50; the new Client's first fold
+// command held past the first TryLock's ctx, or its connection reset.
+// The acquire may fail (its ctx's error, or the fold's), never take a
+// fence at or below 50; a later one takes one above.
+func TestFoldFailedOnASingleNode(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		t.Run(map[bool]string{false: "held", true: "reset"}[reset], func(t *testing.T) {
+			s := redistest.StartT(t, redistest.Options{})
+			prefix, name := "fold45", lockName(t)
+			setOldCounters(t, s, prefix, name, 50)
+			p := newFoldHold(t, s.Addr(), prefix+":fence:folded", 300*time.Millisecond, reset)
+			rdb := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := newClient(t, rdb, dlock.WithPrefix(prefix))
+			m := c.Mutex(name)
+			short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			l, err := m.TryLock(short)
+			cancel()
+			if err == nil {
+				unlock(t, l)
+				if l.Fence() <= 50 {
+					t.Fatalf("fence %d with the fold's first command held or reset; older fences went up to 50", l.Fence())
+				}
+			} else {
+				t.Logf("first TryLock: %v", err)
+			}
+			<-p.hit
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			l = mustLock(t, m, ctx)
+			unlock(t, l)
+			if l.Fence() <= 50 {
+				t.Fatalf("fence %d after the fold's first command was held or reset; older fences went up to 50", l.Fence())
+			}
+		})
+	}
+}
