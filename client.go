@@ -234,7 +234,7 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 	c.life, c.cancel = context.WithCancel(context.Background())
 	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Cluster: c.cluster(), Moving: c.moving, ClusterHint: c.clusterHint})
 	var timeout time.Duration // a quorum's node timeout bounds its checks of one node
-	var folds *backend.Folds
+	var folds *transport.Folds
 	if q, ok := be.(*backend.Quorum); ok {
 		timeout, folds = q.NodeTimeout(), q.Folds()
 	}

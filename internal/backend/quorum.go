@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -27,7 +26,7 @@ type Quorum struct {
 	drift           Drift
 	log             *slog.Logger
 	fail            func(QuorumFailure) error
-	folds           *Folds // which nodes' older fence counters are folded (see "Fences on a quorum")
+	folds           *transport.Folds // which nodes' older fence counters are folded (see "Fences on a quorum")
 	// stragglers are node calls still running after their operation was
 	// decided by a majority; Close waits for them.
 	stragglers sync.WaitGroup
@@ -59,7 +58,7 @@ type QuorumFailure struct {
 	NotSeen []int // Op "fence": the nodes not yet known to hold every fence issued
 	// Unfolded (Op "fence"): the nodes whose older fence counters are
 	// not yet folded into the Client's, each with why (the fold's error,
-	// or errNotFolded if it has not ended there yet).
+	// or transport.ErrNotFolded while none ended there).
 	Unfolded []NodeFailure
 }
 
@@ -72,53 +71,12 @@ type NodeFailure struct {
 // NewQuorum returns the quorum backend of cfg.
 func NewQuorum(cfg QuorumConfig) *Quorum {
 	return &Quorum{nodes: cfg.Nodes, timeout: cfg.Timeout, jitter: cfg.Jitter, mark: cfg.Mark, drift: cfg.Drift,
-		log: cfg.Log, fail: cfg.Fail, folds: newFolds(len(cfg.Nodes))}
+		log: cfg.Log, fail: cfg.Fail, folds: transport.NewFolds(len(cfg.Nodes))}
 }
 
-// Folds is what the quorum knows of the fold on each node (the fold of
-// older fence counters into the Client's, internal/deploy/fold.go): the
-// deployment records each node's outcome in it, and the quorum's fences
-// count only the nodes folded ("Fences on a quorum"). Safe for
-// concurrent use.
-type Folds struct {
-	done []atomic.Bool           // folded, for good (the Client's fold is done once a node)
-	why  []atomic.Pointer[error] // the last failed fold's error, while not done
-}
-
-func newFolds(n int) *Folds {
-	return &Folds{done: make([]atomic.Bool, n), why: make([]atomic.Pointer[error], n)}
-}
-
-// Folds is where the deployment records the fold on each node.
-func (q *Quorum) Folds() *Folds { return q.folds }
-
-// Set records the end of a fold on node: done if err is nil, else why not.
-func (f *Folds) Set(node int, err error) {
-	if err == nil {
-		f.done[node].Store(true)
-		return
-	}
-	f.why[node].Store(&err)
-}
-
-// snapshot says which nodes are folded now, and why each other one is not.
-func (f *Folds) snapshot() (done []bool, missing []NodeFailure) {
-	done = make([]bool, len(f.done))
-	for i := range f.done {
-		if done[i] = f.done[i].Load(); !done[i] {
-			why := errNotFolded
-			if p := f.why[i].Load(); p != nil {
-				why = *p
-			}
-			missing = append(missing, NodeFailure{i, why})
-		}
-	}
-	return done, missing
-}
-
-// errNotFolded is why a node is not folded when no fold has failed there:
-// it has not ended yet.
-var errNotFolded = errors.New("the fold of older fence counters has not ended on it yet")
+// Folds is where the deployment records the fold on each node (see
+// "Fences on a quorum").
+func (q *Quorum) Folds() *transport.Folds { return q.folds }
 
 // NodeTimeout is how long each node's part of a quorum call may take.
 func (q *Quorum) NodeTimeout() time.Duration { return q.timeout }
@@ -403,7 +361,13 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		want = max(want, t.vals[i][1])
 	}
 	answered := append(slices.Clone(t.ok), t.no...)
-	folded, unfolded := q.folds.snapshot() // before the counters are read
+	folded, why := q.folds.Snapshot() // before the counters are read
+	var unfolded []NodeFailure
+	for i, done := range folded {
+		if !done {
+			unfolded = append(unfolded, NodeFailure{i, why[i]})
+		}
+	}
 	mark := q.mark
 	run := func(nodes []int, fence int64, markThem bool) tally {
 		return q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/telemetry"
@@ -94,7 +93,7 @@ type Reach struct {
 	// Folds, on a quorum, is where the fold records its outcome on each
 	// node: the quorum's fences count only the nodes folded (nil off a
 	// quorum).
-	Folds *backend.Folds
+	Folds *transport.Folds
 	// Life ends when the Client closes; the fold runs under it.
 	Life context.Context
 	// Background runs f as the Client's background work (waited for by
