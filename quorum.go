@@ -38,7 +38,9 @@ const DefaultNodeTimeout = 100 * time.Millisecond
 //     every node, those whose reply was lost included;
 //   - the fence is the highest counter of the nodes that answer, written
 //     back to all of them, and is issued only when a majority of them are
-//     known to hold every fence issued so far (see "Fences on a quorum":
+//     known to hold every fence issued so far, older counters folded in
+//     (an older dlock's, or the other WithSlotFences layout's: a node
+//     counts once the Client's fold has ended there; see "Fences on a quorum":
 //     fences never repeat, even after partitions and a node restarted
 //     without persistence; a new deployment grants nothing until every
 //     node has answered once);

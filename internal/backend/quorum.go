@@ -341,17 +341,20 @@ func (q *Quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []Undo
 // counts only once this Client's fold has ended there (Folds, read
 // before the round's fence step, so that the counter it reads is the
 // folded one), and a new deployment is taken as one only when every
-// node is folded. Then the marked majority that decides G shares a
-// node n with M_old, whose counter holds n's old value, at least F_old
-// (the fold adds it: INCRBY), so G > F_old — for every majority M_old,
-// which is why a majority of the nodes counted must be folded, not just
-// any: two folded nodes and three unfolded ones, whose old counters are
-// 10 and 50, gave fence 11 after 50 (issue 45). A round that has no
-// such majority issues no fence: a TryLock fails with a *QuorumError of
-// Op "fence" naming the nodes not folded and why; a Lock folds again
-// before its next round and tries again within its ctx. A node whose
-// fold ended stays folded for the Client: what it lost since (a restart
-// without persistence) lost its old counters too, and its mark says so.
+// node is folded. Then the majority that decides G (nodes that answered,
+// marked and folded) shares a node n with M_old; n's counter holds its
+// old counter's value, at least F_old (the fold adds it with INCRBY
+// before it deletes the old one, and Folds records n only after), and G
+// is above n's counter, so G > F_old. Hence the folded nodes must be a
+// majority of those that decide G — not any folded node, nor a majority
+// of the quorum folded while the round is decided by others: two folded
+// nodes (old counters 10) and three unfolded ones (50) decided fence 11
+// after 50 (issue 45, 10). A round without such a majority issues no
+// fence: a TryLock fails with a *QuorumError of Op "fence" naming the
+// nodes not folded and why; a Lock folds again before its next round
+// and tries again within its ctx. A node whose fold ended stays folded
+// for the Client: what it loses since (a restart without persistence)
+// takes its old counters too, and its lost mark says so.
 
 // raiseFences decides the fence of a round that a majority granted (t):
 // see "Fences on a quorum".
