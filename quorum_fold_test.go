@@ -12,34 +12,37 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 // foldHold is a TCP proxy in front of one redis-server that holds the
-// first command containing marker on its way to the server, for hold
-// (a path that stalls, then delivers), or resets its connection instead
-// (reset). Everything else passes at once.
+// first command containing marker (every one, if always) on its way to
+// the server, for hold (a path that stalls, then delivers), or resets
+// its connection instead (reset). Everything else passes at once.
 type foldHold struct {
 	ln       net.Listener
 	upstream string
 	marker   []byte
 	hold     time.Duration
 	reset    bool
+	always   bool // every command containing marker, not only the first
 	armed    atomic.Bool
+	hitOnce  sync.Once
 	hit      chan struct{} // closed when the marked command came by
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	conns    []net.Conn
 }
 
-func newFoldHold(t *testing.T, upstream, marker string, hold time.Duration, reset bool) *foldHold {
+func newFoldHold(t *testing.T, upstream, marker string, hold time.Duration, reset, always bool) *foldHold {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &foldHold{ln: ln, upstream: upstream, marker: []byte(marker), hold: hold, reset: reset, hit: make(chan struct{})}
+	p := &foldHold{ln: ln, upstream: upstream, marker: []byte(marker), hold: hold, reset: reset, always: always, hit: make(chan struct{})}
 	p.armed.Store(true)
 	p.wg.Go(p.serve)
 	t.Cleanup(func() {
@@ -85,8 +88,8 @@ func (p *foldHold) serve() {
 			for {
 				n, err := client.Read(buf)
 				if n > 0 {
-					if bytes.Contains(buf[:n], p.marker) && p.armed.CompareAndSwap(true, false) {
-						close(p.hit)
+					if bytes.Contains(buf[:n], p.marker) && (p.always || p.armed.CompareAndSwap(true, false)) {
+						p.hitOnce.Do(func() { close(p.hit) })
 						if p.reset {
 							if tc, ok := client.(*net.TCPConn); ok {
 								_ = tc.SetLinger(0)
@@ -144,7 +147,7 @@ func TestQuorumFencesWaitForTheFold(t *testing.T) {
 				addr := s.Addr()
 				if i < 3 {
 					old = 50
-					p := newFoldHold(t, s.Addr(), prefix+":fence:folded", 150*time.Millisecond, false)
+					p := newFoldHold(t, s.Addr(), prefix+":fence:folded", 150*time.Millisecond, false, false)
 					holds = append(holds, p)
 					addr = p.addr()
 				}
@@ -206,7 +209,7 @@ func TestFoldFailedOnASingleNode(t *testing.T) {
 			s := redistest.StartT(t, redistest.Options{})
 			prefix, name := "fold45", lockName(t)
 			setOldCounters(t, s, prefix, name, 50)
-			p := newFoldHold(t, s.Addr(), prefix+":fence:folded", 300*time.Millisecond, reset)
+			p := newFoldHold(t, s.Addr(), prefix+":fence:folded", 300*time.Millisecond, reset, false)
 			rdb := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			c := newClient(t, rdb, dlock.WithPrefix(prefix))
@@ -231,5 +234,80 @@ func TestFoldFailedOnASingleNode(t *testing.T) {
 				t.Fatalf("fence %d after the fold's first command was held or reset; older fences went up to 50", l.Fence())
 			}
 		})
+	}
+}
+
+// A majority of the quorum folded is not enough: the nodes that decide a
+// fence must be. Older counters at 50 on nodes 0, 3 and 4 (a majority
+// the older dlock wrote a fence to) and 10 on 1 and 2; every node marked
+// (an older dlock that marked its nodes). The new Client folds nodes 0-2
+// (its first acquire finds the lock held: no fence), never 3 and 4
+// (every fold command held past the node timeout there); then 0 and 1
+// are cut off. A round on {2, 3, 4} may not fence from node 2's 10 and
+// the unfolded 3 and 4; once 0 and 1 are back, the fence is above 50.
+func TestQuorumFenceFromAFoldedMajorityOfItsDeciders(t *testing.T) {
+	servers := redistest.StartNT(t, 5, redistest.Options{})
+	prefix, name := "fold45-deciders", lockName(t)
+	nodes := make([]*redis.Client, len(servers))
+	cut := make([]*faultproxy.Proxy, 2)
+	for i, s := range servers {
+		setOldCounters(t, s, prefix, name, map[bool]int64{true: 50, false: 10}[i == 0 || i >= 3])
+		admin := s.Client()
+		if err := admin.Set(context.Background(), prefix+":quorum:mark", 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = admin.Close()
+		addr := s.Addr()
+		switch {
+		case i < 2:
+			p, err := faultproxy.New(s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			cut[i], addr = p, p.Addr()
+		case i >= 3:
+			addr = newFoldHold(t, s.Addr(), prefix+":fence:folded", 150*time.Millisecond, false, true).addr()
+		}
+		nodes[i] = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = nodes[i].Close() })
+	}
+	c := quorumClient(t, nodes, dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithPrefix(prefix))
+	ctx := context.Background()
+	held := name + "-held"
+	k, _ := dlock.KeysOf(prefix, held)
+	for _, s := range servers { // held on every node: the round fences nothing
+		admin := s.Client()
+		admin.HSet(ctx, k.Lock, "foreign", 1)
+		admin.PExpire(ctx, k.Lock, time.Minute)
+		_ = admin.Close()
+	}
+	if _, err := c.Mutex(held).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a lock held on every node: %v", err)
+	}
+	for _, p := range cut {
+		p.SetDown(true)
+	}
+	m := c.Mutex(name)
+	l, err := m.TryLock(ctx, dlock.WithLease(time.Second))
+	if err == nil {
+		unlock(t, l)
+		if l.Fence() <= 50 {
+			t.Fatalf("fence %d on {2, 3, 4}, 3 and 4 not folded; the older dlock issued 50 on {0, 3, 4}", l.Fence())
+		}
+	} else if _, ok := errors.AsType[*dlock.QuorumError](err); !ok {
+		t.Fatalf("TryLock on {2, 3, 4}: %v; want a lease above 50 or a *QuorumError", err)
+	} else {
+		t.Logf("TryLock on {2, 3, 4} refused: %v", err)
+	}
+	for _, p := range cut {
+		p.SetDown(false)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l = mustLock(t, m, wctx, dlock.WithLease(time.Second))
+	unlock(t, l)
+	if l.Fence() <= 50 {
+		t.Fatalf("fence %d with every node back; the older dlock issued 50 on {0, 3, 4}", l.Fence())
 	}
 }
