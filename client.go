@@ -238,10 +238,11 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 	c.life, c.cancel = context.WithCancel(context.Background())
 	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Cluster: c.cluster(), Moving: c.moving, ClusterHint: c.clusterHint})
 	var timeout time.Duration // a quorum's node timeout bounds its checks of one node
+	var folds *transport.Folds
 	if q, ok := be.(*backend.Quorum); ok {
-		timeout = q.NodeTimeout()
+		timeout, folds = q.NodeTimeout(), q.Folds()
 	}
-	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id,
+	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id, Folds: folds,
 		Everywhere: be.Everywhere, Life: c.life, Background: c.holds.Background})
 	c.acq = acquire.New(acquire.Config{Backend: be, Dep: dep, Tel: tel, Hubs: c.hubs, Holds: c.holds, Drift: cfg.drift,
 		ResendAfter: c.resendAfter, Cluster: c.cluster(), ClusterHint: c.clusterHint, Life: c.life,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +38,9 @@ const DefaultNodeTimeout = 100 * time.Millisecond
 //     every node, those whose reply was lost included;
 //   - the fence is the highest counter of the nodes that answer, written
 //     back to all of them, and is issued only when a majority of them are
-//     known to hold every fence issued so far (see "Fences on a quorum":
+//     known to hold every fence issued so far, older counters folded in
+//     (an older dlock's, or the other WithSlotFences layout's: a node
+//     counts once the Client's fold has ended there; see "Fences on a quorum":
 //     fences never repeat, even after partitions and a node restarted
 //     without persistence; a new deployment grants nothing until every
 //     node has answered once);
@@ -123,14 +126,19 @@ func (e NodeError) Unwrap() error { return e.Err }
 // the nodes not known to (never seen by this deployment's fences since
 // they last lost their state: a new quorum, a node restarted without
 // persistence: on a new quorum, the nodes that have not answered yet),
-// Failing those that did not answer.
+// Failing those that did not answer, and Unfolded the nodes on which the
+// Client has not yet folded older fence counters into its own (an older
+// dlock's, one per lock name, or the other WithSlotFences layout's),
+// each with why (the fold's error): such a node does not count towards
+// Needed until its fold has ended, which the next acquire tries again.
 type QuorumError struct {
-	Op      string // "lock", "unlock", "renew", "ttl", "fence"
-	Name    string
-	OK      int // nodes that did what was asked
-	Needed  int // the majority
-	Failing []NodeError
-	NotSeen []int // backend.Op "fence": the nodes not yet known to hold every fence issued
+	Op       string // "lock", "unlock", "renew", "ttl", "fence"
+	Name     string
+	OK       int // nodes that did what was asked
+	Needed   int // the majority
+	Failing  []NodeError
+	NotSeen  []int       // backend.Op "fence": the nodes not yet known to hold every fence issued
+	Unfolded []NodeError // backend.Op "fence": the nodes whose older fence counters are not yet folded
 }
 
 // quorumError is the error of a quorum call that no majority decided:
@@ -140,6 +148,9 @@ func quorumError(f backend.QuorumFailure) error {
 	e := &QuorumError{Op: f.Op, Name: f.Name, OK: f.OK, Needed: f.Needed, NotSeen: f.NotSeen}
 	for _, n := range f.Failing {
 		e.Failing = append(e.Failing, NodeError(n))
+	}
+	for _, n := range f.Unfolded {
+		e.Unfolded = append(e.Unfolded, NodeError(n))
 	}
 	return e
 }
@@ -159,23 +170,45 @@ func (e *QuorumError) Error() string {
 		for i, n := range e.NotSeen {
 			seen[i] = fmt.Sprint(n)
 		}
+		// the nodes that answered but are not folded (one not seen is
+		// said once, as not seen)
+		var folds []string
+		for _, n := range e.Unfolded {
+			if !slices.Contains(e.NotSeen, n.Node) {
+				folds = append(folds, n.Error())
+			}
+		}
+		unfolded := ""
+		if len(folds) > 0 {
+			unfolded = "; older fence counters (an older dlock's, one per lock name, or the other WithSlotFences layout's) " +
+				"are not folded yet on " + strings.Join(folds, "; ") + ": a node counts once its fold has ended, " +
+				"which the next acquire tries again"
+		}
+		if len(e.NotSeen) == 0 {
+			return fmt.Sprintf("dlock: lock %q: a majority granted it, but no fence can be issued that is sure to be above "+
+				"every fence issued so far: %d of the %d nodes needed are folded and known to hold them%s%s",
+				e.Name, e.OK, e.Needed, unfolded, failing)
+		}
 		if e.OK == 0 {
 			return fmt.Sprintf("dlock: lock %q: a majority granted it, but this quorum is new to fences: it issues its first "+
-				"fence once every node has answered once (then a majority suffices); not yet seen: node %s%s",
-				e.Name, strings.Join(seen, ", "), failing)
+				"fence once every node has answered once (then a majority suffices); not yet seen: node %s%s%s",
+				e.Name, strings.Join(seen, ", "), unfolded, failing)
 		}
 		return fmt.Sprintf("dlock: lock %q: a majority granted it, but no fence can be issued that is sure to be new: "+
-			"%d of the %d nodes needed are known to hold every fence issued so far; not yet seen: node %s%s",
-			e.Name, e.OK, e.Needed, strings.Join(seen, ", "), failing)
+			"%d of the %d nodes needed are known to hold every fence issued so far; not yet seen: node %s%s%s",
+			e.Name, e.OK, e.Needed, strings.Join(seen, ", "), unfolded, failing)
 	}
 	return fmt.Sprintf("dlock: %s %q: %d of %d nodes needed answered%s", e.Op, e.Name, e.OK, e.Needed, failing)
 }
 
-// Unwrap returns the nodes' errors.
+// Unwrap returns the nodes' errors (Failing's, then Unfolded's).
 func (e *QuorumError) Unwrap() []error {
-	errs := make([]error, len(e.Failing))
-	for i, n := range e.Failing {
-		errs[i] = n
+	errs := make([]error, 0, len(e.Failing)+len(e.Unfolded))
+	for _, n := range e.Failing {
+		errs = append(errs, n)
+	}
+	for _, n := range e.Unfolded {
+		errs = append(errs, n)
 	}
 	return errs
 }

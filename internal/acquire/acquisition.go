@@ -369,6 +369,12 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 			return a.lease(ctx, o)
 		}
 	}
+	if a.why != nil {
+		// The last round said why it did not win (a quorum's: no fence,
+		// perhaps for a node not folded): fold again first, as the next
+		// acquire would (nothing once the fold is done).
+		_ = a.c.dep.Fold(ctx)
+	}
 	sent := time.Now()
 	o, err := a.Attempt(ctx, queued, !a.last.Sent.IsZero())
 	if r := a.c.resendAfter; r > 0 && time.Since(sent) >= r {

@@ -26,6 +26,7 @@ type Quorum struct {
 	drift           Drift
 	log             *slog.Logger
 	fail            func(QuorumFailure) error
+	folds           *transport.Folds // which nodes' older fence counters are folded (see "Fences on a quorum")
 	// stragglers are node calls still running after their operation was
 	// decided by a majority; Close waits for them.
 	stragglers sync.WaitGroup
@@ -55,6 +56,10 @@ type QuorumFailure struct {
 	Needed  int // the majority
 	Failing []NodeFailure
 	NotSeen []int // Op "fence": the nodes not yet known to hold every fence issued
+	// Unfolded (Op "fence"): the nodes whose older fence counters are
+	// not yet folded into the Client's, each with why (the fold's error,
+	// or transport.ErrNotFolded while none ended there).
+	Unfolded []NodeFailure
 }
 
 // NodeFailure is one node's failure in a quorum call (dlock.NodeError).
@@ -66,8 +71,12 @@ type NodeFailure struct {
 // NewQuorum returns the quorum backend of cfg.
 func NewQuorum(cfg QuorumConfig) *Quorum {
 	return &Quorum{nodes: cfg.Nodes, timeout: cfg.Timeout, jitter: cfg.Jitter, mark: cfg.Mark, drift: cfg.Drift,
-		log: cfg.Log, fail: cfg.Fail}
+		log: cfg.Log, fail: cfg.Fail, folds: transport.NewFolds(len(cfg.Nodes))}
 }
+
+// Folds is where the deployment records the fold on each node (see
+// "Fences on a quorum").
+func (q *Quorum) Folds() *transport.Folds { return q.folds }
 
 // NodeTimeout is how long each node's part of a quorum call may take.
 func (q *Quorum) NodeTimeout() time.Duration { return q.timeout }
@@ -321,6 +330,31 @@ func (q *Quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []Undo
 // over, as on a single node restarted without persistence). The price: a
 // new deployment issues no fence, so grants no lock, until every node has
 // answered once; after that a majority of marked nodes suffices.
+//
+// Older fences, from counters this Client does not take fences from (an
+// older dlock's, one per lock name, or the other WithSlotFences
+// layout's), are a second kind of state a node's counter may lack: they
+// reach it only when the Client's fold (internal/deploy/fold.go) has
+// added them to it on that node. The older dlock issued each fence F_old
+// the same way, written back to a majority M_old, whose old counters
+// are at least F_old. So "marked" above is "marked and folded": a node
+// counts only once this Client's fold has ended there (Folds, read
+// before the round's fence step, so that the counter it reads is the
+// folded one), and a new deployment is taken as one only when every
+// node is folded. Then the majority that decides G (nodes that answered,
+// marked and folded) shares a node n with M_old; n's counter holds its
+// old counter's value, at least F_old (the fold adds it with INCRBY
+// before it deletes the old one, and Folds records n only after), and G
+// is above n's counter, so G > F_old. Hence the folded nodes must be a
+// majority of those that decide G — not any folded node, nor a majority
+// of the quorum folded while the round is decided by others: two folded
+// nodes (old counters 10) and three unfolded ones (50) decided fence 11
+// after 50 (issue 45, 10). A round without such a majority issues no
+// fence: a TryLock fails with a *QuorumError of Op "fence" naming the
+// nodes not folded and why; a Lock folds again before its next round
+// and tries again within its ctx. A node whose fold ended stays folded
+// for the Client: what it loses since (a restart without persistence)
+// takes its old counters too, and its lost mark says so.
 
 // raiseFences decides the fence of a round that a majority granted (t):
 // see "Fences on a quorum".
@@ -330,6 +364,13 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		want = max(want, t.vals[i][1])
 	}
 	answered := append(slices.Clone(t.ok), t.no...)
+	folded, why := q.folds.Snapshot() // before the counters are read
+	var unfolded []NodeFailure
+	for i, done := range folded {
+		if !done {
+			unfolded = append(unfolded, NodeFailure{i, why[i]})
+		}
+	}
 	mark := q.mark
 	run := func(nodes []int, fence int64, markThem bool) tally {
 		return q.tally(q.fanout(ctx, nodes, func(int) protocol.Call {
@@ -337,7 +378,7 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		}), nodes, func(v []int64) bool { return len(v) == 2 })
 	}
 	r := run(answered, want, false)
-	fence, marked := want, 0
+	fence, marked, counted := want, 0, 0
 	for _, i := range r.ok {
 		c := r.vals[i][1]
 		if c > want || !slices.Contains(t.ok, i) {
@@ -345,11 +386,15 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 		}
 		fence = max(fence, c)
 		marked += int(r.vals[i][0])
+		if r.vals[i][0] == 1 && folded[i] {
+			counted++
+		}
 	}
 	switch {
-	case marked >= q.majority():
-	case marked == 0 && len(r.ok) == len(q.nodes):
-		// a new deployment: every node answers, none is marked
+	case counted >= q.majority():
+	case marked == 0 && len(r.ok) == len(q.nodes) && len(unfolded) == 0:
+		// a new deployment: every node answers, none is marked, every
+		// one is folded
 	default:
 		// Who is not yet seen: on a new quorum (none marked) the nodes
 		// that did not answer, whose first answer marks them all; else
@@ -362,7 +407,8 @@ func (q *Quorum) raiseFences(ctx context.Context, k *protocol.Keys, t tally) (in
 				notSeen = append(notSeen, i)
 			}
 		}
-		return 0, q.fail(QuorumFailure{Op: "fence", Name: k.Name, OK: marked, Needed: q.majority(), Failing: r.failed, NotSeen: notSeen})
+		return 0, q.fail(QuorumFailure{Op: "fence", Name: k.Name, OK: counted, Needed: q.majority(), Failing: r.failed,
+			NotSeen: notSeen, Unfolded: unfolded})
 	}
 	if fence == want && marked == len(r.ok) {
 		return fence, nil // every node that answered has it, and is marked

@@ -90,6 +90,10 @@ type Reach struct {
 	// Everywhere runs a script call on every node (the backend's): the
 	// owner record's.
 	Everywhere func(ctx context.Context, call protocol.Call) error
+	// Folds, on a quorum, is where the fold records its outcome on each
+	// node: the quorum's fences count only the nodes folded (nil off a
+	// quorum).
+	Folds *transport.Folds
 	// Life ends when the Client closes; the fold runs under it.
 	Life context.Context
 	// Background runs f as the Client's background work (waited for by
@@ -149,7 +153,8 @@ func (d *Deployment) Attach(r Reach) { d.reach = r }
 // quorum's business, and is checked at a later call); a single deployment
 // returns the error of a check it could not make. Then, once, it folds
 // the fence counters of other layouts into the Client's (fold.go), with
-// the same rule for errors.
+// the same rule for errors: a quorum's round then issues no fence unless
+// a majority of the nodes it counts are folded (Reach.Folds).
 func (d *Deployment) Check(ctx context.Context) error {
 	if !d.checked.Load() {
 		if err := d.checkEvictions(ctx); err != nil {

@@ -66,10 +66,12 @@ type foldRun struct {
 // ctx, and acquires with short ctxs, each starting a fold of its own,
 // would never finish one. Every acquire meanwhile waits for the same fold
 // within its own ctx. An error leaves it to the next acquire. A quorum
-// goes on with a node it could not fold (down, say) and folds it at a
-// later acquire: its old counters are then not read until then, which can
-// matter only if the old layout's fences were issued on a majority that
-// the nodes folded so far do not meet.
+// goes on with a node it could not fold (down, or too slow for the node
+// timeout) and folds it at a later acquire, or before a Lock's next
+// round (Fold); meanwhile its fences count only the nodes folded, and a
+// round with no majority of them issues none (the backend's quorum.go,
+// "Fences on a quorum": a fence from two folded nodes and three unfolded
+// ones went back below the older ones).
 func (d *Deployment) foldFences(ctx context.Context) error {
 	if d.folded.Load() {
 		return nil
@@ -104,6 +106,12 @@ func (d *Deployment) foldFences(ctx context.Context) error {
 	}
 }
 
+// Fold folds the fence counters as Check does (nothing once the fold is
+// done): a quorum's Lock calls it before a round that follows one that
+// could not issue a fence (a node's fold failed), and goes on whatever
+// it returns (the round counts only the nodes folded).
+func (d *Deployment) Fold(ctx context.Context) error { return d.foldFences(ctx) }
+
 // foldAll is one fold, on every node.
 func (d *Deployment) foldAll(ctx context.Context) error {
 	layout := layoutShared
@@ -113,7 +121,12 @@ func (d *Deployment) foldAll(ctx context.Context) error {
 	failed := make([]error, len(d.reach.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range d.reach.Nodes {
-		wg.Go(func() { failed[i] = d.foldNode(ctx, n, layout) })
+		wg.Go(func() {
+			failed[i] = d.foldNode(ctx, n, layout)
+			if d.reach.Folds != nil {
+				d.reach.Folds.Set(i, failed[i]) // after the node's counters were raised
+			}
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(failed...); err != nil {
