@@ -377,6 +377,16 @@ func TestLatchResentCountDownAcrossPhases(t *testing.T) {
 		return rd
 	})
 	worker := wc.Latch(name)
+	// The server must know CountDown's script before the armed call: run
+	// alone, its first EVALSHA would answer NOSCRIPT, and the copy under
+	// test would be the EVAL that follows.
+	warm := wc.Latch(name + "/warm")
+	if ok, err := warm.TrySetCount(ctx, 1, time.Minute); !ok || err != nil {
+		t.Fatalf("TrySetCount of the warm-up latch = %v, %v", ok, err)
+	}
+	if _, err := warm.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if ok, err := coord.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
 		t.Fatalf("TrySetCount = %v, %v", ok, err)
 	}
