@@ -156,8 +156,9 @@ func (s *stall) take(l *link) {
 // balancer): each of the next n client→server chunks for which match
 // returns true (every chunk when match is nil), on any connection, is
 // forwarded to the server, and when the server's next bytes come back on
-// that connection the proxy drops them, resets the client's side (TCP
-// RST) and half-closes the server's side (FIN), so that the server runs
+// that connection the proxy holds them for hold (the client waits on),
+// then drops them, resets the client's side (TCP RST) and half-closes
+// the server's side (FIN), so that the server runs
 // everything it was sent — the command included — and its replies reach
 // nobody. The client sees its connection reset with the command's
 // outcome unknown; a client library that retries sends it again. A chunk
@@ -167,8 +168,8 @@ func (s *stall) take(l *link) {
 // takes back the resets not used yet (a chunk already forwarded still
 // resets its connection at its reply) and returns how many connections
 // were reset so far. A new ResetAfterForward replaces the one in effect.
-func (p *Proxy) ResetAfterForward(n int, match func([]byte) bool) (disarm func() (resets int)) {
-	a := &resetArm{match: match}
+func (p *Proxy) ResetAfterForward(n int, hold time.Duration, match func([]byte) bool) (disarm func() (resets int)) {
+	a := &resetArm{match: match, hold: hold}
 	a.left.Store(int64(n))
 	p.resetArm.Store(a)
 	return func() int {
@@ -180,6 +181,7 @@ func (p *Proxy) ResetAfterForward(n int, match func([]byte) bool) (disarm func()
 // resetArm is one ResetAfterForward: the resets left, and those made.
 type resetArm struct {
 	match func([]byte) bool
+	hold  time.Duration
 	left  atomic.Int64
 	done  atomic.Int64
 }
@@ -399,19 +401,33 @@ func (l *link) forward(b []byte) error {
 
 // resetClient, once bytes came from the server: if a chunk forwarded
 // under ResetAfterForward awaits its reply, the client's side is reset
-// (RST) and the server's half-closed (FIN: it runs what it was sent),
-// and the link drains. It reports whether the link is draining.
+// (RST), after the arm's hold, and the server's half-closed (FIN: it runs
+// what it was sent), and the link drains. It reports whether the link is
+// draining (or closed meanwhile).
 func (l *link) resetClient() bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.draining {
+		l.mu.Unlock()
 		return true
 	}
 	a := l.resetBy
 	if a == nil {
+		l.mu.Unlock()
 		return false
 	}
 	l.resetBy, l.draining = nil, true
+	l.mu.Unlock()
+	if a.hold > 0 {
+		t := time.NewTimer(a.hold)
+		select {
+		case <-t.C:
+		case <-l.done:
+			t.Stop()
+			return true
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	a.done.Add(1)
 	abort(l.client)
 	if tc, ok := l.server.(*net.TCPConn); ok {

@@ -480,7 +480,7 @@ func TestResetAfterForward(t *testing.T) {
 	defer admin.Close()
 	ctx := ctxT(t)
 
-	disarm := p.ResetAfterForward(1, func(b []byte) bool { return strings.Contains(string(b), "INCR") })
+	disarm := p.ResetAfterForward(1, 0, func(b []byte) bool { return strings.Contains(string(b), "INCR") })
 	c := dialRaw(t, p.Addr())
 	c.send(t, "PING") // not matched
 	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
@@ -517,7 +517,7 @@ func TestResetAfterForwardResent(t *testing.T) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	disarm := p.ResetAfterForward(1, func(b []byte) bool { return strings.Contains(strings.ToLower(string(b)), "incr") })
+	disarm := p.ResetAfterForward(1, 0, func(b []byte) bool { return strings.Contains(strings.ToLower(string(b)), "incr") })
 	v, err := c.Incr(ctx, "k").Result()
 	if n := disarm(); n != 1 {
 		t.Fatalf("disarm() = %d resets, want 1", n)

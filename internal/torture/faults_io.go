@@ -44,16 +44,23 @@ func containsAny(b []byte, subs [][]byte) bool {
 }
 
 // resetFault is a restarting load balancer: on one worker's path (or, one
-// time in three, every worker's), the next 1-8 chunks sent that match —
+// time in three, every worker's), the next 1-16 chunks sent that match —
 // an acquire's script (half the time), a release's (a quarter), any
 // script call (a quarter) — are forwarded, run by the server, and their
-// connections reset (RST) before the reply reaches the client, for
-// 0.3-3 s or until the resets are used up. go-redis (MaxRetries 3) and
+// connections reset (RST) before the reply reaches the client (held
+// 0.5-20 ms first, half the time), for 0.3-3 s or until the resets are
+// used up. go-redis (MaxRetries 3) and
 // dlock's own connections send the call again; the server has run it
 // once already.
 func (r *runner) resetFault(rng *rand.Rand) (string, error) {
-	n := 1 + rng.IntN(8)
+	n := 1 + rng.IntN(16)
 	d := logBetween(rng, 300*time.Millisecond, 3*time.Second)
+	// Half the time the reply is held 0.5-20 ms before the reset, so
+	// that a short ctx may end between the reset and the call's re-send.
+	hold := time.Duration(0)
+	if rng.IntN(2) == 0 {
+		hold = logBetween(rng, 500*time.Microsecond, 20*time.Millisecond)
+	}
 	var what string
 	var match func([]byte) bool
 	switch k := rng.IntN(4); {
@@ -74,15 +81,15 @@ func (r *runner) resetFault(rng *rand.Rand) (string, error) {
 	}
 	var disarms []func() int
 	for _, p := range proxies {
-		disarms = append(disarms, p.ResetAfterForward(n, match))
+		disarms = append(disarms, p.ResetAfterForward(n, hold, match))
 	}
 	time.Sleep(d)
 	resets := 0
 	for _, disarm := range disarms {
 		resets += disarm()
 	}
-	return fmt.Sprintf("reset: %d connection(s) of %s reset after the server ran %s, before its reply (up to %d per proxy, for %v)",
-		resets, where, what, n, d.Round(time.Millisecond)), nil
+	return fmt.Sprintf("reset: %d connection(s) of %s reset after the server ran %s, its reply held %v and dropped (up to %d per proxy, for %v)",
+		resets, where, what, hold.Round(10*time.Microsecond), n, d.Round(time.Millisecond)), nil
 }
 
 // blockedWrite makes writes block on full socket buffers: for 1-2.5 s,
