@@ -606,3 +606,22 @@ func TestChokeTakesNewConnections(t *testing.T) {
 		t.Fatalf("after release: %q, %v", s, err)
 	}
 }
+
+// With a hold, the client waits that long on the reply before the reset.
+func TestResetAfterForwardHold(t *testing.T) {
+	_, p := setup(t)
+	const hold = 150 * time.Millisecond
+	disarm := p.ResetAfterForward(1, hold, nil)
+	c := dialRaw(t, p.Addr())
+	t0 := time.Now()
+	c.send(t, "PING")
+	if s, err := c.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("PING's reply came: %q, %v; want the connection reset", s, err)
+	}
+	if took := time.Since(t0); took < hold {
+		t.Fatalf("reset after %v, want %v or more", took, hold)
+	}
+	if n := disarm(); n != 1 {
+		t.Fatalf("disarm() = %d resets, want 1", n)
+	}
+}

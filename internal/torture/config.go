@@ -203,7 +203,7 @@ var defaultFaults = map[string]int{
 
 // weights parses "a=1,b=2" (or "a,b": weight 1 each; "none": empty) over
 // defaults: a list replaces the defaults entirely, a list after a "+"
-// ("+a=2,b=0") changes only the weights it names.
+// ("+a=2,b=0", or "+a=2,+b=0") changes only the weights it names.
 func weights(spec string, defaults map[string]int) (map[string]int, error) {
 	if spec == "" {
 		return defaults, nil
@@ -219,7 +219,8 @@ func weights(spec string, defaults map[string]int) (map[string]int, error) {
 		spec = rest
 	}
 	for _, f := range strings.Split(spec, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		// "+a,+b" reads as "+a,b": a "+" on each name changes nothing.
+		k, v, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(f), "+"), "=")
 		if _, known := defaults[k]; !known {
 			return nil, fmt.Errorf("unknown name %q (want one of %v)", k, keys(defaults))
 		}

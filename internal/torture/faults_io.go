@@ -117,7 +117,7 @@ func (r *runner) blockedWrite(rng *rand.Rand) (string, error) {
 		time.Sleep(d)
 		conns := r.proxies[slot].Conns()
 		release()
-		return fmt.Sprintf("blockedwrite: the path of worker slot %d stopped reading its %d proxied connections for %v (a burst of long names and short ctxs on them)",
+		return fmt.Sprintf("blockedwrite: a path stopped reading (worker slot %d, %d proxied connections; a burst of long names and short ctxs on them) for %v",
 			slot, conns, d.Round(time.Millisecond)), nil
 	}
 	r.mu.Lock()
