@@ -93,6 +93,15 @@ const prefix = "tt"
 // waiter that missed its own).
 func relayName(slot, j, g int) string { return fmt.Sprintf("lv%d.%d.%d", slot, j, g) }
 
+// resetName is name i of the reset fault's burst in worker slot s: a
+// Mutex (mR…) or a FairMutex (fR…), private to the slot.
+func resetName(slot, i int) string {
+	if i%2 == 1 {
+		return fmt.Sprintf("fR%d.%d", slot, i)
+	}
+	return fmt.Sprintf("mR%d.%d", slot, i)
+}
+
 // lockKind is the kind of lock a name is used as.
 func lockKind(name string) string {
 	switch {
@@ -123,6 +132,11 @@ func allNames(slots, goroutines int) []string {
 	out = append(out, elecNames...)
 	out = append(out, quorumNames...)
 	out = append(out, keys(longNames)...)
+	for s := range slots {
+		for i := range resetBurstGoroutines {
+			out = append(out, resetName(s, i))
+		}
+	}
 	out = append(out, rwStreamName)
 	for s := range slots {
 		for g := range goroutines {

@@ -54,6 +54,7 @@ func containsAny(b []byte, subs [][]byte) bool {
 // once already.
 func (r *runner) resetFault(rng *rand.Rand) (string, error) {
 	n := 1 + rng.IntN(16)
+	seed := rng.Uint64()
 	d := logBetween(rng, 300*time.Millisecond, 3*time.Second)
 	// Half the time the reply is held 0.5-20 ms before the reset, so
 	// that a short ctx may end between the reset and the call's re-send.
@@ -79,6 +80,17 @@ func (r *runner) resetFault(rng *rand.Rand) (string, error) {
 		slot := rng.IntN(len(r.proxies))
 		proxies, where = r.proxies[slot:slot+1], fmt.Sprintf("worker slot %d", slot)
 	}
+	// The workers behind those proxies run a burst of long-TTL holds
+	// and rivals meanwhile (resetBurst), so that the resets hit them.
+	r.mu.Lock()
+	procs := append([]*proc(nil), r.procs...)
+	r.mu.Unlock()
+	for slot, p := range procs {
+		if p != nil && p.alive() && (len(proxies) > 1 || r.proxies[slot] == proxies[0]) {
+			p.send(fmt.Sprintf("rburst %d %d", (d + 200*time.Millisecond).Milliseconds(), seed+uint64(slot)))
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
 	var disarms []func() int
 	for _, p := range proxies {
 		disarms = append(disarms, p.ResetAfterForward(n, hold, match))
