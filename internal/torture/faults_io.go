@@ -48,7 +48,7 @@ func containsAny(b []byte, subs [][]byte) bool {
 // an acquire's script (half the time), a release's (a quarter), any
 // script call (a quarter) — are forwarded, run by the server, and their
 // connections reset (RST) before the reply reaches the client (held
-// 0.5-20 ms first, half the time), for 0.3-3 s or until the resets are
+// 0.5-100 ms first, half the time), for 0.3-3 s or until the resets are
 // used up. go-redis (MaxRetries 3) and
 // dlock's own connections send the call again; the server has run it
 // once already.
@@ -56,11 +56,11 @@ func (r *runner) resetFault(rng *rand.Rand) (string, error) {
 	n := 1 + rng.IntN(16)
 	seed := rng.Uint64()
 	d := logBetween(rng, 300*time.Millisecond, 3*time.Second)
-	// Half the time the reply is held 0.5-20 ms before the reset, so
+	// Half the time the reply is held 0.5-100 ms before the reset, so
 	// that a short ctx may end between the reset and the call's re-send.
 	hold := time.Duration(0)
 	if rng.IntN(2) == 0 {
-		hold = logBetween(rng, 500*time.Microsecond, 20*time.Millisecond)
+		hold = logBetween(rng, 500*time.Microsecond, 100*time.Millisecond)
 	}
 	var what string
 	var match func([]byte) bool
