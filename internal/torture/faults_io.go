@@ -49,9 +49,10 @@ func containsAny(b []byte, subs [][]byte) bool {
 // script call (a quarter) — are forwarded, run by the server, and their
 // connections reset (RST) before the reply reaches the client (held
 // 0.5-100 ms first, half the time), for 0.3-3 s or until the resets are
-// used up. go-redis (MaxRetries 3) and
-// dlock's own connections send the call again; the server has run it
-// once already.
+// used up. The proxied clients' commands go on dlock's own connections
+// (internal/wire, MaxRetries 3), which send the call again; the server
+// has run it once already. The workers behind those proxies run a burst
+// meanwhile (resetBurst, burst.go).
 func (r *runner) resetFault(rng *rand.Rand) (string, error) {
 	n := 1 + rng.IntN(16)
 	seed := rng.Uint64()
