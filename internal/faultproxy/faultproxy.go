@@ -40,6 +40,11 @@ type Proxy struct {
 	delayNext atomic.Int64 // one-shot time.Duration for the next reply chunk
 	blackhole atomic.Bool
 	resetArm  atomic.Pointer[resetArm] // the ResetAfterForward in effect, if any
+	// refuseAfter: each reset of ResetAfterForward makes the proxy refuse
+	// new connections for this long (RefuseAfterReset), until refuseTill
+	// (unix ns).
+	refuseAfter atomic.Int64
+	refuseTill  atomic.Int64
 
 	mu     sync.Mutex
 	links  map[*link]struct{}
@@ -178,6 +183,13 @@ func (p *Proxy) ResetAfterForward(n int, hold time.Duration, match func([]byte) 
 	}
 }
 
+// RefuseAfterReset makes each reset of ResetAfterForward (from now on)
+// followed by d during which the proxy resets new connections at once, as
+// a load balancer that is restarting refuses them: a client that sends
+// its call again finds no way to the server for a while. Zero turns it
+// off.
+func (p *Proxy) RefuseAfterReset(d time.Duration) { p.refuseAfter.Store(int64(d)) }
+
 // resetArm is one ResetAfterForward: the resets left, and those made.
 type resetArm struct {
 	match func([]byte) bool
@@ -313,7 +325,7 @@ func (p *Proxy) serve() {
 			continue
 		}
 		p.mu.Lock()
-		refuse := p.down || p.closed || p.refuse
+		refuse := p.down || p.closed || p.refuse || time.Now().UnixNano() < p.refuseTill.Load()
 		if !refuse {
 			p.wg.Add(1)
 		}
@@ -429,6 +441,9 @@ func (l *link) resetClient() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a.done.Add(1)
+	if d := l.p.refuseAfter.Load(); d > 0 {
+		l.p.refuseTill.Store(time.Now().Add(time.Duration(d)).UnixNano())
+	}
 	abort(l.client)
 	if tc, ok := l.server.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()

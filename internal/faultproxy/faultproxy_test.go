@@ -625,3 +625,32 @@ func TestResetAfterForwardHold(t *testing.T) {
 		t.Fatalf("disarm() = %d resets, want 1", n)
 	}
 }
+
+// RefuseAfterReset: after a reset, new connections are refused for a
+// while, then proxied again.
+func TestRefuseAfterReset(t *testing.T) {
+	_, p := setup(t)
+	p.RefuseAfterReset(300 * time.Millisecond)
+	disarm := p.ResetAfterForward(1, 0, nil)
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if s, err := c.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("PING's reply came: %q, %v; want the connection reset", s, err)
+	}
+	disarm()
+	// Refused: the dial fails, or the connection is reset at once.
+	if nc, err := net.DialTimeout("tcp", p.Addr(), time.Second); err == nil {
+		d := &raw{Conn: nc, r: bufio.NewReader(nc)}
+		defer nc.Close()
+		_, _ = d.Write([]byte("PING\r\n"))
+		if s, err := d.line(time.Second); err == nil || isTimeout(err) {
+			t.Fatalf("a connection right after the reset: %q, %v; want it refused", s, err)
+		}
+	}
+	time.Sleep(400 * time.Millisecond)
+	e := dialRaw(t, p.Addr())
+	e.send(t, "PING")
+	if s, err := e.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("a connection after the refusal: %q, %v", s, err)
+	}
+}

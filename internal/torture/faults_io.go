@@ -49,7 +49,8 @@ func containsAny(b []byte, subs [][]byte) bool {
 // script call (a quarter) — are forwarded, run by the server, and their
 // connections reset (RST) before the reply reaches the client (held
 // 0.5-100 ms first, half the time), for 0.3-3 s or until the resets are
-// used up. The proxied clients' commands go on dlock's own connections
+// used up; a third of the time each reset is followed by 30-300 ms in
+// which new connections are refused. The proxied clients' commands go on dlock's own connections
 // (internal/wire, MaxRetries 3), which send the call again; the server
 // has run it once already. The workers behind those proxies run a burst
 // meanwhile (resetBurst, burst.go).
@@ -62,6 +63,13 @@ func (r *runner) resetFault(rng *rand.Rand) (string, error) {
 	hold := time.Duration(0)
 	if rng.IntN(2) == 0 {
 		hold = logBetween(rng, 500*time.Microsecond, 100*time.Millisecond)
+	}
+	// A third of the time each reset is followed by 30-300 ms in which
+	// the proxy refuses new connections (the balancer restarting): the
+	// re-send finds no way to the server for a while, or none at all.
+	refuse := time.Duration(0)
+	if rng.IntN(3) == 0 {
+		refuse = between(rng, 30*time.Millisecond, 300*time.Millisecond)
 	}
 	var what string
 	var match func([]byte) bool
@@ -94,15 +102,18 @@ func (r *runner) resetFault(rng *rand.Rand) (string, error) {
 	time.Sleep(100 * time.Millisecond)
 	var disarms []func() int
 	for _, p := range proxies {
+		p.RefuseAfterReset(refuse)
 		disarms = append(disarms, p.ResetAfterForward(n, hold, match))
 	}
 	time.Sleep(d)
 	resets := 0
-	for _, disarm := range disarms {
+	for i, disarm := range disarms {
 		resets += disarm()
+		proxies[i].RefuseAfterReset(0)
 	}
-	return fmt.Sprintf("reset: %d connection(s) of %s reset after the server ran %s, its reply held %v and dropped (up to %d per proxy, for %v)",
-		resets, where, what, hold.Round(10*time.Microsecond), n, d.Round(time.Millisecond)), nil
+	time.Sleep(refuse) // the last refusal is over when the fault ends
+	return fmt.Sprintf("reset: %d connection(s) of %s reset after the server ran %s, its reply held %v and dropped, new connections refused %v after each (up to %d per proxy, for %v)",
+		resets, where, what, hold.Round(10*time.Microsecond), refuse.Round(time.Millisecond), n, d.Round(time.Millisecond)), nil
 }
 
 // blockedWrite makes writes block on full socket buffers: for 1-2.5 s,
