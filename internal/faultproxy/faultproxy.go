@@ -5,7 +5,10 @@
 // connections: added latency on replies, a one-shot delayed reply, a
 // blackhole that silently drops traffic, a stall that holds commands on
 // their way and delivers them later (after their client gave up), abrupt
-// connection resets and a "down" mode that refuses service. Close stops every goroutine the proxy
+// connection resets (at once, or after the server ran a command and
+// before its reply reaches the client), a choke that stops reading from
+// clients until their writes block on full socket buffers, and a "down"
+// mode that refuses service. Close stops every goroutine the proxy
 // started before it returns.
 package faultproxy
 
@@ -36,10 +39,17 @@ type Proxy struct {
 	latency   atomic.Int64 // time.Duration added to every reply chunk
 	delayNext atomic.Int64 // one-shot time.Duration for the next reply chunk
 	blackhole atomic.Bool
+	resetArm  atomic.Pointer[resetArm] // the ResetAfterForward in effect, if any
+	// refuseAfter: each reset of ResetAfterForward makes the proxy refuse
+	// new connections for this long (RefuseAfterReset), until refuseTill
+	// (unix ns).
+	refuseAfter atomic.Int64
+	refuseTill  atomic.Int64
 
 	mu     sync.Mutex
 	links  map[*link]struct{}
 	stall  *stall // the Stall in effect, if any
+	choke  *choke // the Choke in effect, if any
 	down   bool
 	refuse bool // RefuseNew: new connections are reset, open ones go on
 	closed bool
@@ -147,6 +157,101 @@ func (s *stall) take(l *link) {
 	s.links = append(s.links, l)
 }
 
+// ResetAfterForward arms the proxy for n resets (a restarting load
+// balancer): each of the next n client→server chunks for which match
+// returns true (every chunk when match is nil), on any connection, is
+// forwarded to the server, and when the server's next bytes come back on
+// that connection the proxy holds them for hold (the client waits on),
+// then drops them, resets the client's side (TCP RST) and half-closes
+// the server's side (FIN), so that the server runs
+// everything it was sent — the command included — and its replies reach
+// nobody. The client sees its connection reset with the command's
+// outcome unknown; a client library that retries sends it again. A chunk
+// is what one read from the client returned: a command, several
+// pipelined ones, or part of a large one. match may be called from the
+// proxy's goroutines, concurrently. disarm (safe to call more than once)
+// takes back the resets not used yet (a chunk already forwarded still
+// resets its connection at its reply) and returns how many connections
+// were reset so far. A new ResetAfterForward replaces the one in effect.
+func (p *Proxy) ResetAfterForward(n int, hold time.Duration, match func([]byte) bool) (disarm func() (resets int)) {
+	a := &resetArm{match: match, hold: hold}
+	a.left.Store(int64(n))
+	p.resetArm.Store(a)
+	return func() int {
+		p.resetArm.CompareAndSwap(a, nil)
+		return int(a.done.Load())
+	}
+}
+
+// RefuseAfterReset makes each reset of ResetAfterForward (from now on)
+// followed by d during which the proxy resets new connections at once, as
+// a load balancer that is restarting refuses them: a client that sends
+// its call again finds no way to the server for a while. Zero turns it
+// off.
+func (p *Proxy) RefuseAfterReset(d time.Duration) { p.refuseAfter.Store(int64(d)) }
+
+// resetArm is one ResetAfterForward: the resets left, and those made.
+type resetArm struct {
+	match func([]byte) bool
+	hold  time.Duration
+	left  atomic.Int64
+	done  atomic.Int64
+}
+
+// take reports whether chunk b, about to be forwarded, uses a reset.
+func (a *resetArm) take(b []byte) bool {
+	if a.left.Load() <= 0 || a.match != nil && !a.match(b) {
+		return false
+	}
+	return a.left.Add(-1) >= 0
+}
+
+// Choke stops reading the client→server bytes of the connections for
+// which pick returns true (every one when pick is nil), among those open
+// now and those opened until release: nothing is read, so the kernel's
+// buffers fill — the proxy's receive buffer, then the client's send
+// buffer — and the client's writes block, as behind a path or a server
+// that stopped reading. Replies already on their way still reach the
+// client. release (safe to call more than once) makes the proxy read
+// and forward again. pick may be called from the proxy's goroutines. A
+// second Choke before release takes over new connections.
+func (p *Proxy) Choke(pick func() bool) (release func()) {
+	if pick == nil {
+		pick = func() bool { return true }
+	}
+	c := &choke{pick: pick, ch: make(chan struct{})}
+	p.mu.Lock()
+	p.choke = c
+	for l := range p.links {
+		c.take(l)
+	}
+	p.mu.Unlock()
+	return sync.OnceFunc(func() {
+		p.mu.Lock()
+		if p.choke == c {
+			p.choke = nil
+		}
+		p.mu.Unlock()
+		close(c.ch)
+	})
+}
+
+// choke is one Choke in effect.
+type choke struct {
+	pick func() bool
+	ch   chan struct{} // closed by release
+}
+
+// take chokes l if pick says so; the caller holds Proxy.mu.
+func (c *choke) take(l *link) {
+	if !c.pick() {
+		return
+	}
+	l.mu.Lock()
+	l.choked = c.ch
+	l.mu.Unlock()
+}
+
 // ResetAll abruptly closes all current connections (with a TCP RST) on both
 // the client and the upstream side.
 func (p *Proxy) ResetAll() {
@@ -220,7 +325,7 @@ func (p *Proxy) serve() {
 			continue
 		}
 		p.mu.Lock()
-		refuse := p.down || p.closed || p.refuse
+		refuse := p.down || p.closed || p.refuse || time.Now().UnixNano() < p.refuseTill.Load()
 		if !refuse {
 			p.wg.Add(1)
 		}
@@ -254,6 +359,9 @@ func (p *Proxy) handle(client net.Conn) {
 	if p.stall != nil {
 		p.stall.take(l)
 	}
+	if p.choke != nil {
+		p.choke.take(l)
+	}
 	p.wg.Add(3)
 	p.mu.Unlock()
 
@@ -275,6 +383,13 @@ type link struct {
 	stalled bool       // client→server bytes are held
 	held    [][]byte   // what was held, in order
 	orphan  bool       // the client left while stalled: deliver, then close
+	// resetBy: a chunk was forwarded under this ResetAfterForward; the
+	// server's next bytes reset the client (resetClient).
+	resetBy *resetArm
+	// draining: the client was reset, the server's side half-closed; the
+	// link ends when the server has closed its side.
+	draining bool
+	choked   chan struct{} // while open: client→server bytes are not read (Choke)
 }
 
 // forward sends b to the server, or holds it while the link is stalled.
@@ -285,8 +400,64 @@ func (l *link) forward(b []byte) error {
 		l.held = append(l.held, bytes.Clone(b))
 		return nil
 	}
+	if l.resetBy == nil && !l.draining {
+		// Armed before the write, under mu: readServer, which takes mu
+		// to reset, cannot see the flag before b was sent.
+		if a := l.p.resetArm.Load(); a != nil && a.take(b) {
+			l.resetBy = a
+		}
+	}
 	_, err := l.server.Write(b)
 	return err
+}
+
+// resetClient, once bytes came from the server: if a chunk forwarded
+// under ResetAfterForward awaits its reply, the client's side is reset
+// (RST), after the arm's hold, and the server's half-closed (FIN: it runs
+// what it was sent), and the link drains. It reports whether the link is
+// draining (or closed meanwhile).
+func (l *link) resetClient() bool {
+	l.mu.Lock()
+	if l.draining {
+		l.mu.Unlock()
+		return true
+	}
+	a := l.resetBy
+	if a == nil {
+		l.mu.Unlock()
+		return false
+	}
+	l.resetBy, l.draining = nil, true
+	l.mu.Unlock()
+	if a.hold > 0 {
+		t := time.NewTimer(a.hold)
+		select {
+		case <-t.C:
+		case <-l.done:
+			t.Stop()
+			return true
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a.done.Add(1)
+	if d := l.p.refuseAfter.Load(); d > 0 {
+		l.p.refuseTill.Store(time.Now().Add(time.Duration(d)).UnixNano())
+	}
+	abort(l.client)
+	if tc, ok := l.server.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	} else {
+		l.server.Close()
+	}
+	return true
+}
+
+// chokedCh returns the channel that ends the Choke of l, if any.
+func (l *link) chokedCh() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.choked
 }
 
 // deliver ends a stall: the held bytes go to the server in order. An
@@ -319,6 +490,10 @@ func (l *link) leave() {
 		l.orphan = true
 		l.mu.Unlock()
 		return
+	}
+	if l.draining {
+		l.mu.Unlock()
+		return // it ends when the server closes (readServer)
 	}
 	l.mu.Unlock()
 	l.close(false)
@@ -355,6 +530,13 @@ func (l *link) clientToServer() {
 	defer l.p.wg.Done()
 	buf := make([]byte, bufSize)
 	for {
+		if ch := l.chokedCh(); ch != nil {
+			select {
+			case <-ch:
+			case <-l.done:
+				return
+			}
+		}
 		n, err := l.client.Read(buf)
 		if n > 0 && !l.p.blackhole.Load() {
 			if werr := l.forward(buf[:n]); werr != nil {
@@ -378,7 +560,7 @@ func (l *link) readServer(q chan<- chunk) {
 	buf := make([]byte, bufSize)
 	for {
 		n, err := l.server.Read(buf)
-		if n > 0 && !l.p.blackhole.Load() {
+		if n > 0 && !l.p.blackhole.Load() && !l.resetClient() {
 			c := chunk{
 				data:    bytes.Clone(buf[:n]),
 				arrived: time.Now(),

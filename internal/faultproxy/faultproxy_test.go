@@ -469,3 +469,188 @@ func TestStallTakesNewConnections(t *testing.T) {
 		t.Fatalf("a connection after deliver: %q, %v", s, err)
 	}
 }
+
+// ResetAfterForward resets the client's side of a connection after the
+// server ran the matched command, before its reply reaches the client;
+// commands that do not match, and those after the resets are used up,
+// go through.
+func TestResetAfterForward(t *testing.T) {
+	srv, p := setup(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := ctxT(t)
+
+	disarm := p.ResetAfterForward(1, 0, func(b []byte) bool { return strings.Contains(string(b), "INCR") })
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING") // not matched
+	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("PING: %q, %v", s, err)
+	}
+	c.send(t, "INCR k")
+	if s, err := c.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("INCR's reply came: %q, %v; want the connection reset", s, err)
+	}
+	if v, err := admin.Get(ctx, "k").Int(); err != nil || v != 1 {
+		t.Fatalf("k = %d, %v: the server did not run the INCR", v, err)
+	}
+	// The reset is used up: a second connection's INCR is answered.
+	d := dialRaw(t, p.Addr())
+	d.send(t, "INCR k")
+	if s, err := d.line(time.Second); err != nil || s != ":2" {
+		t.Fatalf("INCR after the reset: %q, %v", s, err)
+	}
+	if n := disarm(); n != 1 {
+		t.Fatalf("disarm() = %d resets, want 1", n)
+	}
+	waitConns(t, p, 1) // the reset link has ended
+}
+
+// A client library that retries sends the command again after the reset:
+// the server runs it twice, and the client sees the second reply only.
+func TestResetAfterForwardResent(t *testing.T) {
+	srv, p := setup(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := ctxT(t)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1}) // MaxRetries: go-redis's default (3)
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	disarm := p.ResetAfterForward(1, 0, func(b []byte) bool { return strings.Contains(strings.ToLower(string(b)), "incr") })
+	v, err := c.Incr(ctx, "k").Result()
+	if n := disarm(); n != 1 {
+		t.Fatalf("disarm() = %d resets, want 1", n)
+	}
+	srvV, _ := admin.Get(ctx, "k").Int()
+	t.Logf("go-redis INCR through a reset: %d, %v; the server's k = %d", v, err, srvV)
+	if err == nil && (v != 2 || srvV != 2) {
+		t.Fatalf("INCR = %d with k = %d, want 2 and 2 (sent twice)", v, srvV)
+	}
+	if err != nil && srvV != 1 {
+		t.Fatalf("INCR failed (%v) with k = %d, want 1 (run once)", err, srvV)
+	}
+}
+
+// Choke stops reading from the client until its writes block on full
+// socket buffers; release lets every byte through, in order.
+func TestChokeBlocksWrites(t *testing.T) {
+	srv, p := setup(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := ctxT(t)
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("PING: %q, %v", s, err)
+	}
+	release := p.Choke(nil)
+	val := strings.Repeat("v", 32<<10)
+	cmd := []byte("*3\r\n$6\r\nAPPEND\r\n$1\r\nk\r\n$32768\r\n" + val + "\r\n")
+	sent, blocked := 0, false
+	for range (256 << 20) / len(cmd) { // 256 MB at most
+		c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+		n, err := c.Write(cmd)
+		if err != nil {
+			if !isTimeout(err) {
+				t.Fatal(err)
+			}
+			// Finish the command cut by the deadline.
+			c.SetWriteDeadline(time.Time{})
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				release()
+			}()
+			if _, err := c.Write(cmd[n:]); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+			blocked = true
+			break
+		}
+		sent++
+	}
+	if !blocked {
+		t.Fatalf("%d commands written without a write blocking", sent)
+	}
+	t.Logf("a write blocked after %d commands of %d bytes", sent-1, len(cmd))
+	for i := range sent {
+		if s, err := c.line(5 * time.Second); err != nil || !strings.HasPrefix(s, ":") {
+			t.Fatalf("reply %d: %q, %v", i, s, err)
+		}
+	}
+	if n, err := admin.StrLen(ctx, "k").Result(); err != nil || n != int64(sent*len(val)) {
+		t.Fatalf("STRLEN k = %d, %v; want %d", n, err, sent*len(val))
+	}
+	// A connection opened after release is not choked.
+	d := dialRaw(t, p.Addr())
+	d.send(t, "PING")
+	if s, err := d.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("after release: %q, %v", s, err)
+	}
+}
+
+// A connection opened during a Choke is choked too; Close ends it.
+func TestChokeTakesNewConnections(t *testing.T) {
+	_, p := setup(t)
+	release := p.Choke(nil)
+	defer release()
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if s, err := c.line(100 * time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a reply on a connection opened during the choke: %q, %v", s, err)
+	}
+	release()
+	c.r.Reset(c.Conn)
+	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("after release: %q, %v", s, err)
+	}
+}
+
+// With a hold, the client waits that long on the reply before the reset.
+func TestResetAfterForwardHold(t *testing.T) {
+	_, p := setup(t)
+	const hold = 150 * time.Millisecond
+	disarm := p.ResetAfterForward(1, hold, nil)
+	c := dialRaw(t, p.Addr())
+	t0 := time.Now()
+	c.send(t, "PING")
+	if s, err := c.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("PING's reply came: %q, %v; want the connection reset", s, err)
+	}
+	if took := time.Since(t0); took < hold {
+		t.Fatalf("reset after %v, want %v or more", took, hold)
+	}
+	if n := disarm(); n != 1 {
+		t.Fatalf("disarm() = %d resets, want 1", n)
+	}
+}
+
+// RefuseAfterReset: after a reset, new connections are refused for a
+// while, then proxied again.
+func TestRefuseAfterReset(t *testing.T) {
+	_, p := setup(t)
+	p.RefuseAfterReset(300 * time.Millisecond)
+	disarm := p.ResetAfterForward(1, 0, nil)
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if s, err := c.line(time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("PING's reply came: %q, %v; want the connection reset", s, err)
+	}
+	disarm()
+	// Refused: the dial fails, or the connection is reset at once.
+	if nc, err := net.DialTimeout("tcp", p.Addr(), time.Second); err == nil {
+		d := &raw{Conn: nc, r: bufio.NewReader(nc)}
+		defer nc.Close()
+		_, _ = d.Write([]byte("PING\r\n"))
+		if s, err := d.line(time.Second); err == nil || isTimeout(err) {
+			t.Fatalf("a connection right after the reset: %q, %v; want it refused", s, err)
+		}
+	}
+	time.Sleep(400 * time.Millisecond)
+	e := dialRaw(t, p.Addr())
+	e.send(t, "PING")
+	if s, err := e.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("a connection after the refusal: %q, %v", s, err)
+	}
+}

@@ -594,6 +594,31 @@ func TestWeightsAdd(t *testing.T) {
 	}
 }
 
+// "+reset,+blockedwrite" (a "+" on each name) adds issue 45's faults to
+// the defaults, at weight 1 while they are off by default.
+func TestWeightsAddEach(t *testing.T) {
+	w, err := weights("+reset,+blockedwrite=2", defaultFaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w["reset"] != max(defaultFaults["reset"], 1) || w["blockedwrite"] != 2 || w["late"] != defaultFaults["late"] || len(w) != len(defaultFaults) {
+		t.Fatalf("weights = %v", w)
+	}
+}
+
+// A long name is recorded by its alias, and the alias stands for it.
+func TestLongNames(t *testing.T) {
+	for a, size := range longNames {
+		n := realName(a)
+		if len(n) != size || aliasOf(n) != a || lockKind(a) == "?" {
+			t.Errorf("%s: a name of %d bytes (want %d), alias %q, kind %s", a, len(n), size, aliasOf(n), lockKind(a))
+		}
+	}
+	if realName("m0") != "m0" || aliasOf("m0") != "m0" {
+		t.Error("a short name stands for itself")
+	}
+}
+
 // A Campaign's Value may be a value recorded on the same leadership (its
 // Client, election and term) by a call begun after the Campaign began
 // (seeds 274153045, 66545729); one begun before it, or recorded through

@@ -160,6 +160,10 @@ func (r *runner) fault(kind string, rng *rand.Rand, admin *redis.Client) (string
 		defer mu.Unlock()
 		return fmt.Sprintf("late: %d of %d proxied connections of worker slot %d (open or opened meanwhile) stalled for %v, then their commands delivered",
 			stalled, seen, slot, d.Round(time.Millisecond)), nil
+	case "reset":
+		return r.resetFault(rng)
+	case "blockedwrite":
+		return r.blockedWrite(rng)
 	case "qsplit":
 		return r.qsplit(rng)
 	case "qpart", "qrestart":

@@ -202,9 +202,12 @@ func cmpInt(a, b int64) int {
 // isServerFault tells faults that hit redis-server (and so every client)
 // from those that hit one worker process or only pub/sub connections. A
 // "late" fault counts: the server does not hear from the stalled
-// connections' clients (their renewals, their places) while it lasts.
+// connections' clients (their renewals, their places) while it lasts; so
+// does "blockedwrite" (a path that stops reading, or the server stopped).
+// "reset" does not: the server runs every command, and what the clients
+// make of a reset is what it tests.
 func isServerFault(msg string) bool {
-	for _, p := range []string{"normal", "flush", "cpause", "spause", "restart", "stall", "late"} {
+	for _, p := range []string{"normal", "flush", "cpause", "spause", "restart", "stall", "late", "blockedwrite"} {
 		if len(msg) >= len(p) && msg[:len(p)] == p {
 			return true
 		}

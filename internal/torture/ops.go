@@ -104,7 +104,7 @@ func (g *gor) acquire(parent context.Context, sp spec, call func(ctx context.Con
 	ge := Event{T: t, K: kGrant, Op: op, Lease: h.id, Client: sp.client, Scn: sp.scn, Reent: sp.reent,
 		Permits: sp.permits, St: st, DL: e.DL, EK: errKind(errNow)}
 	for _, p := range parts {
-		n := p.Name()
+		n := aliasOf(p.Name())
 		ge.Names = append(ge.Names, n)
 		ge.Sides = append(ge.Sides, sp.sides[n])
 		ge.Owners = append(ge.Owners, p.Token())

@@ -77,13 +77,14 @@ func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last
 		fence   int64
 		release func(context.Context) error
 	}
+	rn := realName(name) // a long name's, for its alias
 	try := func(ctx context.Context) (taken, error) {
 		opt := dlock.WithTTL(5 * time.Second)
 		var l *dlock.Lease
 		var err error
 		switch lockKind(name) {
 		case "fair":
-			l, err = c.FairMutex(name, opt).TryLock(ctx)
+			l, err = c.FairMutex(rn, opt).TryLock(ctx)
 		case "rw":
 			l, err = c.RWMutex(name, opt).TryLock(ctx)
 		case "sem":
@@ -97,7 +98,7 @@ func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last
 			}
 			return taken{leaderOwner("probe", op), ld.Term(), ld.Resign}, nil
 		default:
-			l, err = c.Mutex(name, opt).TryLock(ctx)
+			l, err = c.Mutex(rn, opt).TryLock(ctx)
 		}
 		if err != nil {
 			return taken{}, err
@@ -162,7 +163,7 @@ func (r *runner) inspect(name string) (string, map[string]bool, map[string]bool)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	k, err := dlock.KeysOf(prefix, name)
+	k, err := dlock.KeysOf(prefix, realName(name))
 	if err != nil {
 		return err.Error(), nil, nil
 	}
@@ -186,5 +187,6 @@ func (r *runner) inspect(name string) (string, map[string]bool, map[string]bool)
 			tokens[f] = true
 		}
 	}
-	return fmt.Sprintf("%s = %v, PTTL %v", k.Lock, fields, pttl), tokens, calls
+	// A long name is shown by its alias.
+	return fmt.Sprintf("%s = %v, PTTL %v", strings.ReplaceAll(k.Lock, realName(name), name), fields, pttl), tokens, calls
 }

@@ -170,6 +170,20 @@ func WorkerMain(leaks func() error) int {
 			cmd = c
 			break
 		}
+		if strings.HasPrefix(c, "rburst ") {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.resetBurst(ctx, c)
+			}()
+		}
+		if strings.HasPrefix(c, "burst ") {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.burst(ctx, c)
+			}()
+		}
 		if strings.HasPrefix(c, "handoff ") {
 			wg.Add(1)
 			go func() {
