@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
@@ -208,7 +209,15 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 		// undone at once — not when the client library is done with
 		// them, which says nothing of what the server will still run.
 		why := err // (the closure below outlives Run: a copy, so that err stays on the stack when nothing is undone)
-		c.holds.Undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
+		undo := c.holds.Undo
+		if !c.caps.Bury {
+			// Nothing buries the token: the release must not reach the
+			// server before the attempt may have run there (a late SET NX
+			// would take the lock for nobody), so it waits for the
+			// attempt to be settled, within undoGrace of ctx's end.
+			undo = c.holds.UndoAfter
+		}
+		undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
 			// Where the bury fails the release may still be made: a late
 			// attempt there is what it was before, held by nobody for
 			// its TTL at most; the whole undo runs again later.
@@ -374,13 +383,7 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 	if r := a.c.resendAfter; r > 0 && time.Since(sent) >= r {
 		a.resent = true
 	}
-	for _, g := range o.GiveBack {
-		if g.After == nil {
-			a.c.holds.Undo(ctx, transport.Closed(), a.ttl(), g.Undo)
-		} else {
-			a.c.holds.UndoLater(g.After, a.ttl(), g.Undo)
-		}
-	}
+	a.giveBack(ctx, o.GiveBack)
 	if err != nil {
 		a.c.clusterHint(err)
 		// A quorum's round that failed has given back what it may have
@@ -409,6 +412,31 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 		return a.lease(ctx, o)
 	}
 	return nil, o.Wait, nil
+}
+
+// giveBack runs the undo steps of an attempt that did not win (a quorum
+// round's): those to be made at once, together; the others in the
+// background once their After has closed. A step that buries first
+// (Buries) is made at once too when ctx has ended — the acquire returns
+// now, and what it left must be undone before it does when Redis answers
+// within undoGrace — as the acquire's own undo is (see Run): buried, the
+// call still on its way takes nothing.
+func (a *Acquisition) giveBack(ctx context.Context, steps []backend.UndoStep) {
+	if len(steps) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range steps {
+		switch {
+		case g.After == nil:
+			wg.Go(func() { a.c.holds.Undo(ctx, transport.Closed(), a.ttl(), g.Undo) })
+		case g.Buries && ctx.Err() != nil:
+			wg.Go(func() { a.c.holds.Undo(ctx, g.After, a.ttl(), g.Undo) })
+		default:
+			a.c.holds.UndoLater(g.After, a.ttl(), g.Undo)
+		}
+	}
+	wg.Wait()
 }
 
 // lease makes the holds of what an attempt took, registered with the
