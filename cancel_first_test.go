@@ -239,3 +239,65 @@ func TestCancelFirstInstantsUndone(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelStalledWithoutScriptsUndone: WithoutScripts nothing buries
+// the token of an acquire given up on, so its undo must not reach the
+// server before its attempt may have run there. A TryLock whose
+// transaction is held on its way (a stalled path) until after its ctx
+// ended and it returned leaves, once the transaction is delivered and
+// runs, the lock free again within a bound — not held for nobody for its
+// TTL: the release waited for the attempt's reply, on a connection that
+// stayed open for it.
+func TestCancelStalledWithoutScriptsUndone(t *testing.T) {
+	bg := context.Background()
+	p, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	cc := newClient(t, newRedis(t, srv, func(o *redis.Options) { o.Addr = p.Addr() }), dlock.WithoutScripts())
+	look := client(t, dlock.WithoutScripts())
+	admin := newRedis(t, srv)
+	// Connections made: the next transaction goes on one open now.
+	if l, err := cc.Mutex(lockName(t)).TryLock(bg); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = l.Unlock(bg)
+	}
+	name := lockName(t)
+	fence := keysOf(name).Fence
+	before, _ := admin.Get(bg, fence).Int64()
+	var stalling atomic.Bool
+	stalling.Store(true)
+	deliver := p.Stall(stalling.Load, nil) // the connections open now, not those made later
+	stalling.Store(false)
+	defer deliver()
+	ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
+	_, tryErr := cc.Mutex(name).TryLock(ctx)
+	cancel()
+	if tryErr == nil {
+		t.Fatal("TryLock won through a stalled path")
+	}
+	deliver()
+	// The transaction runs now (its INCR of the fence counter says so);
+	// then the lock is free within a bound (the release left to the
+	// background once the attempt's reply came), not held for its 30 s.
+	waitFor(t, "the stalled transaction to run", func() bool {
+		n, _ := admin.Get(bg, fence).Int64()
+		return n > before
+	})
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		info, err := look.Inspect(bg, dlock.KindMutex, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TryLock returned %v; 3 s after its stalled transaction ran, the lock is held by it: %+v", tryErr, info.Holders)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
