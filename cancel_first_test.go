@@ -27,7 +27,7 @@ func cancelFirstReps() int {
 	if n, err := strconv.Atoi(os.Getenv("DLOCK_CANCEL_REPS")); err == nil && n > 0 {
 		return n
 	}
-	return 2
+	return 1
 }
 
 // linkLatency is firstLink, or DLOCK_CANCEL_LINK.
@@ -118,6 +118,7 @@ func TestCancelFirstInstantsUndone(t *testing.T) {
 	}
 	backends := []backend{
 		{"single", all, single()},
+		{"single/WithoutOwnConnections", all, single(dlock.WithoutOwnConnections())},
 		{"WithoutScripts", []call{mutexTry, mutexLock, mutexWait}, single(dlock.WithoutScripts())},
 		{"quorum", []call{mutexTry, mutexLock, mutexWait}, func(t *testing.T) (*dlock.Client, *dlock.Client, []*dlock.Client) {
 			servers, direct := quorumNodes(t, 3)
