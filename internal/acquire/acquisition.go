@@ -102,6 +102,9 @@ type Acquisition struct {
 	// why is why the last attempt was not won, when it says (outcome.why)
 	why   error
 	pause time.Duration
+	// soon are the give-backs of a round that ctx's end cut short, made
+	// at once beside Run's own undo (giveBack), which waits for them
+	soon sync.WaitGroup
 	unsettled
 }
 
@@ -199,6 +202,7 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 		return nil, err
 	}
 	defer func() {
+		defer a.soon.Wait() // (giveBack's, made beside this undo: one grace for both)
 		leave := wait && (a.Leave != nil || a.LeaveSpec)
 		if hs != nil || (!a.unknown && !leave) {
 			return
@@ -415,28 +419,30 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 }
 
 // giveBack runs the undo steps of an attempt that did not win (a quorum
-// round's): those to be made at once, together; the others in the
+// round's): those to be made at once, at once; the others in the
 // background once their After has closed. A step that buries first
 // (Buries) is made at once too when ctx has ended — the acquire returns
 // now, and what it left must be undone before it does when Redis answers
 // within undoGrace — as the acquire's own undo is (see Run): buried, the
-// call still on its way takes nothing.
+// call still on its way takes nothing. When ctx has ended the steps made
+// at once run beside Run's own undo (soon), which waits for them: one
+// grace for both, not one after the other.
 func (a *Acquisition) giveBack(ctx context.Context, steps []backend.UndoStep) {
-	if len(steps) == 0 {
-		return
-	}
-	var wg sync.WaitGroup
+	ended := ctx.Err() != nil
 	for _, g := range steps {
 		switch {
+		case ended && (g.After == nil || g.Buries):
+			after := g.After
+			if after == nil {
+				after = transport.Closed()
+			}
+			a.soon.Go(func() { a.c.holds.Undo(ctx, after, a.ttl(), g.Undo) })
 		case g.After == nil:
-			wg.Go(func() { a.c.holds.Undo(ctx, transport.Closed(), a.ttl(), g.Undo) })
-		case g.Buries && ctx.Err() != nil:
-			wg.Go(func() { a.c.holds.Undo(ctx, g.After, a.ttl(), g.Undo) })
+			a.c.holds.Undo(ctx, transport.Closed(), a.ttl(), g.Undo)
 		default:
 			a.c.holds.UndoLater(g.After, a.ttl(), g.Undo)
 		}
 	}
-	wg.Wait()
 }
 
 // lease makes the holds of what an attempt took, registered with the
