@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
@@ -101,6 +102,9 @@ type Acquisition struct {
 	// why is why the last attempt was not won, when it says (outcome.why)
 	why   error
 	pause time.Duration
+	// soon are the give-backs of a round that ctx's end cut short, made
+	// at once beside Run's own undo (giveBack), which waits for them
+	soon sync.WaitGroup
 	unsettled
 }
 
@@ -198,6 +202,7 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 		return nil, err
 	}
 	defer func() {
+		defer a.soon.Wait() // (giveBack's, made beside this undo: one grace for both)
 		leave := wait && (a.Leave != nil || a.LeaveSpec)
 		if hs != nil || (!a.unknown && !leave) {
 			return
@@ -208,7 +213,15 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 		// undone at once — not when the client library is done with
 		// them, which says nothing of what the server will still run.
 		why := err // (the closure below outlives Run: a copy, so that err stays on the stack when nothing is undone)
-		c.holds.Undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
+		undo := c.holds.Undo
+		if !c.caps.Bury {
+			// Nothing buries the token: the release must not reach the
+			// server before the attempt may have run there (a late SET NX
+			// would take the lock for nobody), so it waits for the
+			// attempt to be settled, within undoGrace of ctx's end.
+			undo = c.holds.UndoAfter
+		}
+		undo(ctx, a.after(), a.ttl(), func(ctx context.Context) error {
 			// Where the bury fails the release may still be made: a late
 			// attempt there is what it was before, held by nobody for
 			// its TTL at most; the whole undo runs again later.
@@ -380,13 +393,7 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 	if r := a.c.resendAfter; r > 0 && time.Since(sent) >= r {
 		a.resent = true
 	}
-	for _, g := range o.GiveBack {
-		if g.After == nil {
-			a.c.holds.Undo(ctx, transport.Closed(), a.ttl(), g.Undo)
-		} else {
-			a.c.holds.UndoLater(g.After, a.ttl(), g.Undo)
-		}
-	}
+	a.giveBack(ctx, o.GiveBack)
 	if err != nil {
 		a.c.clusterHint(err)
 		// A quorum's round that failed has given back what it may have
@@ -415,6 +422,33 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 		return a.lease(ctx, o)
 	}
 	return nil, o.Wait, nil
+}
+
+// giveBack runs the undo steps of an attempt that did not win (a quorum
+// round's): those to be made at once, at once; the others in the
+// background once their After has closed. A step that buries first
+// (Buries) is made at once too when ctx has ended — the acquire returns
+// now, and what it left must be undone before it does when Redis answers
+// within undoGrace — as the acquire's own undo is (see Run): buried, the
+// call still on its way takes nothing. When ctx has ended the steps made
+// at once run beside Run's own undo (soon), which waits for them: one
+// grace for both, not one after the other.
+func (a *Acquisition) giveBack(ctx context.Context, steps []backend.UndoStep) {
+	ended := ctx.Err() != nil
+	for _, g := range steps {
+		switch {
+		case ended && (g.After == nil || g.Buries):
+			after := g.After
+			if after == nil {
+				after = transport.Closed()
+			}
+			a.soon.Go(func() { a.c.holds.Undo(ctx, after, a.ttl(), g.Undo) })
+		case g.After == nil:
+			a.c.holds.Undo(ctx, transport.Closed(), a.ttl(), g.Undo)
+		default:
+			a.c.holds.UndoLater(g.After, a.ttl(), g.Undo)
+		}
+	}
 }
 
 // lease makes the holds of what an attempt took, registered with the

@@ -53,6 +53,10 @@ type Outcome struct {
 type UndoStep struct {
 	After <-chan struct{}
 	Undo  func(ctx context.Context) error
+	// Buries: Undo buries the token first, so it may run before After
+	// too (an attempt that arrives after it takes nothing): the acquire
+	// path makes it at once as well when its ctx has ended.
+	Buries bool
 }
 
 // Place is what a waiter knows of its latest Place in the queue: the

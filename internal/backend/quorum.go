@@ -270,7 +270,7 @@ func (q *Quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []Undo
 	}
 	for _, f := range t.failed {
 		node := []int{f.Node}
-		steps = append(steps, UndoStep{After: transport.Settled(f.Err), Undo: func(ctx context.Context) error {
+		steps = append(steps, UndoStep{After: transport.Settled(f.Err), Buries: true, Undo: func(ctx context.Context) error {
 			if err := FirstErr(q.fanout(ctx, node, bury)); err != nil {
 				return err
 			}

@@ -203,6 +203,35 @@ func (c *Keeper) Undo(ctx context.Context, after <-chan struct{}, ttl time.Durat
 	}
 }
 
+// UndoAfter is Undo for an undo that must not reach the server before
+// what it undoes may have run there: one that buries no token (a
+// deployment without scripts: a late SET NX would take the lock after
+// the release). It waits for after — while ctx lasts, and undoGrace more
+// once it has ended — then undoes as Undo does; when after has not
+// closed by then, or the undo fails, the background does it (undoLater,
+// which waits for after itself).
+func (c *Keeper) UndoAfter(ctx context.Context, after <-chan struct{}, ttl time.Duration, undo func(ctx context.Context) error) {
+	uctx, cancel := Graced(ctx)
+	defer func() { cancel() }()
+	if ctx.Err() == nil {
+		select {
+		case <-after:
+		case <-ctx.Done():
+			cancel()
+			uctx, cancel = Graced(ctx)
+		}
+	}
+	select {
+	case <-after:
+	case <-uctx.Done():
+		c.UndoLater(after, ttl, undo)
+		return
+	}
+	if err := undo(uctx); err != nil {
+		c.UndoLater(after, ttl, undo)
+	}
+}
+
 // undoPatience is the least time a background undo keeps trying (see
 // undoLater).
 const undoPatience = 30 * time.Second

@@ -295,6 +295,17 @@ func (m *Mux) lend(ctx context.Context) (*conn, error) {
 func (m *Mux) giveBack(c *conn) {
 	c.mu.Lock()
 	idle := c.err == nil && c.quiet()
+	if c.err == nil && !idle {
+		// fn gave up on a call (an *errs.Late) still in flight: c closes
+		// once its reply has come (closeIfIdle), not now. Closed now, the
+		// call would be settled (its Late's Done) while its bytes may
+		// still reach the server and run: an undo that waits for Done
+		// (a transaction WithoutScripts, which nothing buries) would run
+		// first.
+		c.retire = true
+		c.mu.Unlock()
+		return
+	}
 	c.mu.Unlock()
 	m.mu.Lock()
 	if idle && !m.closing.Load() && len(m.free) < maxFree {
@@ -364,10 +375,10 @@ func (c *conn) closeIdle() {
 func (c *conn) quiet() bool { return c.head == len(c.queue) && !c.flushing && !c.reading }
 
 // closeIfIdle marks c closed, with c.mu held, when its Mux is closing
-// and nothing is in flight or being read or written on it; the caller
-// then drops and closes it.
+// (or c was retired: giveBack) and nothing is in flight or being read or
+// written on it; the caller then drops and closes it.
 func (c *conn) closeIfIdle() bool {
-	if c.err == nil && c.quiet() && c.m.closing.Load() {
+	if c.err == nil && c.quiet() && (c.m.closing.Load() || c.retire) {
 		c.err = ErrClosed
 		return true
 	}
@@ -517,6 +528,7 @@ type conn struct {
 	reading  bool   // a reader reads the replies: a caller (readAs) or a goroutine (read)
 	turn     uint64 // counts the turns of reading callers: a late cancel touches its own only
 	stop     bool   // the reading caller's ctx ended: its reads end at once
+	retire   bool   // given back by Dedicated with a call in flight: closes once idle (giveBack)
 }
 
 // call is one round trip: a command (its reply in one) or a pipeline
