@@ -5,7 +5,9 @@
 // connections: added latency on replies, a one-shot delayed reply, a
 // blackhole that silently drops traffic, a stall that holds commands on
 // their way and delivers them later (after their client gave up), abrupt
-// connection resets and a "down" mode that refuses service. Close stops every goroutine the proxy
+// connection resets (of a connection, of its client's side only, or of
+// the client's side once the server has answered the next command) and a
+// "down" mode that refuses service. Close stops every goroutine the proxy
 // started before it returns.
 package faultproxy
 
@@ -36,6 +38,7 @@ type Proxy struct {
 	latency   atomic.Int64 // time.Duration added to every reply chunk
 	delayNext atomic.Int64 // one-shot time.Duration for the next reply chunk
 	blackhole atomic.Bool
+	resetNext atomic.Bool // ResetAfterNextCommand is armed: the next command's link takes it
 
 	mu     sync.Mutex
 	links  map[*link]struct{}
@@ -43,6 +46,8 @@ type Proxy struct {
 	down   bool
 	refuse bool // RefuseNew: new connections are reset, open ones go on
 	closed bool
+	held   int           // bytes held by stalls so far (WaitHeld)
+	onHeld chan struct{} // closed, and replaced, when bytes are held
 
 	wg        sync.WaitGroup // every goroutine started by the proxy
 	closeOnce sync.Once
@@ -161,6 +166,63 @@ func (p *Proxy) ResetAll() {
 	}
 }
 
+// ResetAfterNextCommand arms a one-shot fault: the next client→server
+// chunk, on whichever connection, is forwarded to the server, and when
+// the server's reply to it comes the reply is dropped and the client's
+// side of that connection is reset (a TCP RST) instead, the server side
+// closed: a proxy or load balancer restarting after the server ran the
+// command and before its client heard the answer.
+func (p *Proxy) ResetAfterNextCommand() { p.resetNext.Store(true) }
+
+// ResetClients abruptly closes the client side of every connection (a
+// TCP RST). The server side of a stalled one lives on: its held bytes
+// reach the server at deliver (see Stall), the client gone; the others
+// close.
+func (p *Proxy) ResetClients() {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	for _, l := range links {
+		abort(l.client) // its reader then leaves (leave): stalled, the link lives on
+	}
+}
+
+// WaitHeld returns once a stall has held some client→server bytes since
+// the proxy started, or with ctx's error.
+func (p *Proxy) WaitHeld(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if p.held > 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		if p.onHeld == nil {
+			p.onHeld = make(chan struct{})
+		}
+		ch := p.onHeld
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// noteHeld counts n bytes held by a stall and wakes WaitHeld.
+func (p *Proxy) noteHeld(n int) {
+	p.mu.Lock()
+	p.held += n
+	if p.onHeld != nil {
+		close(p.onHeld)
+		p.onHeld = nil
+	}
+	p.mu.Unlock()
+}
+
 // SetDown, when on, resets all current connections and makes the proxy
 // accept and immediately reset new ones, as if the server were gone. When
 // off, new connections are proxied again.
@@ -275,6 +337,8 @@ type link struct {
 	stalled bool       // client→server bytes are held
 	held    [][]byte   // what was held, in order
 	orphan  bool       // the client left while stalled: deliver, then close
+
+	resetOnReply atomic.Bool // ResetAfterNextCommand took this link: its next reply resets the client
 }
 
 // forward sends b to the server, or holds it while the link is stalled.
@@ -283,7 +347,11 @@ func (l *link) forward(b []byte) error {
 	defer l.mu.Unlock()
 	if l.stalled {
 		l.held = append(l.held, bytes.Clone(b))
+		l.p.noteHeld(len(b))
 		return nil
+	}
+	if l.p.resetNext.CompareAndSwap(true, false) {
+		l.resetOnReply.Store(true)
 	}
 	_, err := l.server.Write(b)
 	return err
@@ -378,6 +446,11 @@ func (l *link) readServer(q chan<- chunk) {
 	buf := make([]byte, bufSize)
 	for {
 		n, err := l.server.Read(buf)
+		if n > 0 && l.resetOnReply.Load() { // the server ran the command: its client never hears it
+			abort(l.client)
+			l.close(true)
+			return
+		}
 		if n > 0 && !l.p.blackhole.Load() {
 			c := chunk{
 				data:    bytes.Clone(buf[:n]),
