@@ -178,6 +178,56 @@ func goCmd(ctx context.Context, c driver.Command) *redis.Cmd {
 	return cmd
 }
 
+// markedCmd is a keyed command sent through go-redis's pool, which tells
+// whether go-redis may have sent it twice. go-redis sends a command again
+// (MaxRetries) after a read timeout and after a reset or a close of its
+// connection (EOF, ECONNRESET, EPIPE: a proxy or load balancer
+// restarting), which can come at any time, its first copy run or still on
+// its way; before each re-send it asks the command whether it may
+// (NoRetry), and markedCmd counts the asks. go-redis also asks once of
+// an attempt that ended with the server's reply an error (redis.Nil
+// included) before it returns it; so a command answered by the server
+// was sent twice when asked twice or more, one answered otherwise when
+// asked at all (a failure after a re-send, or one that was not re-sent:
+// a mark too many, on a reply the acquire path takes as outcome-unknown
+// anyway). Keyless commands are not marked: go-redis's cluster
+// aggregates some of those by their type (*redis.Cmd), and no acquire is
+// keyless.
+type markedCmd struct {
+	*redis.Cmd
+	asks atomic.Int32
+}
+
+// NoRetry lets go-redis send the command again, and counts the ask.
+func (c *markedCmd) NoRetry() bool {
+	c.asks.Add(1)
+	return false
+}
+
+// sentTwice reports whether go-redis may have sent c twice, r its reply.
+func (c *markedCmd) sentTwice(r driver.Reply) bool {
+	n := c.asks.Load()
+	if _, answered := r.Err.(*driver.ErrorReply); answered || r.Err == nil && c.Err() != nil { // a server error, or redis.Nil
+		return n >= 2
+	}
+	return n >= 1
+}
+
+// goCmder makes the go-redis command of c, marked when keyed (markedCmd),
+// and returns it with its reply.
+func goCmder(ctx context.Context, c driver.Command) (redis.Cmder, func() driver.Reply) {
+	cmd := goCmd(ctx, c)
+	if c.Keys == 0 {
+		return cmd, func() driver.Reply { return goReply(cmd) }
+	}
+	m := &markedCmd{Cmd: cmd}
+	return m, func() driver.Reply {
+		r := goReply(cmd)
+		r.SentTwice = m.sentTwice(r)
+		return r
+	}
+}
+
 // goReply is the neutral reply of a go-redis command.
 func goReply(cmd *redis.Cmd) driver.Reply {
 	v, err := cmd.Result()
@@ -222,9 +272,9 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	if g.cw != nil {
 		return g.cw.do(ctx, c, firstKey(c))
 	}
-	cmd := goCmd(ctx, c)
+	cmd, reply := goCmder(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
-	return goReply(cmd)
+	return reply()
 }
 
 // Pipeline sends cmds as one go-redis pipeline (a cluster client splits
@@ -242,17 +292,18 @@ func (g *Driver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.R
 // goPipeline sends cmds as one go-redis pipeline.
 func goPipeline(ctx context.Context, run func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error),
 	cmds []driver.Command) []driver.Reply {
-	sent := make([]*redis.Cmd, len(cmds))
+	replies := make([]func() driver.Reply, len(cmds))
 	_, _ = run(ctx, func(p redis.Pipeliner) error {
 		for i, c := range cmds {
-			sent[i] = goCmd(ctx, c)
-			_ = p.Process(ctx, sent[i])
+			var cmd redis.Cmder
+			cmd, replies[i] = goCmder(ctx, c)
+			_ = p.Process(ctx, cmd)
 		}
 		return nil
 	})
 	out := make([]driver.Reply, len(cmds))
-	for i, cmd := range sent {
-		out[i] = goReply(cmd)
+	for i, reply := range replies {
+		out[i] = reply()
 	}
 	return out
 }

@@ -127,8 +127,8 @@ func New(cfg Config) *Mux { return &Mux{cfg: cfg} }
 // Do sends cmd on the shared connection and returns its reply.
 func (m *Mux) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 	k := m.oneCall()
-	if err := m.send(ctx, callsLane, k, cmd); err != nil {
-		return driver.Reply{Err: err}
+	if twice, err := m.send(ctx, callsLane, k, cmd); err != nil {
+		return driver.Reply{Err: err, SentTwice: twice}
 	}
 	r := k.one
 	m.reuse(k)
@@ -145,8 +145,11 @@ func (m *Mux) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Repl
 	if len(cmds) >= bulkMin {
 		l = bulkLane
 	}
-	if err := m.send(ctx, l, k, cmds...); err != nil {
+	if twice, err := m.send(ctx, l, k, cmds...); err != nil {
 		failAll(out, err)
+		if twice {
+			k.markSentTwice()
+		}
 	}
 	return out
 }
@@ -161,12 +164,18 @@ func failAll(out []driver.Reply, err error) {
 // send writes cmds on the shared connection as the call k and waits for
 // its replies (see conn.roundTrip). A connection found dead before
 // anything was written is dialled anew; a call that failed with its
-// connection is sent again as MaxRetries says.
-func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) error {
+// connection is sent again as MaxRetries says, and its replies then say
+// so (SentTwice: see "Never sent twice unsaid").
+func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) (twice bool, err error) {
 	retries, pause := 0, retryFirst
+	defer func() {
+		if twice && err == nil {
+			k.markSentTwice()
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return twice, err
 		}
 		c, err := m.shared(ctx, l)
 		if err == nil {
@@ -176,14 +185,18 @@ func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) 
 			}
 			if err == nil {
 				if k.failed == nil || !retriable(k.failed) || retries >= m.cfg.MaxRetries {
-					return nil // the replies are in (or carry the error)
+					return twice, nil // the replies are in (or carry the error)
 				}
 				err = k.failed
 				k.failed, k.delivered = nil, false
+				// Its bytes may have reached the server, which may have run
+				// it (the connection reset after), or may still run it: the
+				// copy sent now is a second.
+				twice = true
 			}
 		}
 		if err != nil && (!retriable(err) || retries >= m.cfg.MaxRetries) {
-			return err
+			return twice, err
 		}
 		retries++
 		t := time.NewTimer(pause)
@@ -191,7 +204,7 @@ func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return twice, ctx.Err()
 		}
 		pause = min(2*pause, retryMax)
 	}
@@ -533,6 +546,17 @@ type call struct {
 	failed    error         // the connection failed before the replies came (each reply has it)
 	late      chan struct{} // the caller gave up: closed when delivered
 	turn      bool          // the caller reads, or done holds its turn to: deliver sends nothing
+}
+
+// markSentTwice marks k's replies as those of a call sent twice; once
+// its caller has them.
+func (k *call) markSentTwice() {
+	if k.many == nil {
+		k.one.SentTwice = true
+	}
+	for i := range k.many {
+		k.many[i].SentTwice = true
+	}
 }
 
 // newCall returns a call for len(many) replies.
