@@ -521,11 +521,13 @@ type conn struct {
 	cbl   bool           // a cancel of the reading caller's ctx may set a deadline (see stop)
 
 	mu       sync.Mutex
-	err      error   // why the connection failed; nil while it works
-	out      []byte  // commands appended, not written yet
-	spare    []byte  // the buffer last written, for the next appends
-	flushing bool    // a caller is writing out
-	queue    []*call // calls whose replies are awaited: queue[head:]
+	err      error    // why the connection failed; nil while it works
+	out      []byte   // commands appended, not written yet: the last segment
+	outs     [][]byte // the segments before out, in order, each segMax or more
+	spare    []byte   // the buffer last written, for the next appends
+	flushing bool     // a caller (or a goroutine it handed the rest to) is writing out
+	wturn    uint64   // counts writes: a late cancel of a writer's ctx touches its own write only
+	queue    []*call  // calls whose replies are awaited: queue[head:]
 	head     int
 	reading  bool   // a reader reads the replies: a caller (readAs) or a goroutine (read)
 	turn     uint64 // counts the turns of reading callers: a late cancel touches its own only
@@ -644,6 +646,10 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 		c.mu.Unlock()
 		return errUnsent
 	}
+	if len(c.out) >= segMax { // a new segment: no caller copies a long queue to grow it (see outs)
+		c.outs = append(c.outs, c.out)
+		c.out = nil
+	}
 	n0 := len(c.out)
 	for _, cmd := range cmds {
 		var err error
@@ -668,7 +674,7 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 	c.flushing = true
 	c.mu.Unlock()
 	if write {
-		c.flush()
+		c.flush(ctx)
 	}
 	if read {
 		return c.readAs(ctx, k)
@@ -933,27 +939,74 @@ func (c *conn) endReading() {
 }
 
 // flush writes out what callers appended until nothing is left, then
-// lets the next caller write.
-func (c *conn) flush() {
+// lets the next caller write. ctx, the writing caller's, bounds each of
+// its writes (a deadline on the socket, and a cancel seen at once): when
+// it ends with bytes left — the server stopped, the socket buffers full
+// — the rest of the buffer is handed to a goroutine that writes on
+// (bounded by WriteTimeout alone, as a write on go-redis's pool is), so
+// that no caller's bytes are lost or half sent, and the caller returns
+// at once; its own call, whose bytes may be partly written, is then an
+// *errs.Late like any call whose reply its caller gave up on (see
+// roundTrip). A write that fails otherwise fails the connection.
+func (c *conn) flush(ctx context.Context) {
 	c.mu.Lock()
-	for len(c.out) > 0 && c.err == nil {
-		buf := c.out
-		c.out = c.spare[:0]
-		c.mu.Unlock()
-		if c.m.cfg.WriteTimeout > 0 {
-			_ = c.nc.SetWriteDeadline(time.Now().Add(c.m.cfg.WriteTimeout))
+	for (len(c.out) > 0 || len(c.outs) > 0) && c.err == nil {
+		bufs := net.Buffers(append(c.outs, c.out))
+		one := c.out // reused for the next appends when it was all
+		if len(c.outs) > 0 {
+			one = nil
 		}
-		_, err := c.nc.Write(buf)
-		if err != nil {
-			c.fail(err)
+		c.outs, c.out = nil, c.spare[:0]
+		c.spare = nil // never c.out's: that is being appended to
+		c.wturn++
+		turn := c.wturn
+		dl := time.Time{}
+		if t := c.m.cfg.WriteTimeout; t > 0 {
+			dl = time.Now().Add(t)
+		}
+		if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
+			dl = d
+		}
+		if ctx.Err() != nil {
+			dl = past
+		}
+		_ = c.nc.SetWriteDeadline(dl)
+		c.mu.Unlock()
+		var stop func() bool
+		if ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, func() {
+				c.mu.Lock()
+				if c.wturn == turn { // still this write: end it now
+					_ = c.nc.SetWriteDeadline(past)
+				}
+				c.mu.Unlock()
+			})
+		}
+		_, err := bufs.WriteTo(c.nc) // (what was written is consumed from bufs)
+		if stop != nil {
+			stop()
 		}
 		c.mu.Lock()
-		c.spare = nil // never c.out's: that is being appended to
-		if cap(buf) <= 64<<10 {
-			c.spare = buf[:0]
+		c.wturn++ // a cancel that comes now touches no later write
+		if err != nil && ctx.Err() != nil && isTimeout(err) && c.err == nil {
+			// The caller gave up: a goroutine writes the rest, then
+			// what others appended meanwhile, in order.
+			c.outs = append(append([][]byte(nil), bufs...), c.outs...)
+			c.mu.Unlock()
+			go c.flush(context.Background())
+			return
+		}
+		if err != nil {
+			c.mu.Unlock()
+			c.fail(err)
+			c.mu.Lock()
+			continue
+		}
+		if one != nil && cap(one) <= 64<<10 {
+			c.spare = one[:0]
 		}
 	}
-	c.out = c.out[:0]
+	c.out, c.outs = c.out[:0], nil
 	c.flushing = false
 	closed := c.closeIfIdle()
 	c.mu.Unlock()
@@ -962,6 +1015,12 @@ func (c *conn) flush() {
 		_ = c.nc.Close()
 	}
 }
+
+// segMax: a caller appends its command to the last segment of the
+// write buffer until it holds this many bytes, then starts a new one; so
+// while a write is blocked (a server stopped), a queue of megabytes
+// grows without any caller copying it under the connection's lock.
+const segMax = 64 << 10
 
 // goRead starts a reader goroutine, with c.mu held.
 func (c *conn) goRead() {
