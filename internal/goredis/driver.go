@@ -65,7 +65,7 @@ func Own(rdb Redis) *Driver {
 	g := New(rdb)
 	if g.cluster != nil {
 		if g.cw = ownCluster(g.cluster); g.cw != nil {
-			g.resend = 0 // a keyed call on the wire goes once
+			g.resend = 0 // a keyed call on the wire sent again says so (SentTwice)
 		}
 		return g
 	}
@@ -78,7 +78,7 @@ func Own(rdb Redis) *Driver {
 		return g
 	}
 	g.wire = ownMux(o, o.Addr)
-	g.resend = 0 // a call on the wire goes once
+	g.resend = 0 // a call on the wire sent again says so (SentTwice)
 	return g
 }
 
@@ -139,7 +139,8 @@ func (g *Driver) Close() error {
 }
 
 // Info: a cluster's when rdb is a *redis.ClusterClient; on dlock's own
-// connections, bound by ctx and batched, never sent twice.
+// connections, bound by ctx and batched, never sent twice without the
+// reply saying so (ResendAfter 0: wire, "Never sent twice unsaid").
 func (g *Driver) Info() driver.Info {
 	own := g.wire != nil || g.cw != nil
 	return driver.Info{Name: "go-redis", Cluster: g.cluster != nil, ResendAfter: g.resend, AutoPipeline: own, CtxBound: own}
@@ -148,7 +149,11 @@ func (g *Driver) Info() driver.Info {
 // resendAfter is how long go-redis waits for a reply before it sends the
 // call again (driver.Info.ResendAfter): its ReadTimeout, read from the
 // options it normalised (a ReadTimeout of 0 means none there; MaxRetries
-// 0, none), unless it never retries. A cluster client also re-sends
+// 0, none), unless it never retries. go-redis also sends a call again
+// after its connection reset or closed (MaxRetries > 0), at any time, not
+// only after ReadTimeout: no duration says those, so each keyed call's
+// reply does (markedCmd, driver.Reply.SentTwice); the ReadTimeout is
+// kept as well, for a re-send that a wrapper of go-redis makes unasked. A cluster client also re-sends
 // through its redirects (MaxRedirects), so there the ReadTimeout alone
 // counts. A client whose options cannot be read (a Ring, a wrapper) is
 // taken to re-send after go-redis's default ReadTimeout: a lock whose

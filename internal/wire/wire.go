@@ -28,10 +28,24 @@
 //     caller that finds no write in progress writes the buffer, then what
 //     others appended meanwhile, until it is empty. Many goroutines' calls
 //     go in one write; a lone call goes at once, with no timer.
-//   - Never sent twice. A call goes once; a connection that fails (a
-//     write or a read error, no reply within ReadTimeout) fails every call
-//     on it (their outcome is unknown) and the next call dials anew. So
-//     the driver's Info.ResendAfter is 0.
+//     A writing caller's ctx bounds its write too: when it ends with
+//     bytes left (a stopped server, full socket buffers), a goroutine
+//     writes the rest of the buffer, in order, and the caller returns
+//     an *errs.Late (see conn.flush).
+//   - Never sent twice unsaid. A connection that fails (a write or a
+//     read error, no reply within ReadTimeout) fails every call on it
+//     (their outcome is unknown) and the next call dials anew. A call
+//     whose connection was closed or reset by the other end (EOF,
+//     ECONNRESET, EPIPE: a proxy or load balancer restarting) is sent
+//     again, as go-redis's pool sends it again (MaxRetries), though its
+//     first copy may have run or may still run later; its replies then
+//     say so (driver.Reply.SentTwice), and the acquire path treats it as
+//     a copy (it buries its token). A call whose reply did not come in
+//     time is never sent again. So the driver's Info.ResendAfter is 0.
+//     (Why re-send and mark rather than report the outcome unknown: a
+//     team moving from go-redis's pool expects a reset to be ridden out
+//     as the pool rides it out, and the mark costs one call, at the
+//     release, of only the leases whose acquire was sent twice.)
 //
 // Dedicated lends a connection of its own (WAIT after a write, WATCH and
 // MULTI), from a few kept idle. Pub/sub stays with go-redis.
