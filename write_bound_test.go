@@ -25,7 +25,7 @@ import (
 func TestTryLockWhoseWriteBlocksReturnsAtCtxEnd(t *testing.T) {
 	onlyGoRedis(t)
 	const (
-		callers = 200
+		callers = 500
 		bound   = 200 * time.Millisecond
 		// slack: generous for -race on a loaded 2-core machine; a write
 		// that ctx does not bound returns only at the resume, 15 s in.

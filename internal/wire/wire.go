@@ -974,12 +974,12 @@ func (c *conn) flush(ctx context.Context) {
 		c.spare = nil // never c.out's: that is being appended to
 		c.wturn++
 		turn := c.wturn
-		dl := time.Time{}
+		dl, byCtx := time.Time{}, false // byCtx: dl is ctx's deadline
 		if t := c.m.cfg.WriteTimeout; t > 0 {
 			dl = time.Now().Add(t)
 		}
 		if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
-			dl = d
+			dl, byCtx = d, true
 		}
 		if ctx.Err() != nil {
 			dl = past
@@ -1002,9 +1002,12 @@ func (c *conn) flush(ctx context.Context) {
 		}
 		c.mu.Lock()
 		c.wturn++ // a cancel that comes now touches no later write
-		if err != nil && ctx.Err() != nil && isTimeout(err) && c.err == nil {
+		if err != nil && isTimeout(err) && c.err == nil && (ctx.Err() != nil || byCtx && !time.Now().Before(dl)) {
 			// The caller gave up: a goroutine writes the rest, then
-			// what others appended meanwhile, in order.
+			// what others appended meanwhile, in order. (A TLS
+			// connection cannot write on after a timeout: its next
+			// write fails, and so the connection, its calls' outcome
+			// unknown.)
 			c.outs = append(append([][]byte(nil), bufs...), c.outs...)
 			c.mu.Unlock()
 			go c.flush(context.Background())
