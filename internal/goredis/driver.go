@@ -218,19 +218,26 @@ func (c *markedCmd) sentTwice(r driver.Reply) bool {
 	return n >= 1
 }
 
-// goCmder makes the go-redis command of c, marked when keyed (markedCmd),
-// and returns it with its reply.
-func goCmder(ctx context.Context, c driver.Command) (redis.Cmder, func() driver.Reply) {
+// goCmder makes the go-redis command of c, marked when keyed (markedCmd).
+func goCmder(ctx context.Context, c driver.Command) redis.Cmder {
 	cmd := goCmd(ctx, c)
 	if c.Keys == 0 {
-		return cmd, func() driver.Reply { return goReply(cmd) }
+		return cmd
 	}
-	m := &markedCmd{Cmd: cmd}
-	return m, func() driver.Reply {
-		r := goReply(cmd)
-		r.SentTwice = m.sentTwice(r)
+	return &markedCmd{Cmd: cmd}
+}
+
+// replyOf is the neutral reply of a command goCmder made.
+func replyOf(cmd redis.Cmder) driver.Reply {
+	switch c := cmd.(type) {
+	case *markedCmd:
+		r := goReply(c.Cmd)
+		r.SentTwice = c.sentTwice(r)
 		return r
+	case *redis.Cmd:
+		return goReply(c)
 	}
+	return driver.Reply{Err: fmt.Errorf("dlock: a command of type %T", cmd)} // (goCmder makes none)
 }
 
 // goReply is the neutral reply of a go-redis command.
@@ -277,9 +284,9 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	if g.cw != nil {
 		return g.cw.do(ctx, c, firstKey(c))
 	}
-	cmd, reply := goCmder(ctx, c)
+	cmd := goCmder(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
-	return reply()
+	return replyOf(cmd)
 }
 
 // Pipeline sends cmds as one go-redis pipeline (a cluster client splits
@@ -297,18 +304,17 @@ func (g *Driver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.R
 // goPipeline sends cmds as one go-redis pipeline.
 func goPipeline(ctx context.Context, run func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error),
 	cmds []driver.Command) []driver.Reply {
-	replies := make([]func() driver.Reply, len(cmds))
+	sent := make([]redis.Cmder, len(cmds))
 	_, _ = run(ctx, func(p redis.Pipeliner) error {
 		for i, c := range cmds {
-			var cmd redis.Cmder
-			cmd, replies[i] = goCmder(ctx, c)
-			_ = p.Process(ctx, cmd)
+			sent[i] = goCmder(ctx, c)
+			_ = p.Process(ctx, sent[i])
 		}
 		return nil
 	})
 	out := make([]driver.Reply, len(cmds))
-	for i, reply := range replies {
-		out[i] = reply()
+	for i, cmd := range sent {
+		out[i] = replyOf(cmd)
 	}
 	return out
 }
