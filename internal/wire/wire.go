@@ -965,50 +965,41 @@ func (c *conn) endReading() {
 func (c *conn) flush(ctx context.Context) {
 	c.mu.Lock()
 	for (len(c.out) > 0 || len(c.outs) > 0) && c.err == nil {
-		bufs := net.Buffers(append(c.outs, c.out))
-		one := c.out // reused for the next appends when it was all
-		if len(c.outs) > 0 {
-			one = nil
+		var w writing
+		var whole []byte // reused for the next appends once written
+		if len(c.outs) == 0 {
+			w.one, whole = c.out, c.out
+		} else {
+			w.bufs = net.Buffers(append(c.outs, c.out))
 		}
 		c.outs, c.out = nil, c.spare[:0]
 		c.spare = nil // never c.out's: that is being appended to
 		c.wturn++
-		turn := c.wturn
-		dl, byCtx := time.Time{}, false // byCtx: dl is ctx's deadline
+		w.turn = c.wturn
 		if t := c.m.cfg.WriteTimeout; t > 0 {
-			dl = time.Now().Add(t)
+			w.dl = time.Now().Add(t)
 		}
-		if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
-			dl, byCtx = d, true
+		if d, ok := ctx.Deadline(); ok && (w.dl.IsZero() || d.Before(w.dl)) {
+			w.dl, w.byCtx = d, true
 		}
 		if ctx.Err() != nil {
-			dl = past
+			w.dl = past
 		}
-		_ = c.nc.SetWriteDeadline(dl)
 		c.mu.Unlock()
-		var stop func() bool
-		if ctx.Done() != nil {
-			stop = context.AfterFunc(ctx, func() {
-				c.mu.Lock()
-				if c.wturn == turn { // still this write: end it now
-					_ = c.nc.SetWriteDeadline(past)
-				}
-				c.mu.Unlock()
-			})
-		}
-		_, err := bufs.WriteTo(c.nc) // (what was written is consumed from bufs)
-		if stop != nil {
-			stop()
-		}
+		w, err := c.write(ctx, w)
 		c.mu.Lock()
 		c.wturn++ // a cancel that comes now touches no later write
-		if err != nil && isTimeout(err) && c.err == nil && (ctx.Err() != nil || byCtx && !time.Now().Before(dl)) {
+		if err != nil && isTimeout(err) && c.err == nil && (ctx.Err() != nil || w.byCtx && !time.Now().Before(w.dl)) {
 			// The caller gave up: a goroutine writes the rest, then
 			// what others appended meanwhile, in order. (A TLS
 			// connection cannot write on after a timeout: its next
 			// write fails, and so the connection, its calls' outcome
 			// unknown.)
-			c.outs = append(append([][]byte(nil), bufs...), c.outs...)
+			rest := w.bufs
+			if rest == nil {
+				rest = net.Buffers{w.one}
+			}
+			c.outs = append(append([][]byte(nil), rest...), c.outs...)
 			c.mu.Unlock()
 			go c.flush(context.Background())
 			return
@@ -1019,8 +1010,8 @@ func (c *conn) flush(ctx context.Context) {
 			c.mu.Lock()
 			continue
 		}
-		if one != nil && cap(one) <= 64<<10 {
-			c.spare = one[:0]
+		if whole != nil && cap(whole) <= 64<<10 {
+			c.spare = whole[:0]
 		}
 	}
 	c.out, c.outs = c.out[:0], nil
@@ -1030,6 +1021,71 @@ func (c *conn) flush(ctx context.Context) {
 	if closed {
 		c.m.drop(c)
 		_ = c.nc.Close()
+	}
+}
+
+// writing is one write of flush: the buffer (one) or the segments (bufs)
+// left to write, and its deadline.
+type writing struct {
+	one   []byte
+	bufs  net.Buffers
+	turn  uint64    // c.wturn during the write
+	dl    time.Time // WriteTimeout's, or ctx's when earlier (byCtx)
+	byCtx bool
+}
+
+// write writes w out, within w.dl and ctx, and returns it with what was
+// not written. As a reading caller's first read (readAs), the first wait
+// lasts at most pollFirst before ctx is looked at, and only a write that
+// has not gone by then registers an AfterFunc on ctx (which costs a
+// write that goes at once some allocations).
+func (c *conn) write(ctx context.Context, w writing) (writing, error) {
+	dl := w.dl
+	cancellable := ctx.Done() != nil
+	if cancellable && dl != past {
+		if p := time.Now().Add(pollFirst); dl.IsZero() || p.Before(dl) {
+			dl = p
+		}
+	}
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	c.mu.Lock()
+	_ = c.nc.SetWriteDeadline(dl)
+	c.mu.Unlock()
+	for {
+		var err error
+		if w.bufs == nil {
+			var n int
+			n, err = c.nc.Write(w.one)
+			w.one = w.one[n:]
+		} else {
+			bufs := w.bufs
+			_, err = bufs.WriteTo(c.nc) // (what was written is consumed from bufs)
+			w.bufs = bufs
+		}
+		if err == nil || !isTimeout(err) || stop != nil || !cancellable || dl.Equal(w.dl) || ctx.Err() != nil {
+			return w, err
+		}
+		// The poll passed, ctx still on: from now a cancel ends the write
+		// at once, and the write waits until w.dl.
+		turn := w.turn
+		stop = context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			if c.wturn == turn { // still this write: end it now
+				_ = c.nc.SetWriteDeadline(past)
+			}
+			c.mu.Unlock()
+		})
+		dl = w.dl
+		c.mu.Lock()
+		if ctx.Err() == nil { // (else the AfterFunc has set it, or will)
+			_ = c.nc.SetWriteDeadline(dl)
+		}
+		c.mu.Unlock()
 	}
 }
 
