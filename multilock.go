@@ -174,17 +174,18 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 	call := args.Call(keys)
 	a.Attempt = func(ctx context.Context, _, _ bool) (backend.Outcome, error) {
 		start := time.Now()
-		res, err := c.be.Grant(ctx, call).Int64Slice()
+		r := c.be.Grant(ctx, call)
+		res, err := r.Int64Slice()
 		if err == nil && (len(res) < 1 || (res[0] == protocol.ReplyHeld && len(res) != len(ms)+1) || (res[0] == protocol.ReplyBusy && len(res) != 3)) {
 			err = errors.New("unexpected script reply")
 		}
 		if err != nil {
-			return backend.Outcome{}, redisErr("lock", name, err)
+			return backend.Outcome{SentTwice: r.SentTwice}, redisErr("lock", name, err)
 		}
 		if res[0] == protocol.ReplyBusy {
-			return backend.Outcome{Wait: backend.RetryAfter(res[2], a.Parts[res[1]-1].Cfg.TTL)}, nil
+			return backend.Outcome{Wait: backend.RetryAfter(res[2], a.Parts[res[1]-1].Cfg.TTL), SentTwice: r.SentTwice}, nil
 		}
-		return backend.Outcome{Granted: true, Fences: res[1:], Start: start}, nil
+		return backend.Outcome{Granted: true, Fences: res[1:], Start: start, SentTwice: r.SentTwice}, nil
 	}
 	hs, err := a.Run(ctx, true)
 	if err != nil {

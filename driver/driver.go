@@ -92,7 +92,11 @@ type Info struct {
 	// ran. A lock whose acquire took this long or more buries its token
 	// when it is released (bury.lua), so that a copy landing after the
 	// release cannot take it again for nobody. 0: the library never
-	// sends a call twice.
+	// sends a call twice without saying so in the call's Reply
+	// (SentTwice), which the acquire path treats as it treats a call
+	// that took ResendAfter. A re-send after a reset can come at any time,
+	// so a driver whose library re-sends after one must mark the reply;
+	// else ResendAfter must be the smallest time it can happen after.
 	ResendAfter time.Duration
 }
 
@@ -148,6 +152,14 @@ type Command struct {
 type Reply struct {
 	Val any
 	Err error
+	// SentTwice: the client library sent the command more than once (again
+	// after its connection closed or reset, or its reply did not come in
+	// time): an earlier copy may have run, or may still reach the server
+	// later, after this one. A driver whose library re-sends sets it on
+	// every reply of a call it sent again (it may set it on a call sent
+	// once, never leave it unset on one sent twice); the acquire path then
+	// takes the call's outcome for a copy's (see Info.ResendAfter).
+	SentTwice bool
 }
 
 // ErrorReply is an error the server replied with, as opposed to a failure

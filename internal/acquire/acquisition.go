@@ -138,15 +138,21 @@ type unsettled struct {
 }
 
 // Acquires sent twice. go-redis sends a call again when its reply has
-// not come within its ReadTimeout (driver.Info.ResendAfter), and the
+// not come within its ReadTimeout (driver.Info.ResendAfter), and after
+// its connection closed or reset at any time (a proxy restarting), which
+// the reply then says (driver.Reply.SentTwice, the attempt's
+// Outcome.SentTwice; dlock's own connections say it too); and the
 // first copy's bytes may still reach the server after the second copy
 // ran: the path stalled, and TCP delivers them later. When the second
 // copy took the lock, that first copy may land after the lease's Unlock
 // and, finding the lock free, take it again for a token nobody holds (the
 // torture test saw it). So a lease whose acquire had an attempt that took
-// ResendAfter or more, or failed with its outcome unknown, buries its
-// token before its final release (hold.buryFirst), for as long as
-// buryCall buries an undone acquire's.
+// ResendAfter or more, was sent twice, or failed with its outcome
+// unknown, buries its token before its final release (hold.buryFirst),
+// for as long as buryCall buries an undone acquire's; and an acquire
+// that ends without the lock after such an attempt is undone as one whose
+// outcome is unknown (Run: buried, then released), since a copy may still
+// take the lock for its token after the call returned.
 //
 // Why this cannot grant twice, nor for nobody: every acquire script
 // refuses a buried token first; the release is sent only once the bury
@@ -390,8 +396,11 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 	}
 	sent := time.Now()
 	o, err := a.Attempt(ctx, queued, !a.last.Sent.IsZero())
-	if r := a.c.resendAfter; r > 0 && time.Since(sent) >= r {
-		a.resent = true
+	if r := a.c.resendAfter; o.SentTwice || r > 0 && time.Since(sent) >= r {
+		// A copy of this attempt may still run (see "Acquires sent
+		// twice"): a lease buries its token before its release, and an
+		// acquire that ends without the lock undoes what a copy may take.
+		a.resent, a.unknown = true, true
 	}
 	a.giveBack(ctx, o.GiveBack)
 	if err != nil {

@@ -53,6 +53,7 @@ func sendBatch(ctx context.Context, send func(context.Context, []driver.Command)
 		wait = protocol.Cmd("WAIT", sync.Replicas, sync.Timeout.Milliseconds())
 	}
 	var waited driver.Reply
+	var twice []bool // a call whose first round was sent twice: its full script's reply says so too
 	cmds := make([]driver.Command, 0, len(calls)+1)
 	for len(todo) > 0 {
 		cmds = cmds[:0]
@@ -79,10 +80,19 @@ func sendBatch(ctx context.Context, send func(context.Context, []driver.Command)
 					cur = slices.Clone(calls) // the caller's calls stay as they were
 				}
 				cur[i], whole[i] = next, false
+				if r.SentTwice {
+					if twice == nil {
+						twice = make([]bool, len(calls))
+					}
+					twice[i] = true
+				}
 				again = append(again, i)
 				continue
 			}
 			out[i] = r
+			if twice != nil && twice[i] {
+				out[i].SentTwice = true
+			}
 		}
 		todo = again
 	}

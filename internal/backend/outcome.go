@@ -44,6 +44,10 @@ type Outcome struct {
 	// its lease): a Lock's error says it if its ctx ends before the lock
 	// is won
 	Why error
+	// SentTwice: the client library sent the attempt's command more than
+	// once (driver.Reply.SentTwice): an earlier copy may have run, or may
+	// still run later, whatever this one answered.
+	SentTwice bool
 }
 
 // UndoStep is one undo an attempt leaves to the acquire path: with after

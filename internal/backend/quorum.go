@@ -117,6 +117,7 @@ type tally struct {
 	ok, no []int
 	failed []NodeFailure
 	vals   map[int][]int64 // the replies of ok and no nodes
+	twice  bool            // a node's call was sent twice (driver.Reply.SentTwice)
 }
 
 func (q *Quorum) tally(cmds []driver.Reply, nodes []int, isOK func([]int64) bool) tally {
@@ -129,6 +130,7 @@ func (q *Quorum) tally(cmds []driver.Reply, nodes []int, isOK func([]int64) bool
 
 // add counts node's reply.
 func (t *tally) add(node int, cmd driver.Reply, isOK func([]int64) bool) {
+	t.twice = t.twice || cmd.SentTwice
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		// Replies that are a plain integer (renew, unlock, ttl).
@@ -200,7 +202,7 @@ func (q *Quorum) lock(ctx context.Context, a *AttemptSpec, member string, waitin
 				// that did not answer keeps it until its QueueTTL.
 				q.fanout(ctx, t.no, func(int) protocol.Call { return a.Leave(member) })
 			}
-			return Outcome{Granted: true, Fence: fence, Start: start}, nil
+			return Outcome{Granted: true, Fence: fence, Start: start, SentTwice: t.twice}, nil
 		}
 		fenceErr = err
 	}
@@ -217,12 +219,12 @@ func (q *Quorum) lock(ctx context.Context, a *AttemptSpec, member string, waitin
 		// again within its ctx, as for a lock held elsewhere, and says
 		// why if its ctx ends first.
 		if waiting {
-			return Outcome{Wait: fenceRetry + rand.N(q.jitter+1), GiveBack: back, Why: fenceErr}, nil
+			return Outcome{Wait: fenceRetry + rand.N(q.jitter+1), GiveBack: back, Why: fenceErr, SentTwice: t.twice}, nil
 		}
-		return Outcome{GiveBack: back}, fenceErr
+		return Outcome{GiveBack: back, SentTwice: t.twice}, fenceErr
 	}
 	if len(t.failed) > len(q.nodes)-q.majority() {
-		return Outcome{GiveBack: back}, q.fail(QuorumFailure{Op: "lock", Name: k.Name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed})
+		return Outcome{GiveBack: back, SentTwice: t.twice}, q.fail(QuorumFailure{Op: "lock", Name: k.Name, OK: len(t.ok), Needed: q.majority(), Failing: t.failed})
 	}
 	var why error
 	if len(t.ok) >= q.majority() {
@@ -244,7 +246,7 @@ func (q *Quorum) lock(ctx context.Context, a *AttemptSpec, member string, waitin
 	if len(t.ok) > 0 {
 		wait = 0 // we won some votes: someone else did too; try again soon
 	}
-	return Outcome{Wait: wait + rand.N(q.jitter+1), GiveBack: back, Why: why}, nil
+	return Outcome{Wait: wait + rand.N(q.jitter+1), GiveBack: back, Why: why, SentTwice: t.twice}, nil
 }
 
 // fenceRetry is how soon a Lock tries again when a majority granted but

@@ -39,17 +39,18 @@ func (s *single) Attempt(a *AttemptSpec) (HoldOps, AttemptFunc) {
 		}
 		start := time.Now()
 		var buf [4]int64 // the reply's words: {held, fence} or {busy, pttl, seen}
-		res, err := FenceReply("lock", a.K.Name, s.Grant(ctx, a.Call(a.Token, m, placed, a.Cfg)), buf[:])
+		r := s.Grant(ctx, a.Call(a.Token, m, placed, a.Cfg))
+		res, err := FenceReply("lock", a.K.Name, r, buf[:])
 		if err != nil {
-			return Outcome{}, err
+			return Outcome{SentTwice: r.SentTwice}, err
 		}
 		switch res[0] {
 		case protocol.ReplyHeld:
-			return Outcome{Granted: true, Fence: res[1], Start: start}, nil
+			return Outcome{Granted: true, Fence: res[1], Start: start, SentTwice: r.SentTwice}, nil
 		case protocol.ReplyTooMany:
 			return Outcome{}, errs.Invalid("%s %q: %d permits asked for; its capacity is %d", a.What, a.K.Name, a.Need, res[1])
 		}
-		o := Outcome{Wait: RetryAfter(res[1], a.Cfg.TTL)}
+		o := Outcome{Wait: RetryAfter(res[1], a.Cfg.TTL), SentTwice: r.SentTwice}
 		if res[0] == protocol.ReplyBusy && m != "" {
 			o.Placed = Place{Sent: start}
 			if len(res) > 2 {

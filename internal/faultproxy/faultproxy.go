@@ -53,6 +53,8 @@ type Proxy struct {
 	down   bool
 	refuse bool // RefuseNew: new connections are reset, open ones go on
 	closed bool
+	held   int           // bytes held by stalls so far (WaitHeld)
+	onHeld chan struct{} // closed, and replaced, when bytes are held
 
 	wg        sync.WaitGroup // every goroutine started by the proxy
 	closeOnce sync.Once
@@ -266,6 +268,63 @@ func (p *Proxy) ResetAll() {
 	}
 }
 
+// ResetAfterNextCommand arms a one-shot fault: the next client→server
+// chunk, on whichever connection, is forwarded to the server, and when
+// the server's reply to it comes the reply is dropped and the client's
+// side of that connection is reset (a TCP RST) instead, the server side
+// closed: a proxy or load balancer restarting after the server ran the
+// command and before its client heard the answer.
+func (p *Proxy) ResetAfterNextCommand() { p.ResetAfterForward(1, 0, nil) }
+
+// ResetClients abruptly closes the client side of every connection (a
+// TCP RST). The server side of a stalled one lives on: its held bytes
+// reach the server at deliver (see Stall), the client gone; the others
+// close.
+func (p *Proxy) ResetClients() {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	for _, l := range links {
+		abort(l.client) // its reader then leaves (leave): stalled, the link lives on
+	}
+}
+
+// WaitHeld returns once a stall has held some client→server bytes since
+// the proxy started, or with ctx's error.
+func (p *Proxy) WaitHeld(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if p.held > 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		if p.onHeld == nil {
+			p.onHeld = make(chan struct{})
+		}
+		ch := p.onHeld
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// noteHeld counts n bytes held by a stall and wakes WaitHeld.
+func (p *Proxy) noteHeld(n int) {
+	p.mu.Lock()
+	p.held += n
+	if p.onHeld != nil {
+		close(p.onHeld)
+		p.onHeld = nil
+	}
+	p.mu.Unlock()
+}
+
 // SetDown, when on, resets all current connections and makes the proxy
 // accept and immediately reset new ones, as if the server were gone. When
 // off, new connections are proxied again.
@@ -398,6 +457,7 @@ func (l *link) forward(b []byte) error {
 	defer l.mu.Unlock()
 	if l.stalled {
 		l.held = append(l.held, bytes.Clone(b))
+		l.p.noteHeld(len(b))
 		return nil
 	}
 	if l.resetBy == nil && !l.draining {

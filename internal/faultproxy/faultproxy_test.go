@@ -654,3 +654,70 @@ func TestRefuseAfterReset(t *testing.T) {
 		t.Fatalf("a connection after the refusal: %q, %v", s, err)
 	}
 }
+
+// ResetAfterNextCommand lets the server run the next command, then
+// resets its client instead of answering; the command after goes on.
+func TestResetAfterNextCommand(t *testing.T) {
+	srv, p := setup(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := ctxT(t)
+
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
+		t.Fatalf("PING: %q, %v", s, err)
+	}
+	p.ResetAfterNextCommand()
+	c.send(t, "INCR ran")
+	if s, err := c.line(2 * time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("the command's reply: %q, %v; want a reset", s, err)
+	}
+	if n, err := admin.Get(ctx, "ran").Int(); err != nil || n != 1 {
+		t.Fatalf("ran = %d, %v; want 1: the server ran the command once", n, err)
+	}
+	d := dialRaw(t, p.Addr()) // one-shot: the next connection is answered
+	d.send(t, "INCR ran")
+	if s, err := d.line(time.Second); err != nil || s != ":2" {
+		t.Fatalf("after the fault: %q, %v", s, err)
+	}
+}
+
+// ResetClients resets a stalled connection's client; the server side
+// lives on and runs what was held at deliver (WaitHeld saw it held).
+func TestResetClientsKeepsStalledServerSide(t *testing.T) {
+	srv, p := setup(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := ctxT(t)
+
+	c := dialRaw(t, p.Addr())
+	c.send(t, "PING")
+	if _, err := c.line(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deliver := p.Stall(nil, nil)
+	c.send(t, "SET k late")
+	if err := p.WaitHeld(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.ResetClients()
+	if s, err := c.line(2 * time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("read after ResetClients: %q, %v; want a reset", s, err)
+	}
+	if n, _ := admin.Exists(ctx, "k").Result(); n != 0 {
+		t.Fatal("k set before deliver")
+	}
+	deliver()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if v, _ := admin.Get(ctx, "k").Result(); v == "late" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the held SET never ran after deliver")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitConns(t, p, 0)
+}

@@ -66,7 +66,7 @@ func Own(rdb Redis) *Driver {
 	g := New(rdb)
 	if g.cluster != nil {
 		if g.cw = ownCluster(g.cluster); g.cw != nil {
-			g.resend = 0 // a keyed call on the wire goes once
+			g.resend = 0 // a keyed call on the wire sent again says so (SentTwice)
 		}
 		return g
 	}
@@ -79,7 +79,7 @@ func Own(rdb Redis) *Driver {
 		return g
 	}
 	g.wire = newOwnConns(r, o)
-	g.resend = 0 // a call on the wire goes once
+	g.resend = 0 // a call on the wire sent again says so (SentTwice)
 	return g
 }
 
@@ -159,7 +159,8 @@ func (g *Driver) Close() error {
 }
 
 // Info: a cluster's when rdb is a *redis.ClusterClient; on dlock's own
-// connections, bound by ctx and batched, never sent twice.
+// connections, bound by ctx and batched, never sent twice without the
+// reply saying so (ResendAfter 0: wire, "Never sent twice unsaid").
 func (g *Driver) Info() driver.Info {
 	own := g.wire != nil || g.cw != nil
 	return driver.Info{Name: "go-redis", Cluster: g.cluster != nil, ResendAfter: g.resend, AutoPipeline: own, CtxBound: own}
@@ -168,7 +169,11 @@ func (g *Driver) Info() driver.Info {
 // resendAfter is how long go-redis waits for a reply before it sends the
 // call again (driver.Info.ResendAfter): its ReadTimeout, read from the
 // options it normalised (a ReadTimeout of 0 means none there; MaxRetries
-// 0, none), unless it never retries. A cluster client also re-sends
+// 0, none), unless it never retries. go-redis also sends a call again
+// after its connection reset or closed (MaxRetries > 0), at any time, not
+// only after ReadTimeout: no duration says those, so each keyed call's
+// reply does (markedCmd, driver.Reply.SentTwice); the ReadTimeout is
+// kept as well, for a re-send that a wrapper of go-redis makes unasked. A cluster client also re-sends
 // through its redirects (MaxRedirects), so there the ReadTimeout alone
 // counts. A client whose options cannot be read (a Ring, a wrapper) is
 // taken to re-send after go-redis's default ReadTimeout: a lock whose
@@ -196,6 +201,63 @@ func goCmd(ctx context.Context, c driver.Command) *redis.Cmd {
 		cmd.SetFirstKeyPos(int8(c.FirstKey))
 	}
 	return cmd
+}
+
+// markedCmd is a keyed command sent through go-redis's pool, which tells
+// whether go-redis may have sent it twice. go-redis sends a command again
+// (MaxRetries) after a read timeout and after a reset or a close of its
+// connection (EOF, ECONNRESET, EPIPE: a proxy or load balancer
+// restarting), which can come at any time, its first copy run or still on
+// its way; before each re-send it asks the command whether it may
+// (NoRetry), and markedCmd counts the asks. go-redis also asks once of
+// an attempt that ended with the server's reply an error (redis.Nil
+// included) before it returns it; so a command answered by the server
+// was sent twice when asked twice or more, one answered otherwise when
+// asked at all (a failure after a re-send, or one that was not re-sent:
+// a mark too many, on a reply the acquire path takes as outcome-unknown
+// anyway). Keyless commands are not marked: go-redis's cluster
+// aggregates some of those by their type (*redis.Cmd), and no acquire is
+// keyless.
+type markedCmd struct {
+	*redis.Cmd
+	asks atomic.Int32
+}
+
+// NoRetry lets go-redis send the command again, and counts the ask.
+func (c *markedCmd) NoRetry() bool {
+	c.asks.Add(1)
+	return false
+}
+
+// sentTwice reports whether go-redis may have sent c twice, r its reply.
+func (c *markedCmd) sentTwice(r driver.Reply) bool {
+	n := c.asks.Load()
+	if _, answered := r.Err.(*driver.ErrorReply); answered || r.Err == nil && c.Err() != nil { // a server error, or redis.Nil
+		return n >= 2
+	}
+	return n >= 1
+}
+
+// goCmder makes the go-redis command of c, marked when keyed (markedCmd).
+func goCmder(ctx context.Context, c driver.Command) redis.Cmder {
+	cmd := goCmd(ctx, c)
+	if c.Keys == 0 {
+		return cmd
+	}
+	return &markedCmd{Cmd: cmd}
+}
+
+// replyOf is the neutral reply of a command goCmder made.
+func replyOf(cmd redis.Cmder) driver.Reply {
+	switch c := cmd.(type) {
+	case *markedCmd:
+		r := goReply(c.Cmd)
+		r.SentTwice = c.sentTwice(r)
+		return r
+	case *redis.Cmd:
+		return goReply(c)
+	}
+	return driver.Reply{Err: fmt.Errorf("dlock: a command of type %T", cmd)} // (goCmder makes none)
 }
 
 // goReply is the neutral reply of a go-redis command.
@@ -242,9 +304,9 @@ func (g *Driver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	if g.cw != nil {
 		return g.cw.do(ctx, c, firstKey(c))
 	}
-	cmd := goCmd(ctx, c)
+	cmd := goCmder(ctx, c)
 	_ = g.rdb.Process(ctx, cmd)
-	return goReply(cmd)
+	return replyOf(cmd)
 }
 
 // Pipeline sends cmds as one go-redis pipeline (a cluster client splits
@@ -262,17 +324,17 @@ func (g *Driver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.R
 // goPipeline sends cmds as one go-redis pipeline.
 func goPipeline(ctx context.Context, run func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error),
 	cmds []driver.Command) []driver.Reply {
-	sent := make([]*redis.Cmd, len(cmds))
+	sent := make([]redis.Cmder, len(cmds))
 	_, _ = run(ctx, func(p redis.Pipeliner) error {
 		for i, c := range cmds {
-			sent[i] = goCmd(ctx, c)
+			sent[i] = goCmder(ctx, c)
 			_ = p.Process(ctx, sent[i])
 		}
 		return nil
 	})
 	out := make([]driver.Reply, len(cmds))
 	for i, cmd := range sent {
-		out[i] = goReply(cmd)
+		out[i] = replyOf(cmd)
 	}
 	return out
 }

@@ -307,7 +307,9 @@ func (c Call) FirstKey() string {
 func (c Call) Run(ctx context.Context, d driver.Driver) driver.Reply {
 	r := c.run(ctx, d)
 	if next, ok := c.Next(r); ok {
-		return next.run(ctx, d)
+		n := next.run(ctx, d)
+		n.SentTwice = n.SentTwice || r.SentTwice // the first, sent twice, may still run
+		return n
 	}
 	return r
 }

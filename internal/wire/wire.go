@@ -1,9 +1,10 @@
 // Package wire is dlock's own connection to one Redis server, which the
-// go-redis driver sends a plain client's commands on (internal/goredis)
-// instead of through the client's pool: made from the client's options
-// (its Dialer, so TLS and a failover client's sentinel lookup come with
-// it; its credentials, database and timeouts), it does what the pool
-// cannot do without a goroutine per call.
+// go-redis driver sends a single server's client's commands on
+// (internal/goredis; a failover client stays on its pool, which alone
+// hears the sentinels) instead of through the client's pool: made from
+// the client's options (its Dialer, so TLS comes with it; its
+// credentials, database and timeouts), it does what the pool cannot do
+// without a goroutine per call.
 //
 //   - Bounded by ctx on the caller's goroutine. The replies come in
 //     order, and one reader at a time reads them, handing each to its
@@ -28,10 +29,24 @@
 //     caller that finds no write in progress writes the buffer, then what
 //     others appended meanwhile, until it is empty. Many goroutines' calls
 //     go in one write; a lone call goes at once, with no timer.
-//   - Never sent twice. A call goes once; a connection that fails (a
-//     write or a read error, no reply within ReadTimeout) fails every call
-//     on it (their outcome is unknown) and the next call dials anew. So
-//     the driver's Info.ResendAfter is 0.
+//     A writing caller's ctx bounds its write too: when it ends with
+//     bytes left (a stopped server, full socket buffers), a goroutine
+//     writes the rest of the buffer, in order, and the caller returns
+//     an *errs.Late (see conn.flush).
+//   - Never sent twice unsaid. A connection that fails (a write or a
+//     read error, no reply within ReadTimeout) fails every call on it
+//     (their outcome is unknown) and the next call dials anew. A call
+//     whose connection was closed or reset by the other end (EOF,
+//     ECONNRESET, EPIPE: a proxy or load balancer restarting) is sent
+//     again, as go-redis's pool sends it again (MaxRetries), though its
+//     first copy may have run or may still run later; its replies then
+//     say so (driver.Reply.SentTwice), and the acquire path treats it as
+//     a copy (it buries its token). A call whose reply did not come in
+//     time is never sent again. So the driver's Info.ResendAfter is 0.
+//     (Why re-send and mark rather than report the outcome unknown: a
+//     team moving from go-redis's pool expects a reset to be ridden out
+//     as the pool rides it out, and the mark costs one call, at the
+//     release, of only the leases whose acquire was sent twice.)
 //
 // Dedicated lends a connection of its own (WAIT after a write, WATCH and
 // MULTI), from a few kept idle. Pub/sub stays with go-redis.
@@ -127,8 +142,8 @@ func New(cfg Config) *Mux { return &Mux{cfg: cfg} }
 // Do sends cmd on the shared connection and returns its reply.
 func (m *Mux) Do(ctx context.Context, cmd driver.Command) driver.Reply {
 	k := m.oneCall()
-	if err := m.send(ctx, callsLane, k, cmd); err != nil {
-		return driver.Reply{Err: err}
+	if twice, err := m.send(ctx, callsLane, k, cmd); err != nil {
+		return driver.Reply{Err: err, SentTwice: twice}
 	}
 	r := k.one
 	m.reuse(k)
@@ -145,8 +160,11 @@ func (m *Mux) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Repl
 	if len(cmds) >= bulkMin {
 		l = bulkLane
 	}
-	if err := m.send(ctx, l, k, cmds...); err != nil {
+	if twice, err := m.send(ctx, l, k, cmds...); err != nil {
 		failAll(out, err)
+		if twice {
+			k.markSentTwice()
+		}
 	}
 	return out
 }
@@ -161,12 +179,18 @@ func failAll(out []driver.Reply, err error) {
 // send writes cmds on the shared connection as the call k and waits for
 // its replies (see conn.roundTrip). A connection found dead before
 // anything was written is dialled anew; a call that failed with its
-// connection is sent again as MaxRetries says.
-func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) error {
+// connection is sent again as MaxRetries says, and its replies then say
+// so (SentTwice: see "Never sent twice unsaid").
+func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) (twice bool, err error) {
 	retries, pause := 0, retryFirst
+	defer func() {
+		if twice && err == nil {
+			k.markSentTwice()
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return twice, err
 		}
 		c, err := m.shared(ctx, l)
 		if err == nil {
@@ -176,14 +200,18 @@ func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) 
 			}
 			if err == nil {
 				if k.failed == nil || !retriable(k.failed) || retries >= m.cfg.MaxRetries {
-					return nil // the replies are in (or carry the error)
+					return twice, nil // the replies are in (or carry the error)
 				}
 				err = k.failed
 				k.failed, k.delivered = nil, false
+				// Its bytes may have reached the server, which may have run
+				// it (the connection reset after), or may still run it: the
+				// copy sent now is a second.
+				twice = true
 			}
 		}
 		if err != nil && (!retriable(err) || retries >= m.cfg.MaxRetries) {
-			return err
+			return twice, err
 		}
 		retries++
 		t := time.NewTimer(pause)
@@ -191,7 +219,7 @@ func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return twice, ctx.Err()
 		}
 		pause = min(2*pause, retryMax)
 	}
@@ -519,11 +547,13 @@ type conn struct {
 	cbl   bool           // a cancel of the reading caller's ctx may set a deadline (see stop)
 
 	mu       sync.Mutex
-	err      error   // why the connection failed; nil while it works
-	out      []byte  // commands appended, not written yet
-	spare    []byte  // the buffer last written, for the next appends
-	flushing bool    // a caller is writing out
-	queue    []*call // calls whose replies are awaited: queue[head:]
+	err      error    // why the connection failed; nil while it works
+	out      []byte   // commands appended, not written yet: the last segment
+	outs     [][]byte // the segments before out, in order, each segMax or more
+	spare    []byte   // the buffer last written, for the next appends
+	flushing bool     // a caller (or a goroutine it handed the rest to) is writing out
+	wturn    uint64   // counts writes: a late cancel of a writer's ctx touches its own write only
+	queue    []*call  // calls whose replies are awaited: queue[head:]
 	head     int
 	reading  bool   // a reader reads the replies: a caller (readAs) or a goroutine (read)
 	turn     uint64 // counts the turns of reading callers: a late cancel touches its own only
@@ -545,6 +575,17 @@ type call struct {
 	failed    error         // the connection failed before the replies came (each reply has it)
 	late      chan struct{} // the caller gave up: closed when delivered
 	turn      bool          // the caller reads, or done holds its turn to: deliver sends nothing
+}
+
+// markSentTwice marks k's replies as those of a call sent twice; once
+// its caller has them.
+func (k *call) markSentTwice() {
+	if k.many == nil {
+		k.one.SentTwice = true
+	}
+	for i := range k.many {
+		k.many[i].SentTwice = true
+	}
 }
 
 // newCall returns a call for len(many) replies.
@@ -632,6 +673,10 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 		c.mu.Unlock()
 		return errUnsent
 	}
+	if len(c.out) >= segMax { // a new segment: no caller copies a long queue to grow it (see outs)
+		c.outs = append(c.outs, c.out)
+		c.out = nil
+	}
 	n0 := len(c.out)
 	for _, cmd := range cmds {
 		var err error
@@ -656,7 +701,7 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 	c.flushing = true
 	c.mu.Unlock()
 	if write {
-		c.flush()
+		c.flush(ctx)
 	}
 	if read {
 		return c.readAs(ctx, k)
@@ -921,27 +966,68 @@ func (c *conn) endReading() {
 }
 
 // flush writes out what callers appended until nothing is left, then
-// lets the next caller write.
-func (c *conn) flush() {
+// lets the next caller write. ctx, the writing caller's, bounds each of
+// its writes (a deadline on the socket, and a cancel seen at once): when
+// it ends with bytes left — the server stopped, the socket buffers full
+// — the rest of the buffer is handed to a goroutine that writes on
+// (bounded by WriteTimeout alone, as a write on go-redis's pool is), so
+// that no caller's bytes are lost or half sent, and the caller returns
+// at once; its own call, whose bytes may be partly written, is then an
+// *errs.Late like any call whose reply its caller gave up on (see
+// roundTrip). A write that fails otherwise fails the connection.
+func (c *conn) flush(ctx context.Context) {
 	c.mu.Lock()
-	for len(c.out) > 0 && c.err == nil {
-		buf := c.out
-		c.out = c.spare[:0]
-		c.mu.Unlock()
-		if c.m.cfg.WriteTimeout > 0 {
-			_ = c.nc.SetWriteDeadline(time.Now().Add(c.m.cfg.WriteTimeout))
+	for (len(c.out) > 0 || len(c.outs) > 0) && c.err == nil {
+		var w writing
+		var whole []byte // reused for the next appends once written
+		if len(c.outs) == 0 {
+			w.one, whole = c.out, c.out
+		} else {
+			w.bufs = net.Buffers(append(c.outs, c.out))
 		}
-		_, err := c.nc.Write(buf)
-		if err != nil {
-			c.fail(err)
-		}
-		c.mu.Lock()
+		c.outs, c.out = nil, c.spare[:0]
 		c.spare = nil // never c.out's: that is being appended to
-		if cap(buf) <= 64<<10 {
-			c.spare = buf[:0]
+		c.wturn++
+		w.turn = c.wturn
+		if t := c.m.cfg.WriteTimeout; t > 0 {
+			w.dl = time.Now().Add(t)
+		}
+		if d, ok := ctx.Deadline(); ok && (w.dl.IsZero() || d.Before(w.dl)) {
+			w.dl, w.byCtx = d, true
+		}
+		if ctx.Err() != nil {
+			w.dl = past
+		}
+		c.mu.Unlock()
+		w, err := c.write(ctx, w)
+		c.mu.Lock()
+		c.wturn++ // a cancel that comes now touches no later write
+		if err != nil && isTimeout(err) && c.err == nil && (ctx.Err() != nil || w.byCtx && !time.Now().Before(w.dl)) {
+			// The caller gave up: a goroutine writes the rest, then
+			// what others appended meanwhile, in order. (A TLS
+			// connection cannot write on after a timeout: its next
+			// write fails, and so the connection, its calls' outcome
+			// unknown.)
+			rest := w.bufs
+			if rest == nil {
+				rest = net.Buffers{w.one}
+			}
+			c.outs = append(append([][]byte(nil), rest...), c.outs...)
+			c.mu.Unlock()
+			go c.flush(context.Background())
+			return
+		}
+		if err != nil {
+			c.mu.Unlock()
+			c.fail(err)
+			c.mu.Lock()
+			continue
+		}
+		if whole != nil && cap(whole) <= 64<<10 {
+			c.spare = whole[:0]
 		}
 	}
-	c.out = c.out[:0]
+	c.out, c.outs = c.out[:0], nil
 	c.flushing = false
 	closed := c.closeIfIdle()
 	c.mu.Unlock()
@@ -950,6 +1036,77 @@ func (c *conn) flush() {
 		_ = c.nc.Close()
 	}
 }
+
+// writing is one write of flush: the buffer (one) or the segments (bufs)
+// left to write, and its deadline.
+type writing struct {
+	one   []byte
+	bufs  net.Buffers
+	turn  uint64    // c.wturn during the write
+	dl    time.Time // WriteTimeout's, or ctx's when earlier (byCtx)
+	byCtx bool
+}
+
+// write writes w out, within w.dl and ctx, and returns it with what was
+// not written. As a reading caller's first read (readAs), the first wait
+// lasts at most pollFirst before ctx is looked at, and only a write that
+// has not gone by then registers an AfterFunc on ctx (which costs a
+// write that goes at once some allocations).
+func (c *conn) write(ctx context.Context, w writing) (writing, error) {
+	dl := w.dl
+	cancellable := ctx.Done() != nil
+	if cancellable && dl != past {
+		if p := time.Now().Add(pollFirst); dl.IsZero() || p.Before(dl) {
+			dl = p
+		}
+	}
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	c.mu.Lock()
+	_ = c.nc.SetWriteDeadline(dl)
+	c.mu.Unlock()
+	for {
+		var err error
+		if w.bufs == nil {
+			var n int
+			n, err = c.nc.Write(w.one)
+			w.one = w.one[n:]
+		} else {
+			bufs := w.bufs
+			_, err = bufs.WriteTo(c.nc) // (what was written is consumed from bufs)
+			w.bufs = bufs
+		}
+		if err == nil || !isTimeout(err) || stop != nil || !cancellable || dl.Equal(w.dl) || ctx.Err() != nil {
+			return w, err
+		}
+		// The poll passed, ctx still on: from now a cancel ends the write
+		// at once, and the write waits until w.dl.
+		turn := w.turn
+		stop = context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			if c.wturn == turn { // still this write: end it now
+				_ = c.nc.SetWriteDeadline(past)
+			}
+			c.mu.Unlock()
+		})
+		dl = w.dl
+		c.mu.Lock()
+		if ctx.Err() == nil { // (else the AfterFunc has set it, or will)
+			_ = c.nc.SetWriteDeadline(dl)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// segMax: a caller appends its command to the last segment of the
+// write buffer until it holds this many bytes, then starts a new one; so
+// while a write is blocked (a server stopped), a queue of megabytes
+// grows without any caller copying it under the connection's lock.
+const segMax = 64 << 10
 
 // goRead starts a reader goroutine, with c.mu held.
 func (c *conn) goRead() {

@@ -830,3 +830,68 @@ func TestDialReturnsNoConnection(t *testing.T) {
 	}
 	<-ended
 }
+
+// A call whose write blocks (the server stopped, the socket buffers
+// full: calls of 32 KiB from many goroutines) returns when its ctx
+// ends, as one whose read blocks does: the caller writing the shared
+// buffer hands the rest on when its ctx ends. Without timeouts on the
+// connection (go-redis's ReadTimeout -1), so only the ctx bounds it. No
+// call succeeds while the server is stopped.
+func TestWriteBoundedByCtx(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	m, _ := newMux(t, s, Config{})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	// Resumed at the latest after a while, so that a write that ctx does
+	// not bound ends (and the test with it).
+	resume := time.AfterFunc(8*time.Second, func() { _ = s.Resume() })
+	defer func() {
+		if resume.Stop() {
+			_ = s.Resume()
+		}
+	}()
+	// slack: generous, for -race on a loaded 2-core machine (without
+	// -race the slowest returned 341 ms after its start); a write that
+	// ctx does not bound returns only at the resume, 8 s in.
+	const callers, bound, slack = 1000, 200 * time.Millisecond, 3 * time.Second
+	big := strings.Repeat("x", 32<<10)
+	type result struct {
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			start := time.Now()
+			r := m.Do(ctx, cmd("SET", fmt.Sprint("big:", i), big))
+			results <- result{time.Since(start), r.Err}
+		})
+	}
+	wg.Wait()
+	close(results)
+	var worst time.Duration
+	late, succeeded := 0, 0
+	for r := range results {
+		worst = max(worst, r.took)
+		if r.took > bound+slack {
+			late++
+		}
+		if r.err == nil {
+			succeeded++
+		}
+	}
+	t.Logf("%d calls of 32 KiB to a stopped server, ctx %v: slowest returned after %v", callers, bound, worst)
+	if late > 0 {
+		t.Errorf("%d of %d calls returned more than %v after their ctx ended (slowest: %v)", late, callers, slack, worst)
+	}
+	if succeeded > 0 {
+		t.Errorf("%d calls succeeded: their replies came after their ctx ended", succeeded)
+	}
+}
