@@ -268,14 +268,6 @@ func (p *Proxy) ResetAll() {
 	}
 }
 
-// ResetAfterNextCommand arms a one-shot fault: the next client→server
-// chunk, on whichever connection, is forwarded to the server, and when
-// the server's reply to it comes the reply is dropped and the client's
-// side of that connection is reset (a TCP RST) instead, the server side
-// closed: a proxy or load balancer restarting after the server ran the
-// command and before its client heard the answer.
-func (p *Proxy) ResetAfterNextCommand() { p.ResetAfterForward(1, 0, nil) }
-
 // ResetClients abruptly closes the client side of every connection (a
 // TCP RST). The server side of a stalled one lives on: its held bytes
 // reach the server at deliver (see Stall), the client gone; the others

@@ -655,34 +655,6 @@ func TestRefuseAfterReset(t *testing.T) {
 	}
 }
 
-// ResetAfterNextCommand lets the server run the next command, then
-// resets its client instead of answering; the command after goes on.
-func TestResetAfterNextCommand(t *testing.T) {
-	srv, p := setup(t)
-	admin := srv.Client()
-	defer admin.Close()
-	ctx := ctxT(t)
-
-	c := dialRaw(t, p.Addr())
-	c.send(t, "PING")
-	if s, err := c.line(time.Second); err != nil || s != "+PONG" {
-		t.Fatalf("PING: %q, %v", s, err)
-	}
-	p.ResetAfterNextCommand()
-	c.send(t, "INCR ran")
-	if s, err := c.line(2 * time.Second); err == nil || isTimeout(err) {
-		t.Fatalf("the command's reply: %q, %v; want a reset", s, err)
-	}
-	if n, err := admin.Get(ctx, "ran").Int(); err != nil || n != 1 {
-		t.Fatalf("ran = %d, %v; want 1: the server ran the command once", n, err)
-	}
-	d := dialRaw(t, p.Addr()) // one-shot: the next connection is answered
-	d.send(t, "INCR ran")
-	if s, err := d.line(time.Second); err != nil || s != ":2" {
-		t.Fatalf("after the fault: %q, %v", s, err)
-	}
-}
-
 // ResetClients resets a stalled connection's client; the server side
 // lives on and runs what was held at deliver (WaitHeld saw it held).
 func TestResetClientsKeepsStalledServerSide(t *testing.T) {

@@ -43,7 +43,7 @@ func TestResetAfterTheServerRanIsReportedSentTwice(t *testing.T) {
 			if r := d.Do(ctx, driver.Command{Args: []any{"GET", key}, FirstKey: 1, Keys: 1}); r.Err != nil || r.SentTwice {
 				t.Fatalf("a call sent once: %v, SentTwice %v", r.Err, r.SentTwice)
 			}
-			p.ResetAfterNextCommand()
+			p.ResetAfterForward(1, 0, nil)
 			start := time.Now()
 			r := d.Do(ctx, driver.Command{Args: []any{"INCR", key}, FirstKey: 1, Keys: 1})
 			took := time.Since(start)
