@@ -33,6 +33,16 @@ import (
 // promise, logged) and, where it times something, how long the worst
 // effect lasted (took), with the slack that timing needs on a loaded
 // machine. A fault whose fix is not in yet has no row.
+//
+// Three faults of the side by side have tests of their own that run each
+// case through both paths and hold both to the same outcome, stricter than
+// "no worse": a reset after the server ran the call
+// (TestAcquireResentAfterResetLeavesNoLateHolder, and internal/goredis
+// TestResetAfterTheServerRanIsReportedSentTwice), a write blocked on full
+// socket buffers (TestTryLockWhoseWriteBlocksReturnsAtCtxEnd: no grant
+// after the ctx, the own connections' slowest return no later than twice
+// the pool's), and an ACL user with a database and a client name
+// (TestDocumentedGrantWithDBAndName).
 
 // sideResult is what a row's run measured: the lower the better.
 type sideResult struct {
