@@ -5,10 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -185,5 +187,98 @@ func TestRefusedPublishInScriptIsReported(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "&dlock:*"); n != 1 {
 		t.Errorf("logged &dlock:* %d times, want once: %s", n, logs.String())
+	}
+}
+
+// reportsVersion is a node that reports another version in INFO server
+// (redis_version replaced by version): a server older than the one
+// installed here, as the Client sees it.
+type reportsVersion struct {
+	driver.Driver
+	version string
+	infos   atomic.Int32 // INFO server sent
+}
+
+func (d *reportsVersion) Masters(context.Context) ([]driver.Driver, error) {
+	return []driver.Driver{d}, nil
+}
+
+func (d *reportsVersion) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	rs := d.Driver.Pipeline(ctx, cmds)
+	for i, c := range cmds {
+		if len(c.Args) != 2 || c.Args[0] != "INFO" || c.Args[1] != "server" {
+			continue
+		}
+		d.infos.Add(1)
+		if s, ok := rs[i].Val.(string); ok && d.version != "" {
+			var out []string
+			for _, line := range strings.Split(s, "\n") {
+				if strings.HasPrefix(line, "redis_version:") {
+					line = "redis_version:" + d.version + "\r"
+				}
+				out = append(out, line)
+			}
+			rs[i].Val = strings.Join(out, "\n")
+		}
+	}
+	return rs
+}
+
+// The server's version is read once, at the first acquire, beside the
+// eviction policy: this server (7.0) is accepted, and not asked again; a
+// server before the oldest supported (6.0), or a Redis 6 under sharded
+// pub/sub (a cluster's default), is refused with ErrUnsupportedServer
+// naming its version and the oldest supported, before anything is
+// written, and at every acquire until it is upgraded.
+func TestServerVersionChecked(t *testing.T) {
+	ctx := context.Background()
+	var logs syncBuffer
+	here := &reportsVersion{}
+	c := seamClient(t, func(d driver.Driver) driver.Driver { here.Driver = d; return here },
+		dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	for range 3 {
+		unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx))
+	}
+	if n := here.infos.Load(); n != 1 {
+		t.Errorf("INFO server sent %d times over 3 Locks, want once", n)
+	}
+	if strings.Contains(logs.String(), "version") {
+		t.Errorf("a warning of the version of Redis 7.0:\n%s", logs.String())
+	}
+
+	for _, tc := range []struct {
+		version string
+		opts    []dlock.Option
+		want    []string
+	}{
+		{"5.0.14", nil, []string{"Redis 5.0.14", "Redis 6.0", "upgrade"}},
+		{"6.2.14", []dlock.Option{dlock.WithShardedPubSub(true)}, []string{"Redis 6.2.14", "Redis 7.0", "WithShardedPubSub(false)"}},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			old := &reportsVersion{version: tc.version}
+			c := seamClient(t, func(d driver.Driver) driver.Driver { old.Driver = d; return old }, tc.opts...)
+			name := lockName(t)
+			for range 2 {
+				l, err := c.Mutex(name).TryLock(ctx)
+				if err == nil {
+					_ = l.Unlock(ctx)
+					t.Fatalf("TryLock on Redis %s: no error", tc.version)
+				}
+				if !errors.Is(err, dlock.ErrUnsupportedServer) {
+					t.Fatalf("TryLock on Redis %s: %v, want ErrUnsupportedServer", tc.version, err)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%q lacks %q", err, w)
+					}
+				}
+			}
+			if n, err := newRedis(t, srv).Exists(ctx, keysOf(name).Lock).Result(); err != nil || n != 0 {
+				t.Errorf("the lock key after a refusal: exists %d (%v)", n, err)
+			}
+			if n := old.infos.Load(); n != 2 {
+				t.Errorf("INFO server sent %d times over 2 refused TryLocks, want at each", n)
+			}
+		})
 	}
 }

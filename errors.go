@@ -42,6 +42,14 @@ var (
 	// noeviction, or accept the risk with WithEvictionRisk.
 	ErrEvictionPolicy = errs.EvictionPolicy
 
+	// ErrUnsupportedServer is returned by a Client's first Lock or TryLock
+	// (where ErrEvictionPolicy is) when a server is older than the oldest
+	// dlock supports, Redis 6.0 (every Valkey is supported), or, on a
+	// cluster with sharded pub/sub (the default there), older than Redis
+	// 7.0. The error names the server's version and the oldest supported;
+	// nothing has been written. docs/deployments.md, "Supported servers".
+	ErrUnsupportedServer = errs.UnsupportedServer
+
 	// ErrPubSubRefused is matched by Client.Health's error once the server
 	// refused the Client's PUBLISH or SUBSCRIBE (an ACL user without the
 	// channels &<prefix>:*): releases wake nobody, and waits poll.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/grants"
 	"github.com/redis/go-redis/v9"
 )
@@ -21,7 +22,7 @@ import (
 const checkSynopsis = "dlock check [--redis URL] [--prefix P] [--json]"
 
 // checkCmd checks a server against what a dlock deployment needs, as the
-// user of the URL: scripts, each command dlock sends (internal/grants), its keys and
+// user of the URL: its version (internal/deploy, version.go), scripts, each command dlock sends (internal/grants), its keys and
 // pub/sub channels under the prefix, an eviction policy that keeps lock
 // keys, and (warnings only) persistence and replicas. It prints one line
 // per check and exits 1 when something required is missing.
@@ -48,16 +49,13 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer rdb.Close()
-	v := serverVersion(ctx, rdb)
-	if v == "" {
-		v = "version unknown"
-	}
+	name, v := serverName(ctx, rdb)
 	out := stdout
 	if *asJSON {
 		out = io.Discard // the lines; the JSON at the end
 	}
-	fmt.Fprintf(out, "checking Redis %s at %s for dlock (prefix %q)\n", v, where, a.prefix)
-	ck := checker{rdb: rdb, prefix: a.prefix, w: out}
+	fmt.Fprintf(out, "checking %s at %s for dlock (prefix %q)\n", name, where, a.prefix)
+	ck := checker{rdb: rdb, prefix: a.prefix, w: out, supported: true}
 	if ck.connection(ctx) {
 		ck.scripts(ctx)
 		ck.commands(ctx)
@@ -74,6 +72,7 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 			if cluster {
 				ck.node = s.Options().Addr + ": "
 			}
+			ck.version(ctx, cluster)
 			ck.eviction(ctx)
 			ck.persistence(ctx)
 			ck.replicas(ctx)
@@ -89,7 +88,8 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(checkJSON{Server: where, Version: v, Prefix: a.prefix, OK: ck.missing == 0, Checks: ck.results}); err != nil {
+		if err := enc.Encode(checkJSON{Server: where, Name: name, Version: v, Supported: ck.supported, Prefix: a.prefix,
+			OK: ck.missing == 0, Checks: ck.results}); err != nil {
 			complain(stderr, "check: writing: %v", err)
 			return exitFail
 		}
@@ -99,17 +99,21 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 
 // checkJSON is check --json's output.
 type checkJSON struct {
-	Server  string        `json:"server"`
-	Version string        `json:"version"`
-	Prefix  string        `json:"prefix"`
-	OK      bool          `json:"ok"` // no required check failed
-	Checks  []checkResult `json:"checks"`
+	Server  string `json:"server"`
+	Name    string `json:"name"`    // "Redis 7.0.15", "Valkey 9.0.0"
+	Version string `json:"version"` // as the server wrote it ("" when it did not say)
+	// Supported: every server checked is of a version dlock supports (or
+	// it could not be told; the version check then warns).
+	Supported bool          `json:"supported"`
+	Prefix    string        `json:"prefix"`
+	OK        bool          `json:"ok"` // no required check failed
+	Checks    []checkResult `json:"checks"`
 }
 
 // checkResult is one check's outcome.
 type checkResult struct {
 	Outcome string `json:"outcome"`        // ok, MISSING (required), warning, info
-	What    string `json:"what"`           // connection, scripts, commands, keys, pub/sub, owners, eviction, persistence, replicas, cluster
+	What    string `json:"what"`           // connection, version, scripts, commands, keys, pub/sub, owners, eviction, persistence, replicas, cluster
 	Node    string `json:"node,omitempty"` // a cluster's master the check is of
 	Detail  string `json:"detail"`
 }
@@ -123,6 +127,8 @@ type checker struct {
 	w       io.Writer
 	missing int
 	results []checkResult
+	// supported: no server checked is of a version dlock refuses
+	supported bool
 }
 
 // masters returns the servers whose settings count: each master of a
@@ -527,6 +533,58 @@ func (c *checker) owners(ctx context.Context) {
 		return
 	}
 	c.say(checkOK, "owners", "owner records %s:client:* read and written", c.prefix)
+}
+
+// serverName returns what the server says it is, "Redis 7.0.15" or
+// "Valkey 9.0.0", and its version as it wrote it ("" when it did not).
+func serverName(ctx context.Context, rdb redis.UniversalClient) (name, version string) {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return "a server (version unknown: INFO server refused)", ""
+	}
+	s, _ := deploy.ServerOf(info)
+	return s.String(), s.Text
+}
+
+// version says the server's version and whether dlock supports it, as a
+// Client decides at its first Lock (internal/deploy, version.go).
+func (c *checker) version(ctx context.Context, cluster bool) {
+	info, err := c.server.Info(ctx, "server").Result()
+	outcome, detail := versionVerdict(info, err, cluster)
+	if outcome == checkMissing {
+		c.supported = false
+	}
+	c.say(outcome, "version", "%s", detail)
+}
+
+// versionVerdict is the version check's outcome for one INFO server reply
+// (or its error). On a cluster, whose Clients use sharded pub/sub by
+// default, a server must have it.
+func versionVerdict(info string, err error, cluster bool) (outcome, detail string) {
+	oldest := deploy.Oldest() + ", or any Valkey"
+	if err != nil {
+		return checkWarning, fmt.Sprintf("INFO server: %v: cannot tell the version (dlock supports %s; "+
+			"a Client lets an untold version be, with a warning)", err, oldest)
+	}
+	s, ok := deploy.ServerOf(info)
+	if !ok {
+		return checkWarning, fmt.Sprintf("%s: cannot read the version (dlock supports %s; "+
+			"a Client lets an unreadable version be, with a warning)", s, oldest)
+	}
+	publish := "PUBLISH"
+	if cluster {
+		publish = "SPUBLISH"
+	}
+	if deploy.Supports(s, "PUBLISH") != nil {
+		return checkMissing, fmt.Sprintf("%s: not supported (oldest supported: %s): a Client refuses it at its first Lock "+
+			"(ErrUnsupportedServer); upgrade the server", s, oldest)
+	}
+	if deploy.Supports(s, publish) != nil {
+		return checkMissing, fmt.Sprintf("%s: not supported with sharded pub/sub, a cluster's Clients' default (oldest supported: "+
+			"Redis %s): a Client refuses it at its first Lock (ErrUnsupportedServer) unless made WithShardedPubSub(false); "+
+			"upgrade the server", s, deploy.ShardedSince)
+	}
+	return checkOK, fmt.Sprintf("%s: supported (oldest supported: %s; tested here: Redis 7.0)", s, oldest)
 }
 
 // eviction checks that the server never evicts keys: not the locks',

@@ -78,7 +78,7 @@ var commands = []command{
 	{name: "top", summary: "a live view of the locks, busiest first: holders, hold times, waiters, acquisitions/s", fn: topCmd},
 	{name: "unlock", summary: "free a lock whoever holds it (--force; admin); its holders find out at their next renewal", fn: unlockCmd},
 	{name: "leader", summary: "show who leads an election: value, term, since, TTL, owner; --watch follows every change", fn: leaderCmd},
-	{name: "check", summary: "check a server against what dlock needs: scripts, commands, keys and channels under the prefix, noeviction, persistence", fn: checkCmd},
+	{name: "check", summary: "check a server against what dlock needs: its version (supported or not), scripts, commands, keys and channels under the prefix, noeviction, persistence", fn: checkCmd},
 	{name: "version", summary: "print dlock's version (also --version)", fn: versionCmd},
 	{name: workerCommand, fn: demoWorkerCmd, hidden: true},
 	{name: guardCommand, fn: guardCmd, hidden: true},

@@ -1,10 +1,10 @@
 // Package deploy is what a dlock Client learns and keeps about its
 // deployment: the checks of its first acquire and first wait (the
-// eviction policy, pub/sub ACLs), the refusals the driver stack reports
-// (transport.Reports), the fold of older fence counters into the
-// Client's (fold.go), and the owner record a Client writes about itself
-// (owner.go). It names no Client: the root gives it what it needs as
-// plain values and funcs (Config, then Reach).
+// server's version, version.go; the eviction policy; pub/sub ACLs), the
+// refusals the driver stack reports (transport.Reports), the fold of
+// older fence counters into the Client's (fold.go), and the owner record
+// a Client writes about itself (owner.go). It names no Client: the root
+// gives it what it needs as plain values and funcs (Config, then Reach).
 package deploy
 
 import (
@@ -45,6 +45,14 @@ import (
 //     again at 1. The first acquire reads maxmemory_policy from INFO memory
 //     on every node (every master of a cluster) and fails with
 //     ErrEvictionPolicy unless WithEvictionRisk was given.
+//
+// The same first acquire reads each node's version from INFO server (in
+// the same round trip as INFO memory), once per node, and fails with
+// ErrUnsupportedServer for a server older than the oldest supported
+// (version.go): before it writes anything, rather than a script failing
+// halfway, or, on a Redis 6 cluster, every wake-up being lost. New cannot
+// do it: it takes no ctx and sends nothing (a service may start before
+// its Redis does).
 
 // wakeNone is the payload of the probe that a Client publishes on its
 // wake-up channel: a member whose token ("-") no waiter has, so that a
@@ -114,8 +122,13 @@ type Deployment struct {
 	reach        Reach // set by Attach
 
 	checked atomic.Bool // the eviction check passed (or could not be told, and was let be)
-	probed  atomic.Bool // the pub/sub probe was answered
-	probing atomic.Bool // a probe is under way
+	// versioned[i]: node i's servers (every master of a cluster) are of a
+	// supported version (or could not be told, and were let be). Read
+	// once per node: a quorum's node that was down is read at a later
+	// call, the others are not read again.
+	versioned []atomic.Bool
+	probed    atomic.Bool // the pub/sub probe was answered
+	probing   atomic.Bool // a probe is under way
 
 	wmu    sync.Mutex
 	warned map[string]bool
@@ -143,17 +156,21 @@ func New(cfg Config) *Deployment {
 
 // Attach gives d the Client's nodes and background (see Reach), once the
 // Client is built and before it is used.
-func (d *Deployment) Attach(r Reach) { d.reach = r }
+func (d *Deployment) Attach(r Reach) {
+	d.reach = r
+	d.versioned = make([]atomic.Bool, len(r.Nodes))
+}
 
-// Check checks, at a Client's first acquire, that no node may evict lock
-// keys. Once it has passed it costs an atomic load; a check that could
-// not be made, or that refused the server, is made again by the next
-// call, so a server fixed meanwhile is accepted without a new Client. A
-// quorum checks the nodes it can reach (a node that is down is the
-// quorum's business, and is checked at a later call); a single deployment
-// returns the error of a check it could not make. Then, once, it folds
-// the fence counters of other layouts into the Client's (fold.go), with
-// the same rule for errors: a quorum's round then issues no fence unless
+// Check checks, at a Client's first acquire, that every node is of a
+// supported version and that none may evict lock keys. Once it has
+// passed it costs an atomic load; a check that could not be made, or
+// that refused the server, is made again by the next call, so a server
+// fixed meanwhile is accepted without a new Client. A quorum checks the
+// nodes it can reach (a node that is down is the quorum's business, and
+// is checked at a later call); a single deployment returns the error of a
+// check it could not make. Then, once, it folds the fence counters of
+// other layouts into the Client's (fold.go), with the same rule for
+// errors: a quorum's round then issues no fence unless
 // a majority of the nodes it counts are folded (Reach.Folds).
 func (d *Deployment) Check(ctx context.Context) error {
 	if !d.checked.Load() {
@@ -175,7 +192,7 @@ func (d *Deployment) nodeCtx(ctx context.Context) (context.Context, context.Canc
 	return ctx, func() {}
 }
 
-// checkEvictions is Check's check of the eviction policies.
+// checkEvictions is Check's check of the eviction policies and versions.
 func (d *Deployment) checkEvictions(ctx context.Context) error {
 	// Calls made while the first check is under way check too, each
 	// within its own ctx (a lock held across the check would make a short
@@ -188,13 +205,13 @@ func (d *Deployment) checkEvictions(ctx context.Context) error {
 			// its whole ctx: it is checked at a later call
 			nctx, cancel := d.nodeCtx(ctx)
 			defer cancel()
-			failed[i] = d.checkEviction(nctx, n)
+			failed[i] = d.checkEviction(nctx, i, n)
 		})
 	}
 	wg.Wait()
 	unread := false
 	for _, err := range failed {
-		if errors.Is(err, errs.EvictionPolicy) {
+		if errors.Is(err, errs.EvictionPolicy) || errors.Is(err, errs.UnsupportedServer) {
 			return err
 		}
 		unread = unread || err != nil
@@ -208,28 +225,66 @@ func (d *Deployment) checkEvictions(ctx context.Context) error {
 	return nil
 }
 
-// checkEviction reads one node's eviction policy (every master's on a
-// cluster). It returns an error matching ErrEvictionPolicy for a policy
-// that may evict keys, unless WithEvictionRisk was given, and a wrapped
-// Redis error when it could not ask.
-func (d *Deployment) checkEviction(ctx context.Context, r driver.Driver) error {
+// checkEviction reads node i's eviction policy (every master's on a
+// cluster), and its version until it has been read once. It returns an
+// error matching ErrUnsupportedServer for a server too old, one matching
+// ErrEvictionPolicy for a policy that may evict keys, unless
+// WithEvictionRisk was given, and a wrapped Redis error when it could not
+// ask.
+func (d *Deployment) checkEviction(ctx context.Context, i int, r driver.Driver) error {
 	nodes, err := r.Masters(ctx)
 	if err != nil {
 		return checkErr("INFO memory", err)
 	}
-	infos := make([]driver.Reply, len(nodes))
+	version := !d.versioned[i].Load()
+	cmds := []driver.Command{protocol.Cmd("INFO", "memory")}
+	if version {
+		// before 7.0, INFO takes one section: two commands, one round trip
+		cmds = append(cmds, protocol.Cmd("INFO", "server"))
+	}
+	infos := make([][]driver.Reply, len(nodes))
 	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { infos[i] = n.Do(ctx, protocol.Cmd("INFO", "memory")) })
+	for j, n := range nodes {
+		wg.Go(func() { infos[j] = n.Pipeline(ctx, cmds) })
 	}
 	wg.Wait()
-	for _, i := range infos {
-		info, err := i.Text()
+	if version {
+		for _, rs := range infos {
+			info, err := rs[1].Text()
+			if err := d.checkVersion(info, err); err != nil {
+				return err
+			}
+		}
+		d.versioned[i].Store(true)
+	}
+	for _, rs := range infos {
+		info, err := rs[0].Text()
 		if err := d.checkPolicy(info, err); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkVersion checks one INFO server reply: nil for a supported server,
+// or one that cannot be told (INFO refused, a version dlock cannot read:
+// let be, said once), an error matching ErrUnsupportedServer for one too
+// old, a wrapped Redis error when it could not ask.
+func (d *Deployment) checkVersion(info string, err error) error {
+	if IsReply(err) {
+		d.warnOnce("version", "dlock: cannot read the server's version; make sure it is "+Oldest()+" or later, or a Valkey",
+			"err", err)
+		return nil
+	} else if err != nil {
+		return checkErr("INFO server", err)
+	}
+	s, ok := ServerOf(info)
+	if !ok {
+		d.warnOnce("version", "dlock: cannot read the server's version; make sure it is "+Oldest()+" or later, or a Valkey",
+			"version", s.Text)
+		return nil
+	}
+	return Supports(s, d.publish)
 }
 
 // checkPolicy checks one INFO memory reply.

@@ -21,6 +21,8 @@ var (
 	PubSubRefused   = errors.New("dlock: pub/sub refused by the server")       // dlock.ErrPubSubRefused
 	InvalidArgument = errors.New("dlock: invalid argument")                    // dlock.ErrInvalidArgument
 	NoLeader        = errors.New("dlock: no leader")                           // dlock.ErrNoLeader
+
+	UnsupportedServer = errors.New("dlock: server version not supported") // dlock.ErrUnsupportedServer
 )
 
 // Invalid returns an error wrapping InvalidArgument with a description.
