@@ -282,3 +282,20 @@ func TestServerVersionChecked(t *testing.T) {
 		})
 	}
 }
+
+// A user that may not run INFO: the version (and the eviction policy)
+// cannot be told, so the Client lets the server be, says so once, and
+// locks.
+func TestVersionUntoldUnderACL(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	ctx := context.Background()
+	var logs syncBuffer
+	c := newClient(t, aclUser(t, s, "app", "~dlock:*", "&dlock:*", "+@all", "-info"),
+		dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	for range 2 {
+		unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx))
+	}
+	if n := strings.Count(logs.String(), "cannot read the server's version"); n != 1 {
+		t.Errorf("warned of the version %d times, want once:\n%s", n, logs.String())
+	}
+}
