@@ -38,8 +38,19 @@ func linkLatency() time.Duration {
 	return firstLink
 }
 
-// slowLink returns a proxy to s with firstLink of latency on its replies,
-// closed when the test ends.
+// bothWays is the latency each way of TestCancelFirstInstantsUndone's
+// "both ways" rows (1.5 ms, or DLOCK_CANCEL_BOTHWAYS): a link of 3 ms
+// whose commands, too, reach Redis late, as round three's did (issue 45,
+// item 6) — the other rows delay only the replies.
+func bothWays() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("DLOCK_CANCEL_BOTHWAYS")); err == nil {
+		return d
+	}
+	return 1500 * time.Microsecond
+}
+
+// slowLink returns a proxy to s with firstLink (linkLatency) of latency
+// on its replies, closed when the test ends.
 func slowLink(t *testing.T, s *redistest.Server) *faultproxy.Proxy {
 	t.Helper()
 	p, err := faultproxy.New(s.Addr())
@@ -108,18 +119,26 @@ func TestCancelFirstInstantsUndone(t *testing.T) {
 		// each node reached directly, to look with.
 		make func(t *testing.T) (cc, oc *dlock.Client, look []*dlock.Client)
 	}
-	single := func(opts ...dlock.Option) func(t *testing.T) (*dlock.Client, *dlock.Client, []*dlock.Client) {
+	// single is one node; both: its commands are delayed too, by
+	// bothWays, as its replies are.
+	single := func(both bool, opts ...dlock.Option) func(t *testing.T) (*dlock.Client, *dlock.Client, []*dlock.Client) {
 		return func(t *testing.T) (*dlock.Client, *dlock.Client, []*dlock.Client) {
 			p := slowLink(t, srv)
+			if both {
+				p.SetLatency(bothWays())
+				p.SetRequestLatency(bothWays())
+			}
 			rdb := newRedis(t, srv, func(o *redis.Options) { o.Addr = p.Addr() })
 			oc := client(t, opts...)
 			return newClient(t, rdb, opts...), oc, []*dlock.Client{oc}
 		}
 	}
 	backends := []backend{
-		{"single", all, single()},
-		{"single/WithoutOwnConnections", all, single(dlock.WithoutOwnConnections())},
-		{"WithoutScripts", []call{mutexTry, mutexLock, mutexWait}, single(dlock.WithoutScripts())},
+		{"single", all, single(false)},
+		{"single/WithoutOwnConnections", all, single(false, dlock.WithoutOwnConnections())},
+		{"single/both ways", all, single(true)},
+		{"single/both ways/WithoutOwnConnections", all, single(true, dlock.WithoutOwnConnections())},
+		{"WithoutScripts", []call{mutexTry, mutexLock, mutexWait}, single(false, dlock.WithoutScripts())},
 		{"quorum", []call{mutexTry, mutexLock, mutexWait}, func(t *testing.T) (*dlock.Client, *dlock.Client, []*dlock.Client) {
 			servers, direct := quorumNodes(t, 3)
 			var viaProxy []*redis.Client
@@ -166,7 +185,8 @@ func TestCancelFirstInstantsUndone(t *testing.T) {
 				}
 				_ = l.Unlock(bg)
 			}
-			var cases, left, graceSpent, won int
+			var cases, left, graceSpent, leftLate, won int
+			leftBy := func(kind dlock.Kind, name string) []string { return leftBy(t, look, ccID, kind, name) }
 			for _, c := range b.calls {
 				for d := time.Duration(0); d <= 100*time.Microsecond; d += 10 * time.Microsecond {
 					for range reps {
@@ -198,27 +218,15 @@ func TestCancelFirstInstantsUndone(t *testing.T) {
 							t.Errorf("%s: %v without a cancel", c.name, err)
 						case returned.Sub(*at) >= undoGrace:
 							graceSpent++
+							found := leftBy(c.kind, name)
+							if len(found) > 0 {
+								leftLate++
+							}
 							if os.Getenv("DLOCK_CANCEL_VERBOSE") != "" {
-								t.Logf("%s cancelled %v in: returned %v after %v", c.name, d, err, returned.Sub(*at).Round(time.Microsecond))
+								t.Logf("%s cancelled %v in: returned %v after %v, found %v", c.name, d, err, returned.Sub(*at).Round(time.Microsecond), found)
 							}
 						default:
-							var found []string
-							for i, lc := range look {
-								info, ierr := lc.Inspect(bg, c.kind, name)
-								if ierr != nil {
-									t.Fatal(ierr)
-								}
-								for _, h := range info.Holders {
-									if strings.HasPrefix(h.Token, ccID) {
-										found = append(found, fmt.Sprintf("node %d: held, TTL %v", i, h.TTL.Round(time.Millisecond)))
-									}
-								}
-								for _, w := range info.Waiters {
-									if strings.HasPrefix(w.Token, ccID) {
-										found = append(found, fmt.Sprintf("node %d: queued", i))
-									}
-								}
-							}
+							found := leftBy(c.kind, name)
 							if os.Getenv("DLOCK_CANCEL_VERBOSE") != "" {
 								t.Logf("%s cancelled %v in: returned %v after %v, found %v", c.name, d, err, returned.Sub(*at).Round(time.Microsecond), found)
 							}
@@ -235,10 +243,38 @@ func TestCancelFirstInstantsUndone(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%d cancels at 0–100 µs over a %v link: %d won, %d left a hold or a place at the return, %d returned after the undo grace (not checked)",
-				cases, linkLatency(), won, left, graceSpent)
+			link := fmt.Sprintf("a link of %v (replies only)", linkLatency())
+			if strings.Contains(b.name, "both ways") {
+				link = fmt.Sprintf("a link of %v each way", bothWays())
+			}
+			t.Logf("%d cancels at 0–100 µs over %s: %d won, %d left a hold or a place at the return, %d returned after the undo grace (not held to it; %d of them had left one)",
+				cases, link, won, left, graceSpent, leftLate)
 		})
 	}
+}
+
+// leftBy lists what cc (its tokens start with ccID) holds or queues for on
+// lock name, as the look Clients see it on each node.
+func leftBy(t *testing.T, look []*dlock.Client, ccID string, kind dlock.Kind, name string) []string {
+	t.Helper()
+	var found []string
+	for i, lc := range look {
+		info, err := lc.Inspect(context.Background(), kind, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range info.Holders {
+			if strings.HasPrefix(h.Token, ccID) {
+				found = append(found, fmt.Sprintf("node %d: held, TTL %v", i, h.TTL.Round(time.Millisecond)))
+			}
+		}
+		for _, w := range info.Waiters {
+			if strings.HasPrefix(w.Token, ccID) {
+				found = append(found, fmt.Sprintf("node %d: queued", i))
+			}
+		}
+	}
+	return found
 }
 
 // TestCancelStalledWithoutScriptsUndone: WithoutScripts nothing buries

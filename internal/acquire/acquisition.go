@@ -235,17 +235,26 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 			if c.caps.Bury {
 				err0 = a.each(ctx, func(p Part) protocol.Call { return backend.BuryCall(p.K, a.Token, p.Cfg) })
 			}
+			// The release and the leave go together, once the bury has
+			// answered: in either order the attempt can take nothing
+			// more, and a round trip in turn each made a waiter's undo
+			// three, longer than undoGrace on a link of 3 ms each way
+			// (TestCancelFirstInstantsUndone's "both ways" rows).
+			var both sync.WaitGroup
+			if leave {
+				both.Go(func() {
+					for _, lc := range a.leaves() {
+						err2 = errors.Join(err2, c.be.Everywhere(ctx, lc))
+					}
+				})
+			}
 			if a.unknown {
 				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.Name, "err", why)
 				for _, p := range a.Parts {
 					err1 = errors.Join(err1, c.be.Run(ctx, p.Ops.Release(a.Token, 0, 0)).Err)
 				}
 			}
-			if leave {
-				for _, lc := range a.leaves() {
-					err2 = errors.Join(err2, c.be.Everywhere(ctx, lc))
-				}
-			}
+			both.Wait()
 			return errors.Join(err0, err1, err2)
 		})
 	}()

@@ -2,7 +2,7 @@
 // client and a server, typically a redis-server in tests.
 //
 // Faults can be changed at any time and affect both live and new
-// connections: added latency on replies, a one-shot delayed reply, a
+// connections: added latency on replies and on commands, a one-shot delayed reply, a
 // blackhole that silently drops traffic, a stall that holds commands on
 // their way and delivers them later (after their client gave up), abrupt
 // connection resets (at once, or after the server ran a command and
@@ -37,6 +37,7 @@ type Proxy struct {
 	cancel   context.CancelFunc
 
 	latency   atomic.Int64 // time.Duration added to every reply chunk
+	reqLat    atomic.Int64 // time.Duration added to every command chunk
 	delayNext atomic.Int64 // one-shot time.Duration for the next reply chunk
 	blackhole atomic.Bool
 	resetArm  atomic.Pointer[resetArm] // the ResetAfterForward in effect, if any
@@ -89,6 +90,17 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // read from upstream while earlier ones wait, so pipelined replies are not
 // delayed cumulatively. Zero removes the latency.
 func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// SetRequestLatency delays every client→server chunk by d, measured from
+// the time the chunk was read from the client: the command half of a
+// link's latency (SetLatency is the reply half). Chunks are forwarded in
+// order, and still read from the client while earlier ones wait, so
+// pipelined commands are not delayed cumulatively; a client that closes
+// its side does so after its chunks were forwarded, as a FIN follows the
+// data. What a chunk meets (Stall, ResetAfterForward, a closed server) is
+// what is in effect when it is forwarded; Blackhole, when it is read.
+// Zero removes the latency (chunks already waiting still wait theirs).
+func (p *Proxy) SetRequestLatency(d time.Duration) { p.reqLat.Store(int64(d)) }
 
 // DelayNextReply delays the next server→client chunk, on whichever
 // connection it arrives, by d on top of any latency; later chunks on that
@@ -413,11 +425,14 @@ func (p *Proxy) handle(client net.Conn) {
 	if p.choke != nil {
 		p.choke.take(l)
 	}
-	p.wg.Add(3)
+	p.wg.Add(4)
 	p.mu.Unlock()
 
 	q := make(chan chunk, queueLen)
-	go l.clientToServer()
+	cq := make(chan chunk, queueLen)
+	wrote := make(chan struct{})
+	go l.clientToServer(cq, wrote)
+	go l.writeServer(cq, wrote)
 	go l.readServer(q)
 	go l.writeClient(q)
 }
@@ -441,6 +456,9 @@ type link struct {
 	// link ends when the server has closed its side.
 	draining bool
 	choked   chan struct{} // while open: client→server bytes are not read (Choke)
+	// waiting counts the client→server chunks queued for writeServer
+	// (SetRequestLatency): while any is, later ones queue behind it.
+	waiting atomic.Int64
 }
 
 // forward sends b to the server, or holds it while the link is stalled.
@@ -577,9 +595,13 @@ func (l *link) close(abortive bool) {
 }
 
 // clientToServer copies client→server bytes, dropping them while the
-// proxy is blackholed.
-func (l *link) clientToServer() {
+// proxy is blackholed. Under SetRequestLatency (or while chunks queued
+// under it still wait) it queues them on cq for writeServer; when the
+// client's side ends it closes cq and leaves once writeServer has
+// forwarded what was queued (wrote).
+func (l *link) clientToServer(cq chan<- chunk, wrote <-chan struct{}) {
 	defer l.p.wg.Done()
+	defer close(cq) // writeServer ends once it forwarded what is queued
 	buf := make([]byte, bufSize)
 	for {
 		if ch := l.chokedCh(); ch != nil {
@@ -591,13 +613,60 @@ func (l *link) clientToServer() {
 		}
 		n, err := l.client.Read(buf)
 		if n > 0 && !l.p.blackhole.Load() {
-			if werr := l.forward(buf[:n]); werr != nil {
+			if d := time.Duration(l.p.reqLat.Load()); d > 0 || l.waiting.Load() > 0 {
+				l.waiting.Add(1)
+				select {
+				case cq <- chunk{data: bytes.Clone(buf[:n]), arrived: time.Now(), extra: d}:
+				case <-l.done:
+					return
+				}
+			} else if werr := l.forward(buf[:n]); werr != nil {
 				l.close(true)
 				return
 			}
 		}
 		if err != nil {
+			if l.waiting.Load() > 0 {
+				// The client's FIN follows its data: leave once the
+				// chunks queued are forwarded.
+				l.p.wg.Add(1)
+				go func() {
+					defer l.p.wg.Done()
+					select {
+					case <-wrote:
+						l.leave()
+					case <-l.done:
+					}
+				}()
+				return
+			}
 			l.leave()
+			return
+		}
+	}
+}
+
+// writeServer forwards the client→server chunks that clientToServer
+// queued (SetRequestLatency), each once its latency (extra, taken when it
+// was read) has passed since it was read, in order. It closes wrote
+// when cq ends and everything on it was forwarded.
+func (l *link) writeServer(cq <-chan chunk, wrote chan<- struct{}) {
+	defer l.p.wg.Done()
+	defer close(wrote)
+	for c := range cq {
+		if wait := time.Until(c.arrived.Add(c.extra)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+				return
+			}
+		}
+		err := l.forward(c.data)
+		l.waiting.Add(-1)
+		if err != nil {
+			l.close(true)
 			return
 		}
 	}

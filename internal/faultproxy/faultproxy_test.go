@@ -693,3 +693,80 @@ func TestResetClientsKeepsStalledServerSide(t *testing.T) {
 	}
 	waitConns(t, p, 0)
 }
+
+// TestRequestLatency: under SetRequestLatency a command reaches the
+// server d after it was sent, not before (a client reaching the server
+// directly does not see its write yet), and its reply comes without
+// more; commands sent one after another, each in its own chunk, run in
+// the order they were sent, and are not delayed cumulatively; a client
+// that closes its connection at once after a command does not take it
+// back: the command runs, later, as its FIN follows it. Zero removes it.
+func TestRequestLatency(t *testing.T) {
+	srv, p := setup(t)
+	ctx := ctxT(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { direct.Close() })
+	const d = 150 * time.Millisecond
+	p.SetRequestLatency(d)
+	c := dialRaw(t, p.Addr())
+	start := time.Now()
+	c.send(t, "SET k v")
+	time.Sleep(d / 3)
+	if v, err := direct.Get(ctx, "k").Result(); err != redis.Nil {
+		t.Fatalf("GET k %v after the SET was sent: %q, %v; want nil (the SET on its way)", time.Since(start), v, err)
+	}
+	if got, err := c.line(2 * time.Second); err != nil || got != "+OK" {
+		t.Fatalf("SET: read %q, %v", got, err)
+	}
+	if el := time.Since(start); el < d {
+		t.Fatalf("SET answered after %v, want >= %v", el, d)
+	}
+	if v, err := direct.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET k after the reply: %q, %v", v, err)
+	}
+
+	// Order, and no cumulative delay: 20 APPENDs 5 ms apart.
+	start = time.Now()
+	const n, gap = 20, 5 * time.Millisecond
+	for i := range n {
+		c.send(t, "APPEND seq "+string(rune('a'+i)))
+		time.Sleep(gap)
+	}
+	for i := range n {
+		if _, err := c.line(2 * time.Second); err != nil {
+			t.Fatalf("APPEND %d: %v", i, err)
+		}
+	}
+	el := time.Since(start)
+	if v, err := direct.Get(ctx, "seq").Result(); err != nil || v != "abcdefghijklmnopqrst" {
+		t.Fatalf("seq = %q, %v: the commands ran out of order", v, err)
+	}
+	if el < d+(n-1)*gap || el > 2*d+n*gap {
+		t.Fatalf("%d APPENDs %v apart answered within %v, want about %v", n, gap, el, d+n*gap)
+	}
+
+	// A command whose client closes at once still runs, later.
+	c2 := dialRaw(t, p.Addr())
+	c2.send(t, "SET gone yes")
+	c2.Close()
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		v, err := direct.Get(ctx, "gone").Result()
+		if err == nil && v == "yes" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET gone 2 s after its client left: %q, %v", v, err)
+		}
+	}
+	waitConns(t, p, 1)
+
+	p.SetRequestLatency(0)
+	start = time.Now()
+	c.send(t, "PING")
+	if got, err := c.line(2 * time.Second); err != nil || got != "+PONG" {
+		t.Fatalf("PING: %q, %v", got, err)
+	}
+	if el := time.Since(start); el >= d {
+		t.Fatalf("PING took %v with no latency", el)
+	}
+}
