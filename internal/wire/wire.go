@@ -249,7 +249,11 @@ func (m *Mux) shared(ctx context.Context, l int) (*conn, error) {
 		m.mu.Lock()
 		if c := ln.cur; c != nil {
 			m.mu.Unlock()
-			if c.usable() {
+			ok, err := c.usable(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
 				return c, nil
 			}
 			m.drop(c)
@@ -310,7 +314,12 @@ func (m *Mux) lend(ctx context.Context) (*conn, error) {
 			c := m.free[n-1]
 			m.free = m.free[:n-1]
 			m.mu.Unlock()
-			if c.usable() {
+			ok, err := c.usable(ctx)
+			if err != nil {
+				m.giveBack(c)
+				return nil, err
+			}
+			if ok {
 				return c, nil
 			}
 			continue
@@ -429,7 +438,7 @@ func (m *Mux) dial(ctx context.Context) (*conn, error) {
 		_ = nc.Close()
 		return nil, err
 	}
-	c := &conn{m: m, nc: nc}
+	c := &conn{m: m, nc: nc, mu: make(ctxMutex, 1)}
 	c.r = bufio.NewReaderSize(deadlineReader{c}, 16<<10)
 	c.used.Store(time.Now().UnixNano())
 	return c, nil
@@ -546,7 +555,7 @@ type conn struct {
 	poll  time.Time      // when a reading caller first looks at its ctx (see readAs)
 	cbl   bool           // a cancel of the reading caller's ctx may set a deadline (see stop)
 
-	mu       sync.Mutex
+	mu       ctxMutex // see ctxMutex
 	err      error    // why the connection failed; nil while it works
 	out      []byte   // commands appended, not written yet: the last segment
 	outs     [][]byte // the segments before out, in order, each segMax or more
@@ -610,12 +619,15 @@ func (m *Mux) reuse(k *call) {
 }
 
 // usable reports whether a call may be written on c: it has not failed
-// and, when it has been idle a while, the server has not closed it.
-func (c *conn) usable() bool {
-	c.mu.Lock()
+// and, when it has been idle a while, the server has not closed it; or
+// ctx's error when ctx ends before c's lock is taken.
+func (c *conn) usable(ctx context.Context) (bool, error) {
+	if !c.mu.lockCtx(ctx) {
+		return false, ctx.Err()
+	}
 	if c.err != nil { // failed, or retired: its reader closes it
 		c.mu.Unlock()
-		return false
+		return false, nil
 	}
 	ok := true
 	if c.quiet() && time.Now().UnixNano()-c.used.Load() > int64(idleCheck) {
@@ -625,7 +637,7 @@ func (c *conn) usable() bool {
 	if !ok {
 		c.fail(errIdleClosed)
 	}
-	return ok
+	return ok, nil
 }
 
 var errIdleClosed = errors.New("dlock: connection closed by the server while idle")
@@ -668,7 +680,9 @@ var busyConns atomic.Int64
 // The caller reads the replies itself when nobody reads (reading), or
 // when the reader before it hands it the turn (done receives true).
 func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) error {
-	c.mu.Lock()
+	if !c.mu.lockCtx(ctx) {
+		return ctx.Err() // nothing appended: not sent
+	}
 	if c.err != nil {
 		c.mu.Unlock()
 		return errUnsent
@@ -714,7 +728,14 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 		return c.readAs(ctx, k)
 	case <-ctx.Done():
 	}
-	c.mu.Lock()
+	if !c.mu.TryLock() {
+		// The lock is held, maybe with many waiting for it (a blocked
+		// write's backlog of calls): a goroutine waits for it, and the
+		// caller returns now.
+		late := make(chan struct{})
+		go c.giveUp(k, late)
+		return &errs.Late{Err: ctx.Err(), Done: late}
+	}
 	if k.delivered { // it came as ctx ended: take it
 		turn := k.turn
 		k.turn = false
@@ -734,6 +755,67 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 	late := k.late
 	c.mu.Unlock()
 	return &errs.Late{Err: ctx.Err(), Done: late}
+}
+
+// giveUp leaves k to the reader once c's lock is taken, as roundTrip
+// does for a caller whose ctx has ended, and closes late when k's reply
+// has come (or the connection failed): at once if it has already.
+func (c *conn) giveUp(k *call, late chan struct{}) {
+	c.mu.Lock()
+	if k.delivered {
+		turn := k.turn
+		k.turn = false
+		if turn {
+			c.endReading()
+		}
+		c.mu.Unlock()
+		<-k.done
+		close(late)
+		return
+	}
+	if k.turn {
+		k.turn = false
+		<-k.done
+		c.goRead()
+	}
+	k.late = late
+	c.mu.Unlock()
+}
+
+// ctxMutex is a connection's lock, used as a sync.Mutex, that a caller
+// can also stop waiting for when its ctx ends (lockCtx). A blocked
+// write's backlog of calls (names of 32 KiB, and the undos of the calls
+// whose ctx ended) makes a convoy on the lock, each holder copying its
+// command in: under -race on 2 busy cores, callers waited in it up to
+// 0.6 s after their ctx had ended (issue 45; TestLockWaitBoundedByCtx).
+// The callers take it with lockCtx (usable, roundTrip), and a caller
+// whose ctx has ended with TryLock, else a goroutine does (giveUp).
+type ctxMutex chan struct{}
+
+func (m ctxMutex) Lock()   { m <- struct{}{} }
+func (m ctxMutex) Unlock() { <-m }
+
+// TryLock takes the lock if it is free.
+func (m ctxMutex) TryLock() bool {
+	select {
+	case m <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// lockCtx takes the lock, or returns false when ctx ends first.
+func (m ctxMutex) lockCtx(ctx context.Context) bool {
+	if m.TryLock() {
+		return true
+	}
+	select {
+	case m <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // readAs reads replies in order, as the caller of k, until k's have come

@@ -567,7 +567,7 @@ func TestReaderReadCallBoundedByCtx(t *testing.T) {
 func TestReplyReadAsTheConnectionFails(t *testing.T) {
 	client, server := net.Pipe()
 	defer server.Close()
-	c := &conn{m: New(Config{}), nc: client}
+	c := &conn{m: New(Config{}), nc: client, mu: make(ctxMutex, 1)}
 	k := newCall(make([]driver.Reply, 1))
 	c.mu.Lock()
 	c.queue = append(c.queue, k)
@@ -893,5 +893,108 @@ func TestWriteBoundedByCtx(t *testing.T) {
 	}
 	if succeeded > 0 {
 		t.Errorf("%d calls succeeded: their replies came after their ctx ended", succeeded)
+	}
+}
+
+// A caller whose ctx ends while another holds its connection's lock
+// returns all the same (issue 45: a blocked write's backlog of calls
+// with names of kilobytes made a convoy on the lock, and callers whose
+// ctx had ended waited in it 0.1-0.6 s): before it appended its call (a
+// plain ctx error: nothing was sent), and after (an *errs.Late whose
+// Done closes once the reply has come).
+func TestLockWaitBoundedByCtx(t *testing.T) {
+	const bound = 300 * time.Millisecond // ctx ends at once: any lock wait shows as 2 s
+	s := redistest.StartT(t, redistest.Options{})
+	m, _ := newMux(t, s, Config{ReadTimeout: time.Minute})
+	if r := m.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	c := m.lanes[callsLane].cur
+	held := func(f func()) time.Duration {
+		c.mu.Lock()
+		unlock := time.AfterFunc(2*time.Second, c.mu.Unlock)
+		start := time.Now()
+		f()
+		took := time.Since(start)
+		if !unlock.Stop() {
+			t.Fatalf("the call waited for the lock: %v", took)
+		}
+		c.mu.Unlock()
+		return took
+	}
+
+	t.Run("before", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		var r driver.Reply
+		if took := held(func() { r = m.Do(ctx, cmd("ECHO", "x")) }); took > bound {
+			t.Errorf("Do waited %v for a held lock, its ctx 20ms", took)
+		}
+		if _, late := errors.AsType[*errs.Late](r.Err); late || !errors.Is(r.Err, context.DeadlineExceeded) {
+			t.Errorf("Do = %+v, want ctx's error (not sent)", r)
+		}
+	})
+
+	t.Run("after", func(t *testing.T) {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = s.Resume() }()
+		first := make(chan driver.Reply, 1) // reads: the next call waits for its turn
+		go func() { first <- m.Do(context.Background(), cmd("ECHO", "first")) }()
+		waitBusy(t, context.Background(), 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan driver.Reply, 1)
+		go func() { got <- m.Do(ctx, cmd("ECHO", "late")) }()
+		waitQueued(t, c, 2)
+		var r driver.Reply
+		took := held(func() {
+			cancel()
+			select {
+			case r = <-got:
+			case <-time.After(time.Second):
+				r = <-got
+			}
+		})
+		if took > bound {
+			t.Errorf("Do returned %v after its ctx ended, the lock held", took)
+		}
+		late, ok := errors.AsType[*errs.Late](r.Err)
+		if !ok || !errors.Is(r.Err, context.Canceled) {
+			t.Fatalf("Do = %+v, want an *errs.Late of context.Canceled", r)
+		}
+		select {
+		case <-late.Done:
+			t.Fatal("Done closed while the server is paused")
+		case <-time.After(50 * time.Millisecond):
+		}
+		if err := s.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		<-late.Done
+		if r := <-first; r.Val != "first" {
+			t.Errorf("the first call = %+v", r)
+		}
+		if r := m.Do(context.Background(), cmd("ECHO", "next")); r.Val != "next" {
+			t.Fatalf("the call after = %+v, want its own reply", r)
+		}
+	})
+}
+
+// waitQueued waits until n calls await replies on c.
+func waitQueued(t *testing.T, c *conn, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		q := len(c.queue) - c.head
+		c.mu.Unlock()
+		if q >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", q, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
