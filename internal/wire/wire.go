@@ -728,32 +728,17 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 		return c.readAs(ctx, k)
 	case <-ctx.Done():
 	}
+	late := make(chan struct{})
 	if !c.mu.TryLock() {
 		// The lock is held, maybe with many waiting for it (a blocked
 		// write's backlog of calls): a goroutine waits for it, and the
 		// caller returns now.
-		late := make(chan struct{})
 		go c.giveUp(k, late)
 		return &errs.Late{Err: ctx.Err(), Done: late}
 	}
-	if k.delivered { // it came as ctx ended: take it
-		turn := k.turn
-		k.turn = false
-		if turn {
-			c.endReading()
-		}
-		c.mu.Unlock()
-		<-k.done
+	if c.leave(k, late) { // it came as ctx ended: take it
 		return nil
 	}
-	if k.turn { // the turn to read came as ctx ended: a goroutine reads
-		k.turn = false
-		<-k.done
-		c.goRead()
-	}
-	k.late = make(chan struct{})
-	late := k.late
-	c.mu.Unlock()
 	return &errs.Late{Err: ctx.Err(), Done: late}
 }
 
@@ -762,6 +747,17 @@ func (c *conn) roundTrip(ctx context.Context, k *call, cmds []driver.Command) er
 // has come (or the connection failed): at once if it has already.
 func (c *conn) giveUp(k *call, late chan struct{}) {
 	c.mu.Lock()
+	if c.leave(k, late) {
+		close(late)
+	}
+}
+
+// leave leaves k, whose caller's ctx has ended, to the reader, with c's
+// lock held, and releases it. It reports whether k's reply had already
+// come (k.done then received: nothing is late); else the reader closes
+// late when it comes, or when the connection fails. A turn to read that
+// came to k as its ctx ended goes to a goroutine.
+func (c *conn) leave(k *call, late chan struct{}) (delivered bool) {
 	if k.delivered {
 		turn := k.turn
 		k.turn = false
@@ -770,8 +766,7 @@ func (c *conn) giveUp(k *call, late chan struct{}) {
 		}
 		c.mu.Unlock()
 		<-k.done
-		close(late)
-		return
+		return true
 	}
 	if k.turn {
 		k.turn = false
@@ -780,6 +775,7 @@ func (c *conn) giveUp(k *call, late chan struct{}) {
 	}
 	k.late = late
 	c.mu.Unlock()
+	return false
 }
 
 // ctxMutex is a connection's lock, used as a sync.Mutex, that a caller
