@@ -161,9 +161,17 @@ func (m *Mux) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Repl
 		l = bulkLane
 	}
 	if twice, err := m.send(ctx, l, k, cmds...); err != nil {
+		// Fresh replies: a call whose caller gave up while another held
+		// the connection's lock is left to the reader by a goroutine
+		// (giveUp), and until that goroutine has it, the reader may still
+		// write the replies it came with (the race detector saw both writes
+		// in TestCancelSweep, once in ./test.sh).
+		out = make([]driver.Reply, len(cmds))
 		failAll(out, err)
 		if twice {
-			k.markSentTwice()
+			for i := range out {
+				out[i].SentTwice = true
+			}
 		}
 	}
 	return out
