@@ -24,12 +24,12 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/jackc/pgx/v5"
 )
 
 // Server is one running PostgreSQL server.
 type Server struct {
 	dir  string
+	bin  string // where initdb, postgres and pg_isready are
 	port int
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -40,6 +40,9 @@ type Server struct {
 func binDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		if _, err := exec.LookPath("postgres"); err == nil {
+			if real, err := filepath.EvalSymlinks(p); err == nil {
+				p = real // a link on PATH: the directory of the rest (pg_isready) is the link's target's
+			}
 			return filepath.Dir(p), nil
 		}
 	}
@@ -87,7 +90,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, done: make(chan struct{})}
+	s := &Server{dir: dir, bin: bin, done: make(chan struct{})}
 	fail := func(err error) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
@@ -140,16 +143,16 @@ func Start() (*Server, error) {
 	}
 }
 
-// ready reports whether the server answers a query.
+// ready reports whether the server accepts connections, asked with the
+// pg_isready beside initdb: no PostgreSQL client library, so the library's
+// module, where this package lives, does not require one (pgfence's module
+// does).
 func (s *Server) ready() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.URL())
-	if err != nil {
-		return false
-	}
-	defer conn.Close(ctx)
-	return conn.Ping(ctx) == nil
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "pg_isready"), "-q", "-t", "1",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres")
+	return cmd.Run() == nil
 }
 
 // StartT starts a server that the test's cleanup stops.
