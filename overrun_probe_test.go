@@ -1,3 +1,10 @@
+//go:build dlockprobe
+
+// A measurement, not a test: it checks nothing, so it is outside the suite
+// and built only when asked for:
+//
+//	go test -race -tags dlockprobe -run TestProbeBlockedWriteOverrun -v .
+
 package dlock_test
 
 import (
@@ -29,15 +36,12 @@ import (
 // ContextTimeoutEnabled client and one with a 400 ms ReadTimeout, while
 // redis-server is SIGSTOPped from +150 ms for 1.5 s; it logs how far past
 // its deadline each call returned, the process's CPU, and how late a
-// 5 ms sleeper woke (the scheduler's latency). Run with DLOCK_PROBE=1
+// 5 ms sleeper woke (the scheduler's latency). Built with -tags dlockprobe
 // (go-redis only); DLOCK_PROBE_POOL=1 for go-redis's pool
 // (WithoutOwnConnections); DLOCK_PROBE_DUMP=dir for goroutine dumps
 // (up to 8) when a call has overrun by 150 ms, the late calls' goroutine
 // ids first; DLOCK_PROBE_MUTEX=file for a mutex profile.
 func TestProbeBlockedWriteOverrun(t *testing.T) {
-	if os.Getenv("DLOCK_PROBE") == "" {
-		t.Skip("DLOCK_PROBE not set")
-	}
 	onlyGoRedis(t)
 	gors := 24
 	if v, err := strconv.Atoi(os.Getenv("DLOCK_PROBE_G")); err == nil {
