@@ -5,6 +5,7 @@
 --   p:<tok>  permits the holder has
 --   f:<tok>  the holder's fence
 --   t:<tok>  when the holder took them (server ms)
+--   l:<tok>  the holder's label (WithLabel; label.lua), deleted with f:
 --   q:<tok>  the highest command of the hold's sequence that ran (in_order
 --            in lib_queue.lua)
 -- and a sorted set 'leases': token -> when its hold expires (server ms), so
@@ -19,7 +20,7 @@
 
 -- drop removes a holder.
 local function drop(holders, leases, tok)
-  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok, 'q:' .. tok)
+  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok, 'q:' .. tok, 'l:' .. tok)
   redis.call('ZREM', leases, tok)
 end
 

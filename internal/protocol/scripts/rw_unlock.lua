@@ -58,7 +58,7 @@ if side == 'r' then
 end
 redis.call('HDEL', lock, field, 'q:' .. tok)
 if redis.call('HEXISTS', lock, 'r:' .. tok) == 0 then
-  redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok)
+  redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok, 'l:' .. tok)
 end
 local now = now_ms()
 for _, d in ipairs(redis.call('ZRANGEBYSCORE', readers, '-inf', now)) do

@@ -33,7 +33,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   return SLOW
 end
 local token = ARGV[1]
-if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. token, 'q:' .. token) == 0 then
+if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. token, 'q:' .. token, 'l:' .. token) == 0 then
   if redis.call('GET', KEYS[2]) == ARGV[2] or redis.call('ZSCORE', KEYS[4], 'rel:' .. token) then
     return 1 -- this release, sent again: it ran
   end
