@@ -96,7 +96,10 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 			return nil, err
 		}
 	}
-	handOff := r.handOff && cfg.Renew && c.caps.HandOff
+	// A labelled waiter takes the lock kept for it with an attempt of its
+	// own, which records its label (WithLabel): a release that hands the
+	// lock over does not know it.
+	handOff := r.handOff && cfg.Renew && c.caps.HandOff && cfg.Label == ""
 	var handOffTTL time.Duration // 0: none
 	if handOff {
 		handOffTTL = cfg.TTL
@@ -119,7 +122,10 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	}
 	hs, err := a.Run(ctx, wait)
 	if err != nil {
-		return nil, err
+		return nil, c.busy(ctx, kindOfWhat(r.what), r.k.Name, token, err)
+	}
+	if cfg.Label != "" {
+		c.label(ctx, r.k, token, cfg.Label)
 	}
 	return &Lease{of: hs[0], end: hs[0].FirstEnd()}, nil
 }

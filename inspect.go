@@ -188,6 +188,9 @@ type Holder struct {
 	Since time.Time     // when it took the lock, by the server's clock (zero if unknown)
 	TTL   time.Duration // how long its hold has left, as the server sees it
 	Owner *Owner        // who it is, if its Client said (nil otherwise)
+	// Label is what its acquire was given with WithLabel ("" if none, or
+	// a script-free or quorum Client's hold).
+	Label string
 }
 
 // Waiter is one registered waiter.
@@ -285,8 +288,9 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		return info, nil
 	}
 	info.Held = len(info.Holders) > 0
-	for _, h := range info.Holders {
+	for i, h := range info.Holders {
 		info.Fence = max(info.Fence, h.Fence)
+		info.Holders[i].Label = in.fields[protocol.FieldLabel+h.Token]
 	}
 	slices.SortFunc(info.Holders, func(a, b Holder) int {
 		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Token, b.Token))
