@@ -3,9 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -22,87 +19,6 @@ import (
 // busyGrace bounds the read of a Lock whose ctx ended: it is made after
 // the end, as the acquire's undo is (hold.Graced), within this much more.
 const busyGrace = 10 * time.Millisecond
-
-// BusyError is the error of an acquire refused because another owner
-// holds the lock: a TryLock (TryRLock, TryAcquire) that found it held, or
-// a Lock (RLock, Acquire, Campaign, LockAll) whose ctx ended while it
-// waited. errors.Is(err, ErrNotObtained) holds for it, and, for a wait
-// cut short, errors.Is(err, ctx.Err()) as well; errors.As(err, &be) with
-// a be of type *BusyError gives who held the lock.
-//
-// Holder is read once the acquire has been refused (no read is made on
-// the uncontended path nor while a Lock waits): for a TryLock just after
-// its refusal, within its ctx; for a Lock whose ctx ended, after that end,
-// within a short grace (10 ms) — so a holder that the server changed in
-// between may be named, and when the server does not answer in time
-// Holder is nil (and Owner may be nil when the Client's owner record
-// could not be read, or was never written: WithoutOwnerRecord). Holder is
-// nil too when nobody held the lock by then (it was freed, or kept for a
-// waiter ahead in the queue) and on a quorum Client (NewQuorum), whose
-// nodes are not inspected. A Client WithoutScripts names the holder's
-// token, TTL and owner: its plain lock keeps no fence, since or label.
-type BusyError struct {
-	Kind Kind   // the kind of lock
-	Name string // the lock refused (for a LockAll, the part that was held)
-	// Holder is the holder that refused the acquire: for an RWMutex's
-	// writer refused by readers, the first of them (Holders has them
-	// all); for a Semaphore, the holder that has held longest.
-	Holder *Holder
-	// Holders are all the lock's holders as read (the caller's own, a
-	// read inside its write hold, left out), first taken first.
-	Holders []Holder
-	err     error
-}
-
-// Error says what the acquire's error says, and who holds the lock.
-func (e *BusyError) Error() string {
-	if e.Holder == nil {
-		return e.err.Error()
-	}
-	var b strings.Builder
-	b.WriteString(e.err.Error())
-	b.WriteString(" (held by ")
-	describeHolder(&b, e.Holder)
-	if n := len(e.Holders) - 1; n > 0 {
-		fmt.Fprintf(&b, ", and %d more", n)
-	}
-	b.WriteString(")")
-	return b.String()
-}
-
-// describeHolder writes a holder's label, owner and fence, concisely.
-func describeHolder(b *strings.Builder, h *Holder) {
-	sep := ""
-	if h.Label != "" {
-		b.WriteString(strconv.Quote(h.Label))
-		sep = " "
-	}
-	if o := h.Owner; o != nil {
-		b.WriteString(sep)
-		fmt.Fprintf(b, "%s pid %d", o.Host, o.PID)
-		if o.Program != "" {
-			b.WriteString(" " + o.Program)
-		}
-		if o.Label != "" {
-			b.WriteString(" [" + o.Label + "]")
-		}
-		sep = " "
-	}
-	if h.Fence != 0 {
-		fmt.Fprintf(b, "%sfence %d", sep, h.Fence)
-		sep = " "
-	}
-	if sep == "" {
-		b.WriteString("token " + h.Token)
-	}
-}
-
-// Unwrap returns the acquire's error: it matches ErrNotObtained, and a
-// wait's ctx error when the wait was cut short.
-func (e *BusyError) Unwrap() error { return e.err }
-
-// Is reports whether target is ErrNotObtained.
-func (e *BusyError) Is(target error) bool { return target == ErrNotObtained }
 
 // kindOfWhat maps a primitive (request.what) to the kind Inspect reads.
 func kindOfWhat(what string) Kind {
@@ -124,18 +40,21 @@ func kindOfWhat(what string) Kind {
 // refuse it are the other side's (a reader is refused by a writer; a
 // writer by readers, or a writer).
 func (c *Client) busy(ctx context.Context, kd Kind, name, token string, err error) error {
-	if !errors.Is(err, ErrNotObtained) || c.rdb == nil {
+	if !errors.Is(err, ErrNotObtained) {
 		return err
 	}
 	if be := (*BusyError)(nil); errors.As(err, &be) {
 		return err
+	}
+	be := &BusyError{Kind: kd, Name: name, err: err}
+	if c.rdb == nil { // a quorum: its nodes are not inspected
+		return be
 	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), busyGrace)
 		defer cancel()
 	}
-	be := &BusyError{Kind: kd, Name: name, err: err}
 	info, ierr := c.Inspect(ctx, kd, name)
 	if ierr != nil {
 		return be
