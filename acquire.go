@@ -96,10 +96,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 			return nil, err
 		}
 	}
-	// A labelled waiter takes the lock kept for it with an attempt of its
-	// own, which records its label (WithLabel): a release that hands the
-	// lock over does not know it.
-	handOff := r.handOff && cfg.Renew && c.caps.HandOff && cfg.Label == ""
+	handOff := r.handOff && cfg.Renew && c.caps.HandOff
 	var handOffTTL time.Duration // 0: none
 	if handOff {
 		handOffTTL = cfg.TTL
@@ -124,7 +121,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	if err != nil {
 		return nil, c.busy(ctx, kindOfWhat(r.what), r.k.Name, token, err)
 	}
-	if cfg.Label != "" {
+	if cfg.Label != "" { // after any grant: an attempt's, or a release's hand-off
 		c.label(ctx, r.k, token, cfg.Label)
 	}
 	return &Lease{of: hs[0], end: hs[0].FirstEnd()}, nil

@@ -309,6 +309,16 @@ func TestLabelLeavesWithTheHold(t *testing.T) {
 	if ls := labelFields(t, rdb, k(":rw")); len(ls) != 0 {
 		t.Errorf("a released reader left %v", ls)
 	}
+	unlock(t, keep)
+	// a labelled writer released while a read inside it holds on
+	w := mustLock(t, c.RWMutex(name), ctx, lbl)
+	inner := mustLock(t, c.RWMutex(name).RLocker(), w.Context(ctx))
+	unlock(t, w)
+	if ls := labelFields(t, rdb, k(":rw")); len(ls) != 0 {
+		t.Errorf("a released writer left %v beside the read inside it", ls)
+	}
+	unlock(t, inner)
+	keep = mustLock(t, c.RWMutex(name).RLocker(), ctx)
 	// a reader's own expiry: dropped by the next script that reads the lock
 	short := mustLock(t, c.RWMutex(name).RLocker(), ctx, lbl, dlock.WithLease(20*time.Millisecond))
 	<-short.Done()

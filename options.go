@@ -172,11 +172,9 @@ const MaxLabel = 256
 // more): between the grant and that call the hold shows no label, and if
 // that call fails (its ctx ended, Redis did not answer) the hold keeps
 // none — the lease is returned all the same. A re-entry keeps the label
-// of the hold it enters (its own is not recorded). A labelled Mutex or
-// FairMutex waiter is not handed the lock by the release itself
-// (docs/how-it-works.md, "Waiting"): the lock is kept for it and its next
-// attempt takes it, a round trip later, so that the label is recorded by
-// the waiter that knows it. Clients WithoutScripts and quorum Clients
+// of the hold it enters (its own is not recorded). A lock handed to a
+// waiter by a release is labelled the same way, by the waiter, once the
+// hand-off has reached it. Clients WithoutScripts and quorum Clients
 // (NewQuorum) keep no label; Default: none.
 func WithLabel(label string) LockOption {
 	return func(c *lockConfig) { c.Label = label }
