@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -55,7 +56,7 @@ func (c *Client) busy(ctx context.Context, kd Kind, name, token string, err erro
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), busyGrace)
 		defer cancel()
 	}
-	info, ierr := c.Inspect(ctx, kd, name)
+	info, ierr := c.inspect(ctx, kd, name, &c.owners)
 	if ierr != nil {
 		return be
 	}
@@ -84,4 +85,58 @@ func (c *Client) label(ctx context.Context, k *protocol.Keys, token, label strin
 	if err := c.be.Run(ctx, protocol.LabelArgs{Token: token, Label: label}.Call(k)).Err; err != nil {
 		c.tel.Log.Info("dlock: a hold's label was not recorded", "lock", k.Name, "err", err)
 	}
+}
+
+// ownerCache keeps the owner records (by Client id) that BusyErrors read
+// lately, so that refusals in a row (a TryLock storm, a Lock that gives
+// up again and again) read a Client's record once: a record is written
+// once per Client (its id is random, and a Client's host, pid, program,
+// label and start never change), so a cached one goes stale only when
+// its Client closes (its record deleted, or expired): then for
+// ownerFresh at most. It holds ownerCacheMax records at most (full, it
+// starts again empty). A nil *ownerCache caches nothing.
+type ownerCache struct {
+	mu sync.Mutex
+	m  map[string]cachedOwner
+}
+
+type cachedOwner struct {
+	o  *Owner // nil: the Client recorded nothing
+	at time.Time
+}
+
+const (
+	ownerFresh    = 10 * time.Second
+	ownerCacheMax = 256
+)
+
+// get returns the record of Client id, if cached and fresh.
+func (oc *ownerCache) get(id string) (*Owner, bool) {
+	if oc == nil {
+		return nil, false
+	}
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	e, ok := oc.m[id]
+	if !ok || time.Since(e.at) > ownerFresh {
+		return nil, false
+	}
+	if e.o == nil {
+		return nil, true
+	}
+	o := *e.o // a copy: a caller may change what it was given
+	return &o, true
+}
+
+// put caches the record of Client id (nil: none).
+func (oc *ownerCache) put(id string, o *Owner) {
+	if oc == nil {
+		return
+	}
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	if oc.m == nil || len(oc.m) >= ownerCacheMax {
+		oc.m = make(map[string]cachedOwner)
+	}
+	oc.m[id] = cachedOwner{o, time.Now()}
 }

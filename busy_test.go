@@ -369,3 +369,36 @@ func TestLabelLeavesWithTheHold(t *testing.T) {
 		t.Errorf("a forced labelled hold left %v", labelFields(t, rdb, k("")))
 	}
 }
+
+// Refusals in a row read the holder's owner record once (it is written
+// once per Client): the second reads the lock alone.
+func TestBusyErrorReadsAnOwnerOnce(t *testing.T) {
+	ctx := context.Background()
+	holder := client(t, dlock.WithOwnerLabel("owner-a"))
+	c, rec := countedClient(t)
+	name := lockName(t)
+	held := mustLock(t, holder.Mutex(name), ctx)
+	defer unlock(t, held)
+	owners := func() int {
+		n := 0
+		for _, rt := range rec.take() {
+			for _, cmd := range rt {
+				if cmd == "hgetall" {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for i, want := range []int{2, 1} { // the lock's hash and the owner's record, then the hash alone
+		rec.take()
+		_, err := c.Mutex(name).TryLock(ctx)
+		be := busyOf(t, err)
+		if be.Holder == nil || be.Holder.Owner == nil || be.Holder.Owner.Label != "owner-a" {
+			t.Fatalf("refusal %d: holder %+v; want its owner named", i, be.Holder)
+		}
+		if got := owners(); got != want {
+			t.Errorf("refusal %d read %d hashes; want %d", i, got, want)
+		}
+	}
+}

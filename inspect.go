@@ -235,6 +235,11 @@ func (c *Client) reader() (driver.Driver, error) {
 // the scripts drop it before they grant anything — and is not shown: not
 // among Holders, nor in Mode or Free.
 func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, error) {
+	return c.inspect(ctx, kd, name, nil)
+}
+
+// inspect is Inspect, its owner records read through cache if not nil.
+func (c *Client) inspect(ctx context.Context, kd Kind, name string, cache *ownerCache) (*LockInfo, error) {
 	if err := checkCall(ctx, c, name); err != nil {
 		return nil, err
 	}
@@ -276,7 +281,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 			info.Held = true
 			info.Holders = []Holder{{Token: tok, Holds: 1, TTL: info.TTL}}
 		}
-		return info, c.fillOwners(ctx, r, info)
+		return info, c.fillOwners(ctx, r, info, cache)
 	case typ == "hash":
 		h := r.Do(ctx, protocol.Keyed("HGETALL", k.Lock))
 		if h.Err != nil {
@@ -300,7 +305,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	} else {
 		in.queued("", false)
 	}
-	return info, c.fillOwners(ctx, r, info)
+	return info, c.fillOwners(ctx, r, info, cache)
 }
 
 // zrange reads a sorted set whole, with scores.
@@ -386,8 +391,9 @@ func ttlOf(d time.Duration) time.Duration {
 }
 
 // fillOwners looks up who the holders and waiters are: their tokens start
-// with their Client's id.
-func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo) error {
+// with their Client's id. With cache, the records it has are not read
+// again, and those read are kept in it.
+func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo, cache *ownerCache) error {
 	ids := map[string]*Owner{}
 	for _, h := range info.Holders {
 		if len(h.Token) >= 16 {
@@ -399,22 +405,27 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 			ids[w.Token[:16]] = nil
 		}
 	}
-	if len(ids) == 0 {
-		return nil
-	}
 	var order []string
 	var cmds []driver.Command
 	for id := range ids {
+		if o, ok := cache.get(id); ok {
+			ids[id] = o
+			continue
+		}
 		order = append(order, id)
 		cmds = append(cmds, protocol.Keyed("HGETALL", deploy.OwnerKey(c.prefix, id)))
 	}
-	rs := r.Pipeline(ctx, cmds)
-	if err := backend.FirstErr(rs); err != nil {
-		return redisErr("inspect", info.Name, err)
+	var rs []driver.Reply
+	if len(cmds) > 0 {
+		rs = r.Pipeline(ctx, cmds)
+		if err := backend.FirstErr(rs); err != nil {
+			return redisErr("inspect", info.Name, err)
+		}
 	}
 	for i, id := range order {
 		f := hashOf(rs[i])
 		if len(f) == 0 {
+			cache.put(id, nil)
 			continue
 		}
 		o := &Owner{Client: id, Host: f["host"], Program: f["program"], Label: f["label"]}
@@ -423,6 +434,7 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 			o.Started = time.UnixMilli(ms)
 		}
 		ids[id] = o
+		cache.put(id, o)
 	}
 	of := func(tok string) *Owner {
 		if len(tok) < 16 {
