@@ -55,6 +55,8 @@
 -- its place expires (WithQueueTTL), as a dead writer in the queue does.
 
 -- forget_reader drops a reader's hold fields.
+-- The label ('l:<tok>', label.lua) goes with the fence: it decides
+-- nothing, so deleting it with the rest grants nothing to anyone.
 local function forget_reader(lock, readers, tok)
   redis.call('HDEL', lock, 'r:' .. tok, 'q:' .. tok)
   redis.call('ZREM', readers, tok)

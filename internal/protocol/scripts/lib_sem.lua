@@ -19,6 +19,8 @@
 -- acquire meanwhile counts against the same capacity.
 
 -- drop removes a holder.
+-- The label ('l:<tok>', label.lua) goes with the fence: it decides
+-- nothing, so deleting it with the rest grants nothing to anyone.
 local function drop(holders, leases, tok)
   redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok, 'q:' .. tok, 'l:' .. tok)
   redis.call('ZREM', leases, tok)

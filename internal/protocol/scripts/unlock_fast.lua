@@ -28,7 +28,9 @@
 -- as here. This script runs that word for word after the EXISTS that
 -- found no queue, in one script, which nothing interleaves. unlock.lua's
 -- argument (HDEL removing anything leaves the hash empty, so the lock
--- free, and its DEL finds nothing) holds for it unchanged.
+-- free, and its DEL finds nothing) holds for it unchanged; the hold's
+-- label ('l:<token>', label.lua) is one of its fields, deleted in the same
+-- HDEL, as there.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return SLOW
 end
