@@ -402,3 +402,30 @@ func TestBusyErrorReadsAnOwnerOnce(t *testing.T) {
 		}
 	}
 }
+
+// A Client WithoutScripts names what its plain lock keeps: the holder's
+// token and TTL (no fence, since, label or owner record there); a quorum Client
+// names nobody, but its refusal is a *BusyError all the same.
+func TestBusyErrorWithoutScriptsAndOnAQuorum(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t, srv)
+	a := newClient(t, rdb, dlock.WithoutScripts())
+	b := newClient(t, rdb, dlock.WithoutScripts())
+	name := lockName(t)
+	held := mustLock(t, a.Mutex(name), ctx, dlock.WithLabel("kept nowhere"))
+	_, err := b.Mutex(name).TryLock(ctx)
+	be := busyOf(t, err)
+	if h := be.Holder; h == nil || h.Token != held.Token() || h.TTL <= 0 || h.Label != "" {
+		t.Errorf("script-free holder %+v; want its token and TTL", h)
+	}
+	unlock(t, held)
+
+	_, nodes := quorumNodes(t, 3)
+	q1, q2 := quorumClient(t, nodes), quorumClient(t, nodes)
+	ql := mustLock(t, q1.Mutex(name), ctx, dlock.WithLabel("kept nowhere"))
+	defer unlock(t, ql)
+	_, err = q2.Mutex(name).TryLock(ctx)
+	if be := busyOf(t, err); be.Holder != nil || be.Name != name {
+		t.Errorf("quorum BusyError %+v; want the name and no holder", be)
+	}
+}

@@ -86,7 +86,8 @@ var (
 // nil too when nobody held the lock by then (it was freed, or kept for a
 // waiter ahead in the queue) and on a quorum Client (NewQuorum), whose
 // nodes are not inspected. A Client WithoutScripts names the holder's
-// token, TTL and owner: its plain lock keeps no fence, since or label.
+// token and TTL: its plain lock keeps no fence, since or label, and it
+// writes no owner record (a script) for Owner.
 type BusyError struct {
 	Kind Kind   // the kind of lock
 	Name string // the lock refused (for a LockAll, the part that was held)
