@@ -13,9 +13,13 @@ import (
 // Lock whose ctx ended while it waited) says who holds the lock, through
 // a *BusyError: one read of the lock (as Inspect reads it: its hash, its
 // holders' fences, labels, since and TTLs, and their Clients' owner
-// records) that follows the refusal only. The uncontended path, and a
-// waiting Lock's attempts, read nothing more: the read is made once, when
-// the acquire has already failed.
+// records, which ownerCache keeps) that follows the refusal only. The
+// uncontended path, and a waiting Lock's attempts, read nothing more: the
+// read is made once, when the acquire has already failed. (The refusal
+// replies of the acquire scripts are unchanged: a holder carried in them
+// would cost every waiting attempt its reads, pinned by
+// TestHandOffServerCommands, and the owner record, in another slot, would
+// need this read all the same.)
 
 // busyGrace bounds the read of a Lock whose ctx ended: it is made after
 // the end, as the acquire's undo is (hold.Graced), within this much more.
@@ -37,9 +41,8 @@ func kindOfWhat(what string) Kind {
 // busy turns err, an acquire's refusal on lock name of kind kd by token,
 // into a *BusyError naming who holds the lock; any other error, and an
 // error that already is one (a LockAll's part), comes back as it is.
-// side is an RWMutex request's ("read" or "write"): the holders that
-// refuse it are the other side's (a reader is refused by a writer; a
-// writer by readers, or a writer).
+// The holders named are all the lock's but token's own (a reader refused
+// by a writer finds the writer; a writer refused by readers, the readers).
 func (c *Client) busy(ctx context.Context, kd Kind, name, token string, err error) error {
 	if !errors.Is(err, ErrNotObtained) {
 		return err
