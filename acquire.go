@@ -119,7 +119,10 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	}
 	hs, err := a.Run(ctx, wait)
 	if err != nil {
-		return nil, err
+		return nil, c.busy(ctx, kindOfWhat(r.what), r.k.Name, token, err)
+	}
+	if cfg.Label != "" { // after any grant: an attempt's, or a release's hand-off
+		c.label(ctx, r.k, token, cfg.Label)
 	}
 	return &Lease{of: hs[0], end: hs[0].FirstEnd()}, nil
 }

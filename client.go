@@ -67,6 +67,8 @@ type Client struct {
 	// Campaign of an election it leads proclaims instead of waiting on
 	// itself (election.go).
 	leading sync.Map
+	// owners are the owner records a BusyError read lately (busy.go)
+	owners ownerCache
 }
 
 // Redis is what New needs of a go-redis v9 client. Every go-redis client

@@ -25,6 +25,8 @@ type recorder struct {
 	mu    sync.Mutex
 	calls [][]string // one entry per round trip: the command names in it
 	words int        // the words of the commands recorded at the driver seam (addCommands)
+	// scriptWords are those of its script calls (EVALSHA, EVAL) alone
+	scriptWords int
 }
 
 func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -145,15 +147,29 @@ func (c countedConn) Pipeline(ctx context.Context, cmds []driver.Command) []driv
 
 // addCommands records one round trip of driver commands.
 func (r *recorder) addCommands(cmds []driver.Command) {
-	names, words := make([]string, len(cmds)), 0
+	names, words, scriptWords := make([]string, len(cmds)), 0, 0
 	for i, c := range cmds {
 		names[i] = c.StringArgs()[0]
 		words += len(c.Args)
+		if n := strings.ToLower(names[i]); n == "evalsha" || n == "eval" {
+			scriptWords += len(c.Args)
+		}
 	}
 	r.mu.Lock()
 	r.words += words
+	r.scriptWords += scriptWords
 	r.mu.Unlock()
 	r.addNames(names)
+}
+
+// takeScriptWords returns the words of the script calls recorded since
+// the last takeScriptWords.
+func (r *recorder) takeScriptWords() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.scriptWords
+	r.scriptWords = 0
+	return n
 }
 
 // takeWords returns the words recorded since the last takeWords.

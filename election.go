@@ -359,7 +359,7 @@ func (e *Election) read(ctx context.Context, known *LeaderInfo) (LeaderInfo, tim
 		info.Owner = known.Owner
 	} else {
 		li := &LockInfo{Name: k.Name, Holders: []Holder{{Token: tok}}}
-		switch err := e.c.fillOwners(ctx, r, li); {
+		switch err := e.c.fillOwners(ctx, r, li, nil); {
 		case deploy.NoPerm(err):
 			// The owner record lies outside the election's keys: a user
 			// granted exactly those reads the leader without its Owner.

@@ -1,6 +1,10 @@
 package dlock
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	"github.com/dlock-go/dlock/internal/errs"
 )
 
@@ -10,7 +14,8 @@ var (
 	// ErrNotObtained means the lock is held by another owner: a TryLock
 	// found it taken, or a Lock's wait ended (its context was cancelled or
 	// timed out) before the lock came free. An error from a wait that ended
-	// with its context also matches ctx.Err() under errors.Is.
+	// with its context also matches ctx.Err() under errors.Is. Such an
+	// error is a *BusyError (errors.As), which says who holds the lock.
 	ErrNotObtained = errs.NotObtained
 
 	// ErrNotHeld means the caller does not hold the lock it tried to
@@ -63,6 +68,88 @@ var (
 	// election.
 	ErrNoLeader = errs.NoLeader
 )
+
+// BusyError is the error of an acquire refused because another owner
+// holds the lock: a TryLock (TryRLock, TryAcquire) that found it held, or
+// a Lock (RLock, Acquire, Campaign, LockAll) whose ctx ended while it
+// waited. errors.Is(err, ErrNotObtained) holds for it, and, for a wait
+// cut short, errors.Is(err, ctx.Err()) as well; errors.As(err, &be) with
+// a be of type *BusyError gives who held the lock.
+//
+// Holder is read once the acquire has been refused (no read is made on
+// the uncontended path nor while a Lock waits): for a TryLock just after
+// its refusal, within its ctx; for a Lock whose ctx ended, after that end,
+// within a short grace (10 ms) — so a holder that the server changed in
+// between may be named, and when the server does not answer in time
+// Holder is nil (and Owner may be nil when the Client's owner record
+// could not be read, or was never written: WithoutOwnerRecord). Holder is
+// nil too when nobody held the lock by then (it was freed, or kept for a
+// waiter ahead in the queue) and on a quorum Client (NewQuorum), whose
+// nodes are not inspected. A Client WithoutScripts names the holder's
+// token and TTL: its plain lock keeps no fence, since or label, and it
+// writes no owner record (a script) for Owner.
+type BusyError struct {
+	Kind Kind   // the kind of lock
+	Name string // the lock refused (for a LockAll, the part that was held)
+	// Holder is the holder that refused the acquire: for an RWMutex's
+	// writer refused by readers, the first of them (Holders has them
+	// all); for a Semaphore, the holder that has held longest.
+	Holder *Holder
+	// Holders are all the lock's holders as read (the caller's own, a
+	// read inside its write hold, left out), first taken first.
+	Holders []Holder
+	err     error
+}
+
+// Error says what the acquire's error says, and who holds the lock.
+func (e *BusyError) Error() string {
+	if e.Holder == nil {
+		return e.err.Error()
+	}
+	var b strings.Builder
+	b.WriteString(e.err.Error())
+	b.WriteString(" (held by ")
+	describeHolder(&b, e.Holder)
+	if n := len(e.Holders) - 1; n > 0 {
+		fmt.Fprintf(&b, ", and %d more", n)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// describeHolder writes a holder's label, owner and fence, concisely.
+func describeHolder(b *strings.Builder, h *Holder) {
+	sep := ""
+	if h.Label != "" {
+		b.WriteString(strconv.Quote(h.Label))
+		sep = " "
+	}
+	if o := h.Owner; o != nil {
+		b.WriteString(sep)
+		fmt.Fprintf(b, "%s pid %d", o.Host, o.PID)
+		if o.Program != "" {
+			b.WriteString(" " + o.Program)
+		}
+		if o.Label != "" {
+			b.WriteString(" [" + o.Label + "]")
+		}
+		sep = " "
+	}
+	if h.Fence != 0 {
+		fmt.Fprintf(b, "%sfence %d", sep, h.Fence)
+		sep = " "
+	}
+	if sep == "" {
+		b.WriteString("token " + h.Token)
+	}
+}
+
+// Unwrap returns the acquire's error: it matches ErrNotObtained, and a
+// wait's ctx error when the wait was cut short.
+func (e *BusyError) Unwrap() error { return e.err }
+
+// Is reports whether target is ErrNotObtained.
+func (e *BusyError) Is(target error) bool { return target == ErrNotObtained }
 
 // invalid returns an error wrapping ErrInvalidArgument with a description.
 func invalid(format string, args ...any) error { return errs.Invalid(format, args...) }

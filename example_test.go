@@ -333,3 +333,30 @@ func ExampleElection_Leader() {
 	fmt.Println(info.Value, info.Owner.Label, info.Term == ld.Term())
 	// Output: billing-7.internal:9000 billing-7 true
 }
+
+func ExampleBusyError() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
+	defer rdb.Close()
+	c, _ := dlock.New(rdb, dlock.WithPrefix("example"))
+	defer c.Close()
+
+	m := c.Mutex("migrations")
+	held, err := m.Lock(ctx, dlock.WithLabel("schema v42 by deploy #1337"))
+	if err != nil {
+		panic(err)
+	}
+	defer held.Unlock(ctx)
+
+	_, err = m.TryLock(ctx)
+	var busy *dlock.BusyError
+	if errors.As(err, &busy) && busy.Holder != nil {
+		fmt.Println("not obtained:", errors.Is(err, dlock.ErrNotObtained))
+		fmt.Println("held by:", busy.Holder.Label)
+		fmt.Println("same fence:", busy.Holder.Fence == held.Fence())
+	}
+	// Output:
+	// not obtained: true
+	// held by: schema v42 by deploy #1337
+	// same fence: true
+}

@@ -188,6 +188,9 @@ type Holder struct {
 	Since time.Time     // when it took the lock, by the server's clock (zero if unknown)
 	TTL   time.Duration // how long its hold has left, as the server sees it
 	Owner *Owner        // who it is, if its Client said (nil otherwise)
+	// Label is what its acquire was given with WithLabel ("" if none, or
+	// a script-free or quorum Client's hold).
+	Label string
 }
 
 // Waiter is one registered waiter.
@@ -232,6 +235,11 @@ func (c *Client) reader() (driver.Driver, error) {
 // the scripts drop it before they grant anything — and is not shown: not
 // among Holders, nor in Mode or Free.
 func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, error) {
+	return c.inspect(ctx, kd, name, nil)
+}
+
+// inspect is Inspect, its owner records read through cache if not nil.
+func (c *Client) inspect(ctx context.Context, kd Kind, name string, cache *ownerCache) (*LockInfo, error) {
 	if err := checkCall(ctx, c, name); err != nil {
 		return nil, err
 	}
@@ -273,7 +281,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 			info.Held = true
 			info.Holders = []Holder{{Token: tok, Holds: 1, TTL: info.TTL}}
 		}
-		return info, c.fillOwners(ctx, r, info)
+		return info, c.fillOwners(ctx, r, info, cache)
 	case typ == "hash":
 		h := r.Do(ctx, protocol.Keyed("HGETALL", k.Lock))
 		if h.Err != nil {
@@ -285,8 +293,9 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 		return info, nil
 	}
 	info.Held = len(info.Holders) > 0
-	for _, h := range info.Holders {
+	for i, h := range info.Holders {
 		info.Fence = max(info.Fence, h.Fence)
+		info.Holders[i].Label = in.fields[protocol.FieldLabel+h.Token]
 	}
 	slices.SortFunc(info.Holders, func(a, b Holder) int {
 		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Token, b.Token))
@@ -296,7 +305,7 @@ func (c *Client) Inspect(ctx context.Context, kd Kind, name string) (*LockInfo, 
 	} else {
 		in.queued("", false)
 	}
-	return info, c.fillOwners(ctx, r, info)
+	return info, c.fillOwners(ctx, r, info, cache)
 }
 
 // zrange reads a sorted set whole, with scores.
@@ -382,8 +391,9 @@ func ttlOf(d time.Duration) time.Duration {
 }
 
 // fillOwners looks up who the holders and waiters are: their tokens start
-// with their Client's id.
-func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo) error {
+// with their Client's id. With cache, the records it has are not read
+// again, and those read are kept in it.
+func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo, cache *ownerCache) error {
 	ids := map[string]*Owner{}
 	for _, h := range info.Holders {
 		if len(h.Token) >= 16 {
@@ -395,22 +405,27 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 			ids[w.Token[:16]] = nil
 		}
 	}
-	if len(ids) == 0 {
-		return nil
-	}
 	var order []string
 	var cmds []driver.Command
 	for id := range ids {
+		if o, ok := cache.get(id); ok {
+			ids[id] = o
+			continue
+		}
 		order = append(order, id)
 		cmds = append(cmds, protocol.Keyed("HGETALL", deploy.OwnerKey(c.prefix, id)))
 	}
-	rs := r.Pipeline(ctx, cmds)
-	if err := backend.FirstErr(rs); err != nil {
-		return redisErr("inspect", info.Name, err)
+	var rs []driver.Reply
+	if len(cmds) > 0 {
+		rs = r.Pipeline(ctx, cmds)
+		if err := backend.FirstErr(rs); err != nil {
+			return redisErr("inspect", info.Name, err)
+		}
 	}
 	for i, id := range order {
 		f := hashOf(rs[i])
 		if len(f) == 0 {
+			cache.put(id, nil)
 			continue
 		}
 		o := &Owner{Client: id, Host: f["host"], Program: f["program"], Label: f["label"]}
@@ -419,6 +434,7 @@ func (c *Client) fillOwners(ctx context.Context, r driver.Driver, info *LockInfo
 			o.Started = time.UnixMilli(ms)
 		}
 		ids[id] = o
+		cache.put(id, o)
 	}
 	of := func(tok string) *Owner {
 		if len(tok) < 16 {

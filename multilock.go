@@ -172,6 +172,7 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 		args.TTLs = append(args.TTLs, p.Cfg.TTL.Milliseconds())
 	}
 	call := args.Call(keys)
+	blocked := 0 // the part the last attempt found held (its index + 1)
 	a.Attempt = func(ctx context.Context, _, _ bool) (backend.Outcome, error) {
 		start := time.Now()
 		r := c.be.Grant(ctx, call)
@@ -183,13 +184,20 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 			return backend.Outcome{SentTwice: r.SentTwice}, redisErr("lock", name, err)
 		}
 		if res[0] == protocol.ReplyBusy {
+			blocked = int(res[1])
 			return backend.Outcome{Wait: backend.RetryAfter(res[2], a.Parts[res[1]-1].Cfg.TTL), SentTwice: r.SentTwice}, nil
 		}
 		return backend.Outcome{Granted: true, Fences: res[1:], Start: start, SentTwice: r.SentTwice}, nil
 	}
 	hs, err := a.Run(ctx, true)
 	if err != nil {
+		if blocked > 0 { // who holds the part that kept the set waiting
+			err = c.busy(ctx, KindMutex, ms[blocked-1].k.Name, token, err)
+		}
 		return nil, err
+	}
+	for i, p := range a.Parts {
+		c.label(ctx, ms[i].k, token, p.Cfg.Label)
 	}
 	return newSet(leasesOf(hs)), nil
 }

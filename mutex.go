@@ -141,7 +141,8 @@ func mutexHolders(in *inspection) bool {
 			info.KeptFor = v
 		case strings.HasPrefix(f, protocol.FieldValue):
 			info.Value = v
-		case strings.HasPrefix(f, protocol.FieldTaken), strings.HasPrefix(f, protocol.FieldSeq), strings.HasPrefix(f, protocol.FieldFence):
+		case strings.HasPrefix(f, protocol.FieldTaken), strings.HasPrefix(f, protocol.FieldSeq), strings.HasPrefix(f, protocol.FieldFence),
+			strings.HasPrefix(f, protocol.FieldLabel):
 		default:
 			n, _ := strconv.ParseInt(v, 10, 64)
 			fence, _ := strconv.ParseInt(in.fields[protocol.FieldFence+f], 10, 64)

@@ -157,6 +157,29 @@ func WithReaderPreference() LockOption {
 	return func(c *lockConfig) { c.Readers, c.Set = true, c.Set|backend.OptReaders }
 }
 
+// MaxLabel is the longest label WithLabel takes, in bytes.
+const MaxLabel = 256
+
+// WithLabel records label with the hold the acquire takes: any bytes, at
+// most MaxLabel (256) of them; a longer one fails the acquire with an
+// error matching ErrInvalidArgument before anything is sent. Inspect
+// shows it (Holder.Label), and so does the *BusyError of another
+// acquire that this hold refuses. The label is a field of the hold in the
+// lock's own key ('l:<token>', docs/how-it-works.md): it lives, is renewed
+// and is deleted with the hold, whatever ends it (Unlock, expiry, a
+// ForceUnlock). It is written by one more call, after the grant (so an
+// acquire with a label costs a round trip more; one without sends nothing
+// more): between the grant and that call the hold shows no label, and if
+// that call fails (its ctx ended, Redis did not answer) the hold keeps
+// none — the lease is returned all the same. A re-entry keeps the label
+// of the hold it enters (its own is not recorded). A lock handed to a
+// waiter by a release is labelled the same way, by the waiter, once the
+// hand-off has reached it. Clients WithoutScripts and quorum Clients
+// (NewQuorum) keep no label; Default: none.
+func WithLabel(label string) LockOption {
+	return func(c *lockConfig) { c.Label = label }
+}
+
 // withOpts is c with the options of each list applied, in order: a
 // handle's defaults, then a call's. (One list or two, c is one value:
 // an option is an unknown func, so the &c it is given makes c escape to
@@ -197,6 +220,9 @@ func validLock(c lockConfig) error {
 	}
 	if c.QueueTTL < 3*minTTL {
 		return invalid("queue TTL %v is below 3ms", c.QueueTTL)
+	}
+	if len(c.Label) > MaxLabel {
+		return invalid("label of %d bytes: at most %d", len(c.Label), MaxLabel)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ type LockConfig struct {
 	Renew    bool
 	QueueTTL time.Duration
 	Readers  bool     // RWMutex: readers first
+	Label    string   // WithLabel: recorded with the hold ("" for none)
 	Set      LockOpts // the options given that only some locks take
 }
 

@@ -677,3 +677,14 @@ func (a OwnerArgs) Call(key string) Call {
 	args = append(append(args, a.TTL), a.Fields...)
 	return Call{S: OwnerScript, Keys: []string{key}, Args: args}
 }
+
+// LabelArgs are label.lua's: a hold's label recorded (WithLabel).
+type LabelArgs struct {
+	Token string `lua:"ARGV[1]"`
+	Label string `lua:"ARGV[2]"`
+}
+
+// Call is label.lua's call on k's lock (its hash: a Semaphore's holders).
+func (a LabelArgs) Call(k *Keys) Call {
+	return Call{S: LabelScript, Keys: []string{k.Lock}, Args: []any{a.Token, a.Label}}
+}

@@ -102,6 +102,7 @@ func scriptCases() (map[string]scriptCase, map[string]string) {
 			func(a any) Call { return a.(LockAllArgs).Call([]*Keys{mk, mk2}) }},
 		"bury.lua":         {BuryArgs{Token: "tok", For: 100}, func(a any) Call { return a.(BuryArgs).Call(mk) }},
 		"quorum_fence.lua": {QuorumFenceArgs{Fence: 9}, func(a any) Call { return a.(QuorumFenceArgs).Call(mk, "MARK") }},
+		"label.lua":        {LabelArgs{Token: "tok", Label: "lab"}, func(a any) Call { return a.(LabelArgs).Call(mk) }},
 		"owner.lua": {OwnerArgs{TTL: 100, Fields: []any{"host", "h", "pid", 1}},
 			func(a any) Call { return a.(OwnerArgs).Call("CLIENT") }},
 	}

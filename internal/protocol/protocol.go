@@ -50,6 +50,7 @@ const (
 	FieldValue   = "v:"    // an Election leader's value
 	FieldFence   = "f:"    // an RWMutex's or Semaphore's hold's own fence
 	FieldPermits = "p:"    // a Semaphore holder's permits
+	FieldLabel   = "l:"    // the hold's label (WithLabel; label.lua)
 	FieldMode    = "mode"  // an RWMutex's: 'read' or 'write'
 	FieldNext    = "@next" // a Mutex kept for the waiter told (lib_mutex.lua)
 )

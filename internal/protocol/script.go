@@ -181,6 +181,7 @@ var (
 	BuryScript        = loadScript("lib.lua", "lib_queue.lua", "bury.lua")
 	QuorumFenceScript = loadScript("quorum_fence.lua")
 	OwnerScript       = loadScript("owner.lua")
+	LabelScript       = loadScript("label.lua")
 )
 
 // The scripts of each family, with the helpers they share in front.

@@ -8,6 +8,7 @@
 --             token and a fence of its own)
 --   f:<tok>   the holder's fence
 --   t:<tok>   when the holder took it (server ms)
+--   l:<tok>   the holder's label (WithLabel; label.lua), deleted with f:
 --   q:<tok>   the highest command of the hold's sequence that ran
 --             (in_order in lib_queue.lua)
 -- and a sorted set 'readers': token -> when that reader's hold expires
@@ -54,11 +55,13 @@
 -- its place expires (WithQueueTTL), as a dead writer in the queue does.
 
 -- forget_reader drops a reader's hold fields.
+-- The label ('l:<tok>', label.lua) goes with the fence: it decides
+-- nothing, so deleting it with the rest grants nothing to anyone.
 local function forget_reader(lock, readers, tok)
   redis.call('HDEL', lock, 'r:' .. tok, 'q:' .. tok)
   redis.call('ZREM', readers, tok)
   if redis.call('HEXISTS', lock, 'w:' .. tok) == 0 then
-    redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok)
+    redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok, 'l:' .. tok)
   end
 end
 

@@ -5,6 +5,7 @@
 --   p:<tok>  permits the holder has
 --   f:<tok>  the holder's fence
 --   t:<tok>  when the holder took them (server ms)
+--   l:<tok>  the holder's label (WithLabel; label.lua), deleted with f:
 --   q:<tok>  the highest command of the hold's sequence that ran (in_order
 --            in lib_queue.lua)
 -- and a sorted set 'leases': token -> when its hold expires (server ms), so
@@ -18,8 +19,10 @@
 -- acquire meanwhile counts against the same capacity.
 
 -- drop removes a holder.
+-- The label ('l:<tok>', label.lua) goes with the fence: it decides
+-- nothing, so deleting it with the rest grants nothing to anyone.
 local function drop(holders, leases, tok)
-  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok, 'q:' .. tok)
+  redis.call('HDEL', holders, 'p:' .. tok, 'f:' .. tok, 't:' .. tok, 'q:' .. tok, 'l:' .. tok)
   redis.call('ZREM', leases, tok)
 end
 

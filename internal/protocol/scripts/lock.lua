@@ -2,8 +2,9 @@
 -- hold of it, or keep a waiter's place in its queue.
 --
 -- KEYS[1]  (go: Lock) lock hash: owner token -> hold count, 't:<token>' ->
---          when it was taken (server ms), 'f:<token>' -> the hold's fence; or
---          RESERVED -> a waiter
+--          when it was taken (server ms), 'f:<token>' -> the hold's fence
+--          (and 'l:<token>' -> its label, written by label.lua after the
+--          grant: no script here reads it); or RESERVED -> a waiter
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot (INCR'd on first
 --          entry only, see next_fence in lib_queue.lua; read when the caller
 --          waits: the reply's seen)

@@ -57,8 +57,10 @@ if side == 'r' then
   return 1
 end
 redis.call('HDEL', lock, field, 'q:' .. tok)
+-- (The label ('l:<tok>', label.lua) goes with the fence: it decides
+-- nothing, so deleting it with the rest grants nothing to anyone.)
 if redis.call('HEXISTS', lock, 'r:' .. tok) == 0 then
-  redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok)
+  redis.call('HDEL', lock, 'f:' .. tok, 't:' .. tok, 'l:' .. tok)
 end
 local now = now_ms()
 for _, d in ipairs(redis.call('ZRANGEBYSCORE', readers, '-inf', now)) do

@@ -63,10 +63,13 @@
 -- removes anything, the caller held the lock and the hash is now empty,
 -- which Redis deletes: the lock is free, as DEL made it. When it removes
 -- nothing, the caller held nothing and nothing changed. (Go sends the
--- count as a decimal integer, so '0' is the only way it says 0.)
+-- count as a decimal integer, so '0' is the only way it says 0.) The
+-- hold's label, 'l:<token>' (label.lua, written only while 'f:<token>'
+-- is there), goes in the same HDEL: it is one of the owner's fields, never
+-- a field of its own, so the argument is unchanged.
 local first -- the first waiter, when the common case below has read it
 if ARGV[2] == '0' then
-  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'f:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1]) == 0 then
+  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'f:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1], 'l:' .. ARGV[1]) == 0 then
     if ARGV[8] and (redis.call('GET', KEYS[2]) == ARGV[8] or redis.call('ZSCORE', KEYS[5], 'rel:' .. ARGV[1])) then
       return 1 -- this release, sent again: it ran
     end

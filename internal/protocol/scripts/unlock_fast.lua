@@ -28,12 +28,14 @@
 -- as here. This script runs that word for word after the EXISTS that
 -- found no queue, in one script, which nothing interleaves. unlock.lua's
 -- argument (HDEL removing anything leaves the hash empty, so the lock
--- free, and its DEL finds nothing) holds for it unchanged.
+-- free, and its DEL finds nothing) holds for it unchanged; the hold's
+-- label ('l:<token>', label.lua) is one of its fields, deleted in the same
+-- HDEL, as there.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return SLOW
 end
 local token = ARGV[1]
-if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. token, 'q:' .. token) == 0 then
+if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. token, 'q:' .. token, 'l:' .. token) == 0 then
   if redis.call('GET', KEYS[2]) == ARGV[2] or redis.call('ZSCORE', KEYS[4], 'rel:' .. token) then
     return 1 -- this release, sent again: it ran
   end
