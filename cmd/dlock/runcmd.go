@@ -412,6 +412,7 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 		// before the lock's max hold (maxHoldLock) counted from then.
 		c.stopAt = time.Now().Add(c.maxHold)
 	}
+	stopRenewals := func() {}
 	if renewals != nil {
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -419,7 +420,7 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 			defer close(done)
 			reportRenewals(rctx, h, renewals, r)
 		}()
-		defer func() { stop(); <-done }()
+		stopRenewals = func() { stop(); <-done }
 	}
 	var code int
 	if len(c.argv) == 0 {
@@ -430,6 +431,7 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 		r.tell(true, fmt.Sprintf("%s; running %s", c.heldNote(h), quoteArgs(c.argv)), eventAcquired, "fence", h.Fence(), "ttl_ms", c.ttl.Milliseconds())
 		code = c.runChild(h, sigs, stdout, stderr, r)
 	}
+	stopRenewals() // no renewed event after exit, signal or lost
 	switch err := release(h); {
 	case err == nil:
 		r.tell(false, "", eventReleased, "fence", h.Fence())
