@@ -184,16 +184,17 @@ var heldLineRE = regexp.MustCompile(`^(\S+) fence=(\d+) ttl=(\S+)$`)
 
 // TestRunHoldsWithoutCommand starts "dlock run --json NAME" as a process
 // of its own: it prints one line with the name, fence and TTL, which is
-// the lock's as the library reads it; it keeps the lock past several
-// TTLs (renewing it); at SIGINT it releases the lock within a second and
-// exits 0, having told acquired, signal, released on stderr.
+// the lock's as the library reads it; it keeps the lock past its TTL
+// (renewing it); at SIGINT it releases the lock within a second — sooner
+// than the lease could expire (2 s, renewed every 667 ms) — and exits 0,
+// having told acquired, renewed, signal, released on stderr.
 func TestRunHoldsWithoutCommand(t *testing.T) {
 	const name = "job/hold"
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, runArgs(t, "--json", "--ttl", "300ms", name)...)
+	cmd := exec.Command(exe, runArgs(t, "--json", "--ttl", "2s", name)...)
 	cmd.Env = append(os.Environ(), cliEnv+"=1")
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
@@ -226,8 +227,8 @@ func TestRunHoldsWithoutCommand(t *testing.T) {
 		t.Fatalf("no line on stdout after 15s; stderr:\n%s", stderr.String())
 	}
 	m := heldLineRE.FindStringSubmatch(line)
-	if m == nil || m[1] != name || m[3] != "300ms" {
-		t.Fatalf("stdout line %q: want %q fence=N ttl=300ms", line, name)
+	if m == nil || m[1] != name || m[3] != "2s" {
+		t.Fatalf("stdout line %q: want %q fence=N ttl=2s", line, name)
 	}
 	fence, _ := strconv.ParseInt(m[2], 10, 64)
 	c := dlockClient(t, testPrefix(t))
@@ -236,11 +237,11 @@ func TestRunHoldsWithoutCommand(t *testing.T) {
 	if err != nil || !info.Held || info.Fence != fence {
 		t.Fatalf("the lock as the library reads it: %+v, %v; want held with fence %d", info, err, fence)
 	}
-	// Held past three TTLs: the lease is renewed, not left to expire.
-	time.Sleep(900 * time.Millisecond)
+	// Held past its TTL: the lease is renewed, not left to expire.
+	time.Sleep(2500 * time.Millisecond)
 	if l, err := c.Mutex(name).TryLock(ctx); err == nil {
 		l.Unlock(ctx)
-		t.Fatalf("the lock was free 3 TTLs after run took it: not renewed; stderr:\n%s", stderr.String())
+		t.Fatalf("the lock was free a TTL after run took it: not renewed; stderr:\n%s", stderr.String())
 	} else if !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatal(err)
 	}
