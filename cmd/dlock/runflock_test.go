@@ -215,9 +215,11 @@ func TestRunHoldsWithoutCommand(t *testing.T) {
 		close(lines)
 		exited <- cmd.Wait()
 	}()
+	waited := false
 	defer func() {
-		if cmd.ProcessState == nil {
+		if !waited {
 			_ = cmd.Process.Kill()
+			<-exited
 		}
 	}()
 	var line string
@@ -257,6 +259,7 @@ func TestRunHoldsWithoutCommand(t *testing.T) {
 	t.Logf("free %v after SIGINT", time.Since(sent))
 	select {
 	case err := <-exited:
+		waited = true
 		if err != nil {
 			t.Fatalf("run exited with %v, want status 0; stderr:\n%s", err, stderr.String())
 		}
