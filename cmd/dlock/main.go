@@ -1,7 +1,8 @@
 // Command dlock is the command-line face of the dlock library.
 //
 //	dlock demo                          see the lock at work (no setup needed)
-//	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock
+//	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock (-c 'CMD': through /bin/sh)
+//	dlock run NAME                      hold a lock until SIGINT or SIGTERM
 //	dlock run --value V NAME -- CMD     run a command while leading an election
 //	dlock inspect NAME                  show who holds a lock, who waits, and its state
 //	dlock ls [PATTERN]                  list the locks, of every kind

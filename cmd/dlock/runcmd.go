@@ -424,7 +424,7 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	}
 	var code int
 	if len(c.argv) == 0 {
-		r.tell(true, c.heldNote(h)+"; holding it until SIGINT or SIGTERM", eventAcquired, "fence", h.Fence(), "ttl_ms", c.ttl.Milliseconds())
+		r.tell(true, c.heldNote(h)+", until SIGINT or SIGTERM", eventAcquired, "fence", h.Fence(), "ttl_ms", c.ttl.Milliseconds())
 		fmt.Fprintln(stdout, c.heldLine(h))
 		code = c.hold(h, sigs, r)
 	} else {
