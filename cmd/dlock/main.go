@@ -224,7 +224,7 @@ func printFlags(fs *pflag.FlagSet, synopsis string, w io.Writer) {
 			short = "-" + f.Shorthand + ", "
 		}
 		fmt.Fprintf(w, "  %s--%s%s\n    \t%s", short, f.Name, kind, text)
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}
 		fmt.Fprintln(w)
