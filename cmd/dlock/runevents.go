@@ -38,38 +38,25 @@ const (
 	eventExit     = "exit"     // CMD exited: status (shell style: 128+n for signal n)
 	eventReleased = "released" // run gave the lock back: fence
 	eventError    = "error"    // something failed: error
-	eventMessage  = "message"  // any other note: message
 )
 
 // reporter writes run's notes, errors and events to stderr, as text or
-// (--json) as JSON lines. It is safe for concurrent use: the renewal
+// (--json) as JSON lines; --quiet leaves out the notes of text mode, never
+// an event. It is safe for concurrent use: the renewal
 // reporter writes beside the loop that supervises CMD.
 type reporter struct {
 	mu    sync.Mutex
 	w     io.Writer
 	json  bool
-	quiet bool // notes (not errors, not JSON events) are left out
+	quiet bool // the text of quietable events is left out (never JSON)
 	name  string
 }
 
-// note tells something that --quiet leaves out: a message event with
-// --json.
-func (r *reporter) note(format string, a ...any) {
-	if r.quiet {
-		return
-	}
-	r.say(eventMessage, "message", format, a...)
-}
-
-// fail tells an error: an error event with --json.
-func (r *reporter) fail(format string, a ...any) { r.say(eventError, "error", format, a...) }
-
-// say writes the text, or with --json the event ev with the text as its
-// field key.
-func (r *reporter) say(ev, key, format string, a ...any) {
+// fail tells an error: with --json, an error event.
+func (r *reporter) fail(format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
 	if r.json {
-		r.event(ev, key, msg)
+		r.event(eventError, "error", msg)
 		return
 	}
 	r.mu.Lock()
