@@ -24,6 +24,10 @@ func runSupported() error {
 	return fmt.Errorf("dlock run needs Unix process groups, which %s does not have", runtime.GOOS)
 }
 
+// notifyResize does nothing: no SIGWINCH here; top fits each frame to
+// the size it reads before drawing it.
+func notifyResize(chan<- os.Signal) {}
+
 // sigName is sig as run's events name it.
 func sigName(sig os.Signal) string { return sig.String() }
 

@@ -53,6 +53,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,6 +92,9 @@ func sigName(sig os.Signal) string {
 	}
 	return sig.String()
 }
+
+// notifyResize relays SIGWINCH, the terminal's size changed, to c (top).
+func notifyResize(c chan<- os.Signal) { signal.Notify(c, syscall.SIGWINCH) }
 
 // runSupported reports whether run can keep its promises here: yes.
 func runSupported() error { return nil }

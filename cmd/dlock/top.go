@@ -99,7 +99,8 @@ func (s *screen) keys(quit func()) {
 }
 
 // draw writes one frame: each row cut to the terminal's width, as many
-// rows as it has.
+// rows as it has. topLoop draws the last frame again when the terminal
+// is resized (SIGWINCH), so that it never waits a refresh to fit.
 func (s *screen) draw(frame string) {
 	width, height, err := term.GetSize(int(s.out.Fd()))
 	if err != nil || width < 1 || height < 1 {
@@ -208,7 +209,10 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 		ctx, quit := context.WithCancel(ctx)
 		defer quit()
 		scr.keys(quit)
-		topLoop(ctx, s.c, v, n, scr.draw)
+		resized := make(chan os.Signal, 1)
+		notifyResize(resized)
+		defer signal.Stop(resized)
+		topLoop(ctx, s.c, v, n, scr.draw, resized)
 		return exitOK
 	}
 	first := true
@@ -218,14 +222,14 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		first = false
 		fmt.Fprint(stdout, frame)
-	})
+	}, nil)
 	return exitOK
 }
 
 // topLoop draws a frame every interval until ctx ends, or n frames when n
 // is above 0. A failed refresh is shown, and the next one tried. draw
 // puts a frame on the screen, or after the last one in a pipe or a file.
-func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, draw func(frame string)) {
+func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, draw func(frame string), resized <-chan os.Signal) {
 	tick := time.NewTicker(v.interval)
 	defer tick.Stop()
 	var prev *snapshot
@@ -234,17 +238,23 @@ func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, draw func(f
 		if ctx.Err() != nil {
 			return
 		}
-		draw(renderTop(v, prev, cur))
+		frame := renderTop(v, prev, cur)
+		draw(frame)
 		if cur.err == nil {
 			prev = cur
 		}
 		if n > 0 && i >= n {
 			return
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-resized:
+				draw(frame) // the same frame, fitted to the new size
+			case <-tick.C:
+				waiting = false
+			}
 		}
 	}
 }

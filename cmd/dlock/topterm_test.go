@@ -18,6 +18,9 @@ import (
 // row back, -J), top draws on the alternate screen; and after q, Ctrl-C
 // (raw mode: a key, not a signal) or SIGTERM it has left the alternate
 // screen, the terminal's mode is as before (stty -g) and it exited 0.
+// Its refresh interval is an hour: the frame it shows is the first, and
+// a resize (100 columns) is drawn anew at once (SIGWINCH), not at the
+// next refresh.
 func TestTopInATerminal(t *testing.T) {
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
@@ -50,7 +53,7 @@ func TestTopInATerminal(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command(tmux, "-S", sock, "kill-server").Run() })
 
-	top := "DLOCK_TEST_CLI=1 '" + exe + "' top --redis '" + serverURL() + "' --prefix '" + prefix + "' --interval 200ms"
+	top := "DLOCK_TEST_CLI=1 '" + exe + "' top --redis '" + serverURL() + "' --prefix '" + prefix + "' --interval 1h"
 	for _, tc := range []struct {
 		how    string
 		script string // runs top, then says how it ended and whether the terminal's mode came back
@@ -93,6 +96,16 @@ func TestTopInATerminal(t *testing.T) {
 			}
 			if got := strings.TrimSpace(tm("display-message", "-p", "-t", session, "#{alternate_on}")); got != "1" {
 				t.Errorf("alternate_on %q while top runs, want 1", got)
+			}
+			if tc.how == "q" {
+				tm("resize-window", "-t", session, "-x", "100", "-y", "24")
+				waitFor(t, 5*time.Second, "top to draw its frame anew at 100 columns", func() bool {
+					widest := 0
+					for _, line := range strings.Split(pane(), "\n") {
+						widest = max(widest, utf8.RuneCountInString(line))
+					}
+					return widest == 100
+				})
 			}
 			tc.quit(session)
 			waitFor(t, 10*time.Second, "top to exit", func() bool {
