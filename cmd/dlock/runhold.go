@@ -92,7 +92,7 @@ func (c runConfig) what() string {
 }
 
 // heldLine is what run without CMD prints on stdout once it holds the
-// lock: the name (quoted when it has a space or a quote), its fence (a
+// lock: the name (quoted as quoteArgs does: a space, a quote...), its fence (a
 // leader's term) and the lease's TTL, as in "nightly-report fence=42
 // ttl=30s".
 func (c runConfig) heldLine(h holding) string {
