@@ -31,6 +31,8 @@ fi
 if [ "$(id -u)" -eq 0 ] && ! command -v iptables >/dev/null 2>&1; then
   missing+=(iptables)
 fi
+# dlock top's terminal test (cmd/dlock) runs it in a tmux pane.
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: ${missing[*]} not found; installing with apt-get" >&2
   sudo=""

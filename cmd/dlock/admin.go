@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"os"
 	"path"
@@ -48,6 +48,9 @@ func (k *kindFlag) String() string {
 	return string(k.kind)
 }
 
+// Type names the kind of value for -h.
+func (k *kindFlag) Type() string { return "kind" }
+
 // Set parses a kind's name; fairmutex is a mutex (they share their locks).
 func (k *kindFlag) Set(s string) error {
 	switch v := dlock.Kind(strings.ToLower(s)); v {
@@ -77,7 +80,7 @@ type adminFlags struct {
 }
 
 // register adds --redis, the TLS flags and --prefix to fs.
-func (a *adminFlags) register(fs *flag.FlagSet) {
+func (a *adminFlags) register(fs *pflag.FlagSet) {
 	a.conn.register(fs)
 	fs.StringVar(&a.prefix, "prefix", dlock.DefaultPrefix, "key `prefix` of the locks")
 }
@@ -186,7 +189,7 @@ func inspectLocks(ctx context.Context, s *session, name string, kinds []dlock.Ki
 }
 
 // oneName checks that fs has exactly one non-empty argument and returns it.
-func oneName(fs *flag.FlagSet) (string, error) {
+func oneName(fs *pflag.FlagSet) (string, error) {
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		return "", fmt.Errorf("want exactly one lock NAME, got %q", fs.Args())
 	}
@@ -281,7 +284,7 @@ func lsCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // patternArg returns the optional PATTERN argument of ls and top, checked.
-func patternArg(fs *flag.FlagSet) (string, error) {
+func patternArg(fs *pflag.FlagSet) (string, error) {
 	if fs.NArg() > 1 {
 		return "", fmt.Errorf("want at most one PATTERN, got %q", fs.Args())
 	}

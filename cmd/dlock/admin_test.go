@@ -453,7 +453,7 @@ func TestTopRuns(t *testing.T) {
 	defer l.Unlock(ctx)
 	r := admin(prefix, "top", "--iterations", "2", "--interval", "100ms")
 	must(t, r, exitOK, "top/held", "top-test)", "1 lock, 1 held, 0 waiters, 0.0 acquisitions/s")
-	if n := strings.Count(r.stdout, "dlock top "); n != 2 || strings.Contains(r.stdout, clearScreen) {
+	if n := strings.Count(r.stdout, "dlock top "); n != 2 || strings.Contains(r.stdout, "\x1b") {
 		t.Errorf("%d frames, want 2, and no screen clearing into a pipe:\n%q", n, r.stdout)
 	}
 }

@@ -61,6 +61,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.url, "redis", "", "use the Redis at `URL` instead of starting one: "+serverForm+", "+clusterForm+" or "+sentinelForm)
 	fs.StringVar(&c.prefix, "prefix", demoPrefix, "key `prefix`; the demo resets its counter under it")
 	fs.BoolVar(&c.embedded, "embedded", false, "") // internal: use miniredis even if redis-server exists
+	_ = fs.MarkHidden("embedded")
 	if code, ok := parseFlags(fs, demoSynopsis, args, stdout, stderr); !ok {
 		return code
 	}

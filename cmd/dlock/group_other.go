@@ -24,8 +24,15 @@ func runSupported() error {
 	return fmt.Errorf("dlock run needs Unix process groups, which %s does not have", runtime.GOOS)
 }
 
+// notifyResize does nothing: no SIGWINCH here; top fits each frame to
+// the size it reads before drawing it.
+func notifyResize(chan<- os.Signal) {}
+
+// sigName is sig as run's events name it.
+func sigName(sig os.Signal) string { return sig.String() }
+
 // runChild is never called where runSupported refuses.
-func (c runConfig) runChild(holding, <-chan os.Signal, io.Writer, io.Writer) int {
+func (c runConfig) runChild(holding, <-chan os.Signal, io.Writer, io.Writer, *reporter) int {
 	return exitFail
 }
 

@@ -53,6 +53,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,6 +71,30 @@ var groupSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, 
 // waiting for the lock, or to stop CMD and exit. SIGUSR1 and SIGUSR2 are
 // only passed on.
 func stops(sig os.Signal) bool { return sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2 }
+
+// sigName is sig as the events name it: SIGINT, SIGTERM...
+func sigName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		switch s {
+		case syscall.SIGINT:
+			return "SIGINT"
+		case syscall.SIGTERM:
+			return "SIGTERM"
+		case syscall.SIGHUP:
+			return "SIGHUP"
+		case syscall.SIGQUIT:
+			return "SIGQUIT"
+		case syscall.SIGUSR1:
+			return "SIGUSR1"
+		case syscall.SIGUSR2:
+			return "SIGUSR2"
+		}
+	}
+	return sig.String()
+}
+
+// notifyResize relays SIGWINCH, the terminal's size changed, to c (top).
+func notifyResize(c chan<- os.Signal) { signal.Notify(c, syscall.SIGWINCH) }
 
 // runSupported reports whether run can keep its promises here: yes.
 func runSupported() error { return nil }
@@ -142,10 +167,11 @@ func (g *group) signal(sig syscall.Signal) { _ = syscall.Kill(-g.pgid, sig) }
 // leadership) lasts, passing on sigs, and returns the exit status (see
 // runCmd). It returns only when the whole group has been sent SIGKILL and
 // the guard is reaped.
-func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.Writer, r *reporter) int {
 	g, err := startGroup(c.argv, c.childEnv(h), stdout, stderr)
 	if err != nil {
-		complain(stderr, "%v", err)
+		r.fail("%v", err)
+		r.tell(false, "", eventExit, "status", exitCannotRun)
 		return exitCannotRun
 	}
 	var (
@@ -193,6 +219,7 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 				events = nil
 			case line == guardStarted:
 				started = true
+				r.tell(false, "", eventStarted, "command", c.argv)
 				for _, s := range pending {
 					g.signal(s)
 				}
@@ -208,7 +235,8 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 			maxHoldC, expired = nil, true
 			if !stopping {
 				stopping = true
-				complain(stderr, "the max hold (--max-hold %v) ran out; stopping %s (SIGTERM to its process group, SIGKILL after %v)", c.maxHold, c.argv[0], c.grace)
+				r.tell(false, fmt.Sprintf("the max hold (--max-hold %v) ran out; stopping %s (SIGTERM to its process group, SIGKILL after %v)", c.maxHold, c.argv[0], c.grace),
+					eventMaxHold, "max_hold_ms", c.maxHold.Milliseconds())
 				stop(syscall.SIGTERM)
 				startGrace()
 			}
@@ -218,12 +246,14 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 				// (run was slow, say): the lock may be free soon; CMD must
 				// not run on beside another holder.
 				leaseDone, lost = nil, true
-				complain(stderr, "%v while %s was being stopped: SIGKILL to its process group", h.Err(), c.argv[0])
+				r.tell(false, fmt.Sprintf("%v while %s was being stopped: SIGKILL to its process group", h.Err(), c.argv[0]),
+					eventLost, "error", errText(h.Err()))
 				send(syscall.SIGKILL)
 				break
 			}
 			leaseDone, lost, stopping = nil, true, true
-			complain(stderr, "%v; stopping %s (SIGTERM to its process group, SIGKILL after %v)", h.Err(), c.argv[0], c.grace)
+			r.tell(false, fmt.Sprintf("%v; stopping %s (SIGTERM to its process group, SIGKILL after %v)", h.Err(), c.argv[0], c.grace),
+				eventLost, "error", errText(h.Err()))
 			stop(syscall.SIGTERM)
 			startGrace()
 		case s := <-sigs:
@@ -232,17 +262,17 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 			case !stops(s):
 				send(sig)
 			case stopping:
-				complain(stderr, "%v: killing %s's process group", s, c.argv[0])
+				r.tell(false, fmt.Sprintf("%v: killing %s's process group", s, c.argv[0]), eventSignal, "signal", sigName(s))
 				send(syscall.SIGKILL)
 			default:
 				stopping = true
-				complain(stderr, "%v: passing it on to %s's process group (SIGKILL after %v)", s, c.argv[0], c.grace)
+				r.tell(false, fmt.Sprintf("%v: passing it on to %s's process group (SIGKILL after %v)", s, c.argv[0], c.grace), eventSignal, "signal", sigName(s))
 				stop(sig)
 				startGrace()
 			}
 		case <-graceC:
 			graceC = nil
-			complain(stderr, "%s still runs after %v: SIGKILL to its process group", c.argv[0], c.grace)
+			r.fail("%s still runs after %v: SIGKILL to its process group", c.argv[0], c.grace)
 			send(syscall.SIGKILL)
 		}
 	}
@@ -259,15 +289,16 @@ func (c runConfig) runChild(h holding, sigs <-chan os.Signal, stdout, stderr io.
 	if code < 0 {
 		code = exitStatus(g.cmd, werr)
 	}
+	r.tell(false, "", eventExit, "status", code)
 	if lerr := h.Err(); lerr != nil && !errors.Is(lerr, dlock.ErrUnlocked) {
 		if !lost {
-			complain(stderr, "the lease ended while %s ran: %v", c.argv[0], lerr)
+			r.tell(false, fmt.Sprintf("the lease ended while %s ran: %v", c.argv[0], lerr), eventLost, "error", errText(lerr))
 		}
 		// whatever CMD's status: the lock was not held throughout
-		complain(stderr, "%s exited with status %d; the lease was lost: exit status %d (--lost-exit-code)", c.argv[0], code, c.lostCode)
+		r.fail("%s exited with status %d; the lease was lost: exit status %d (--lost-exit-code)", c.argv[0], code, c.lostCode)
 		code = c.lostCode
 	} else if expired {
-		complain(stderr, "%s exited with status %d after the max hold (--max-hold %v) ran out: exit status %d (--lost-exit-code)", c.argv[0], code, c.maxHold, c.lostCode)
+		r.fail("%s exited with status %d after the max hold (--max-hold %v) ran out: exit status %d (--lost-exit-code)", c.argv[0], code, c.maxHold, c.lostCode)
 		code = c.lostCode
 	}
 	return code

@@ -1,7 +1,8 @@
 // Command dlock is the command-line face of the dlock library.
 //
 //	dlock demo                          see the lock at work (no setup needed)
-//	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock
+//	dlock run NAME -- CMD [ARGS...]     run a command while holding a lock (-c 'CMD': through /bin/sh)
+//	dlock run NAME                      hold a lock until SIGINT or SIGTERM
 //	dlock run --value V NAME -- CMD     run a command while leading an election
 //	dlock inspect NAME                  show who holds a lock, who waits, and its state
 //	dlock ls [PATTERN]                  list the locks, of every kind
@@ -24,16 +25,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 )
 
 // main runs the command line and exits with its status.
@@ -138,105 +139,126 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, `Run "dlock COMMAND -h" for a command's flags.`)
 }
 
-// newFlags returns an empty flag set for the named command.
-func newFlags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
+// newFlags returns an empty flag set for the named command. Its flags
+// are GNU style (spf13/pflag): "--name value" or "--name=value", short
+// forms "-x" that may be grouped ("-nx") and take their value attached or
+// apart ("-w10", "-w 10"), and flags before or after the positional
+// arguments, up to a "--".
+func newFlags(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("dlock "+name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parseFlags prints what is needed, where
+	fs.Usage = func() {}
+	fs.SortFlags = false // -h lists them in the order they were defined
 	return fs
 }
 
-// parseFlags parses args into fs: flags may come before or after the
-// positional arguments (dlock inspect NAME --json), until a "--". It
-// returns ok when the command should go on; otherwise code is the exit
-// status: 0 after -h (the command's usage went to stdout), 2 after a bad
-// flag (one line saying what, and the synopsis, to stderr).
-func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	err := parseInterspersed(fs, args)
+// parseFlags parses args into fs. It returns ok when the command should
+// go on; otherwise code is the exit status: 0 after -h or --help (the
+// command's usage went to stdout), 2 after a bad flag (one line saying
+// what, and the synopsis, to stderr). fs.Args() is then the positional
+// arguments, and fs.ArgsLenAtDash() says how many came before a "--".
+func parseFlags(fs *pflag.FlagSet, synopsis string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
 	switch {
 	case err == nil:
 		return exitOK, true
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, pflag.ErrHelp):
 		printFlags(fs, synopsis, stdout)
 		return exitOK, false
 	default:
-		complain(stderr, "%s\nusage: %s\n(%s -h lists the flags)", flagError(err), synopsis, fs.Name())
+		complain(stderr, "%s\nusage: %s\n(%s -h lists the flags)", flagError(fs, err), synopsis, fs.Name())
 		return exitUsage, false
 	}
 }
 
-// parseInterspersed parses args into fs, taking flags wherever they are
-// among the positional arguments, up to a "--"; what follows a "--" stays
-// as it is. fs.Args() is then the positional arguments in order, with the
-// "--" kept where one followed a positional argument (run's NAME -- CMD),
-// or first when run's command line starts with one (NAME forgotten).
-func parseInterspersed(fs *flag.FlagSet, args []string) error {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
+// flagError says what is wrong with a flag in dlock's words, from
+// pflag's typed errors: the flag as the user typed it, and for a value
+// what a good one looks like (a duration's unit: durationValue, waitFlag).
+func flagError(fs *pflag.FlagSet, err error) string {
+	var (
+		unknown *pflag.NotExistError
+		noValue *pflag.ValueRequiredError
+		bad     *pflag.InvalidValueError
+		syntax  *pflag.InvalidSyntaxError
+	)
+	switch {
+	case errors.As(err, &unknown):
+		group := unknown.GetSpecifiedShortnames()
+		switch long, _, _ := strings.Cut(group, "="); {
+		case group == "":
+			return fmt.Sprintf("unknown flag --%s", unknown.GetSpecifiedName())
+		case len(long) > 1 && fs.Lookup(long) != nil:
+			// the standard library's single-dash long form, "-ttl 5s"
+			return fmt.Sprintf("unknown flag -%s: a long flag takes two dashes, --%s", long, long)
+		case len(group) > 1:
+			return fmt.Sprintf("unknown flag -%s (in -%s)", unknown.GetSpecifiedName(), group)
 		}
-		rest := fs.Args()
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			// the flags ended at "--": the rest is the command's own
-			if len(pos) > 0 || fs.Name() == "dlock run" {
-				pos = append(pos, "--")
-			}
-			pos = append(pos, rest...)
-			break
+		return fmt.Sprintf("unknown flag -%s", unknown.GetSpecifiedName())
+	case errors.As(err, &noValue):
+		if noValue.GetSpecifiedShortnames() != "" {
+			return fmt.Sprintf("-%s (--%s) needs a value", noValue.GetSpecifiedName(), noValue.GetFlag().Name)
 		}
-		if len(rest) == 0 {
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
+		return fmt.Sprintf("--%s needs a value", noValue.GetFlag().Name)
+	case errors.As(err, &bad):
+		return fmt.Sprintf("--%s %s: %v", bad.GetFlag().Name, bad.GetValue(), errors.Unwrap(bad))
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("%s: not a flag (flags are -x or --name)", syntax.GetSpecifiedFlag())
 	}
-	return fs.Parse(append([]string{"--"}, pos...))
+	return err.Error()
 }
 
-// flagError says what is wrong with a flag in dlock's words: its name
-// with two dashes, and for a duration the unit it needs.
-func flagError(err error) string {
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		return fmt.Sprintf("unknown flag --%s", strings.TrimPrefix(name, "-"))
-	}
-	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
-		return fmt.Sprintf("--%s needs a value", strings.TrimPrefix(name, "-"))
-	}
-	// invalid value "5" for flag -ttl: parse error
-	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
-		value, rest, _ := strings.Cut(rest, " for flag -")
-		if v, err := strconv.Unquote(value); err == nil {
-			value = v
-		}
-		name, why, _ := strings.Cut(rest, ": ")
-		if strings.Contains(why, "time: ") || strings.Contains(why, "duration") || name == "ttl" || name == "grace" ||
-			name == "interval" || name == "max-hold" {
-			return fmt.Sprintf("--%s %s: not a duration (give a unit: 5s, 300ms, 1m)", name, value)
-		}
-		return fmt.Sprintf("--%s %s: %s", name, value, why)
-	}
-	return msg
-}
-
-// printFlags writes a command's synopsis and flags to w. Flags without a
-// usage text are internal and not shown.
-func printFlags(fs *flag.FlagSet, synopsis string, w io.Writer) {
+// printFlags writes a command's synopsis and flags to w. Hidden flags,
+// and flags without a usage text, are internal and not shown.
+func printFlags(fs *pflag.FlagSet, synopsis string, w io.Writer) {
 	fmt.Fprintf(w, "usage: %s\n\nflags:\n", synopsis)
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Usage == "" {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Usage == "" || f.Hidden {
 			return
 		}
-		kind, text := flag.UnquoteUsage(f)
+		kind, text := pflag.UnquoteUsage(f)
 		if kind != "" {
 			kind = " " + kind
 		}
-		fmt.Fprintf(w, "  --%s%s\n    \t%s", f.Name, kind, text)
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+		short := "    "
+		if f.Shorthand != "" {
+			short = "-" + f.Shorthand + ", "
+		}
+		fmt.Fprintf(w, "  %s--%s%s\n    \t%s", short, f.Name, kind, text)
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}
 		fmt.Fprintln(w)
 	})
 }
+
+// errNotDuration is the complaint about a duration without a unit.
+var errNotDuration = errors.New("not a duration (give a unit: 5s, 300ms, 1m)")
+
+// durationValue is a duration flag whose bad values are told what a
+// duration looks like.
+type durationValue time.Duration
+
+// durationVar defines a duration flag --name (and -short, unless "").
+func durationVar(fs *pflag.FlagSet, p *time.Duration, name, short string, value time.Duration, usage string) {
+	*p = value
+	fs.VarP((*durationValue)(p), name, short, usage)
+}
+
+// Set parses a Go duration: 300ms, 5s, 1m30s.
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errNotDuration
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// String returns the duration as Go writes it.
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+// Type names the kind of value for -h.
+func (d *durationValue) Type() string { return "duration" }
 
 // usageError reports a bad command line and returns the usage exit status.
 func usageError(stderr io.Writer, synopsis, format string, a ...any) int {

@@ -6,8 +6,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"os"
 	"strings"
 	"time"
@@ -36,7 +36,7 @@ type connFlags struct {
 }
 
 // register adds --redis and the TLS flags to fs.
-func (c *connFlags) register(fs *flag.FlagSet) {
+func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.url, "redis", "", "the Redis `URL`: "+serverForm+" (a cluster node: its cluster), "+
 		clusterForm+" or "+sentinelForm+"; rediss... for TLS (default $"+redisURLEnv+", else "+defaultRedisURL+")")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "verify the server against the CA certificates in `FILE` (PEM) instead of the system's")

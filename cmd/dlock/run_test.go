@@ -182,8 +182,9 @@ func TestRunRefusesWordsAfterName(t *testing.T) {
 	}{
 		{[]string{"echo", "hi"}, `want "--" between NAME and the command`},
 		{[]string{"--bogus", "--", "echo"}, "unknown flag --bogus"},
-		{nil, `missing "-- CMD"`},
 		{[]string{"--"}, "missing the command"},
+		{[]string{"-c", "echo hi", "--", "echo"}, `-c CMD and "-- CMD"`},
+		{[]string{"-w", "soon"}, "--wait soon: not a time to wait"},
 	} {
 		for _, url := range []string{serverURL(), "redis://127.0.0.1:1"} {
 			args := append([]string{"run", "--redis", url, "--prefix", testPrefix(t), name}, tc.after...)

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,11 +20,16 @@ import (
 
 // runSynopsis is run's usage line.
 const runSynopsis = "dlock run [--redis URL] [--tls-*] [--prefix P] [--ttl 30s] [--grace 5s] " +
-	"[-n | --wait D] [--max-hold D] [--shared | --exclusive | --permits N | --value V] [--conflict-exit-code 75] [--lost-exit-code 76] [--quiet] [--eviction-risk] NAME -- CMD [ARGS...]"
+	"[-n | -w SECONDS] [--max-hold D] [-s | -x | --permits N | --value V] [-E 75] [--lost-exit-code 76] [--json] [--quiet] [--eviction-risk] " +
+	"NAME [-- CMD [ARGS...] | -c 'CMD']"
 
 // runNotes follow run's flags in "dlock run -h".
 const runNotes = `
-Flags go before or after NAME; "--" between NAME and CMD is required.
+Flags go before or after NAME; "--" between NAME and CMD is required
+(or -c 'CMD', run by /bin/sh -c). Without CMD, run holds the lock until
+SIGINT or SIGTERM: it prints "NAME fence=N ttl=D" on stdout once it holds
+it, renews it meanwhile, releases it at the signal and exits 0.
+--json writes one JSON event a line to stderr (see docs/cli.md).
 --redis defaults to $DLOCK_REDIS_URL, else ` + defaultRedisURL + `. URL is one of
 ` + urlForms + `
 exit status:
@@ -78,6 +83,8 @@ type runConfig struct {
 	noWait       bool     // -n, --no-wait: one try
 	conflictCode int      // exit status when the lock stays busy
 	quiet        bool
+	json         bool          // --json: events as JSON lines on stderr
+	shell        string        // -c: the command for /bin/sh -c
 	value        string        // --value: the leader's value, when elect
 	elect        bool          // --value given: lead the election NAME, not lock the Mutex
 	evictionRisk bool          // --eviction-risk: dlock.WithEvictionRisk
@@ -87,7 +94,7 @@ type runConfig struct {
 	maxHold      time.Duration // --max-hold: CMD is stopped this long after the lock was taken; 0: never
 	stopAt       time.Time     // with --max-hold: when CMD gets SIGTERM (set once the lock is taken)
 	lostCode     int           // exit status when the lease was lost while CMD ran
-	argv         []string
+	argv         []string      // CMD; none: hold the lock until a signal
 }
 
 // runCmd is "dlock run": it takes the lock NAME, runs CMD with DLOCK_NAME
@@ -153,19 +160,20 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs := newFlags("run")
 	conn.register(fs)
 	fs.StringVar(&c.prefix, "prefix", dlock.DefaultPrefix, "key `prefix` of the lock")
-	fs.DurationVar(&c.ttl, "ttl", dlock.DefaultTTL, "lease time to live, renewed every ttl/3 while CMD runs")
-	fs.DurationVar(&c.grace, "grace", 5*time.Second, "after SIGTERM, how long CMD may take before SIGKILL")
-	fs.Var(&c.wait, "wait", "give up after waiting `DURATION` for the lock (exit status: --conflict-exit-code); default: wait as long as it takes")
-	fs.BoolVar(&c.noWait, "no-wait", false, "try once; if the lock is busy, exit at once with --conflict-exit-code (also -n)")
-	fs.BoolVar(&c.noWait, "n", false, "") // flock's short form of --no-wait
-	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitBusy, "exit `status` when the lock stays busy (-n, --wait)")
+	durationVar(fs, &c.ttl, "ttl", "", dlock.DefaultTTL, "lease time to live, renewed every ttl/3 while run holds the lock")
+	durationVar(fs, &c.grace, "grace", "", 5*time.Second, "after SIGTERM, how long CMD may take before SIGKILL")
+	fs.BoolVarP(&c.noWait, "no-wait", "n", false, "try once; if the lock is busy, exit at once with --conflict-exit-code")
+	fs.VarP(&c.wait, "wait", "w", "give up after waiting `SECONDS` for the lock (10, 1.5, or with a unit: 10s, 5m; exit status: --conflict-exit-code); default: wait as long as it takes")
+	fs.IntVarP(&c.conflictCode, "conflict-exit-code", "E", exitBusy, "exit `status` when the lock stays busy (-n, --wait)")
+	fs.BoolVarP(&c.shared, "shared", "s", false, "take the read side of the RWMutex NAME (with others --shared at once; as flock -s)")
+	fs.BoolVarP(&c.exclusive, "exclusive", "x", false, "take the write side of the RWMutex NAME (alone: no --shared holder either; as flock -x)")
+	fs.StringVarP(&c.shell, "command", "c", "", "run `CMD` through /bin/sh -c (as flock -c), instead of \"-- CMD [ARGS...]\"")
+	fs.BoolVar(&c.json, "json", false, "write what happens to stderr as JSON, one event a line (waiting, acquired, renewed, lost, released, exit...)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors (not the waiting and holding notes)")
 	fs.StringVar(&c.value, "value", "", "lead the election NAME with `VALUE` (shown by dlock leader) instead of locking the lock NAME")
-	fs.BoolVar(&c.shared, "shared", false, "take the read side of the RWMutex NAME (with others --shared at once; as flock -s)")
-	fs.BoolVar(&c.exclusive, "exclusive", false, "take the write side of the RWMutex NAME (alone: no --shared holder either)")
 	fs.IntVar(&c.permits, "permits", 0, "take one of `N` permits of the Semaphore NAME (N holders at once)")
-	fs.DurationVar(&c.maxHold, "max-hold", 0, "stop CMD `DURATION` after the lock was taken (SIGTERM, SIGKILL after --grace); the lock is held until CMD is gone, and at most DURATION + --grace + 1s")
-	fs.IntVar(&c.lostCode, "lost-exit-code", exitLost, "exit `status` when the lease was lost (or --max-hold ran out) while CMD ran")
+	durationVar(fs, &c.maxHold, "max-hold", "", 0, "stop CMD `DURATION` after the lock was taken (SIGTERM, SIGKILL after --grace); the lock is held until CMD is gone, and at most DURATION + --grace + 1s")
+	fs.IntVar(&c.lostCode, "lost-exit-code", exitLost, "exit `status` when the lease was lost (or --max-hold ran out) while run held it")
 	fs.BoolVar(&c.evictionRisk, "eviction-risk", false, "run on a server whose maxmemory-policy may evict keys (an evicted lock lets a second owner in)")
 	if code, ok := parseFlags(fs, runSynopsis, args, stdout, stderr); !ok {
 		if code == exitOK {
@@ -173,35 +181,46 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 		return c, code, false
 	}
-	fs.Visit(func(f *flag.Flag) { c.elect = c.elect || f.Name == "value" })
+	c.elect = fs.Changed("value")
 	bad := func(format string, a ...any) (runConfig, int, bool) {
 		return c, usageError(stderr, runSynopsis, format, a...), false
 	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return bad("missing the lock NAME")
+	// NAME, then CMD after a "--": "run NAME -- CMD", "run -c CMD NAME",
+	// "run NAME" (hold until a signal), "run -- -NAME -- CMD" (a name
+	// that starts with '-').
+	words, cmd, dashed := fs.Args(), []string(nil), false
+	if n := fs.ArgsLenAtDash(); n >= 0 {
+		words, cmd, dashed = words[:n], words[n:], true
 	}
-	if rest[0] == "--" {
-		// "run -- -NAME -- CMD" (a name that starts with '-'), or "run --
-		// CMD" (NAME forgotten)
-		if !slices.Contains(rest[2:], "--") {
+	if dashed && len(words) == 0 {
+		i := slices.Index(cmd, "--")
+		if i < 0 {
 			return bad("missing the lock NAME before \"--\"")
 		}
-		rest = rest[1:]
+		words, cmd = cmd[:i], cmd[i+1:]
 	}
-	c.name = rest[0]
 	switch {
-	case c.name == "":
+	case len(words) == 0:
+		return bad("missing the lock NAME")
+	case words[0] == "":
 		return bad("empty lock NAME")
-	case len(rest) == 1:
-		return bad("missing \"-- CMD\" after the lock NAME %q", c.name)
-	case rest[1] != "--":
-		return bad("%q after the lock NAME %q: want \"--\" between NAME and the command", rest[1], c.name)
+	case len(words) > 1:
+		return bad("%q after the lock NAME %q: want \"--\" between NAME and the command (or -c 'CMD')", words[1], words[0])
 	}
-	c.argv = rest[2:]
+	c.name = words[0]
 	switch {
-	case len(c.argv) == 0:
-		return bad("missing the command to run after \"--\"")
+	case fs.Changed("command") && dashed:
+		return bad("-c CMD and \"-- CMD\": give one of them")
+	case fs.Changed("command") && strings.TrimSpace(c.shell) == "":
+		return bad("-c: empty command")
+	case fs.Changed("command"):
+		c.argv = []string{shellPath, "-c", c.shell}
+	case dashed && len(cmd) == 0:
+		return bad("missing the command to run after \"--\" (without \"--\", run holds the lock until SIGINT or SIGTERM)")
+	default:
+		c.argv = cmd // none: hold until a signal
+	}
+	switch {
 	case c.ttl < 10*time.Millisecond:
 		return bad("--ttl %v: want at least 10ms", c.ttl)
 	case c.grace < 0:
@@ -235,6 +254,9 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	return c, exitOK, true
 }
 
+// shellPath is the shell that runs -c's command, as flock's does.
+const shellPath = "/bin/sh"
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -257,27 +279,55 @@ func (w *waitFlag) String() string {
 	return w.d.String()
 }
 
-// Set parses a duration of zero or more.
+// Type names the kind of value for -h.
+func (w *waitFlag) Type() string { return "seconds" }
+
+// errWait says what --wait takes.
+var errWait = errors.New("not a time to wait: give seconds (10, 1.5) or a duration with a unit (10s, 300ms, 5m)")
+
+// Set parses seconds as flock's -w takes them (10, 1.5), or a Go
+// duration with its unit (10s, 300ms, 1m30s); zero or more.
 func (w *waitFlag) Set(s string) error {
 	d, err := time.ParseDuration(s)
-	if err != nil {
-		return err
+	if err != nil && plainSeconds(s) {
+		secs, perr := strconv.ParseFloat(s, 64)
+		if perr != nil || secs*float64(time.Second) > math.MaxInt64 {
+			return fmt.Errorf("%s seconds: too long", s)
+		}
+		d, err = time.Duration(math.Round(secs*float64(time.Second))), nil
 	}
-	if d < 0 {
+	switch {
+	case err != nil:
+		return errWait
+	case d < 0:
 		return fmt.Errorf("%v: must not be negative", d)
 	}
 	w.d, w.set = d, true
 	return nil
 }
 
-// run holds the lock, or leads the election (--value), around the child.
-// sigs delivers the signals that end a wait or are passed on to the child.
-func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	note := func(format string, a ...any) {
-		if !c.quiet {
-			complain(stderr, format, a...)
+// plainSeconds reports whether s is a number of seconds as flock writes
+// them: digits, with a decimal point at most (no sign, exponent or unit).
+func plainSeconds(s string) bool {
+	digits, point := 0, 0
+	for _, r := range s {
+		switch {
+		case r >= '0' && r <= '9':
+			digits++
+		case r == '.':
+			point++
+		default:
+			return false
 		}
 	}
+	return digits > 0 && point <= 1
+}
+
+// run holds the lock, or leads the election (--value), around the child,
+// or without one until a stopping signal (hold). sigs delivers the
+// signals that end a wait or are passed on to the child.
+func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	r := &reporter{w: stderr, json: c.json, quiet: c.quiet, name: c.name}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -310,9 +360,10 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	rdb, _, err := dial(ctx, c.target)
 	if err != nil {
 		if s := interrupted(); s != nil {
+			r.tell(false, "", eventSignal, "signal", sigName(s))
 			return signalStatus(s)
 		}
-		complain(stderr, "%v", err)
+		r.fail("%v", err)
 		return exitFail
 	}
 	defer rdb.Close()
@@ -320,34 +371,40 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	if c.evictionRisk {
 		opts = append(opts, dlock.WithEvictionRisk())
 	}
+	var renewals chan struct{}
+	if c.json {
+		// the renewed events: the watchdog's renewals counter pings
+		renewals = make(chan struct{}, 1)
+		opts = append(opts, dlock.WithMeterProvider(renewalMeter{ping: renewals}))
+	}
 	client, err := dlock.New(rdb, opts...)
 	if err != nil {
 		interrupted()
-		complain(stderr, "%v", err)
+		r.fail("%v", err)
 		return exitFail
 	}
 	defer client.Close()
 
-	h, err := c.take(ctx, client, note)
+	h, err := c.take(ctx, client, r)
 	if s := interrupted(); s != nil {
 		if err == nil {
 			_ = release(h)
 		}
-		complain(stderr, "%v: gave up waiting for %s", s, c.what())
+		r.tell(false, fmt.Sprintf("%v: gave up waiting for %s", s, c.what()), eventSignal, "signal", sigName(s))
 		return signalStatus(s)
 	}
 	switch {
 	case errors.Is(err, dlock.ErrNotObtained) && c.noWait:
-		complain(stderr, "lock %q is held by another owner (-n: not waiting)", c.name)
+		r.tell(false, fmt.Sprintf("lock %q is held by another owner (-n: not waiting)", c.name), eventConflict, "status", c.conflictCode)
 		return c.conflictCode
 	case errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded):
-		complain(stderr, "gave up waiting for %s after %v (--wait)", c.what(), c.wait.d)
+		r.tell(false, fmt.Sprintf("gave up waiting for %s after %v (--wait)", c.what(), c.wait.d), eventConflict, "status", c.conflictCode)
 		return c.conflictCode
 	case errors.Is(err, dlock.ErrEvictionPolicy):
-		complain(stderr, "%v\n(dlock run --eviction-risk accepts the risk; better: CONFIG SET maxmemory-policy noeviction)", err)
+		r.fail("%v\n(dlock run --eviction-risk accepts the risk; better: CONFIG SET maxmemory-policy noeviction)", err)
 		return exitFail
 	case err != nil:
-		complain(stderr, "%v", err)
+		r.fail("%v", err)
 		return exitFail
 	}
 	if c.maxHold > 0 {
@@ -355,16 +412,73 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 		// before the lock's max hold (maxHoldLock) counted from then.
 		c.stopAt = time.Now().Add(c.maxHold)
 	}
-	note("%s; running %s", c.heldNote(h), quoteArgs(c.argv))
-
-	code := c.runChild(h, sigs, stdout, stderr)
-	if err := release(h); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		complain(stderr, "%v", err)
+	stopRenewals := func() {}
+	if renewals != nil {
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			reportRenewals(rctx, h, renewals, r)
+		}()
+		stopRenewals = func() { stop(); <-done }
+	}
+	var code int
+	if len(c.argv) == 0 {
+		r.tell(true, c.heldNote(h)+", until SIGINT or SIGTERM", eventAcquired, "fence", h.Fence(), "ttl_ms", c.ttl.Milliseconds())
+		fmt.Fprintln(stdout, c.heldLine(h))
+		code = c.hold(h, sigs, r)
+	} else {
+		r.tell(true, fmt.Sprintf("%s; running %s", c.heldNote(h), quoteArgs(c.argv)), eventAcquired, "fence", h.Fence(), "ttl_ms", c.ttl.Milliseconds())
+		code = c.runChild(h, sigs, stdout, stderr, r)
+	}
+	stopRenewals() // no renewed event after exit, signal or lost
+	switch err := release(h); {
+	case err == nil:
+		r.tell(false, "", eventReleased, "fence", h.Fence())
+	case !errors.Is(err, dlock.ErrNotHeld):
+		r.fail("%v", err)
 		if code == exitOK {
 			code = exitFail
 		}
 	}
 	return code
+}
+
+// hold is run without CMD: it keeps h (renewed by the library's
+// watchdog) until a stopping signal comes, and returns 0 then; or until
+// the lease is lost or --max-hold runs out, and returns --lost-exit-code.
+// The caller releases h.
+func (c runConfig) hold(h holding, sigs <-chan os.Signal, r *reporter) int {
+	var maxHoldC <-chan time.Time
+	if !c.stopAt.IsZero() {
+		t := time.NewTimer(time.Until(c.stopAt))
+		defer t.Stop()
+		maxHoldC = t.C
+	}
+	for {
+		select {
+		case s := <-sigs:
+			if stops(s) {
+				r.tell(true, fmt.Sprintf("%v: releasing %s", s, c.what()), eventSignal, "signal", sigName(s))
+				return exitOK
+			}
+		case <-h.Done():
+			r.tell(false, fmt.Sprintf("%v: exit status %d (--lost-exit-code)", h.Err(), c.lostCode), eventLost, "error", errText(h.Err()))
+			return c.lostCode
+		case <-maxHoldC:
+			r.tell(false, fmt.Sprintf("the max hold (--max-hold %v) ran out; releasing %s: exit status %d (--lost-exit-code)", c.maxHold, c.what(), c.lostCode),
+				eventMaxHold, "max_hold_ms", c.maxHold.Milliseconds())
+			return c.lostCode
+		}
+	}
+}
+
+// errText is err's message, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // startErrorStatus is the status for a command that could not be

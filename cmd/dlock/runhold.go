@@ -31,6 +31,9 @@ type holding interface {
 	// returns an error matching dlock.ErrNotHeld when the hold had
 	// already ended.
 	Release(ctx context.Context) error
+	// TTL reads how long the hold has left on the server, bounded by
+	// ctx; an error when it is no longer held or cannot be read.
+	TTL(ctx context.Context) (time.Duration, error)
 }
 
 // leaseHold is a Mutex's lease as a holding.
@@ -40,7 +43,23 @@ type leaseHold struct{ *dlock.Lease }
 func (h leaseHold) Release(ctx context.Context) error { return h.Unlock(ctx) }
 
 // leaderHold is a leadership as a holding: its term is its fence.
-type leaderHold struct{ *dlock.Leadership }
+type leaderHold struct {
+	*dlock.Leadership
+	e *dlock.Election
+}
+
+// TTL reads the election: the leader's TTL left while it is this
+// leadership's term.
+func (h leaderHold) TTL(ctx context.Context) (time.Duration, error) {
+	l, err := h.e.Leader(ctx)
+	switch {
+	case err != nil:
+		return 0, err
+	case l.Term != h.Term():
+		return 0, dlock.ErrNotHeld
+	}
+	return l.TTL, nil
+}
 
 // Fence returns the leader's term, the election's fencing token.
 func (h leaderHold) Fence() int64 { return h.Term() }
@@ -72,6 +91,14 @@ func (c runConfig) what() string {
 	return "lock " + strconv.Quote(c.name)
 }
 
+// heldLine is what run without CMD prints on stdout once it holds the
+// lock: the name (quoted as quoteArgs does: a space, a quote...), its fence (a
+// leader's term) and the lease's TTL, as in "nightly-report fence=42
+// ttl=30s".
+func (c runConfig) heldLine(h holding) string {
+	return fmt.Sprintf("%s fence=%d ttl=%v", quoteArgs([]string{c.name}), h.Fence(), c.ttl)
+}
+
 // heldNote says what run holds, once it holds it.
 func (c runConfig) heldNote(h holding) string {
 	if c.elect {
@@ -83,13 +110,14 @@ func (c runConfig) heldNote(h holding) string {
 // take takes what run holds: the lock NAME (see acquire) or, with
 // --value, the leadership of the election NAME (see campaign), with the
 // TTL of --ttl. Its errors are those of acquire and campaign.
-func (c runConfig) take(ctx context.Context, client *dlock.Client, note func(string, ...any)) (holding, error) {
+func (c runConfig) take(ctx context.Context, client *dlock.Client, r *reporter) (holding, error) {
 	if c.elect {
-		ld, err := c.campaign(ctx, client.Election(c.name, c.lockOptions()...), note)
+		e := client.Election(c.name, c.lockOptions()...)
+		ld, err := c.campaign(ctx, e, r)
 		if err != nil {
 			return nil, err
 		}
-		return leaderHold{ld}, nil
+		return leaderHold{ld, e}, nil
 	}
 	var l dlock.Locker
 	switch {
@@ -102,7 +130,7 @@ func (c runConfig) take(ctx context.Context, client *dlock.Client, note func(str
 	default:
 		l = client.Mutex(c.name, c.lockOptions()...)
 	}
-	lease, err := c.acquire(ctx, l, note)
+	lease, err := c.acquire(ctx, l, r)
 	if err != nil {
 		return nil, err
 	}
@@ -144,16 +172,16 @@ func (c runConfig) maxHoldLock() time.Duration {
 // waits for it: until ctx ends, or for --wait at most. A lock that stays
 // busy comes back as an error matching dlock.ErrNotObtained (and
 // context.DeadlineExceeded when --wait ran out).
-func (c runConfig) acquire(ctx context.Context, m dlock.Locker, note func(string, ...any)) (*dlock.Lease, error) {
+func (c runConfig) acquire(ctx context.Context, m dlock.Locker, r *reporter) (*dlock.Lease, error) {
 	lease, err := m.TryLock(ctx)
 	if !errors.Is(err, dlock.ErrNotObtained) || ctx.Err() != nil || c.noWait {
 		return lease, err
 	}
 	if !c.wait.set {
-		note("%s is held by others; waiting (Ctrl-C gives up)", c.what())
+		r.tell(true, fmt.Sprintf("%s is held by others; waiting (Ctrl-C gives up)", c.what()), eventWaiting, "wait_ms", nil)
 		return m.Lock(ctx)
 	}
-	note("%s is held by others; waiting up to %v", c.what(), c.wait.d)
+	r.tell(true, fmt.Sprintf("%s is held by others; waiting up to %v", c.what(), c.wait.d), eventWaiting, "wait_ms", c.wait.d.Milliseconds())
 	wctx, cancel := context.WithTimeout(ctx, c.wait.d)
 	defer cancel()
 	return m.Lock(wctx)
@@ -176,13 +204,14 @@ func (p permit) TryLock(ctx context.Context, opts ...dlock.LockOption) (*dlock.L
 // Campaign decides). A Campaign that does not win comes back as an error
 // matching dlock.ErrNotObtained (and context.DeadlineExceeded when --wait
 // ran out), and leaves nothing of this candidate in Redis.
-func (c runConfig) campaign(ctx context.Context, e *dlock.Election, note func(string, ...any)) (*dlock.Leadership, error) {
+func (c runConfig) campaign(ctx context.Context, e *dlock.Election, r *reporter) (*dlock.Leadership, error) {
 	if l, err := e.Leader(ctx); err == nil {
-		until := "(Ctrl-C gives up)"
+		until, waitMs := "(Ctrl-C gives up)", any(nil)
 		if c.wait.set {
-			until = "up to " + c.wait.d.String()
+			until, waitMs = "up to "+c.wait.d.String(), c.wait.d.Milliseconds()
 		}
-		note("election %q is led by value %q, term %d; waiting %s", c.name, l.Value, l.Term, until)
+		r.tell(true, fmt.Sprintf("election %q is led by value %q, term %d; waiting %s", c.name, l.Value, l.Term, until),
+			eventWaiting, "wait_ms", waitMs, "leader_value", l.Value, "leader_term", l.Term)
 	}
 	if c.wait.set {
 		wctx, cancel := context.WithTimeout(ctx, c.wait.d)

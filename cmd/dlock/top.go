@@ -14,24 +14,125 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"golang.org/x/term"
 )
 
 // topSynopsis is top's usage line.
 const topSynopsis = "dlock top [--redis URL] [--tls-*] [--prefix P] [--interval 1s] [--limit 40] [--iterations N] [PATTERN]"
 
-// terminal reports whether w is a terminal (a character device): only
-// there does top clear the screen between frames.
-func terminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+// On a terminal (term.IsTerminal on stdout), top draws full screen: it
+// enters the alternate screen, so that the shell's screen comes back as
+// it was when top ends; draws each frame from the top left, every row cut
+// to the terminal's width (term.GetSize, read before each frame) and to
+// its height, never wrapped; and reads its keys from stdin in raw mode,
+// where q or Ctrl-C ends it. However it ends (q, Ctrl-C, SIGINT, SIGTERM,
+// --iterations) it leaves the alternate screen and restores the
+// terminal's mode. Anywhere else (a pipe, a file) it writes the frames
+// plainly, one after another, with no escape sequence.
+
+// Escape sequences of the full-screen view (xterm, understood by every
+// terminal emulator in use and by tmux and screen).
+const (
+	altScreenOn  = "\x1b[?1049h\x1b[?25l" // alternate screen; cursor hidden
+	altScreenOff = "\x1b[?25h\x1b[?1049l" // cursor shown; back to the main screen
+	frameStart   = "\x1b[H"               // cursor home: the frame overwrites the last
+	lineEnd      = "\x1b[K\r\n"           // clear the rest of the row; next row (raw mode: CR too)
+	frameEnd     = "\x1b[K\x1b[J"         // clear the rest of the last row, and below it
+)
+
+// screen is top's terminal: stdout, and stdin when it is one too.
+type screen struct {
+	out   *os.File
+	in    *os.File
+	saved *term.State // stdin's mode before raw; nil when not changed
 }
 
-// clearScreen moves the cursor home and clears the terminal (ANSI).
-const clearScreen = "\x1b[H\x1b[2J"
+// openScreen returns the terminal that w is, or nil when w is not one.
+// It enters the alternate screen and puts stdin (when a terminal) in raw
+// mode; close undoes both.
+func openScreen(w io.Writer) *screen {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	s := &screen{out: f}
+	if term.IsTerminal(int(os.Stdin.Fd())) {
+		if st, err := term.MakeRaw(int(os.Stdin.Fd())); err == nil {
+			s.in, s.saved = os.Stdin, st
+		}
+	}
+	fmt.Fprint(f, altScreenOn)
+	return s
+}
+
+// close leaves the alternate screen and restores stdin's mode.
+func (s *screen) close() {
+	fmt.Fprint(s.out, altScreenOff)
+	if s.saved != nil {
+		_ = term.Restore(int(s.in.Fd()), s.saved)
+	}
+}
+
+// keys calls quit when q, Q, Ctrl-C or Ctrl-D is typed (raw mode: Ctrl-C
+// is a byte, not a SIGINT). Its goroutine reads stdin until then, or
+// until stdin ends; a read it is blocked in when top ends is left to the
+// process's exit (stdin cannot be interrupted portably).
+func (s *screen) keys(quit func()) {
+	if s.in == nil {
+		return
+	}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := s.in.Read(buf)
+			for _, b := range buf[:n] {
+				if b == 'q' || b == 'Q' || b == 3 || b == 4 {
+					quit()
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// draw writes one frame: each row cut to the terminal's width, as many
+// rows as it has. topLoop draws the last frame again when the terminal
+// is resized (SIGWINCH), so that it never waits a refresh to fit.
+func (s *screen) draw(frame string) {
+	width, height, err := term.GetSize(int(s.out.Fd()))
+	if err != nil || width < 1 || height < 1 {
+		width, height = 80, 24
+	}
+	fmt.Fprint(s.out, fitFrame(frame, width, height))
+}
+
+// fitFrame renders frame for a terminal of width columns and height
+// rows: from the top left, every row cut to width (never wrapped: a
+// wrapped row would scroll the frame), the rows past height left out.
+// Each character counts as one column (the table is ASCII but for the
+// names, and "–").
+func fitFrame(frame string, width, height int) string {
+	lines := strings.Split(strings.TrimSuffix(frame, "\n"), "\n")
+	if len(lines) > height {
+		lines = lines[:height]
+	}
+	var b strings.Builder
+	b.WriteString(frameStart)
+	for i, l := range lines {
+		if r := []rune(l); len(r) > width {
+			l = string(r[:width])
+		}
+		b.WriteString(l)
+		if i < len(lines)-1 {
+			b.WriteString(lineEnd)
+		}
+	}
+	b.WriteString(frameEnd)
+	return b.String()
+}
 
 // minInterval is top's shortest refresh interval: each refresh SCANs the
 // keyspace.
@@ -73,7 +174,7 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 	)
 	fs := newFlags("top")
 	a.register(fs)
-	fs.DurationVar(&v.interval, "interval", time.Second, "refresh every `DURATION` (each refresh SCANs the keyspace)")
+	durationVar(fs, &v.interval, "interval", "", time.Second, "refresh every `DURATION` (each refresh SCANs the keyspace)")
 	fs.IntVar(&v.limit, "limit", 40, "show the `N` busiest locks at most (0: all)")
 	fs.IntVar(&n, "iterations", 0, "stop after `N` refreshes (default: until interrupted)")
 	if code, ok := parseFlags(fs, topSynopsis, args, stdout, stderr); !ok {
@@ -103,13 +204,32 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer s.close()
-	topLoop(ctx, s.c, v, n, stdout)
+	if scr := openScreen(stdout); scr != nil {
+		defer scr.close()
+		ctx, quit := context.WithCancel(ctx)
+		defer quit()
+		scr.keys(quit)
+		resized := make(chan os.Signal, 1)
+		notifyResize(resized)
+		defer signal.Stop(resized)
+		topLoop(ctx, s.c, v, n, scr.draw, resized)
+		return exitOK
+	}
+	first := true
+	topLoop(ctx, s.c, v, n, func(frame string) {
+		if !first {
+			fmt.Fprintln(stdout) // frames one after another, in a pipe or a file
+		}
+		first = false
+		fmt.Fprint(stdout, frame)
+	}, nil)
 	return exitOK
 }
 
 // topLoop draws a frame every interval until ctx ends, or n frames when n
-// is above 0. A failed refresh is shown, and the next one tried.
-func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, w io.Writer) {
+// is above 0. A failed refresh is shown, and the next one tried. draw
+// puts a frame on the screen, or after the last one in a pipe or a file.
+func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, draw func(frame string), resized <-chan os.Signal) {
 	tick := time.NewTicker(v.interval)
 	defer tick.Stop()
 	var prev *snapshot
@@ -118,22 +238,23 @@ func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, w io.Writer
 		if ctx.Err() != nil {
 			return
 		}
-		if terminal(w) {
-			fmt.Fprint(w, clearScreen)
-		} else if i > 1 {
-			fmt.Fprintln(w) // frames one after another, in a pipe or a file
-		}
-		fmt.Fprint(w, renderTop(v, prev, cur))
+		frame := renderTop(v, prev, cur)
+		draw(frame)
 		if cur.err == nil {
 			prev = cur
 		}
 		if n > 0 && i >= n {
 			return
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-resized:
+				draw(frame) // the same frame, fitted to the new size
+			case <-tick.C:
+				waiting = false
+			}
 		}
 	}
 }

@@ -94,8 +94,8 @@ func demoWorkerCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.url, "redis", "", "Redis URL")
 	fs.StringVar(&c.prefix, "prefix", "", "key prefix")
 	fs.IntVar(&c.rounds, "rounds", 1, "acquisitions")
-	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lease TTL")
-	fs.DurationVar(&c.job, "job", 30*time.Millisecond, "pause inside the job")
+	durationVar(fs, &c.ttl, "ttl", "", 2*time.Second, "lease TTL")
+	durationVar(fs, &c.job, "job", "", 30*time.Millisecond, "pause inside the job")
 	fs.StringVar(&c.history, "history", "", "history file")
 	if code, ok := parseFlags(fs, "dlock "+workerCommand+" (internal: started by dlock demo)", args, stdout, stderr); !ok {
 		return code
