@@ -111,7 +111,7 @@ func lost(t *testing.T, ctx context.Context, leases ...*dlock.Lease) {
 // The JSON schema's field names, as docs/cli.md documents them.
 var (
 	lockFields   = []string{"capacity", "count", "fence", "free", "held", "holders", "kept_for", "key", "kind", "mode", "name", "ttl_ms", "value", "waiters"}
-	holderFields = []string{"fence", "holds", "owner", "side", "since", "token", "ttl_ms"}
+	holderFields = []string{"fence", "holds", "label", "owner", "side", "since", "token", "ttl_ms"}
 	waiterFields = []string{"expires_ms", "owner", "permits", "side", "since", "token"}
 	ownerFields  = []string{"client", "host", "label", "pid", "program", "started"}
 )
@@ -174,7 +174,7 @@ func TestInspectMutex(t *testing.T) {
 	ctx := testCtx(t)
 	holder := labelled(t, prefix, "cli-test")
 	m := holder.Mutex(name, dlock.WithTTL(time.Second))
-	lease, err := m.Lock(ctx)
+	lease, err := m.Lock(ctx, dlock.WithLabel("nightly report")) // the hold's label, beside its Client's
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,9 +192,9 @@ func TestInspectMutex(t *testing.T) {
 		"held:      yes, by 1 holder\n", fmt.Sprintf("fence:     %d, the highest its holders have", lease.Fence()),
 		"waiters:   1, in the order they will be served")
 	holderRow := fieldsOf(r.stdout, lease.Token())
-	if len(holderRow) != 9 || holderRow[1] != "2" || holderRow[2] != strconv.FormatInt(lease.Fence(), 10) ||
-		holderRow[6] != pid || holderRow[8] != "cli-test" {
-		t.Errorf("holder row %q: want token, holds 2, fence, ..., pid %s, label cli-test", holderRow, pid)
+	if len(holderRow) != 11 || holderRow[1] != "2" || holderRow[2] != strconv.FormatInt(lease.Fence(), 10) ||
+		holderRow[3] != `"nightly` || holderRow[4] != `report"` || holderRow[8] != pid || holderRow[10] != "cli-test" {
+		t.Errorf("holder row %q: want token, holds 2, fence, label \"nightly report\", ..., pid %s, client label cli-test", holderRow, pid)
 	}
 	if w := fieldsOf(r.stdout, "1"); len(w) != 8 || w[5] != pid || w[7] != "cli-waiter" {
 		t.Errorf("waiter row %q: want #1 with pid %s and label cli-waiter", w, pid)
@@ -292,7 +292,7 @@ func TestInspectEveryKind(t *testing.T) {
 	r := admin(prefix, "inspect", name)
 	must(t, r, exitOK, `mutex "job"`, `rwmutex "job"`, `semaphore "job"`, `latch "job"`,
 		"mode:      read", "permits:   2 free of 5", "count:     3 (closed", "reader-a", "reader-b", "waiter")
-	if f := fieldsOf(r.stdout, readers[1].Token()); len(f) != 10 || f[1] != "read" || f[9] != "reader-b" {
+	if f := fieldsOf(r.stdout, readers[1].Token()); len(f) != 11 || f[1] != "read" || f[4] != "-" || f[10] != "reader-b" {
 		t.Errorf("reader row %q", f)
 	}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"time"
 
@@ -40,6 +41,7 @@ type holderJSON struct {
 	Side  string     `json:"side"` // rwmutex: read or write
 	Holds int64      `json:"holds"`
 	Fence int64      `json:"fence"`
+	Label string     `json:"label"` // the hold's (WithLabel); the Client's is the owner's
 	Since *string    `json:"since"`
 	TTLMs int64      `json:"ttl_ms"`
 	Owner *ownerJSON `json:"owner"`
@@ -108,8 +110,7 @@ func toJSON(locks []*dlock.LockInfo) []lockJSON {
 			Fence: l.Fence, Mode: l.Mode, KeptFor: l.KeptFor, Capacity: l.Capacity, Free: l.Free, Count: l.Count, Value: l.Value,
 			Holders: make([]holderJSON, 0, len(l.Holders)), Waiters: make([]waiterJSON, 0, len(l.Waiters))}
 		for _, h := range l.Holders {
-			j.Holders = append(j.Holders, holderJSON{Token: h.Token, Side: h.Side, Holds: h.Holds, Fence: h.Fence,
-				Since: timeJSON(h.Since), TTLMs: msJSON(h.TTL), Owner: ownerOf(h.Owner)})
+			j.Holders = append(j.Holders, holderOf(h))
 		}
 		for _, w := range l.Waiters {
 			j.Waiters = append(j.Waiters, waiterJSON{Token: w.Token, Side: w.Side, Permits: w.Permits,
@@ -129,4 +130,22 @@ func printJSON(stdout, stderr io.Writer, locks []*dlock.LockInfo) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// holderOf converts a holder.
+func holderOf(h dlock.Holder) holderJSON {
+	return holderJSON{Token: h.Token, Side: h.Side, Holds: h.Holds, Fence: h.Fence, Label: h.Label,
+		Since: timeJSON(h.Since), TTLMs: msJSON(h.TTL), Owner: ownerOf(h.Owner)}
+}
+
+// busyHolderJSON is the holder a refused acquire's err (a
+// *dlock.BusyError) names, for run's conflict event; nil (null) when it
+// names none.
+func busyHolderJSON(err error) *holderJSON {
+	var be *dlock.BusyError
+	if !errors.As(err, &be) || be.Holder == nil {
+		return nil
+	}
+	j := holderOf(*be.Holder)
+	return &j
 }

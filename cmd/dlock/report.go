@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -78,10 +79,10 @@ func writeHolders(w io.Writer, l *dlock.LockInfo, now time.Time) {
 		holds = "PERMITS"
 	}
 	row(t, "    TOKEN", when(rw, "SIDE"), holds,
-		"FENCE", "HELD FOR", "TTL", "HOST", "PID", "PROGRAM", "LABEL")
+		"FENCE", "LABEL", "HELD FOR", "TTL", "HOST", "PID", "PROGRAM", "CLIENT LABEL")
 	for _, h := range l.Holders {
 		row(t, "    "+h.Token, when(rw, h.Side), strconv.FormatInt(h.Holds, 10), strconv.FormatInt(h.Fence, 10),
-			heldFor(now, h.Since), left(h.TTL), ownerCells(h.Owner))
+			orDash(display(h.Label), "-"), heldFor(now, h.Since), left(h.TTL), ownerCells(h.Owner))
 	}
 	t.Flush()
 }
@@ -90,7 +91,7 @@ func writeHolders(w io.Writer, l *dlock.LockInfo, now time.Time) {
 func writeWaiters(w io.Writer, l *dlock.LockInfo, now time.Time) {
 	t := newTable(w)
 	rw, sem := l.Kind == dlock.KindRWMutex, l.Kind == dlock.KindSemaphore
-	row(t, "    #", "TOKEN", when(rw, "SIDE"), when(sem, "PERMITS"), "WAITING", "EXPIRES", "HOST", "PID", "PROGRAM", "LABEL")
+	row(t, "    #", "TOKEN", when(rw, "SIDE"), when(sem, "PERMITS"), "WAITING", "EXPIRES", "HOST", "PID", "PROGRAM", "CLIENT LABEL")
 	for i, wt := range l.Waiters {
 		row(t, "    "+strconv.Itoa(i+1), wt.Token, when(rw, wt.Side), when(sem, strconv.FormatInt(wt.Permits, 10)),
 			heldFor(now, wt.Since), left(wt.Expires), ownerCells(wt.Owner))
@@ -190,17 +191,41 @@ func ownerCells(o *dlock.Owner) []string {
 // who names a holder briefly: host/pid and label when its Client said,
 // else the start of its token.
 func who(h dlock.Holder) string {
-	if o := h.Owner; o != nil {
-		s := display(o.Host) + "/" + strconv.Itoa(o.PID)
+	s := ""
+	switch o := h.Owner; {
+	case o != nil:
+		s = display(o.Host) + "/" + strconv.Itoa(o.PID)
 		if o.Label != "" {
 			s += " (" + display(o.Label) + ")"
 		}
-		return s
+	case len(h.Token) > 12:
+		s = h.Token[:12] + "…"
+	default:
+		s = orDash(display(h.Token), "-")
 	}
-	if len(h.Token) > 12 {
-		return h.Token[:12] + "…"
+	if h.Label != "" { // the hold's own (--label, dlock.WithLabel): what it is doing
+		s = display(h.Label) + " @ " + s
 	}
-	return orDash(display(h.Token), "-")
+	return s
+}
+
+// busyHolder names who holds the lock a refused acquire's err (a
+// *dlock.BusyError) found: its label, host/pid, and fence; "another
+// owner" when the error does not say (a quorum, or the read after the
+// refusal failed).
+func busyHolder(err error) string {
+	var be *dlock.BusyError
+	if !errors.As(err, &be) || be.Holder == nil {
+		return "another owner"
+	}
+	s := who(*be.Holder)
+	if be.Holder.Fence != 0 {
+		s += ", fence " + strconv.FormatInt(be.Holder.Fence, 10)
+	}
+	if n := len(be.Holders); n > 1 {
+		s += fmt.Sprintf(" (and %d more)", n-1)
+	}
+	return s
 }
 
 // holdersSummary names the first holder and counts the others.

@@ -26,7 +26,7 @@ func fixedLocks(mutexFence, rwFence int64) []*dlock.LockInfo {
 		{Kind: dlock.KindRWMutex, Name: "config", Held: true, Mode: "read", Fence: rwFence, TTL: 10 * time.Second,
 			Holders: []dlock.Holder{
 				{Token: "fedcba9876543210fedcba9876543210", Side: "read", Holds: 1, Fence: rwFence - 1, Since: t0.Add(-time.Minute)},
-				{Token: "0123456789abcdef00000000000000bb", Side: "read", Holds: 1, Fence: rwFence, Since: t0.Add(-2 * time.Second), Owner: alice}},
+				{Token: "0123456789abcdef00000000000000bb", Side: "read", Holds: 1, Fence: rwFence, Label: "export", Since: t0.Add(-2 * time.Second), Owner: alice}},
 			Waiters: []dlock.Waiter{{Token: "w1", Side: "write"}, {Token: "w2", Side: "read"}}},
 		{Kind: dlock.KindMutex, Name: "idle", Fence: 7},
 		{Kind: dlock.KindSemaphore, Name: "pool", Capacity: 5, Free: 5, Fence: 3,
@@ -139,11 +139,11 @@ func TestWriteLock(t *testing.T) {
   ttl:       10s
   fence:     4, the highest its holders have
   holders:
-    TOKEN                             SIDE  HOLDS  FENCE  HELD FOR  TTL  HOST   PID   PROGRAM  LABEL
-    fedcba9876543210fedcba9876543210  read  1      3      1m0s      0s   -      -     -        -
-    0123456789abcdef00000000000000bb  read  1      4      2s        0s   web-1  4242  api      billing
+    TOKEN                             SIDE  HOLDS  FENCE  LABEL   HELD FOR  TTL  HOST   PID   PROGRAM  CLIENT LABEL
+    fedcba9876543210fedcba9876543210  read  1      3      -       1m0s      0s   -      -     -        -
+    0123456789abcdef00000000000000bb  read  1      4      export  2s        0s   web-1  4242  api      billing
   waiters:   2, in the order they will be served:
-    #  TOKEN  SIDE   WAITING  EXPIRES  HOST  PID  PROGRAM  LABEL
+    #  TOKEN  SIDE   WAITING  EXPIRES  HOST  PID  PROGRAM  CLIENT LABEL
     1  w1     write  -        0s       -     -    -        -
     2  w2     read   -        0s       -     -    -        -
 `

@@ -213,7 +213,7 @@ func TestRunBusy(t *testing.T) {
 	defer held.Unlock(ctx)
 
 	r := runCLI(runArgs(t, "-n", name, "--", "echo", "ran")...)
-	if r.code != exitBusy || r.stdout != "" || !strings.Contains(r.stderr, "held by another owner") {
+	if r.code != exitBusy || r.stdout != "" || !strings.Contains(r.stderr, fmt.Sprintf("held by %s/%d, fence %d", hostname(), os.Getpid(), held.Fence())) {
 		t.Errorf("-n: code %d, stdout %q, stderr %q; want %d, no output from the command", r.code, r.stdout, r.stderr, exitBusy)
 	}
 	r = runCLI(runArgs(t, "--no-wait", "--conflict-exit-code", "9", name, "--", "echo", "ran")...)
@@ -491,4 +491,10 @@ func TestRunMaxHoldStopsCMDBeforeTheLockIsFree(t *testing.T) {
 	if n := strings.Count(string(b), "start "); n != 2 {
 		t.Errorf("%d CMDs started, want 2; log:\n%s", n, b)
 	}
+}
+
+// hostname is this machine's name, as an owner record says it.
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }

@@ -86,6 +86,7 @@ type runConfig struct {
 	json         bool          // --json: events as JSON lines on stderr
 	shell        string        // -c: the command for /bin/sh -c
 	value        string        // --value: the leader's value, when elect
+	label        string        // --label: dlock.WithLabel, kept with the hold
 	elect        bool          // --value given: lead the election NAME, not lock the Mutex
 	evictionRisk bool          // --eviction-risk: dlock.WithEvictionRisk
 	shared       bool          // --shared: the read side of the RWMutex NAME
@@ -170,6 +171,7 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 	fs.StringVarP(&c.shell, "command", "c", "", "run `CMD` through /bin/sh -c (as flock -c), instead of \"-- CMD [ARGS...]\"")
 	fs.BoolVar(&c.json, "json", false, "write what happens to stderr as JSON, one event a line (waiting, acquired, renewed, lost, released, exit...)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors (not the waiting and holding notes)")
+	fs.StringVar(&c.label, "label", "", "keep `TEXT` with the hold (at most 256 bytes): inspect, ls and top show it, and a run refused the lock names it")
 	fs.StringVar(&c.value, "value", "", "lead the election NAME with `VALUE` (shown by dlock leader) instead of locking the lock NAME")
 	fs.IntVar(&c.permits, "permits", 0, "take one of `N` permits of the Semaphore NAME (N holders at once)")
 	durationVar(fs, &c.maxHold, "max-hold", "", 0, "stop CMD `DURATION` after the lock was taken (SIGTERM, SIGKILL after --grace); the lock is held until CMD is gone, and at most DURATION + --grace + 1s")
@@ -229,6 +231,8 @@ func parseRun(args []string, getenv func(string) string, stdout, stderr io.Write
 		return bad("-n and --wait: give one of them")
 	case c.elect && (c.noWait || c.wait.set && c.wait.d == 0):
 		return bad("--value campaigns in an election, where a candidate has no single try: -n and --wait 0 do not apply")
+	case len(c.label) > dlock.MaxLabel:
+		return bad("--label: %d bytes, want at most %d", len(c.label), dlock.MaxLabel)
 	case c.conflictCode < 0 || c.conflictCode > 255:
 		return bad("--conflict-exit-code %d: want 0 to 255", c.conflictCode)
 	case c.lostCode < 0 || c.lostCode > 255:
@@ -395,10 +399,10 @@ func (c runConfig) run(sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case errors.Is(err, dlock.ErrNotObtained) && c.noWait:
-		r.tell(false, fmt.Sprintf("lock %q is held by another owner (-n: not waiting)", c.name), eventConflict, "status", c.conflictCode)
+		r.tell(false, fmt.Sprintf("lock %q is held by %s (-n: not waiting)", c.name, busyHolder(err)), eventConflict, "status", c.conflictCode, "holder", busyHolderJSON(err))
 		return c.conflictCode
 	case errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded):
-		r.tell(false, fmt.Sprintf("gave up waiting for %s after %v (--wait)", c.what(), c.wait.d), eventConflict, "status", c.conflictCode)
+		r.tell(false, fmt.Sprintf("gave up waiting for %s after %v (--wait): held by %s", c.what(), c.wait.d, busyHolder(err)), eventConflict, "status", c.conflictCode, "holder", busyHolderJSON(err))
 		return c.conflictCode
 	case errors.Is(err, dlock.ErrEvictionPolicy):
 		r.fail("%v\n(dlock run --eviction-risk accepts the risk; better: CONFIG SET maxmemory-policy noeviction)", err)

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -75,6 +76,13 @@ type event struct {
 	Signal  string   `json:"signal"`
 	Error   string   `json:"error"`
 	Command []string `json:"command"`
+	Holder  *struct {
+		Label string `json:"label"`
+		Fence int64  `json:"fence"`
+		Owner *struct {
+			PID int `json:"pid"`
+		} `json:"owner"`
+	} `json:"holder"`
 }
 
 // parseEvents parses run --json's stderr: every line must be an event.
@@ -160,7 +168,7 @@ func TestRunJSONEvents(t *testing.T) {
 
 	// busy: waiting (with the bound), then the conflict and its status
 	ctx := testCtx(t)
-	held, err := dlockClient(t, testPrefix(t)).Mutex(name).Lock(ctx)
+	held, err := dlockClient(t, testPrefix(t)).Mutex(name).Lock(ctx, dlock.WithLabel("nightly report"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +184,18 @@ func TestRunJSONEvents(t *testing.T) {
 	}
 	if s := evs[1].Status; s == nil || *s != exitBusy {
 		t.Errorf("conflict event %+v: want status %d", evs[1], exitBusy)
+	}
+	// the conflict names who holds the lock: the hold's label, its fence,
+	// its Client's pid (this test's)
+	if h := evs[1].Holder; h == nil || h.Label != "nightly report" || h.Fence != held.Fence() || h.Owner == nil || h.Owner.PID != os.Getpid() {
+		t.Errorf("conflict event's holder %+v: want label \"nightly report\", fence %d, pid %d", h, held.Fence(), os.Getpid())
+	}
+	// and so does the line without --json
+	r = runCLI(runArgs(t, "-n", name, "-c", "echo ran")...)
+	want := `held by "nightly report" @ `
+	if r.code != exitBusy || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, fmt.Sprintf("/%d", os.Getpid())) ||
+		!strings.Contains(r.stderr, fmt.Sprintf("fence %d", held.Fence())) {
+		t.Errorf("-n on a held lock: code %d, stderr %q; want %d, naming %s…/%d, fence %d", r.code, r.stderr, exitBusy, want, os.Getpid(), held.Fence())
 	}
 }
 
@@ -194,7 +214,7 @@ func TestRunHoldsWithoutCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, runArgs(t, "--json", "--ttl", "2s", name)...)
+	cmd := exec.Command(exe, runArgs(t, "--json", "--ttl", "2s", "--label", "held from the shell", name)...)
 	cmd.Env = append(os.Environ(), cliEnv+"=1")
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
@@ -236,8 +256,8 @@ func TestRunHoldsWithoutCommand(t *testing.T) {
 	c := dlockClient(t, testPrefix(t))
 	ctx := testCtx(t)
 	info, err := c.Inspect(ctx, dlock.KindMutex, name)
-	if err != nil || !info.Held || info.Fence != fence {
-		t.Fatalf("the lock as the library reads it: %+v, %v; want held with fence %d", info, err, fence)
+	if err != nil || !info.Held || info.Fence != fence || len(info.Holders) != 1 || info.Holders[0].Label != "held from the shell" {
+		t.Fatalf("the lock as the library reads it: %+v, %v; want held with fence %d and the --label", info, err, fence)
 	}
 	// Held past its TTL: the lease is renewed, not left to expire.
 	time.Sleep(2500 * time.Millisecond)

@@ -137,10 +137,13 @@ func (c runConfig) take(ctx context.Context, client *dlock.Client, r *reporter) 
 	return leaseHold{lease}, nil
 }
 
-// lockOptions are the lock's: --ttl, and with --max-hold the lock's own
+// lockOptions are the lock's: --ttl, --label, and with --max-hold the lock's own
 // max hold (maxHoldLock).
 func (c runConfig) lockOptions() []dlock.LockOption {
 	opts := []dlock.LockOption{dlock.WithTTL(c.ttl)}
+	if c.label != "" {
+		opts = append(opts, dlock.WithLabel(c.label))
+	}
 	if c.maxHold > 0 {
 		opts = append(opts, dlock.WithMaxHold(c.maxHoldLock()))
 	}
