@@ -40,6 +40,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# --full: the long runs too (internal/redistest.Full and Long): soaks,
+# failover sequences and races repeated over more rounds, which the
+# default run shortens or skips, saying so.
+if $full; then export DLOCK_TEST_FULL=1; fi
+
 go vet ./...
 go test -race -count=1 -timeout 15m ./...
 $full || exit 0
