@@ -112,6 +112,7 @@ func TestDocumentedGrantRunsEveryCall(t *testing.T) {
 // The same on a cluster, with the documented grant of a cluster's
 // Clients, on every node.
 func TestDocumentedClusterGrantRunsEveryCall(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})

@@ -26,7 +26,7 @@ import (
 // master over (CLUSTER FAILOVER). It checks that no two workers were in a
 // lock's critical section at once, that fences increased, and that no
 // Lock whose ctx was live returned an error. DLOCK_CLUSTER_SHAKE sets its
-// length (default 6 s; e.g. 2m for a soak), DLOCK_CLUSTER_SHAKE_SEED its
+// length (default 3 s, 6 s under ./test.sh --full; e.g. 2m for a soak), DLOCK_CLUSTER_SHAKE_SEED its
 // seed.
 //
 // DLOCK_CLUSTER_SHAKE_KILLS=1 adds kill -9 of a lock's master (its
@@ -41,7 +41,11 @@ import (
 // the old node's return a replica-sync grant on that shard fails with
 // ErrReplicaSync (no replica acknowledges it): counted, not failed.
 func TestClusterShake(t *testing.T) {
-	d := 6 * time.Second
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
+	d := 3 * time.Second // 6 s under ./test.sh --full
+	if redistest.Full() {
+		d = 6 * time.Second
+	}
 	if s := os.Getenv("DLOCK_CLUSTER_SHAKE"); s != "" {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {

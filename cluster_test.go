@@ -29,6 +29,7 @@ func clusterClient(t *testing.T, cl *redistest.Cluster) *redis.ClusterClient {
 }
 
 func TestClusterEveryPrimitiveAcrossSlots(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	a := newClient(t, clusterClient(t, cl))
@@ -124,6 +125,7 @@ func TestClusterEveryPrimitiveAcrossSlots(t *testing.T) {
 }
 
 func TestClusterExclusionAndFailover(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	rdb := clusterClient(t, cl)
@@ -216,6 +218,7 @@ func TestClusterExclusionAndFailover(t *testing.T) {
 // A Client waiting on many locks of a cluster keeps one pub/sub connection
 // per master at most, and each waiter is still woken by its release.
 func TestClusterPubSubConnectionsBounded(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	rdb := clusterClient(t, cl)
@@ -275,6 +278,7 @@ func TestClusterPubSubConnectionsBounded(t *testing.T) {
 
 // Locks walks every master of a cluster.
 func TestClusterLocksScansEveryMaster(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	c := newClient(t, clusterClient(t, cl))
@@ -304,6 +308,7 @@ func TestClusterLocksScansEveryMaster(t *testing.T) {
 // are published there, wake them. Without that they sleep to their bound
 // (a third of a 30 s QueueTTL here) and the subscriptions never come back.
 func TestClusterWaitersFollowAMovedSlot(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	name := lockName(t)
@@ -362,7 +367,11 @@ func TestClusterWaitersFollowAMovedSlot(t *testing.T) {
 // WithReplicaSync, whose grants go on a connection of the key's node and
 // met a raw MOVED.
 func TestClusterWaitersRideOutAFailover(t *testing.T) {
-	t.Run("Killed", func(t *testing.T) { rideOutFailover(t, true) })
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
+	t.Run("Killed", func(t *testing.T) {
+		redistest.Long(t) // kill -9 and the node timeout (kill -9 under load: TestClusterExclusionAndFailover, every run)
+		rideOutFailover(t, true)
+	})
 	t.Run("GracefulWithReplicaSync", func(t *testing.T) { rideOutFailover(t, false, dlock.WithReplicaSync(1, time.Second)) })
 }
 

@@ -21,6 +21,7 @@ import (
 // with a 200 ms ctx returned after 1.9 s under DEBUG SLEEP 2 and CLIENT
 // PAUSE, 15 s under SIGSTOP, and was granted.)
 func TestCallsReturnWhenTheirContextEndsWhileTheServerStalls(t *testing.T) {
+	t.Parallel() // a server of its own that it stalls, mostly waiting: beside the other such tests
 	const (
 		stall = 3 * time.Second
 		limit = 200 * time.Millisecond // each call's ctx

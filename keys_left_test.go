@@ -132,6 +132,7 @@ func TestNoKeyOutlivesItsLock(t *testing.T) {
 // On a cluster the fence counters are one per hash slot: the keys that
 // stay are at most one per slot the names fell in (and the fold's mark).
 func TestClusterNoKeyOutlivesItsLock(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
 	a := newClient(t, clusterClient(t, cl))
 	b := newClient(t, clusterClient(t, cl))

@@ -28,6 +28,7 @@ import (
 // its 30 s TTL) 3 of 3.
 func TestPartitionedAcquireHoldsForNobody(t *testing.T) {
 	onlyGoRedis(t)
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	n := redistest.NewNet(t)
 	srv := n.Start(t, redistest.Options{})
 	ctx := context.Background()

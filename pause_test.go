@@ -27,6 +27,7 @@ import (
 // granted while it was paused. (Issue 16: with the renewal first, the
 // stale hand-off was honoured in about half the rounds: two owners.)
 func TestPausedWaiterIsNotGrantedALateHandOff(t *testing.T) {
+	t.Parallel() // a helper process of its own that it stops, mostly waiting: beside the other such tests
 	for _, kind := range []struct {
 		mode string
 		lock func(c *dlock.Client, name string, ttl time.Duration) dlock.Locker
@@ -146,6 +147,7 @@ func pausedWaiterRound(t *testing.T, s *redistest.Server, mode string, lock func
 // (No forward step: one would expire the handed hold early, which no
 // lease survives: guarantees.md, "The server's clock".)
 func TestReplayedHandOffWithTheServerClockStandingStill(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	s := clockServer(t)
 	var frozen time.Time
 	clock := func(t *testing.T, at string) {
@@ -178,10 +180,11 @@ func TestReplayedHandOffWithTheServerClockStandingStill(t *testing.T) {
 			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
 			// As above, a race between two ready events after SIGCONT. The
 			// hand-off is the scripts' and acquire.HandedOver's, not the driver's:
-			// 16 rounds on the default driver, 4 on the others.
-			rounds := 16
-			if envdriver.Name() != "go-redis" {
-				rounds = 4
+			// 16 rounds on the default driver under ./test.sh --full, 4
+			// otherwise (f1acfe2: the stale hand-off was honoured 3 of 3 runs).
+			rounds := 4
+			if envdriver.Name() == "go-redis" && redistest.Full() {
+				rounds = 16
 			}
 			for range rounds {
 				pausedWaiterRound(t, s, kind.mode, kind.lock, clock)

@@ -325,6 +325,7 @@ func TestQuorumFencesPast2Pow53(t *testing.T) {
 // other two: renewals go to each node as one batch, side by side, and a
 // lease counts as renewed once a majority confirmed it.
 func TestQuorumRenewalsPastAHungNode(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	servers, nodes := quorumNodes(t, 3)
 	c := quorumClient(t, nodes, dlock.WithNodeTimeout(500*time.Millisecond))

@@ -19,6 +19,7 @@ import (
 // the next Lock needs the two that resumed and must get the lock well
 // within the TTL (a minute here).
 func TestQuorumStoppedNodesKeepNoClaim(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	servers, nodes := quorumNodes(t, 5)
 	c := quorumClient(t, nodes, dlock.WithNodeTimeout(time.Second))
@@ -67,6 +68,7 @@ func TestQuorumStoppedNodesKeepNoClaim(t *testing.T) {
 // the fence fold) give a node that does not answer the node timeout, not
 // the acquire's whole ctx.
 func TestQuorumNewClientLocksWithAMinorityStopped(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	servers, nodes := quorumNodes(t, 5)
 	c := quorumClient(t, nodes, dlock.WithNodeTimeout(time.Second))

@@ -41,6 +41,7 @@ func tryUntilAnswer(t *testing.T, m *dlock.Mutex) (*dlock.Lease, error) {
 }
 
 func TestSentinelFailoverKeepsASyncedLock(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	st := redistest.StartSentinelT(t, redistest.SentinelOptions{})
 	c := newClient(t, failoverClient(t, st), dlock.WithReplicaSync(1, time.Second))
@@ -66,6 +67,7 @@ func TestSentinelFailoverKeepsASyncedLock(t *testing.T) {
 // the replica: after a failover a second owner takes it (the double grant
 // of asynchronous replication). WithReplicaSync refuses the grant instead.
 func TestSentinelCutLinkDoubleGrantAndReplicaSync(t *testing.T) {
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	var proxy *faultproxy.Proxy
 	st := redistest.StartSentinelT(t, redistest.SentinelOptions{
@@ -251,6 +253,7 @@ func failoverRun(t *testing.T, after time.Duration, settle bool, opts ...dlock.O
 // Clients both get a lock past followWithin.
 func TestSentinelFailoverFollowedByARunningClient(t *testing.T) {
 	onlyGoRedis(t)
+	t.Parallel() // a topology of its own, mostly waiting
 	n := failoverRun(t, 2*time.Second, false)
 	if n.lateSome < 10 {
 		t.Fatalf("only %d pairs took the lock %v after the failover: the run shows nothing", n.lateSome, followWithin)
@@ -267,6 +270,7 @@ func TestSentinelFailoverFollowedByARunningClient(t *testing.T) {
 // is acknowledged by no replica.
 func TestSentinelFailoverWithReplicaSyncNeverGrantsTwice(t *testing.T) {
 	onlyGoRedis(t)
+	redistest.Long(t) // waits for the sentinels to demote the old master (about 10 s)
 	n := failoverRun(t, time.Second, true, dlock.WithReplicaSync(1, 300*time.Millisecond))
 	if n.lateSome < 10 {
 		t.Fatalf("only %d pairs took the lock after the failover: the run shows nothing", n.lateSome)

@@ -88,6 +88,7 @@ func TestOwnConnectionsNeverWorseThanThePool(t *testing.T) {
 // one around SENTINEL FAILOVER (failoverRun); bad: pairs begun past
 // followWithin after it in which both got the lock.
 func sideFailover(t *testing.T, opts ...dlock.Option) sideResult {
+	redistest.Long(t) // two Sentinel failovers (TestSentinelFailoverFollowedByARunningClient runs one on every run)
 	n := failoverRun(t, 1500*time.Millisecond, false, opts...)
 	if n.lateSome < 10 {
 		t.Fatalf("only %d pairs took the lock %v after the failover: the run shows nothing", n.lateSome, followWithin)

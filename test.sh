@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The test command: installs redis-server and PostgreSQL when they are
 # missing (the tests start real servers), then vets and runs every test with
-# the race detector (about 3 minutes on 2 cores).
+# the race detector (about 4 minutes on 2 cores: 3m54s, 4m55s on a
+# machine busy with other tests).
 #
-#   ./test.sh          every package, the Clients on go-redis
-#   ./test.sh --full   that, then the behaviour suite and the torture test
-#                      again on rueidis and on valkey-go, and the benchmark
-#                      module's build and vet (about 9 minutes; what CI runs)
+#   ./test.sh          every package, the Clients on go-redis; the long runs
+#                      shorter or skipped (they say so: ./test.sh --full)
+#   ./test.sh --full   that with the long runs (DLOCK_TEST_FULL=1), then the
+#                      behaviour suite and the torture test again on rueidis
+#                      and on valkey-go, and the benchmark module's build and
+#                      vet (about 11 minutes: 11m15s; what CI runs)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -14,7 +17,7 @@ full=false
 for arg in "$@"; do
   case "$arg" in
     --full) full=true ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument $arg (want --full)" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +44,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   # the postgresql package starts a cluster of its own; the tests start theirs
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# --full: the long runs too (internal/redistest.Full and Long): soaks,
+# failover sequences and races repeated over more rounds, which the
+# default run shortens or skips, saying so.
+if $full; then export DLOCK_TEST_FULL=1; fi
 
 # Three modules, one workspace (go.work): the library (.), the dlock
 # command (cmd/dlock) and PostgreSQL fencing (fence/pgfence). The library

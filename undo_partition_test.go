@@ -20,6 +20,7 @@ import (
 // free the lock well within its minute's TTL.
 func TestUndoOutlastsAPartition(t *testing.T) {
 	onlyGoRedis(t)
+	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
 	ctx := context.Background()
 	s := redistest.StartT(t, redistest.Options{})
 	p, err := faultproxy.New(s.Addr())

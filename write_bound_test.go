@@ -24,6 +24,7 @@ import (
 // 12.5 s late; through the pool, 31–176 ms.)
 func TestTryLockWhoseWriteBlocksReturnsAtCtxEnd(t *testing.T) {
 	onlyGoRedis(t)
+	redistest.Long(t) // 500 writers of 32 KiB under -race, twice: 10-17 s of a loaded 2-core machine
 	const (
 		callers = 500
 		bound   = 200 * time.Millisecond

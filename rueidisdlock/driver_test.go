@@ -23,6 +23,7 @@ func newClient(t *testing.T, opt rueidis.ClientOption) rueidis.Client {
 // TestDriver runs the driver conformance suite on a single node, a
 // Sentinel-managed primary and a cluster.
 func TestDriver(t *testing.T) {
+	t.Parallel() // servers of its own (drivertest), mostly waiting
 	drivertest.Run(t,
 		func(t *testing.T, addr string) driver.Driver {
 			return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
@@ -41,6 +42,7 @@ func TestDriver(t *testing.T) {
 // speaks RESP2, in which rueidis keeps pub/sub on a connection of its
 // own.
 func TestDriverRESP2(t *testing.T) {
+	t.Parallel() // servers of its own (drivertest), mostly waiting
 	drivertest.Run(t, func(t *testing.T, addr string) driver.Driver {
 		return rueidisdlock.NewDriver(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: true, DisableCache: true}))
 	})

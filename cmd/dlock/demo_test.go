@@ -50,18 +50,21 @@ func checkDemo(t *testing.T, r result, server string) (first, last int64) {
 // throwaway redis-server and worker processes (this test binary, see
 // TestMain).
 func TestDemo(t *testing.T) {
+	t.Parallel() // its own server, prefix or miniredis; worker processes, mostly waiting
 	checkDemo(t, runCLI("demo", "--workers", "2", "--rounds", "3"), "throwaway redis-server")
 }
 
 // TestDemoEmbedded runs the demo on the embedded miniredis, whose clock the
 // demo advances: the safety scene needs keys to expire in real time.
 func TestDemoEmbedded(t *testing.T) {
+	t.Parallel() // its own server, prefix or miniredis; worker processes, mostly waiting
 	checkDemo(t, runCLI("demo", "--embedded", "--workers", "2", "--rounds", "3"), "embedded miniredis")
 }
 
 // TestDemoRerun runs the demo twice against one server: the second run
 // resets the counter and its fences continue above the first run's.
 func TestDemoRerun(t *testing.T) {
+	t.Parallel() // its own server, prefix or miniredis; worker processes, mostly waiting
 	args := []string{"demo", "--redis", serverURL(), "--prefix", testPrefix(t), "--workers", "2", "--rounds", "3"}
 	_, last := checkDemo(t, runCLI(args...), "redis-server ")
 	first, _ := checkDemo(t, runCLI(args...), "redis-server ")

@@ -321,18 +321,19 @@ func TestPausedHolderIsRefused(t *testing.T) {
 	pool := newPool(t)
 	data := table(t, pool)
 	rdb := srv.Client()
-	defer rdb.Close()
+	t.Cleanup(func() { _ = rdb.Close() }) // after the parallel subtests
 	c, err := dlock.New(rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	g, err := pgfence.New(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, kind := range fencetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // a lock, a row and a holder process of its own; mostly waiting out a lease
 			lock := strings.ReplaceAll(t.Name(), "/", ".")
 			fencetest.PausedHolder(t, c, kind, lock, fencetest.Store{
 				Env: []string{helperEnv + "=" + kind, "LOCK=" + lock, "DATA=" + data},

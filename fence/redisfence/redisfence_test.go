@@ -269,11 +269,12 @@ func TestPausedHolderIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() }) // after the parallel subtests
 	rdb := newRedis(t, srv)
 	g := redisfence.New(rdb)
 	for _, kind := range fencetest.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // a lock, a resource and a holder process of its own; mostly waiting out a lease
 			lock := name(t)
 			res, key := lock+"/res", lock+"/data"
 			fencetest.PausedHolder(t, c, kind, lock, fencetest.Store{

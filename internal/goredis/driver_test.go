@@ -17,6 +17,7 @@ import (
 // The go-redis driver passes the conformance suite that every driver
 // must (drivertest), on a single node, Sentinel and Cluster.
 func TestGoRedisDriver(t *testing.T) {
+	t.Parallel() // servers of its own (drivertest), mostly waiting: beside the other driver's run
 	testDriver(t, goredis.New)
 }
 
@@ -25,6 +26,7 @@ func TestGoRedisDriver(t *testing.T) {
 // Mux a master, cluster.go); a failover client's go through its pool
 // (TestFailoverClientGoesThroughItsPool).
 func TestGoRedisOwnDriver(t *testing.T) {
+	t.Parallel() // servers of its own (drivertest), mostly waiting: beside the other driver's run
 	testDriver(t, goredis.Own)
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redistest"
 	"go.uber.org/goleak"
 )
 
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 
 var (
 	flagLong     = flag.Bool("torture.long", false, "run a long soak (10 minutes unless -torture.duration or DLOCK_TORTURE says otherwise)")
-	flagDuration = flag.Duration("torture.duration", 0, "length of the load phase (default 38s, or $DLOCK_TORTURE)")
+	flagDuration = flag.Duration("torture.duration", 0, "length of the load phase (default 15s; 38s under ./test.sh --full, DLOCK_TEST_FULL=1; or $DLOCK_TORTURE)")
 	flagSeed     = flag.Uint64("torture.seed", 0, "seed (default $DLOCK_TORTURE_SEED, else random)")
 )
 
@@ -60,6 +61,9 @@ func TestTorture(t *testing.T) {
 		seed = rand.Uint64() % 1e9
 	}
 	d := 38 * time.Second
+	if !redistest.Full() {
+		d = 15 * time.Second // ./test.sh; ./test.sh --full (DLOCK_TEST_FULL=1) runs 38 s
+	}
 	if *flagLong {
 		d = 10 * time.Minute
 	}
