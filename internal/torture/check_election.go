@@ -26,7 +26,10 @@ func fenceOf(l *leaseRec, name string) int64 {
 //
 //   - A value comes with its own Campaign's term: values name the Campaign
 //     that recorded them (valueOf), and a value is a field of its leader's
-//     hold, read in one script with the term.
+//     hold, read in one script with the term. A leader's second Campaign
+//     on its own Client names the first (againValueOf): its value comes
+//     with the first's term, or with the term the second won itself when
+//     the first leadership had ended (valueTerms).
 //   - Leader cannot report a lower term than one granted before it was
 //     called: the term is the election's fence counter, read at the server
 //     after the INCR of that grant (its Campaign returned before the read
@@ -57,12 +60,17 @@ func (h *history) checkLeaderReads(name string) []Violation {
 			what = "Leader"
 		}
 		if key, ok := campaignOf(e.Msg); ok && term != 0 {
-			if c := h.calls[key]; c != nil && c.result != nil && c.result.K == kGrant && len(c.result.Fences) == 1 &&
-				c.result.Fences[0] != term {
-				vs = append(vs, Violation{Kind: "election", Cat: "election: a value read with another leader's term", T: e.T,
-					Leases: []string{leaseKey(c.result.W, c.result.Lease)}, Related: []Event{e},
-					Msg: fmt.Sprintf("%q: %s (worker %s) reported value %q with term %d, but that value's Campaign (%s) won term %d",
-						name, what, e.W, e.Msg, term, key, c.result.Fences[0])})
+			if c := h.calls[key]; c != nil && c.result != nil && c.result.K == kGrant && len(c.result.Fences) == 1 {
+				if terms, known := h.valueTerms(c, e.Msg, name); known && !slices.Contains(terms, term) {
+					won := fmt.Sprintf("won term %d", c.result.Fences[0])
+					if len(terms) > 1 {
+						won += fmt.Sprintf(", and its leader's second Campaign, which recorded it, %v", terms[1:])
+					}
+					vs = append(vs, Violation{Kind: "election", Cat: "election: a value read with another leader's term", T: e.T,
+						Leases: []string{leaseKey(c.result.W, c.result.Lease)}, Related: []Event{e},
+						Msg: fmt.Sprintf("%q: %s (worker %s) reported value %q with term %d, but that value's Campaign (%s) %s",
+							name, what, e.W, e.Msg, term, key, won)})
+				}
 			}
 		}
 		if e.K != kLeader {
@@ -90,6 +98,50 @@ func (h *history) checkLeaderReads(name string) []Violation {
 		}
 	}
 	return vs
+}
+
+// valueTerms returns the terms a value read back may come with, the value
+// naming Campaign c, which won a term: c's own term (its Campaign's
+// value, a Proclaim of its leadership); and for the value of a second
+// Campaign of c's leader on its own Client (againValueOf), also the term
+// of that Campaign's grant. That Campaign proclaims on c's leadership
+// while it lasts (the same term), but once it has ended — lost, or
+// resigned meanwhile — it is a candidate of its own, and may win a term
+// of its own with this value (Campaign: "it ended meanwhile"; seed
+// 396980891: lost during a clock fault, term 7555, the second Campaign
+// won 7591, and observers rightly read the value with 7591). Its value
+// may have been recorded on c's leadership first (a Proclaim that ran but
+// whose reply came after the lease's local deadline): c's term stays
+// allowed. known is false when such a second Campaign returned no term
+// (it failed, perhaps after it had won and recorded its value: an
+// observer may read the value with a term no grant reports).
+func (h *history) valueTerms(c *callRec, value, name string) (terms []int64, known bool) {
+	terms = []int64{c.result.Fences[0]}
+	rem, ok := againOf(value)
+	if !ok {
+		return terms, true
+	}
+	if h.again == nil {
+		h.again = map[string][]*callRec{}
+		for _, a := range h.calls {
+			if a.call.Reent && a.call.Lease != 0 {
+				k := leaseKey(a.call.W, a.call.Lease)
+				h.again[k] = append(h.again[k], a)
+			}
+		}
+	}
+	for _, a := range h.again[leaseKey(c.result.W, c.result.Lease)] {
+		if a.call.Op%100 != rem || !slices.Equal(a.call.Names, []string{name}) {
+			continue
+		}
+		if a.result == nil || a.result.K != kGrant || len(a.result.Fences) != 1 {
+			return nil, false
+		}
+		if t := a.result.Fences[0]; !slices.Contains(terms, t) {
+			terms = append(terms, t)
+		}
+	}
+	return terms, true
 }
 
 // resigning reports whether a Resign of leadership l was in flight

@@ -516,6 +516,59 @@ func TestCheckElection(t *testing.T) {
 	wantKinds(t, ok.check(100))
 }
 
+// A leader's second Campaign on its own Client (nestedCampaign) names its
+// value after the first Campaign (againValueOf): it proclaims on that
+// leadership while it lasts, but once it has ended the second Campaign is
+// a candidate of its own and wins a term of its own with that value.
+// Seed 396980891: the first won term 7555 (op3090), was lost in a clock
+// fault, the second (op3100, "w1.0#op3090/900") won 7591 and observers
+// read that value with 7591 — reported as "a value read with another
+// leader's term" before valueTerms.
+func TestCheckElectionSecondCampaignWinsATermOfItsOwn(t *testing.T) {
+	build := func(term int64, granted bool) *hist {
+		var b hist
+		a := b.grant("w1", "e1", "", "ld:A", 5, 0, 10, time.Second, true)
+		b.add("w1", kBelief, a, 11, "")
+		b.op += 99 // the second Campaign's op: 100 after the first's
+		in := b.op
+		value := againValueOf("w1", a, in)
+		b.events = append(b.events, Event{T: 12 * ms, K: kCall, W: "w1", Op: in, Lease: a, Reent: true, Scn: "nested",
+			Names: []string{"e1"}, Sides: []string{""}, TTLs: []int64{us(time.Second)}, Wait: true, Permits: 1})
+		b.add("w1", kLost, a, 20, "lost")
+		b.observed("w3", 850, "e1", 5, valueOf("w1", a, 0), 11)
+		b.observed("w3", 850, "e1", 5, value, 13) // proclaimed on the first leadership before it was lost
+		b.observed("w3", 850, "e1", 0, "", 21)
+		if granted {
+			b.events = append(b.events, Event{T: 30 * ms, K: kGrant, W: "w1", Op: in, Lease: in, Reent: true, Scn: "nested",
+				Names: []string{"e1"}, Sides: []string{""}, Owners: []string{"ld:B"}, Fences: []int64{7},
+				TTLs: []int64{us(time.Second)}, Permits: 1})
+			b.add("w1", kUnlock, in, 40, "")
+		} else {
+			b.events = append(b.events, Event{T: 30 * ms, K: kFail, W: "w1", Op: in, EK: "ctx"})
+		}
+		b.observed("w3", 850, "e1", term, value, 35)
+		b.leaderRead("w2", "e1", 34, 36, term, value, 0)
+		return &b
+	}
+	// The value read with the term the second Campaign won: no violation.
+	wantKinds(t, build(7, true).check(100))
+	// With a term neither Campaign won: reported, naming both terms.
+	vs := build(8, true).check(100)
+	wantKinds(t, vs, "election", "election")
+	if !strings.Contains(vs[0].Cat, "another leader's term") || !strings.Contains(vs[0].Msg, "won term 5, and its leader's second Campaign, which recorded it, [7]") {
+		t.Fatalf("got %q: %q", vs[0].Cat, vs[0].Msg)
+	}
+	// A second Campaign that failed may have won and recorded its value
+	// first (its term is not known): not checked.
+	wantKinds(t, build(8, false).check(100))
+	// Any other value of the first Campaign still comes with its term only.
+	var other hist
+	a := other.grant("w1", "e1", "", "ld:A", 5, 0, 10, time.Second, true)
+	other.add("w1", kUnlock, a, 20, "")
+	other.observed("w3", 850, "e1", 7, valueOf("w1", a, 1), 35)
+	wantKinds(t, other.check(100), "election")
+}
+
 // clockFault records a fault of the server's clock from at to end (ms)
 // that made it lose lost ms (negative: gain).
 func (b *hist) clockFault(at, end, lost int64) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,30 @@ func campaignOf(value string) (string, bool) {
 		return "", false
 	}
 	return value[:i], true
+}
+
+// againValueOf is the value of a leader's second Campaign on its own
+// Client (nestedCampaign), which worker w called as op while the
+// leadership of its Campaign outer lasted: it names outer, whose
+// leadership it proclaims on, numbered 900 + op%100. When outer's
+// leadership has ended by then, that Campaign is a candidate of its own
+// and may win a term of its own with this value (seed 396980891): the
+// checker finds it by the number (againOf) among the re-entries of
+// outer's lease.
+func againValueOf(w string, outer, op int64) string { return valueOf(w, outer, 900+int(op%100)) }
+
+// againOf returns op%100 of the second Campaign whose value is value
+// (againValueOf); false for any other value.
+func againOf(value string) (int64, bool) {
+	i := strings.LastIndexByte(value, '/')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(value[i+1:], 10, 64)
+	if err != nil || n < 900 || n >= 1000 {
+		return 0, false
+	}
+	return n - 900, true
 }
 
 // leaderOwner is the owner recorded for a leadership: its lease key.

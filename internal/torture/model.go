@@ -57,6 +57,7 @@ type history struct {
 	workerTimes map[string][]int64     // each worker's event times, sorted (see silence)
 	leasesBy    map[string][]*leaseRec // by name, in grant order (see leasesOf)
 	callsBy     map[string][]*callRec  // by name (see callsOf)
+	again       map[string][]*callRec  // re-entrant calls by their outer lease (see valueTerms)
 }
 
 // leasesOf returns the leases granted on name, in grant order: the checks

@@ -209,7 +209,9 @@ func (g *gor) nestedSem(ctx context.Context) {
 // leadership's context or with a plain one (issue 23, finding 6: it
 // waited on itself). Proclaiming instead is fine (the same term: recorded
 // as the same owner, its value naming the outer Campaign), refusing too;
-// waiting is not.
+// waiting is not — but once the outer leadership has ended (lost), the
+// second Campaign is a candidate of its own, and may wait for and win a
+// term of its own with its value (againValueOf).
 func (g *gor) nestedCampaign(ctx context.Context) {
 	s := g.slot()
 	c, cid := s.current()
@@ -242,7 +244,7 @@ func (g *gor) nestedCampaign(ctx context.Context) {
 func (g *gor) campaignAgain(parent context.Context, outer *held, sp spec, e *dlock.Election) *held {
 	op, ctx, cancel, ce, st := g.begin(parent, sp)
 	defer cancel()
-	value := valueOf(g.w.cfg.ID, outer.op, 900+int(op%100))
+	value := againValueOf(g.w.cfg.ID, outer.op, op)
 	ld, err := e.Campaign(ctx, value)
 	t := now()
 	if err != nil {
