@@ -53,10 +53,18 @@ if $full; then export DLOCK_TEST_FULL=1; fi
 # Three modules, one workspace (go.work): the library (.), the dlock
 # command (cmd/dlock) and PostgreSQL fencing (fence/pgfence). The library
 # must also build from its own go.mod alone, as a service importing it does.
+# The tests mostly wait on servers (about one core busy on average), so
+# vet runs beside them, and the default run has four test binaries at once
+# (-p 4); --full keeps Go's default (one a core), sparing its long runs'
+# timing the extra load.
 mods=(./... ./cmd/dlock/... ./fence/pgfence/...)
+par=(-p 4)
+if $full; then par=(); fi
 GOWORK=off go build ./...
-go vet "${mods[@]}"
-go test -race -count=1 -timeout 15m "${mods[@]}"
+go vet "${mods[@]}" &
+vet=$!
+go test -race -count=1 "${par[@]}" -timeout 15m "${mods[@]}"
+wait "$vet"
 $full || exit 0
 
 # The behaviour suite and the torture test again on each other client's

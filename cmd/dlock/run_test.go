@@ -380,9 +380,16 @@ func TestRunMaxHold(t *testing.T) {
 	// came before sh had echoed (the child never seen to start: 2 of 3 of
 	// go test -race -count=3 beside another package's tests), as in
 	// TestRunMaxHoldStopsCMDBeforeTheLockIsFree (a8267e8)
-	stdout, stderr, code := startRun(runArgs(t, "--ttl", "100ms", "--max-hold", "2s", "--grace", "2s", name,
+	// --ttl 1s, not 100ms: renewed every 33 ms, a lease of 100 ms was
+	// lost on a loaded machine before CMD started (still "timed out
+	// waiting for the child to start", once in ./test.sh with -p 4)
+	stdout, stderr, code := startRun(runArgs(t, "--ttl", "1s", "--max-hold", "2s", "--grace", "2s", name,
 		"--", "sh", "-c", "echo started; exec sleep 30"))
-	waitFor(t, 5*time.Second, "the child to start", func() bool { return strings.Contains(stdout.String(), "started") })
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stdout.String(), "started"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the child did not start within 10s; stderr:\n%s", stderr)
+		}
+	}
 	if got := await(t, code, 10*time.Second); got != exitLost {
 		t.Errorf("code %d, want %d; stderr:\n%s", got, exitLost, stderr)
 	}
