@@ -132,13 +132,37 @@ func TestBusyErrorOfAWaitCutShort(t *testing.T) {
 	name := lockName(t)
 	held := mustLock(t, a.Mutex(name), ctx, dlock.WithLabel("the holder"))
 	defer unlock(t, held)
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	_, err := b.Mutex(name).Lock(wctx)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Lock: %v; want it to match context.DeadlineExceeded", err)
+	be := cutShort(t, func(wctx context.Context) error {
+		_, err := b.Mutex(name).Lock(wctx)
+		return err
+	})
+	checkHolder(t, be, name, leaseHold(held), "the holder", "owner-a")
+}
+
+// cutShort runs wait, an acquire that must wait, with a ctx that ends
+// after 100 ms: its error must match the ctx's and be a *BusyError. The
+// holder is read once the ctx has ended, within busyGrace (10 ms: the
+// call still returns within 50 ms of its ctx); on a loaded machine that
+// read may not be answered in time, and the error names no holder, as
+// documented. So wait runs up to five times, and the first error that
+// names a holder is returned (the last one if none does, which
+// checkHolder then fails: the holder is never read).
+func cutShort(t *testing.T, wait func(ctx context.Context) error) *dlock.BusyError {
+	t.Helper()
+	var be *dlock.BusyError
+	for try := range 5 {
+		wctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := wait(wctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the wait: %v; want it to match context.DeadlineExceeded", err)
+		}
+		if be = busyOf(t, err); be.Holder != nil {
+			return be
+		}
+		t.Logf("try %d: the holder was not read within the grace: %v", try+1, err)
 	}
-	checkHolder(t, busyOf(t, err), name, leaseHold(held), "the holder", "owner-a")
+	return be
 }
 
 // A LockAll whose ctx ends names the part that was held, and its holder.
@@ -155,13 +179,11 @@ func TestBusyErrorOfLockAll(t *testing.T) {
 		if !oneScript { // a mix takes its parts one by one
 			lockers[2] = b.FairMutex(names[2])
 		}
-		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		_, err := dlock.LockAll(wctx, lockers...)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("LockAll: %v; want it to match context.DeadlineExceeded", err)
-		}
-		checkHolder(t, busyOf(t, err), busy, leaseHold(held), "part two", "owner-a")
+		be := cutShort(t, func(wctx context.Context) error {
+			_, err := dlock.LockAll(wctx, lockers...)
+			return err
+		})
+		checkHolder(t, be, busy, leaseHold(held), "part two", "owner-a")
 		unlock(t, held)
 		base += "x"
 	}

@@ -164,21 +164,18 @@ func (r *recorder) addCommands(cmds []driver.Command) {
 
 // takeScriptWords returns the words of the script calls recorded since
 // the last takeScriptWords.
-func (r *recorder) takeScriptWords() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := r.scriptWords
-	r.scriptWords = 0
-	return n
-}
+func (r *recorder) takeScriptWords() int { return r.takeCount(&r.scriptWords) }
 
 // takeWords returns the words recorded since the last takeWords.
-func (r *recorder) takeWords() int {
+func (r *recorder) takeWords() int { return r.takeCount(&r.words) }
+
+// takeCount returns *n, a count of r's, and sets it to zero.
+func (r *recorder) takeCount(n *int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := r.words
-	r.words = 0
-	return n
+	v := *n
+	*n = 0
+	return v
 }
 
 func TestUncontendedIsOneRoundTripEach(t *testing.T) {
