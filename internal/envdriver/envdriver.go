@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"github.com/dlock-go/dlock/driver"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -179,7 +180,7 @@ func open(name string, addrs []string, o options) (*shadow, error) {
 			SelectDB: o.db, AlwaysRESP2: o.resp2, DisableCache: o.resp2, ConnWriteTimeout: writeTimeout}
 		opt.Dialer.Timeout = o.dialTimeout
 		opt.Sentinel.MasterSet = o.master
-		client, err := rueidis.NewClient(opt)
+		client, err := whileLoading(func() (rueidis.Client, error) { return rueidis.NewClient(opt) })
 		if err != nil {
 			return nil, fmt.Errorf("envdriver: rueidis.NewClient(%v): %w", addrs, err)
 		}
@@ -189,7 +190,7 @@ func open(name string, addrs []string, o options) (*shadow, error) {
 			SelectDB: o.db, AlwaysRESP2: o.resp2, DisableCache: o.resp2, ConnWriteTimeout: writeTimeout}
 		opt.Dialer.Timeout = o.dialTimeout
 		opt.Sentinel.MasterSet = o.master
-		client, err := valkey.NewClient(opt)
+		client, err := whileLoading(func() (valkey.Client, error) { return valkey.NewClient(opt) })
 		if err != nil {
 			return nil, fmt.Errorf("envdriver: valkey.NewClient(%v): %w", addrs, err)
 		}
@@ -211,4 +212,26 @@ func NewWrapped(rdb dlock.Redis, wrap func(driver.Driver) driver.Driver, opts ..
 		return dlock.New(rdb, opts...)
 	}
 	return dlock.NewWithDriver(wrap(d), opts...)
+}
+
+// loadingWait bounds how long whileLoading waits out a server loading its
+// data.
+const loadingWait = 30 * time.Second
+
+// whileLoading makes a client with mk, again while the server answers
+// LOADING (it is loading its data after a restart), for loadingWait at
+// most. rueidis and valkey-go dial when their client is made, where
+// go-redis dials at the first call (which waits out LOADING: it is an
+// error go-redis retries), so a Client made on them beside a restart
+// failed where one on go-redis did not (the torture test's respawned
+// worker, seed 91114821; TestNewWaitsOutLoading).
+func whileLoading[C any](mk func() (C, error)) (C, error) {
+	deadline := time.Now().Add(loadingWait)
+	for {
+		c, err := mk()
+		if err == nil || !strings.Contains(err.Error(), "LOADING") || time.Now().After(deadline) {
+			return c, err
+		}
+		time.Sleep(20 * time.Millisecond) // a server loading its data: no signal to wait on
+	}
 }
