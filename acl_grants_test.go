@@ -112,7 +112,11 @@ func TestDocumentedGrantRunsEveryCall(t *testing.T) {
 // The same on a cluster, with the documented grant of a cluster's
 // Clients, on every node.
 func TestDocumentedClusterGrantRunsEveryCall(t *testing.T) {
-	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
+	// Not beside the other cluster tests (t.Parallel): run so once in
+	// ./test.sh, a script's SPUBLISH on the lock's own channel was
+	// answered MOVED, which Health reports as pub/sub refused; unexplained
+	// (the script's keys and the channel share a slot), and never seen
+	// in the runs made one test at a time.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := redistest.StartClusterT(t, redistest.ClusterOptions{})
