@@ -109,7 +109,7 @@ func names(t *testing.T, evs []event) (order []string, renewed int) {
 		switch e.Event {
 		case eventAcquired:
 			holding = true
-		case eventExit, eventSignal, eventReleased, eventLost:
+		case eventReleased, eventLost: // (after CMD's exit or a signal the lock is held, and renewed, until released)
 			holding = false
 		case eventRenewed:
 			if !holding {
