@@ -41,7 +41,7 @@ import (
 // the old node's return a replica-sync grant on that shard fails with
 // ErrReplicaSync (no replica acknowledges it): counted, not failed.
 func TestClusterShake(t *testing.T) {
-	t.Parallel() // servers of its own, mostly waiting: beside the other such tests
+	t.Parallel()         // servers of its own, mostly waiting: beside the other such tests
 	d := 3 * time.Second // 6 s under ./test.sh --full
 	if redistest.Full() {
 		d = 6 * time.Second

@@ -654,14 +654,8 @@ func (l *link) writeServer(cq <-chan chunk, wrote chan<- struct{}) {
 	defer l.p.wg.Done()
 	defer close(wrote)
 	for c := range cq {
-		if wait := time.Until(c.arrived.Add(c.extra)); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-l.done:
-				t.Stop()
-				return
-			}
+		if !l.waitUntil(c.arrived.Add(c.extra)) {
+			return
 		}
 		err := l.forward(c.data)
 		l.waiting.Add(-1)
@@ -699,6 +693,22 @@ func (l *link) readServer(q chan<- chunk) {
 	}
 }
 
+// waitUntil waits until due; false if the link ended first.
+func (l *link) waitUntil(due time.Time) bool {
+	wait := time.Until(due)
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
 // writeClient delivers queued chunks to the client once their delay has
 // passed, then closes the link when the queue ends. Once the client cannot
 // be written to, it discards the rest: an orphaned link's server is still
@@ -707,15 +717,8 @@ func (l *link) writeClient(q <-chan chunk) {
 	defer l.p.wg.Done()
 	defer l.close(false)
 	for c := range q {
-		due := c.arrived.Add(time.Duration(l.p.latency.Load()) + c.extra)
-		if wait := time.Until(due); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-l.done:
-				t.Stop()
-				return
-			}
+		if !l.waitUntil(c.arrived.Add(time.Duration(l.p.latency.Load()) + c.extra)) {
+			return
 		}
 		if _, err := l.client.Write(c.data); err != nil {
 			for range q {
