@@ -235,7 +235,7 @@ func sweepCtx() (context.Context, context.CancelFunc) {
 // fields of a Mutex's, FairMutex's or Election's hash that are tokens).
 func hashHolders(t *testing.T, admin *redis.Client, key string) []string {
 	t.Helper()
-	h, err := admin.HGetAll(context.Background(), key).Result()
+	h, err := lockFields(context.Background(), admin, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func waitFree(t *testing.T, admin *redis.Client, key string) {
 	deadline := time.Now().Add(5 * time.Second)
 	for admin.Exists(context.Background(), key).Val() != 0 {
 		if time.Now().After(deadline) {
-			h := admin.HGetAll(context.Background(), key).Val()
+			h, _ := lockFields(context.Background(), admin, key)
 			t.Fatalf("%s still in Redis 5 s after the call returned: %v", key, h)
 		}
 		time.Sleep(5 * time.Millisecond)

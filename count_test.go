@@ -418,12 +418,13 @@ func TestUncontendedServerCommands(t *testing.T) {
 		"evalsha": 2, // Lock, Unlock
 		// Lock: one EXISTS finds the lock free and no dead set (so its
 		// token is not buried: a late attempt of an acquire given up on
-		// takes nothing, bury.lua); take it, stamp it, fence it; a first
-		// attempt has no place to give up (no ZREM)
-		"exists": 2, "hset": 1, "time": 1, "pexpire": 1, "incr": 1,
-		// Unlock: free it if the caller owns it (one HDEL of the owner's
-		// two fields), look for a waiter (EXISTS of the queue)
-		"hdel": 1,
+		// takes nothing, bury.lua); fence it, stamp it, take it (one SET
+		// PX of the hold); a first attempt has no place to give up (no
+		// ZREM)
+		"exists": 2, "incr": 1, "time": 1, "set": 1,
+		// Unlock: look for a waiter (EXISTS of the queue), free it if the
+		// caller owns it (GET, DEL)
+		"get": 1, "del": 1,
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("an uncontended Lock+Unlock ran %v; want %v", got, want)
@@ -454,12 +455,12 @@ func TestCampaignServerCommands(t *testing.T) {
 		// Campaign: its token not buried (ZSCORE: a Campaign meets the
 		// dead set, so it asks first), nobody holds or waits (one EXISTS of
 		// the lock and the queue); take it with the value, stamp and fence
-		// it (INCR, TIME, one HSET, PEXPIRE); its observers told
-		"zscore": 1, "exists": 2, "incr": 1, "time": 2, "hset": 1, "pexpire": 2, "publish": 2,
-		// Resign: nobody waits (EXISTS of the queue), free it (HDEL), its
-		// receipt (TIME, ZREMRANGEBYSCORE, ZADD, PEXPIRE GT); its observers
-		// told
-		"hdel": 1, "zremrangebyscore": 1, "zadd": 1,
+		// it (INCR, TIME, one SET PX); its observers told
+		"zscore": 1, "exists": 2, "incr": 1, "time": 2, "set": 1, "publish": 2,
+		// Resign: nobody waits (EXISTS of the queue), free it (GET, DEL),
+		// its receipt (TIME, ZREMRANGEBYSCORE, ZADD, PEXPIRE GT); its
+		// observers told
+		"get": 1, "del": 1, "zremrangebyscore": 1, "zadd": 1, "pexpire": 1,
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("an uncontended Campaign+Resign ran %v; want %v", got, want)
@@ -561,31 +562,32 @@ func TestHandOffServerCommands(t *testing.T) {
 	}
 	handOff(false) // the scripts loaded, the waiter's wake-ups subscribed
 	handOff(true)
-	// (and the waiter's Unlock, which found nobody waiting: HDEL, ZRANGE)
+	// (and the waiter's Unlock, which found nobody waiting: GET, DEL, ZRANGE)
 	stats := commandStats(t, rdb, "zcard")
 	want := map[string]int{
 		"evalsha": 3, // the waiter's Lock, the holder's Unlock (and the waiter's own, below)
 		// Lock: is it free (one PTTL, which is also the wait: it is held,
 		// so nothing more is asked of the common case), was the caller's
 		// token buried (the dead set's ZSCORE: the release before left its
-		// receipt there); is it the caller's own already (HMGET); its
+		// receipt there); is it the caller's own already (GET); its
 		// place: the clock (one TIME), the last arrival (ZRANGE), the
 		// queue (ZADD NX: a first attempt has no place to ask about) and
 		// the places (ZADD), each set's expiry (one PEXPIRE: NX, as the
 		// queue was empty, so both sets are new); the fence as it saw it
 		// (GET)
-		"pttl": 1, "zscore": 2, "hmget": 1, "time": 2, "zrange": 2, "zadd": 3, "pexpire": 4, "get": 1,
-		// Unlock: the owner's fields (HDEL), the first waiter (ZRANGE:
-		// anybody waiting, and who), the hash gone (DEL), the receipt (the
+		"pttl": 1, "zscore": 2, "time": 2, "zrange": 2, "zadd": 3, "pexpire": 3, "get": 3,
+		// Unlock: the hold (the third GET), freed (DEL), the first waiter (ZRANGE:
+		// anybody waiting, and who), the receipt (the
 		// clock: one TIME; the expired receipts dropped: ZREMRANGEBYSCORE;
 		// ZADD, and one PEXPIRE GT of the dead set, which the hand-off
 		// before left), that waiter's place
-		// alive (ZSCORE), its grant (INCR, HSET, PEXPIRE), its place given
+		// alive (ZSCORE), its grant (INCR, one SET PX), its place given
 		// up (two ZREMs) and its message (PUBLISH)
-		"hdel": 1, "del": 1, "zremrangebyscore": 1, "incr": 1, "hset": 1, "zrem": 2, "publish": 1,
+		"del": 1, "zremrangebyscore": 1, "incr": 1, "set": 1, "zrem": 2, "publish": 1,
 	}
-	// and the waiter's own Unlock, nobody waiting: HDEL, ZRANGE
-	want["hdel"]++
+	// and the waiter's own Unlock, nobody waiting: GET, DEL, ZRANGE
+	want["get"]++
+	want["del"]++
 	want["zrange"]++
 	if !maps.Equal(stats, want) {
 		t.Fatalf("a hand-off ran %v; want %v", stats, want)

@@ -175,7 +175,7 @@ func TestFairTryLockNeverJumpsTheQueue(t *testing.T) {
 		t.Fatalf("TryLock took a place: queue length %d", n)
 	}
 	// The release kept the lock for that waiter; it gives up.
-	if got := admin.HGet(ctx, keysOf(name).Lock, "@next").Val(); got != "someone" {
+	if got := fieldsOf(t, admin, keysOf(name).Lock)["@next"]; got != "someone" {
 		t.Fatalf("the free lock is kept for %q; want the waiter", got)
 	}
 	admin.ZRem(ctx, keysOf(name).Lock+":queue", "someone")

@@ -52,9 +52,10 @@ func TestAmbiguousAcquireRetriedReportsSuccess(t *testing.T) {
 	before, _ := admin.Get(ctx, keysOf(name).Fence).Int64()
 	p.DelayNextReply(300 * time.Millisecond)
 	l := mustLock(t, c.Mutex(name), ctx)
-	hold, err := admin.HGetAll(ctx, keysOf(name).Lock).Result()
-	if err != nil || len(hold) != 3 || hold[l.Token()] != "1" || hold["t:"+l.Token()] == "" || hold["f:"+l.Token()] != fmt.Sprint(l.Fence()) {
-		t.Fatalf("after a retried acquire the lock is %v (%v); want {%s: 1, t:…, f:%d}", hold, err, l.Token(), l.Fence())
+	hold, err := lockFields(ctx, admin, keysOf(name).Lock)
+	if err != nil || len(hold) != 4 || hold[l.Token()] != "1" || hold["t:"+l.Token()] == "" || hold["f:"+l.Token()] != fmt.Sprint(l.Fence()) ||
+		hold["q:"+l.Token()] != "0" {
+		t.Fatalf("after a retried acquire the lock is %v (%v); want {%s: 1, t:…, f:%d, q:0}", hold, err, l.Token(), l.Fence())
 	}
 	// (nothing else takes fences on the server meanwhile)
 	if f, _ := admin.Get(ctx, keysOf(name).Fence).Int64(); f != l.Fence() || f != before+1 {

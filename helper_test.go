@@ -16,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/envdriver"
 	"github.com/dlock-go/dlock/internal/history"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -445,4 +446,42 @@ var allKinds = []lockKind{
 		func(c *dlock.Client, n string, ctx context.Context) (*dlock.Lease, error) {
 			return c.Semaphore(n, 1).TryAcquire(ctx, 1)
 		}},
+}
+
+// lockFields reads a lock's key: a mutex's hold (one string, see
+// protocol.ParseHold) as the fields the other kinds' hashes keep, and a
+// hash as it is.
+func lockFields(ctx context.Context, rdb *redis.Client, key string) (map[string]string, error) {
+	typ, err := rdb.Type(ctx, key).Result()
+	if err != nil || typ != "string" {
+		if err == nil {
+			return rdb.HGetAll(ctx, key).Result()
+		}
+		return nil, err
+	}
+	v, err := rdb.Get(ctx, key).Result()
+	if err != nil {
+		return map[string]string{}, nil // gone since TYPE
+	}
+	h, ok := protocol.ParseHold(v)
+	if !ok {
+		return nil, fmt.Errorf("%s = %q: not a mutex hold", key, v)
+	}
+	return h.Fields(), nil
+}
+
+// putHold makes key a mutex hold of token (fence 1, taken at 0), as the
+// scripts would write one, for ttl.
+func putHold(ctx context.Context, rdb *redis.Client, key, token string, ttl time.Duration) error {
+	return rdb.Set(ctx, key, token+" 1 0 1 0 0 ", ttl).Err()
+}
+
+// fieldsOf is lockFields that fails t on an error.
+func fieldsOf(t *testing.T, rdb *redis.Client, key string) map[string]string {
+	t.Helper()
+	f, err := lockFields(context.Background(), rdb, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -275,13 +275,21 @@ func (c *Client) inspect(ctx context.Context, kd Kind, name string, cache *owner
 		in.queue, in.alive = zsetOf(rs[3]), zsetOf(rs[4])
 	}
 	switch typ := text(1); {
-	case typ == "string" && sp.plain:
-		tok, err := r.Do(ctx, protocol.Keyed("GET", k.Lock)).Text()
-		if err == nil {
-			info.Held = true
-			info.Holders = []Holder{{Token: tok, Holds: 1, TTL: info.TTL}}
+	case typ == "string":
+		// a mutex's hold, one string (internal/protocol/hold.go); a
+		// script-free Mutex's key is its owner's token alone
+		g := r.Do(ctx, protocol.Keyed("GET", k.Lock))
+		if g.Err != nil {
+			return nil, redisErr("inspect", name, g.Err)
 		}
-		return info, c.fillOwners(ctx, r, info, cache)
+		v, err := g.Text() // (an error: the key went since TYPE, v is "")
+		if h, ok := protocol.ParseHold(v); ok {
+			in.fields = h.Fields()
+		} else if err == nil && sp.plain {
+			info.Held = true
+			info.Holders = []Holder{{Token: v, Holds: 1, TTL: info.TTL}}
+			return info, c.fillOwners(ctx, r, info, cache)
+		}
 	case typ == "hash":
 		h := r.Do(ctx, protocol.Keyed("HGETALL", k.Lock))
 		if h.Err != nil {

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -59,7 +60,8 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if !ok || protocol.TokenOf(msg.Payload) != "b" || m.MS <= 0 {
 		t.Fatalf("hand-off message %q: parsed %+v, %v", msg.Payload, m, ok)
 	}
-	if fence, _ := rdb.HGet(ctx, k.Lock, protocol.FieldFence+"b").Int64(); fence != m.Fence || m.Fence <= b.Seen {
+	h, _ := protocol.ParseHold(rdb.Get(ctx, k.Lock).Val())
+	if fence, _ := strconv.ParseInt(h.Fence, 10, 64); h.Token != "b" || fence != m.Fence || m.Fence <= b.Seen {
 		t.Fatalf("message fence %d, hold's fence %d, b's attempt saw the counter at %d", m.Fence, fence, b.Seen)
 	}
 	if o, ok := acquire.HandedOver(msg.Payload, b, c.drift); !ok || o.Fence != m.Fence {

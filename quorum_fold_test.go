@@ -278,8 +278,7 @@ func TestQuorumFenceFromAFoldedMajorityOfItsDeciders(t *testing.T) {
 	k, _ := dlock.KeysOf(prefix, held)
 	for _, s := range servers { // held on every node: the round fences nothing
 		admin := s.Client()
-		admin.HSet(ctx, k.Lock, "foreign", 1)
-		admin.PExpire(ctx, k.Lock, time.Minute)
+		_ = putHold(ctx, admin, k.Lock, "foreign", time.Minute)
 		_ = admin.Close()
 	}
 	if _, err := c.Mutex(held).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {

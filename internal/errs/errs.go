@@ -7,6 +7,7 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The sentinel errors; their documentation is the root's (errors.go).
@@ -32,7 +33,17 @@ func Invalid(format string, args ...any) error {
 
 // Redis wraps an error from Redis with what dlock was doing (op) on the
 // lock called name.
+// A WRONGTYPE says that the lock's key holds another layout than its
+// scripts read: a Client of a dlock from before the one-string mutex hold
+// (internal/protocol/scripts/lib_mutex.lua) holds it, during a rolling
+// deploy, or another kind of lock was made under the same name and
+// prefix. Its error is named, so that an operator is not left with Redis's
+// words alone.
 func Redis(op, name string, err error) error {
+	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("dlock: %s %q: its key holds another layout: a Client of an older dlock "+
+			"(before v0.2's one-string hold: see docs/how-it-works.md) or another kind of lock under this name: %w", op, name, err)
+	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 

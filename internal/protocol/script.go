@@ -148,7 +148,7 @@ var (
 	LeaveScript  = mutexScript("leave.lua")
 	ForceScript  = mutexScript("force.lua")
 	// an Election is a fair mutex, with its value and observers
-	ElectScript     = loadScript("lib.lua", "lib_queue.lua", "elect.lua")
+	ElectScript     = mutexScript("elect.lua")
 	ElectReadScript = loadScript("elect_read.lua")
 	RenewScript     = loadScript("lib.lua", "renew.lua")
 	TTLScript       = loadScript("ttl.lua")

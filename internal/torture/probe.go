@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/envdriver"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -155,7 +156,7 @@ func (r *runner) probeOne(c *dlock.Client, name string, op, deadline int64, last
 	}
 }
 
-// inspect reads a lock's hash in Redis: its fields, its PTTL, the owner
+// inspect reads a lock's key in Redis: its fields, its PTTL, the owner
 // tokens in it, and for an election the Campaigns its values name (the
 // owners recorded for leaderships are not their tokens).
 func (r *runner) inspect(name string) (string, map[string]bool, map[string]bool) {
@@ -170,8 +171,20 @@ func (r *runner) inspect(name string) (string, map[string]bool, map[string]bool)
 	if lockKind(name) == "election" {
 		k.Lock += ":election" // "<prefix>:{<name>}:election" (see dlock.Election)
 	}
-	fields, err := rdb.HGetAll(ctx, k.Lock).Result()
-	if err != nil {
+	// A mutex's or an election's hold is one string (protocol.ParseHold),
+	// read as the fields the other kinds' hashes keep.
+	var fields map[string]string
+	if typ, err := rdb.Type(ctx, k.Lock).Result(); err != nil {
+		return fmt.Sprintf("TYPE %s: %v", k.Lock, err), nil, nil
+	} else if typ == "string" {
+		v, err := rdb.Get(ctx, k.Lock).Result()
+		if err != nil && err != redis.Nil {
+			return fmt.Sprintf("GET %s: %v", k.Lock, err), nil, nil
+		}
+		if h, ok := protocol.ParseHold(v); ok {
+			fields = h.Fields()
+		}
+	} else if fields, err = rdb.HGetAll(ctx, k.Lock).Result(); err != nil {
 		return fmt.Sprintf("HGETALL %s: %v", k.Lock, err), nil, nil
 	}
 	pttl, _ := rdb.PTTL(ctx, k.Lock).Result()

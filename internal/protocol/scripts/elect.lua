@@ -3,9 +3,9 @@
 -- lock.lua record it; and at each Proclaim), and tell the election's
 -- observers.
 --
--- KEYS[1]  (go: Lock) the election's lock hash: owner token -> hold count,
---          't:<token>' -> when taken (server ms), 'f:<token>' -> its
---          fence (the leader's term), 'v:<token>' -> value
+-- KEYS[1]  (go: Lock) the election's lock: the leader's hold, one string
+--          (lib_mutex.lua), whose fence is the leader's term and which
+--          ends with its value
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: Value) value
 -- ARGV[3]  (go: Observers) the observers' channel
@@ -22,10 +22,10 @@
 --          (when the publish was refused, the reply comes wrapped as
 --          {REFUSED, error, reply}: see publish in lib.lua; Go unwraps it)
 --
--- Why a value is never recorded for another leader: the value is a field
--- of the caller's own token, written only while that token holds the lock
--- (HEXISTS in this same script), and it goes with the hold (unlock.lua
--- deletes it, an expiry or a force deletes the whole hash).
+-- Why a value is never recorded for another leader: the value is part of
+-- the caller's own hold, written only while that token holds the lock
+-- (hold_of in this same script), and it goes with the hold (a release, an
+-- expiry or a force deletes the key).
 --
 -- Why a late Proclaim never overwrites a later one: every Proclaim of a
 -- leadership carries a place in its hold's sequence, above every command
@@ -34,15 +34,15 @@
 -- delivered after a later one (or after any later command of the hold)
 -- is refused. A copy of the call that ran (go-redis sends a call again
 -- when it lost its reply) changes nothing and answers recorded.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+local f, stamp, count, q, tail = hold_of(KEYS[1], ARGV[1])
+if not f then
   return {NOT_HELD}
 end
--- @helpers
-local order = in_order(KEYS[1], ARGV[1], ARGV[5])
-if order == 'stale' then
+local seq = tonumber(ARGV[5])
+if seq < tonumber(q) then
   return {STALE}
-elseif order == 'run' then
-  redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], ARGV[2])
+elseif seq > tonumber(q) then
+  put(KEYS[1], ARGV[1], f, stamp, count, ARGV[5], (set_value(tail, ARGV[2])))
   publish(ARGV[4], ARGV[3], WAKE_ALL)
 end
-return {HELD, redis.call('HGET', KEYS[1], 'f:' .. ARGV[1])}
+return {HELD, f}

@@ -1,7 +1,7 @@
 -- elect_read.lua: who leads an Election, read in one step.
 --
--- KEYS[1]  (go: Lock) the election's lock hash (see elect.lua): the leader's
---          term is its hold's fence
+-- KEYS[1]  (go: Lock) the election's lock (see elect.lua): the leader's
+--          hold, one string (lib_mutex.lua), whose fence is its term
 --
 -- Returns  {1, token, value, term, since, pttl}  a leader: its owner
 --                   token, value, term, when it took the lock (server
@@ -12,17 +12,14 @@
 --
 -- A winner counts as leader only once its value is recorded (elect.lua):
 -- its Campaign has not returned before that, and may yet fail.
-local h = redis.call('HGETALL', KEYS[1])
+-- (split and the tail as lib_mutex.lua reads them, written out: this
+-- script has no helpers)
 local pttl = redis.call('PTTL', KEYS[1])
-for i = 1, #h, 2 do
-  local f = h[i]
-  if f ~= '@next' and string.sub(f, 2, 2) ~= ':' then
-    local v = redis.call('HGET', KEYS[1], 'v:' .. f)
-    if v then
-      local since = redis.call('HGET', KEYS[1], 't:' .. f) or '0'
-      local term = redis.call('HGET', KEYS[1], 'f:' .. f) or '0'
-      return {HELD, f, v, term, since, pttl}
-    end
+local v = redis.call('GET', KEYS[1])
+if v then
+  local tok, term, since, n, rest = string.match(v, '^(%S+) (%d+) (%d+) %d+ %d+ (%d+)v (.*)$')
+  if tok then
+    return {HELD, tok, string.sub(rest, tonumber(n) + 1), term, since, pttl}
   end
 end
 return {BUSY, pttl}

@@ -2,7 +2,7 @@
 -- or was kept for it or handed to it (a hand-off it will not use), it goes
 -- to the next waiter.
 --
--- KEYS[1]  (go: Lock) lock hash
+-- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua)
 -- KEYS[2]  (go: Fence) fence counter
 -- KEYS[3]  (go: Queue) queue
 -- KEYS[4]  (go: Alive) alive (see lib_queue.lua)
@@ -18,7 +18,7 @@
 local lock, member = KEYS[1], ARGV[1]
 unqueue(KEYS[3], KEYS[4], member)
 local free = redis.call('EXISTS', lock) == 0
-if not free and (reserved_for(lock, member) or redis.call('HEXISTS', lock, token_of(member)) == 1) then
+if not free and (reserved_for(lock, member) or hold_of(lock, token_of(member))) then
   -- a waiter that gives up holds nothing: what it was given goes on
   redis.call('DEL', lock)
   free = true

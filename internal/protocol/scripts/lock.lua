@@ -1,10 +1,9 @@
 -- lock.lua: acquire the reentrant mutex (Mutex or FairMutex), or re-enter a
 -- hold of it, or keep a waiter's place in its queue.
 --
--- KEYS[1]  (go: Lock) lock hash: owner token -> hold count, 't:<token>' ->
---          when it was taken (server ms), 'f:<token>' -> the hold's fence
---          (and 'l:<token>' -> its label, written by label.lua after the
---          grant: no script here reads it); or RESERVED -> a waiter
+-- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua: owner
+--          token, fence, when taken, hold count, sequence, label, value);
+--          or RESERVED and the waiter it is kept for
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot (INCR'd on first
 --          entry only, see next_fence in lib_queue.lua; read when the caller
 --          waits: the reply's seen)
@@ -56,8 +55,8 @@
 --
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
 -- had already been applied answers the same when it runs again (the token
--- is already in the hash; the count is set, not added to). A Campaign's
--- value is set only where the token has none (HSETNX): a copy that
+-- already holds the lock; the count is set, not added to). A Campaign's
+-- value is set only where the hold has none (set_value): a copy that
 -- arrives after a Proclaim does not undo it.
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, member = ARGV[1], ARGV[2], ARGV[4]
@@ -101,30 +100,36 @@ end
 -- comparison it serves. (Go sends the count as a decimal integer, so '0'
 -- is the only way it says 0.)
 --
--- Why this cannot grant twice: the lock hash is taken only when it does
+-- Why this cannot grant twice: the lock key is written only when it does
 -- not exist (a PTTL that found no such key, in this same script, which
 -- nothing interleaves), and every hold,
--- and a lock kept for a waiter, lives in that hash. A FairMutex also
+-- and a lock kept for a waiter, lives in that key (one string: lib_mutex.lua). A FairMutex also
 -- requires an empty queue, as the path below would. A buried token takes nothing: the dead set exists
 -- while it holds one, so common is then decided after the ZSCORE above.
 if common then
   -- the hold's fence (next_fence in lib_queue.lua)
+  -- (read back as the counter's string from 10^14 on: .. prints a
+  -- number of 15 digits or more inexactly, and 2^53 is not far)
   local f = redis.call('INCR', fence)
-  if f >= 9007199254740992 then
+  if f >= 100000000000000 then
     f = redis.call('GET', fence)
   end
-  -- when it was taken, in server ms (stamp_ms in lib_mutex.lua)
+  -- when it was taken, in server ms (stamp_ms in lib_mutex.lua); the
+  -- hold as new_hold in lib_mutex.lua writes it, with an Election's new
+  -- leader's value (elected below, written out here as take is)
   local t = redis.call('TIME')
-  redis.call('HSET', lock, token, '1', 't:' .. token, t[1] .. string.sub('00000' .. t[2], -6, -4), 'f:' .. token, f)
-  redis.call('PEXPIRE', lock, ttl)
+  local tail = '0 '
+  if ARGV[11] then
+    tail = '0v ' .. ARGV[11]
+  end
+  redis.call('SET', lock, token .. ' ' .. f .. ' ' .. t[1] .. string.sub('00000' .. t[2], -6, -4) .. ' 1 0 ' .. tail, 'PX', ttl)
   -- A first attempt has no place to give up (a call that go-redis sent
   -- again after losing its reply may have left one: the release skips
   -- it); a later one gives up its place (dequeue in lib_queue.lua).
   if ARGV[9] == '1' and member ~= '' and redis.call('ZREM', queue, member) == 1 then
     redis.call('ZREM', alive, member)
   end
-  -- an Election's new leader (elected below, written out here as take is)
-  if ARGV[11] and redis.call('HSETNX', lock, 'v:' .. token, ARGV[11]) == 1 then
+  if ARGV[11] then
     publish(ARGV[8], ARGV[12], WAKE_ALL)
   end
   return {HELD, f}
@@ -132,11 +137,18 @@ end
 -- @helpers
 local count, place_ttl = tonumber(ARGV[3]), tonumber(ARGV[5])
 
--- elected records an Election's candidate's value when this call made
--- it the leader (or a copy of such a call runs again), and tells the
--- observers; nothing for a mutex.
-local function elected()
-  if ARGV[11] and redis.call('HSETNX', lock, 'v:' .. token, ARGV[11]) == 1 then
+-- elected records an Election's candidate's value in its hold (f,
+-- stamp, count, seq, tail: hold_of's) when it has none (a copy of the
+-- call that made it the leader runs again, or it was handed the lock:
+-- elect.lua), and tells the observers; nothing for a mutex.
+local function elected(f, stamp, count, seq, tail)
+  if not ARGV[11] then
+    return
+  end
+  local changed
+  tail, changed = set_value(tail, ARGV[11], true)
+  if changed then
+    put(lock, token, f, stamp, count, seq, tail)
     publish(ARGV[8], ARGV[12], WAKE_ALL)
   end
 end
@@ -145,12 +157,17 @@ end
 -- give up.
 local function take(queued)
   local f = next_fence(fence)
-  redis.call('HSET', lock, token, 1, 't:' .. token, stamp_ms(), 'f:' .. token, f)
-  redis.call('PEXPIRE', lock, ttl)
+  local tail
+  if ARGV[11] then -- an Election's new leader: its value with the hold
+    tail = '0v ' .. ARGV[11]
+  end
+  redis.call('SET', lock, new_hold(token, f, stamp_ms(), tail), 'PX', ttl)
   if queued then
     dequeue(queue, alive, member)
   end
-  elected()
+  if ARGV[11] then
+    publish(ARGV[8], ARGV[12], WAKE_ALL)
+  end
   return {HELD, f}
 end
 
@@ -158,13 +175,13 @@ if count > 0 then
   -- A re-entry that arrives late (after a later command of its hold, say
   -- an Extend) changes nothing; on time, it renews as the watchdog does,
   -- never shortening the lease.
-  local r = set_count(lock, token, token, count, ARGV[10])
+  local r, f = mutex_count(lock, token, ARGV[3], ARGV[10])
   if r == NOT_HELD or r == STALE then
     return {r}
   elseif r == 'run' then
     stretch(lock, ttl)
   end
-  return {HELD, redis.call('HGET', lock, 'f:' .. token)}
+  return {HELD, f}
 end
 
 if free then
@@ -177,16 +194,17 @@ if free then
   -- died): hand it the lock (or keep it for it) and tell it
   hand_on(lock, fence, queue, alive, ARGV[7], ARGV[8], true)
 else
-  local mine = redis.call('HMGET', lock, token, RESERVED, 'f:' .. token)
-  if mine[1] then
+  local v = redis.call('GET', lock)
+  local tok, f, stamp, n, seq, tail = split(v)
+  if tok == token then
     -- our own earlier call, retried after its reply was lost; or the lock
     -- was handed to us and the message has not come (yet). It only
     -- lengthens: a late copy must not shorten what an Extend set.
+    elected(f, stamp, n, seq, tail)
     stretch(lock, ttl)
     dequeue(queue, alive, member)
-    elected()
-    return {HELD, mine[3]}
-  elseif member ~= '' and mine[2] == member then
+    return {HELD, f}
+  elseif member ~= '' and v == RESERVED .. ' ' .. member then
     -- kept for us
     redis.call('DEL', lock)
     return take(true)

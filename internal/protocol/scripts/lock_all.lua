@@ -1,6 +1,6 @@
 -- lock_all.lua: take several mutexes at once, all or none.
 --
--- KEYS[5i-4]  (go: Lock) lock hash of the i-th mutex: owner token -> hold count
+-- KEYS[5i-4]  (go: Lock) the i-th mutex's lock: its hold, one string (lib_mutex.lua)
 -- KEYS[5i-3]  (go: Fence) the fence counter of its slot (see next_fence in
 --             lib_queue.lua)
 -- KEYS[5i-2]  (go: Queue) its queue
@@ -38,8 +38,8 @@ end
 local blocked = 0
 for i = 1, n do
   local lock = k(i, 1)
-  if redis.call('HEXISTS', lock, tok) == 0 and redis.call('EXISTS', lock) == 1
-      and not reserved_for(lock, member) then
+  local v = redis.call('GET', lock)
+  if v and split(v) ~= tok and v ~= RESERVED .. ' ' .. member then
     blocked = i
     break
   end
@@ -68,14 +68,14 @@ local out = {1}
 local now = stamp_ms()
 for i = 1, n do
   local lock, fence, ttl = k(i, 1), k(i, 2), ARGV[i + 5]
-  if redis.call('HEXISTS', lock, tok) == 1 then
+  local f = hold_of(lock, tok)
+  if f then
     stretch(lock, ttl) -- sent again: only lengthens
-    out[i + 1] = redis.call('HGET', lock, 'f:' .. tok)
+    out[i + 1] = f
   else
-    redis.call('DEL', lock) -- free, or kept for us
-    local f = next_fence(fence)
-    redis.call('HSET', lock, tok, 1, 't:' .. tok, now, 'f:' .. tok, f)
-    redis.call('PEXPIRE', lock, ttl)
+    -- free, or kept for us (SET replaces RESERVED)
+    f = next_fence(fence)
+    redis.call('SET', lock, new_hold(tok, f, now), 'PX', ttl)
     out[i + 1] = f
   end
   dequeue(k(i, 3), k(i, 4), member)

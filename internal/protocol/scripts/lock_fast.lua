@@ -4,7 +4,7 @@
 -- reads there. Elsewhere it changes nothing and answers SLOW, and Go runs
 -- lock.lua in its place (internal/protocol/script.go, "Fast scripts").
 --
--- KEYS[1]  (go: Lock) lock hash (lock.lua)
+-- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua)
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot
 -- KEYS[3]  (go: Dead) dead: tokens of acquires given up on (bury.lua),
 --          and receipts of releases (unlock.lua)
@@ -32,13 +32,13 @@
 -- (lock.lua's other path to take, which asks PTTL where this asks
 -- EXISTS: the same -2 / 0); a Campaign asks the ZSCORE, then that
 -- EXISTS, at once (the same three conditions). All in one script, which nothing
--- interleaves. lock.lua's argument (why a lock hash is only ever taken
+-- interleaves. lock.lua's argument (why a lock key is only ever written
 -- when it does not exist) holds for it unchanged. Sent twice, the copy
 -- finds the lock (the first copy's hold) and answers SLOW; lock.lua then
--- finds the token in the hash and answers held with its fence, as
+-- finds the token holding the lock and answers held with its fence, as
 -- lock.lua sent twice does. A Campaign's value is written in the hold's
--- own HSET, where lock.lua writes it just after (HSETNX on the hash it has
--- just made: the same), and its observers are told as lock.lua tells them.
+-- own SET, as lock.lua writes it, and its observers are told as lock.lua
+-- tells them.
 local lock, token = KEYS[1], ARGV[1]
 -- n: how many of the keys exist. A Campaign meets its election's dead
 -- set (every Resign leaves a receipt there), so it skips the EXISTS that
@@ -68,20 +68,21 @@ if n ~= 0 then
     return SLOW
   end
 end
--- the hold's fence (next_fence in lib_queue.lua)
+-- the hold's fence (next_fence in lib_queue.lua; read back as the
+-- counter's string from 10^14 on: .. prints a number of 15 digits or
+-- more inexactly)
 local f = redis.call('INCR', KEYS[2])
-if f >= 9007199254740992 then
+if f >= 100000000000000 then
   f = redis.call('GET', KEYS[2])
 end
--- when it was taken, in server ms (stamp_ms in lib_mutex.lua)
+-- the hold (new_hold in lib_mutex.lua), taken now in server ms (stamp_ms
+-- there), with an Election's new leader's value
 local t = redis.call('TIME')
-local stamp = t[1] .. string.sub('00000' .. t[2], -6, -4)
-if ARGV[3] then -- an Election's new leader: its value with the hold
-  redis.call('HSET', lock, token, '1', 't:' .. token, stamp, 'f:' .. token, f, 'v:' .. token, ARGV[3])
-else
-  redis.call('HSET', lock, token, '1', 't:' .. token, stamp, 'f:' .. token, f)
+local tail = '0 '
+if ARGV[3] then
+  tail = '0v ' .. ARGV[3]
 end
-redis.call('PEXPIRE', lock, ARGV[2])
+redis.call('SET', lock, token .. ' ' .. f .. ' ' .. t[1] .. string.sub('00000' .. t[2], -6, -4) .. ' 1 0 ' .. tail, 'PX', ARGV[2])
 if not ARGV[3] then
   return {HELD, f}
 end

@@ -1,7 +1,7 @@
 -- unlock.lua: release holds of the reentrant mutex (Mutex or FairMutex);
 -- when it becomes free, hand it to the first waiter (lib_mutex.lua).
 --
--- KEYS[1]  (go: Lock) lock hash: owner token -> hold count
+-- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua)
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot (for a waiter
 --          handed the lock)
 -- KEYS[3]  (go: Queue) queue
@@ -52,29 +52,24 @@
 -- release would tell them apart at the cost of a sorted-set write each).
 --
 -- The common case, before the helpers: the last hold is released and
--- nobody waits. It deletes the hold's two fields with one HDEL, not
--- HEXISTS then DEL: a mutex's hash holds either one owner's two fields
--- (token -> count, 't:<token>' -> when taken) or RESERVED alone, never
--- both and never two owners, because every script adds an owner only to a
--- hash that is gone (lock.lua's take after EXISTS is 0 or DEL, as
--- lock_fast.lua's, hand_on when the lock has just become free,
--- lock_all.lua after DEL) and a
--- re-entry only sets the count of an owner already there. So when HDEL
--- removes anything, the caller held the lock and the hash is now empty,
--- which Redis deletes: the lock is free, as DEL made it. When it removes
--- nothing, the caller held nothing and nothing changed. (Go sends the
--- count as a decimal integer, so '0' is the only way it says 0.) The
--- hold's label, 'l:<token>' (label.lua, written only while 'f:<token>'
--- is there), goes in the same HDEL: it is one of the owner's fields, never
--- a field of its own, so the argument is unchanged.
+-- nobody waits. It reads the key and deletes it when the caller's token
+-- holds it. The key holds one hold or RESERVED and a member, never two
+-- owners (lib_mutex.lua, "Why one string cannot hold two owners"), so
+-- when the token read is the caller's, the caller held the lock and DEL
+-- frees it; when it is not, the caller held nothing and nothing changed.
+-- The hold's label and value go with it: they are part of the string.
+-- (Go sends the count as a decimal integer, so '0' is the only way it
+-- says 0.)
 local first -- the first waiter, when the common case below has read it
 if ARGV[2] == '0' then
-  if redis.call('HDEL', KEYS[1], ARGV[1], 't:' .. ARGV[1], 'f:' .. ARGV[1], 'v:' .. ARGV[1], 'q:' .. ARGV[1], 'l:' .. ARGV[1]) == 0 then
+  local v = redis.call('GET', KEYS[1])
+  if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
     if ARGV[8] and (redis.call('GET', KEYS[2]) == ARGV[8] or redis.call('ZSCORE', KEYS[5], 'rel:' .. ARGV[1])) then
       return 1 -- this release, sent again: it ran
     end
     return NOT_HELD
   end
+  redis.call('DEL', KEYS[1])
   -- Whether anybody waits, and who comes first: one call serves both.
   if ARGV[6] == '' then
     first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
@@ -85,17 +80,14 @@ if ARGV[2] == '0' then
 end
 -- @helpers
 if ARGV[2] ~= '0' then
-  local r = set_count(KEYS[1], ARGV[1], ARGV[1], ARGV[2], ARGV[7])
+  local r = mutex_count(KEYS[1], ARGV[1], ARGV[2], ARGV[7])
   if r == NOT_HELD or r == STALE then
     return r
   end
   return 1
 end
 -- Waiters are registered (or an Election's observers are to be told):
--- make sure the hash is gone (it is, by the
--- argument above; a stray field would otherwise sit beside the next
--- owner), then hand the lock on.
-redis.call('DEL', KEYS[1])
+-- the key is gone (DEL above); hand the lock on.
 if ARGV[8] then
   -- the receipt: the hand-off below INCRs the fence
   receipt(KEYS[5], ARGV[1], ARGV[9])

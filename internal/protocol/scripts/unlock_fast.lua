@@ -4,7 +4,7 @@
 -- answers SLOW, and Go runs unlock.lua in its place, which hands the lock
 -- on (internal/protocol/script.go, "Fast scripts").
 --
--- KEYS[1]  (go: Lock) lock hash (lock.lua)
+-- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua)
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot
 -- KEYS[3]  (go: Queue) queue: waiters
 -- KEYS[4]  (go: Dead) dead: a release that handed the lock on left its
@@ -21,26 +21,27 @@
 --          SLOW  waiters are registered: nothing changed
 --
 -- Why this frees only what unlock.lua would: with no queue, unlock.lua's
--- final release (Left 0) runs this HDEL, then the same answer when it
--- removed nothing ("Sent again" in unlock.lua), else done — for a mutex
+-- final release (Left 0) runs this GET and DEL, then the same answer when
+-- the hold was not the caller's ("Sent again" in unlock.lua), else done — for a mutex
 -- nothing more; for an Election's leader (observers given) its slow path,
 -- which with nobody waiting comes to the receipt and the observers told,
 -- as here. This script runs that word for word after the EXISTS that
 -- found no queue, in one script, which nothing interleaves. unlock.lua's
--- argument (HDEL removing anything leaves the hash empty, so the lock
--- free, and its DEL finds nothing) holds for it unchanged; the hold's
--- label ('l:<token>', label.lua) is one of its fields, deleted in the same
--- HDEL, as there.
+-- argument (the key holds one hold, so the caller's token read there
+-- means the caller held the lock, and DEL frees it) holds for it
+-- unchanged; the hold's label and value are part of the string.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return SLOW
 end
 local token = ARGV[1]
-if redis.call('HDEL', KEYS[1], token, 't:' .. token, 'f:' .. token, 'v:' .. token, 'q:' .. token, 'l:' .. token) == 0 then
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, #token + 1) ~= token .. ' ' then
   if redis.call('GET', KEYS[2]) == ARGV[2] or redis.call('ZSCORE', KEYS[4], 'rel:' .. token) then
     return 1 -- this release, sent again: it ran
   end
   return NOT_HELD
 end
+redis.call('DEL', KEYS[1])
 if not ARGV[3] then
   return 1
 end
