@@ -418,10 +418,10 @@ func TestUncontendedServerCommands(t *testing.T) {
 		"evalsha": 2, // Lock, Unlock
 		// Lock: one EXISTS finds the lock free and no dead set (so its
 		// token is not buried: a late attempt of an acquire given up on
-		// takes nothing, bury.lua); fence it, stamp it, take it (one SET
-		// PX of the hold); a first attempt has no place to give up (no
-		// ZREM)
-		"exists": 2, "incr": 1, "time": 1, "set": 1,
+		// takes nothing, bury.lua); fence it and take it (one SET PX of
+		// the hold, stamped with the Client's clock: no TIME); a first
+		// attempt has no place to give up (no ZREM)
+		"exists": 2, "incr": 1, "set": 1,
 		// Unlock: look for a waiter (EXISTS of the queue), free it if the
 		// caller owns it (GET, DEL)
 		"get": 1, "del": 1,
@@ -455,8 +455,9 @@ func TestCampaignServerCommands(t *testing.T) {
 		// Campaign: its token not buried (ZSCORE: a Campaign meets the
 		// dead set, so it asks first), nobody holds or waits (one EXISTS of
 		// the lock and the queue); take it with the value, stamp and fence
-		// it (INCR, TIME, one SET PX); its observers told
-		"zscore": 1, "exists": 2, "incr": 1, "time": 2, "set": 1, "publish": 2,
+		// it (INCR, one SET PX, stamped with the Client's clock); its
+		// observers told
+		"zscore": 1, "exists": 2, "incr": 1, "time": 1, "set": 1, "publish": 2,
 		// Resign: nobody waits (EXISTS of the queue), free it (GET, DEL),
 		// its receipt (TIME, ZREMRANGEBYSCORE, ZADD, PEXPIRE GT); its
 		// observers told

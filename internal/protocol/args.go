@@ -1,5 +1,10 @@
 package protocol
 
+import (
+	"sync/atomic"
+	"time"
+)
+
 // The arguments of each script, named and typed: one struct per script,
 // its fields in ARGV order, each tagged with the slots it fills
 // (`lua:"ARGV[n]"`); a bool field tagged `lua:"variant"` selects optional
@@ -78,7 +83,7 @@ func (a LockArgs) Acquire(k *Keys) Call {
 	nf, n := fast.words(), 3+len(k.MutexWords)+a.argc()
 	words := make([]any, nf+n) // one allocation for both calls
 	full := a.callIn(k, words[nf:])
-	c := fast.call(k, words[:nf:nf], full.Args)
+	c := fast.call(k, words[:nf:nf], full.Args, stampWord())
 	c.full, c.fullS, c.hint = words[nf:], &LockScript, k
 	return c
 }
@@ -99,19 +104,20 @@ func (a LockArgs) argc() int {
 type LockFastArgs struct {
 	Token string `lua:"ARGV[1]"`
 	TTL   int64  `lua:"ARGV[2]"` // ms
+	Stamp int64  `lua:"ARGV[3]"` // the Client's clock, Unix ms (0: now)
 	// Fair adds the queue, which must be empty.
 	Fair bool `lua:"variant"`
 	// Campaign adds an Election candidate's value, recorded with the
 	// hold, and the observers' channel, told.
 	Campaign  bool   `lua:"variant"`
-	Value     string `lua:"ARGV[3]"`
-	Observers string `lua:"ARGV[4]"`
-	Publish   string `lua:"ARGV[5]"` // PUBLISH or SPUBLISH
+	Value     string `lua:"ARGV[4]"`
+	Observers string `lua:"ARGV[5]"`
+	Publish   string `lua:"ARGV[6]"` // PUBLISH or SPUBLISH
 }
 
 // words is the length of the call's EVALSHA.
 func (a LockFastArgs) words() int {
-	n := 3 + 3 + 2
+	n := 3 + 3 + 3
 	if a.Fair {
 		n++
 	}
@@ -129,13 +135,18 @@ func (a LockFastArgs) Call(k *Keys) Call {
 	if a.Campaign {
 		full.Campaign, full.Value, full.Observers = true, a.Value, a.Observers
 	}
-	return full.Acquire(k)
+	c := full.Acquire(k)
+	if a.Stamp != 0 && c.S.SHA == LockFastScript.SHA {
+		c.Args[2] = a.Stamp
+	}
+	return c
 }
 
 // call fills words with the call, taking its arguments from full, the
 // same call's lock.lua arguments, boxed (a string made an interface anew
-// would cost an allocation).
-func (a LockFastArgs) call(k *Keys, words []any, full []any) Call {
+// would cost an allocation), and stamp, the Client's clock (Unix ms,
+// boxed).
+func (a LockFastArgs) call(k *Keys, words []any, full []any, stamp any) Call {
 	w := k.MutexWords
 	words[0], words[1], words[3], words[4], words[5] = evalSHA, LockFastScript.SHAArg, w[0], w[1], w[4]
 	nk := 3
@@ -144,12 +155,33 @@ func (a LockFastArgs) call(k *Keys, words []any, full []any) Call {
 	}
 	words[2] = nk
 	args := words[3+nk:]
-	args[0], args[1] = full[0], full[1] // token, TTL
+	args[0], args[1], args[2] = full[0], full[1], stamp // token, TTL, when
 	if a.Campaign {
-		args[2], args[3], args[4] = full[10], full[11], full[7] // value, observers, publish
+		args[3], args[4], args[5] = full[10], full[11], full[7] // value, observers, publish
 	}
 	return Call{S: LockFastScript, Boxed: words[3 : 3+nk], Args: args, words: words}
 }
+
+// stampWord is the clock now, Unix ms, boxed: lock_fast.lua's Stamp. A
+// number boxed anew costs an allocation, so the box is kept while the
+// clock stays in its millisecond: at a thousand acquires a second and
+// more, most share one.
+func stampWord() any {
+	ms := time.Now().UnixMilli()
+	if b := lastStamp.Load(); b != nil && b.ms == ms {
+		return b.word
+	}
+	b := &stampBox{ms: ms, word: ms}
+	lastStamp.Store(b)
+	return b.word
+}
+
+type stampBox struct {
+	ms   int64
+	word any
+}
+
+var lastStamp atomic.Pointer[stampBox]
 
 // UnlockArgs are unlock.lua's: release holds, or (Free) the final
 // release with its receipt.

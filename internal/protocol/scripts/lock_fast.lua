@@ -12,10 +12,14 @@
 --          when nobody waits
 -- ARGV[1]  (go: Token) owner token
 -- ARGV[2]  (go: TTL) lease TTL in milliseconds
--- ARGV[3]  (go: Value, if Campaign) an Election's Campaign only: the
---          candidate's value, recorded with the hold ('v:<token>')
--- ARGV[4]  (go: Observers, if Campaign) the observers' channel, told then
--- ARGV[5]  (go: Publish, if Campaign) publish command (PUBLISH or SPUBLISH)
+-- ARGV[3]  (go: Stamp) when the attempt was made, the Client's clock in
+--          ms: kept as when the hold was taken (lib_mutex.lua), where
+--          lock.lua asks the server's TIME (some 10 000 of the server's
+--          instructions, a tenth of an uncontended pair's: bench/README)
+-- ARGV[4]  (go: Value, if Campaign) an Election's Campaign only: the
+--          candidate's value, recorded with the hold
+-- ARGV[5]  (go: Observers, if Campaign) the observers' channel, told then
+-- ARGV[6]  (go: Publish, if Campaign) publish command (PUBLISH or SPUBLISH)
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          SLOW        the lock exists (held, or kept for a waiter), the
@@ -32,7 +36,8 @@
 -- (lock.lua's other path to take, which asks PTTL where this asks
 -- EXISTS: the same -2 / 0); a Campaign asks the ZSCORE, then that
 -- EXISTS, at once (the same three conditions). All in one script, which nothing
--- interleaves. lock.lua's argument (why a lock key is only ever written
+-- interleaves. (The stamp is the Client's clock, not the server's: it
+-- decides nothing, and only inspectors read it.) lock.lua's argument (why a lock key is only ever written
 -- when it does not exist) holds for it unchanged. Sent twice, the copy
 -- finds the lock (the first copy's hold) and answers SLOW; lock.lua then
 -- finds the token holding the lock and answers held with its fence, as
@@ -44,7 +49,7 @@ local lock, token = KEYS[1], ARGV[1]
 -- set (every Resign leaves a receipt there), so it skips the EXISTS that
 -- would count it and asks one by one at once: two calls, not three.
 local n = 1
-if ARGV[3] then
+if ARGV[4] then
   -- (a Campaign: asked one by one below)
 elseif KEYS[4] then
   n = redis.call('EXISTS', lock, KEYS[3], KEYS[4])
@@ -75,18 +80,17 @@ local f = redis.call('INCR', KEYS[2])
 if f >= 100000000000000 then
   f = redis.call('GET', KEYS[2])
 end
--- the hold (new_hold in lib_mutex.lua), taken now in server ms (stamp_ms
--- there), with an Election's new leader's value
-local t = redis.call('TIME')
+-- the hold (new_hold in lib_mutex.lua), taken at the Client's stamp, with
+-- an Election's new leader's value
 local tail = '0 '
-if ARGV[3] then
-  tail = '0v ' .. ARGV[3]
+if ARGV[4] then
+  tail = '0v ' .. ARGV[4]
 end
-redis.call('SET', lock, token .. ' ' .. f .. ' ' .. t[1] .. string.sub('00000' .. t[2], -6, -4) .. ' 1 0 ' .. tail, 'PX', ARGV[2])
-if not ARGV[3] then
+redis.call('SET', lock, token .. ' ' .. f .. ' ' .. ARGV[3] .. ' 1 0 ' .. tail, 'PX', ARGV[2])
+if not ARGV[4] then
   return {HELD, f}
 end
 -- @helpers
 -- an Election's new leader: its observers told
-publish(ARGV[5], ARGV[4], WAKE_ALL)
+publish(ARGV[6], ARGV[5], WAKE_ALL)
 return {HELD, f}
