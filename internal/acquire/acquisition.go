@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
@@ -101,7 +102,7 @@ type Acquisition struct {
 	moving error
 	// why is why the last attempt was not won, when it says (outcome.why)
 	why   error
-	pause time.Duration
+	pause backoff.Doubling
 	// soon are the give-backs of a round that ctx's end cut short, made
 	// at once beside Run's own undo (giveBack), which waits for them
 	soon sync.WaitGroup
@@ -109,7 +110,9 @@ type Acquisition struct {
 }
 
 // New returns an acquisition by c; the caller fills it in.
-func (c *Acquirer) New() *Acquisition { return &Acquisition{c: c} }
+func (c *Acquirer) New() *Acquisition {
+	return &Acquisition{c: c, pause: backoff.New(transport.MovingFirst, transport.MovingMax)}
+}
 
 // One makes p the one lock the acquisition takes (a Lock or TryLock).
 func (a *Acquisition) One(p Part) {
@@ -333,7 +336,7 @@ func (c *Acquirer) WaitLoop(ctx context.Context, name, channel, token string, se
 	// Waits poll while pub/sub is refused, or while this wait's
 	// subscription is not confirmed: a SUBSCRIBE the ACL refuses is
 	// dropped by go-redis without a word, and its confirmation never comes.
-	poll := poller{d: c.dep}
+	poll := poller{d: c.dep, pause: backoff.New(pollFirst, pollMax)}
 	confirmed := listening
 	began, told := time.Now(), false
 	timer := time.NewTimer(poll.cap(bound, !confirmed))
@@ -424,12 +427,11 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 		}
 		if queued && a.c.onCluster && transport.Transient(err) {
 			a.moving = err
-			a.pause = min(max(2*a.pause, transport.MovingFirst), transport.MovingMax)
-			return nil, a.pause, nil
+			return nil, a.pause.Next(), nil
 		}
 		return nil, 0, err
 	}
-	a.pause = 0
+	a.pause.Reset()
 	if ctx.Err() == nil { // a round its ctx cut short says less than the one before
 		a.why = o.Why
 	}
@@ -552,8 +554,8 @@ const (
 
 // poller is one wait's polling backoff (fresh for every wait).
 type poller struct {
-	d    *deploy.Deployment
-	next time.Duration
+	d     *deploy.Deployment
+	pause backoff.Doubling
 }
 
 // cap returns how long the wait sleeps at most: bound, or less while
@@ -567,10 +569,5 @@ func (p *poller) cap(bound time.Duration, unconfirmed bool) time.Duration {
 		}
 		return bound
 	}
-	if p.next == 0 {
-		p.next = pollFirst
-	}
-	d := p.next
-	p.next = min(2*p.next, pollMax)
-	return min(d, bound)
+	return min(p.pause.Next(), bound)
 }

@@ -10,7 +10,8 @@ import "time"
 // Doubling is a doubling backoff: its pauses are First, 2·First,
 // 4·First, … up to Max, which then repeats. It is a value made fresh for
 // each call that retries (New), so that no call inherits another's
-// pauses; it is not safe for concurrent use (one loop owns it).
+// pauses; it is not safe for concurrent use (one loop owns it). The
+// zero value pauses 0 each time: make one with New.
 type Doubling struct {
 	first, max time.Duration
 	next       time.Duration // the pause Next returns next; 0: first

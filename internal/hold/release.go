@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 
@@ -100,16 +101,15 @@ func unknownOutcome(err error) bool {
 // and ctx lasts, askTries calls in all, after a pause that doubles from
 // releaseMinBackoff; it returns the last reply.
 func (c *Keeper) askAgain(ctx context.Context, grant bool, o backend.Op, r driver.Reply) driver.Reply {
-	pause := releaseMinBackoff
+	pause := backoff.New(releaseMinBackoff, releaseMaxBackoff) // (askTries reaches no cap)
 	for try := 1; try < askTries && unknownOutcome(r.Err) && ctx.Err() == nil; try++ {
-		timer := time.NewTimer(pause)
+		timer := time.NewTimer(pause.Next())
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return r
 		case <-timer.C:
 		}
-		pause *= 2
 		r = c.run(ctx, grant, o)
 	}
 	return r
@@ -164,7 +164,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx
 		defer timer.Stop()
 		var err error
-		for backoff := releaseMinBackoff; time.Now().Before(until); backoff = min(2*backoff, releaseMaxBackoff) {
+		for pause := backoff.New(releaseMinBackoff, releaseMaxBackoff); time.Now().Before(until); {
 			select {
 			case <-c.life.Done():
 				c.releaseNow(h)
@@ -178,7 +178,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 				return
 			}
 			c.clusterHint(err)
-			timer.Reset(backoff)
+			timer.Reset(pause.Next())
 		}
 		c.tel.Log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
 			"lock", h.k.Name, "err", err)
@@ -287,7 +287,7 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 		timer := time.NewTimer(0)
 		defer timer.Stop()
 		var err error
-		for backoff := releaseMinBackoff; time.Now().Before(until); backoff = min(2*backoff, releaseMaxBackoff) {
+		for pause := backoff.New(releaseMinBackoff, releaseMaxBackoff); time.Now().Before(until); {
 			select {
 			case <-c.life.Done():
 				_ = once()
@@ -298,7 +298,7 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 				return
 			}
 			c.clusterHint(err)
-			timer.Reset(backoff)
+			timer.Reset(pause.Next())
 		}
 		c.tel.Log.Warn("dlock: undoing an acquire failed until its claim's TTL could have run out; a late attempt may hold the lock for its TTL",
 			"err", err)

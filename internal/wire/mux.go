@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backoff"
 )
 
 // Config is how a Mux reaches its server.
@@ -139,7 +140,7 @@ func failAll(out []driver.Reply, err error) {
 // connection is sent again as MaxRetries says, and its replies then say
 // so (SentTwice: see "Never sent twice unsaid").
 func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) (twice bool, err error) {
-	retries, pause := 0, retryFirst
+	retries, pause := 0, backoff.New(retryFirst, retryMax)
 	defer func() {
 		if twice && err == nil {
 			k.markSentTwice()
@@ -171,14 +172,13 @@ func (m *Mux) send(ctx context.Context, l int, k *call, cmds ...driver.Command) 
 			return twice, err
 		}
 		retries++
-		t := time.NewTimer(pause)
+		t := time.NewTimer(pause.Next())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return twice, ctx.Err()
 		}
-		pause = min(2*pause, retryMax)
 	}
 }
 
