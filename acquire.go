@@ -41,7 +41,7 @@ type request struct {
 	handOff bool
 	// once: a win whose lease has ended before the acquire returns it is
 	// refused with an error, not acquired again (a Campaign: its doc; see
-	// Client.valid)
+	// valid)
 	once bool
 	// check, if set, checks the request's own input, after the checks
 	// every request has.

@@ -162,7 +162,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	}
 	if err != nil {
 		// Not a leader after all: give the lock back before returning,
-		// as an acquire's undo does (Client.undo, graced): within ctx, or,
+		// as an acquire's undo does (hold.Keeper.Undo, graced): within ctx, or,
 		// when ctx has ended, within undoGrace more — never with the ended
 		// ctx, which sends nothing. Only when Redis does not answer by then
 		// does the release go on in the background (Lease.Unlock).

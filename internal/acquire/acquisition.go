@@ -100,7 +100,7 @@ type Acquisition struct {
 	// moving is the last cluster error a Lock's attempt met and waited
 	// through (see "Topology changes" in the root's client.go), and pause how long it waited.
 	moving error
-	// why is why the last attempt was not won, when it says (outcome.why)
+	// why is why the last attempt was not won, when it says (backend.Outcome.Why)
 	why   error
 	pause backoff.Doubling
 	// soon are the give-backs of a round that ctx's end cut short, made
@@ -151,7 +151,7 @@ type unsettled struct {
 // and, finding the lock free, take it again for a token nobody holds (the
 // torture test saw it). So a lease whose acquire had an attempt that took
 // ResendAfter or more, was sent twice, or failed with its outcome
-// unknown, buries its token before its final release (hold.buryFirst),
+// unknown, buries its token before its final release (hold.Hold.buryFirst),
 // for as long as buryCall buries an undone acquire's; and an acquire
 // that ends without the lock after such an attempt is undone as one whose
 // outcome is unknown (Run: buried, then released), since a copy may still
@@ -189,13 +189,13 @@ func (a *Acquisition) each(ctx context.Context, mk func(p Part) protocol.Call) e
 	return errors.Join(errs...)
 }
 
-// run acquires: one attempt, then, for a Lock, waits woken by releases.
+// Run acquires: one attempt, then, for a Lock, waits woken by releases.
 // What an acquire that ends without the lock may have left in Redis — a
 // hold taken by an attempt whose outcome is unknown (a Redis error, a
 // reply that came after ctx ended), a place in a queue — is undone once
 // that attempt can no longer run on the server (transport.Settled): before run
 // returns when Redis answers within undoGrace, else in the background
-// (Client.undo). So no lock is left held by nobody, and run returns as
+// (hold.Keeper.Undo). So no lock is left held by nobody, and run returns as
 // soon as ctx ends.
 // Run runs the acquisition: a TryLock (wait false) or a Lock. It returns
 // the holds it took: its one lock's, or a set's, in its Parts' order.

@@ -22,7 +22,7 @@ import (
 // Hold is one owner's possession of a lock in Redis: a token with a hold
 // count. Re-entry adds leases to the same hold; the hold ends when its last
 // lease is unlocked, or for all of its leases at once when it is lost.
-// Its leases are dlock.Leases, which it knows by their End.
+// Its leases are dlock.Lease handles, which it knows by their End.
 type Hold struct {
 	// Set when it is made, read-only after: no lock.
 	c        *Keeper

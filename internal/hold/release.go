@@ -34,13 +34,13 @@ const (
 	releaseMaxBackoff = 500 * time.Millisecond
 )
 
-// bounded returns a context that outlives ctx's end but lasts at most
+// Bounded returns a context that outlives ctx's end but lasts at most
 // cleanupTimeout.
 func Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
-// free is the hold's final release (protocol.free).
+// free is the hold's final release (protocol.UnlockArgs.FreeCall).
 func (h *Hold) free() backend.Op {
 	h.mu.Lock()
 	ttl := h.ttl
@@ -138,7 +138,7 @@ type releasers struct {
 	wg     sync.WaitGroup
 }
 
-// background runs f on a goroutine that Close waits for, and reports
+// Background runs f on a goroutine that Close waits for, and reports
 // true; once Close is under way it starts nothing and reports false (the
 // caller then makes its one bounded try itself).
 func (c *Keeper) Background(f func()) bool {
@@ -185,7 +185,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 	}, func() { c.releaseNow(h) })
 }
 
-// undo runs undo — undoing what an acquire may have left in Redis — at
+// Undo runs undo — undoing what an acquire may have left in Redis — at
 // once, so that the acquire's caller usually finds it done: within ctx,
 // or, when ctx has ended, within undoGrace more. undo buries the
 // acquire's token first (bury.lua), so no attempt still on its way can
@@ -251,7 +251,7 @@ func Graced(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), undoGrace)
 }
 
-// undoLater runs undo in the background — undoing what an acquire may
+// UndoLater runs undo in the background — undoing what an acquire may
 // have left in Redis: a hold, a place in a queue — once after has closed:
 // the call that may have left it can no longer run on the server (see
 // transport.Settled), so the undoing cannot come first. Each try gets a ctx
