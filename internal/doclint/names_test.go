@@ -105,7 +105,8 @@ type repo struct {
 	// the import names of the packages of other modules the repository imports
 	foreign map[string]bool
 	std     *stdlib
-	used    map[string]bool // the entries of notNames met
+	used    map[string]bool            // the entries of notNames met
+	heads   map[string]map[string]bool // path -> the headings of the file
 }
 
 type srcFile struct {
@@ -131,7 +132,7 @@ type pkgInfo struct {
 func loadRepo(t *testing.T, root string) *repo {
 	t.Helper()
 	r := &repo{root: root, fset: token.NewFileSet(), pkgs: map[string]*pkgInfo{}, names: map[string][]*pkgInfo{},
-		idents: map[string]bool{}, strs: map[string]bool{}, used: map[string]bool{}, paths: map[string]bool{}, bases: map[string]bool{}, foreign: map[string]bool{}}
+		idents: map[string]bool{}, strs: map[string]bool{}, used: map[string]bool{}, heads: map[string]map[string]bool{}, paths: map[string]bool{}, bases: map[string]bool{}, foreign: map[string]bool{}}
 	var gos []string
 	mods := map[string]string{} // module root dir -> module path
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -485,7 +486,11 @@ var (
 	allCaps      = regexp.MustCompile(`^[A-Z0-9_]+$`)
 	urlLike      = regexp.MustCompile(`\b[a-z][a-z0-9+.-]*://\S*`)
 	doubleQuoted = regexp.MustCompile(`"[^"\n]*"`)
-	otelName     = regexp.MustCompile(`^dlock(?:\.[a-z_]+)+$`)
+	// a part of a file by its heading: "Heading" in x.go, x.go's
+	// "Heading", x.go, "Heading"; or see "Heading" (a part of any file)
+	headingRefs = regexp.MustCompile(`"([A-Z][^"\n]{2,60})" in (?:the root's )?((?:[\w-]+/)*[\w-]+\.(?:go|lua|md))|((?:[\w-]+/)*[\w-]+\.(?:go|lua|md))(?:'s)?,? "([A-Z][^"\n]{2,60})"`)
+	seeHeading  = regexp.MustCompile(`(?:^|[^\w])[Ss]ee ()()()"([A-Z][^"\n]{2,60})"`)
+	otelName    = regexp.MustCompile(`^dlock(?:\.[a-z_]+)+$`)
 )
 
 // notMembers: the last element of a dotted word that says it is a file
@@ -522,6 +527,21 @@ func (r *repo) check(f *srcFile, text string) []string {
 			continue
 		}
 		report("names the file %s, which does not exist", name)
+	}
+	refs := headingRefs.FindAllStringSubmatch(text, -1)
+	refs = append(refs, seeHeading.FindAllStringSubmatch(headingRefs.ReplaceAllString(text, " "), -1)...)
+	for _, m := range refs {
+		heading, file := m[1]+m[4], m[2]+m[3]
+		if file != "" && !r.fileExists(f, file) {
+			continue // reported above
+		}
+		if !r.headed(f, heading, file) {
+			where := file
+			if where == "" {
+				where = "the repository"
+			}
+			report("names the part %q of %s, which has no such heading", heading, where)
+		}
 	}
 	for _, m := range methodExpr.FindAllStringSubmatch(text, -1) {
 		if msg := r.resolve(f, strings.Split(m[1]+"."+m[2], "."), true); msg != "" {
@@ -885,3 +905,68 @@ func (r *repo) checkDoc(f *srcFile, d documented) string {
 func mixedCase(w string) bool {
 	return strings.ContainsAny(w[1:], "ABCDEFGHIJKLMNOPQRSTUVWXYZ") && strings.ContainsAny(w, "abcdefghijklmnopqrstuvwxyz")
 }
+
+// headed reports whether heading begins a part of file (a name as a
+// comment names it; "" for any file of the repository): a Markdown
+// heading, a Go doc heading, or a paragraph of a comment that begins
+// with it and a full stop or a colon (Who reads. A caller...).
+func (r *repo) headed(f *srcFile, heading, file string) bool {
+	var paths []string
+	if file == "" {
+		for p := range r.paths {
+			if strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".lua") || strings.HasSuffix(p, ".md") {
+				paths = append(paths, filepath.Join(r.root, p))
+			}
+		}
+	} else {
+		for _, base := range []string{r.root, f.modRoot, filepath.Dir(f.path)} {
+			if _, err := os.Stat(filepath.Join(base, file)); err == nil {
+				paths = append(paths, filepath.Join(base, file))
+			}
+		}
+		for p := range r.paths {
+			if p == file || strings.HasSuffix(p, "/"+file) {
+				paths = append(paths, filepath.Join(r.root, p))
+			}
+		}
+	}
+	for _, p := range paths {
+		if r.headings(p)[heading] {
+			return true
+		}
+	}
+	return false
+}
+
+// headings returns the headings of the file at path (see headed), read once.
+func (r *repo) headings(path string) map[string]bool {
+	if h, ok := r.heads[path]; ok {
+		return h
+	}
+	h := map[string]bool{}
+	r.heads[path] = h
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return h
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		l := strings.TrimLeft(line, " \t")
+		for _, p := range []string{"//", "--", "#", "*"} {
+			l = strings.TrimLeft(strings.TrimPrefix(l, p), "# \t")
+		}
+		l = strings.TrimLeft(l, "- *")
+		if m := headingStart.FindStringSubmatch(l); m != nil {
+			h[m[1]] = true
+		}
+		if l != "" && !strings.ContainsAny(l[len(l)-1:], ".,;:") {
+			l = strings.TrimSpace(l)
+			h[l] = true // a Go doc or Markdown heading: the line whole,
+			if i := strings.IndexAny(l, "(,:"); i > 0 {
+				h[strings.TrimSpace(l[:i])] = true // or before its aside: "Heap per held lease (issue 26)"
+			}
+		}
+	}
+	return h
+}
+
+var headingStart = regexp.MustCompile(`^"?([A-Z][^".:]{2,60}?)"?[.:](?:\s|$)`)
