@@ -19,18 +19,18 @@ import (
 	"time"
 )
 
-// TestCommentsNameWhatExists: a comment that names an identifier or a
-// file names one that exists, so that a rename or a removal that leaves
-// a comment behind fails the tests. Every Go file of the repository's
-// four modules (root, bench, cmd/dlock, fence/pgfence; tests included)
-// is parsed, and what it declares collected: package names, types,
-// functions, methods, fields, constants and variables; and the Lua
-// scripts' names. Then, in every comment:
+// TestCommentsNameWhatExists: a comment that names an identifier, a
+// file or a part of a file names one that exists, so that a rename or a
+// removal that leaves a comment behind fails the tests. Every Go file of
+// the repository's four modules (root, bench, cmd/dlock, fence/pgfence;
+// tests included) is parsed, and what it declares collected: package
+// names, types, functions, methods, fields, constants and variables;
+// and the words of the Lua scripts. Then, in every comment:
 //
 //   - a qualified reference, pkg.Name, Type.Member, pkg.Type.Member or
 //     (*T).M, resolves: a package of the repository must declare Name,
-//     a type of it must have Member (a method, a field, or one of a
-//     type it embeds); a standard package must export Name (its source
+//     a type of it must have Member (a method, a field, or a member of
+//     a type it embeds); a standard package must export Name (its source
 //     in GOROOT is read); another module's package is accepted when the
 //     repository imports it. A lower-case member of a variable (c.life,
 //     k.done) must be a field or method of the comment's package;
@@ -39,12 +39,24 @@ import (
 //   - a file name, x.go, x.lua or x.md, with a path (docs/x.md,
 //     internal/hold/hold.go, scripts/lock.lua) or without, names a file
 //     of the repository: the path from the repository's root, the
-//     module's, the comment's directory, or the end of one.
+//     module's, the comment's directory, or the end of one;
+//   - a part of a file named by its heading ("Late commands" in
+//     internal/hold/hold.go; see "Who reads") is a heading of that file
+//     (of any, when none is named): a Markdown or Go doc heading, or a
+//     comment's paragraph that begins with it;
+//   - dlock.x.y, all lower case, is an OpenTelemetry instrument or
+//     attribute (dlock.leases.held): the code has it as a string;
+//   - a doc comment that begins with a name begins with the declared one
+//     (not bounded above Bounded: the name before a rename).
 //
 // Prose that only looks like a reference is told apart by design, not
 // by listing it: e.g. and i.e., a domain or a path (followed by /), a
-// file extension, a version. notNames holds the few exceptions left,
-// each with its reason.
+// file extension, a version, a double-quoted value that the code has as
+// a string ("dlock.Lock", a span's name), a word after a dot that no
+// code declares as a variable (fs.Args where fs is a flag set is
+// checked against the package's variables, not io/fs). notNames holds
+// the few exceptions left, each with its reason; this file's own
+// comments, which show the forms, are not read.
 func TestCommentsNameWhatExists(t *testing.T) {
 	start := time.Now()
 	root, err := filepath.Abs("../..")
@@ -743,58 +755,60 @@ func (r *repo) hasMember(pi *pkgInfo, typ, m string, depth int) bool {
 	}
 	for _, e := range pi.embeds[typ] {
 		base := baseType(e)
-		for e2 := e; ; {
-			if s, ok := e2.(*ast.StarExpr); ok {
-				e2 = s.X
-				continue
+		for unwrapped := false; !unwrapped; {
+			switch x := e.(type) {
+			case *ast.StarExpr:
+				e = x.X
+			case *ast.IndexExpr:
+				e = x.X
+			case *ast.IndexListExpr:
+				e = x.X
+			default:
+				unwrapped = true
 			}
-			if sel, ok := e2.(*ast.SelectorExpr); ok {
-				// pkg.T: the repository's, else another module's (any member)
-				found := false
-				if id, ok := sel.X.(*ast.Ident); ok {
-					for _, p2 := range r.names[id.Name] {
-						if _, ok := p2.members[base]; ok {
-							found = true
-							if r.hasMember(p2, base, m, depth+1) {
-								return true
-							}
-						}
-					}
-					if !found {
-						if paths := r.std.dirs[id.Name]; len(paths) > 0 {
-							for _, p := range paths {
-								if r.std.exports(p)[base+"."+m] {
-									return true
-								}
-							}
-							found = true // a standard type: its embeds are not followed
-						}
-					}
-				}
-				if !found {
-					return true
-				}
-			} else if r.hasMember(pi, base, m, depth+1) {
+		}
+		sel, ok := e.(*ast.SelectorExpr)
+		if !ok { // a type of pi
+			if r.hasMember(pi, base, m, depth+1) {
 				return true
 			}
-			break
+			continue
+		}
+		id, ok := sel.X.(*ast.Ident)
+		if !ok {
+			return true
+		}
+		// pkg.T: the repository's; a standard one (whose own embeds are
+		// not followed); else another module's, which has any member
+		known := false
+		for _, p2 := range r.names[id.Name] {
+			if _, ok := p2.members[base]; ok {
+				known = true
+				if r.hasMember(p2, base, m, depth+1) {
+					return true
+				}
+			}
+		}
+		for _, p := range r.std.dirs[id.Name] {
+			known = true
+			if r.std.exports(p)[base+"."+m] {
+				return true
+			}
+		}
+		if !known {
+			return true
 		}
 	}
 	return false
 }
 
-// inStd checks Name[.Member] of a standard package.
+// inStd checks Name of a standard package (a member of it is not
+// followed: a field, or a method promoted from an embedded type).
 func (r *repo) inStd(paths []string, x string, rest []string) string {
 	for _, p := range paths {
-		d := r.std.exports(p)
-		if !d[rest[0]] {
-			continue
-		}
-		if len(rest) == 1 || d[rest[0]+"."+rest[1]] || !ast.IsExported(rest[1]) {
+		if r.std.exports(p)[rest[0]] {
 			return ""
 		}
-		// a field of a struct, or a method promoted from an embedded type: not followed
-		return ""
 	}
 	if !ast.IsExported(rest[0]) {
 		return "" // a variable named as the package: x.field
