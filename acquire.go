@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/acquire"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
 
@@ -40,7 +41,7 @@ type request struct {
 	handOff bool
 	// once: a win whose lease has ended before the acquire returns it is
 	// refused with an error, not acquired again (a Campaign: its doc; see
-	// Client.valid)
+	// valid)
 	once bool
 	// check, if set, checks the request's own input, after the checks
 	// every request has.
@@ -251,7 +252,7 @@ func randomHex(n int) string {
 // slow is not hammered), and not at all for a lease that no reply can
 // find valid (a TTL within the drift margin: 2 ms or less by default).
 func valid(ctx context.Context, name string, again bool, take func() (*Lease, error)) (*Lease, error) {
-	pause := retryFirst
+	pause := backoff.New(retryFirst, retryMax)
 	for {
 		l, err := take()
 		if err != nil {
@@ -268,14 +269,13 @@ func valid(ctx context.Context, name string, again bool, take func() (*Lease, er
 			return nil, wonButLost(name, lost)
 		}
 		l.of.First().Keeper().Tel().Log.Info("dlock: a lease ended before its acquire could return it; acquiring again", "lock", name, "err", lost)
-		timer := time.NewTimer(pause)
+		timer := time.NewTimer(pause.Next())
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, errs.WaitEnded(name, ctx.Err())
 		case <-timer.C:
 		}
-		pause = min(2*pause, retryMax)
 	}
 }
 

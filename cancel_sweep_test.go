@@ -217,8 +217,8 @@ func (c cancelConn) Pipeline(ctx context.Context, cmds []driver.Command) []drive
 		func(ctx context.Context) []driver.Reply { return c.Conn.Pipeline(ctx, cmds) })
 }
 
-// sweptClient returns a Client whose calls made with a ctx from s.ctx are
-// swept by s.
+// sweptClient returns a Client whose calls made with a ctx marked by
+// sweepKey are swept by s.
 func sweptClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *sweep) {
 	t.Helper()
 	s := &sweep{}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/acquire"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -366,15 +367,14 @@ func (c *Client) clusterHint(err error) {
 // scripts a release that ran answers its copy "not held", which only
 // misreports it.
 func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Reply {
-	var pause time.Duration
+	pause := backoff.New(transport.MovingFirst, transport.MovingMax)
 	for {
 		r := call()
 		if r.Err == nil || ctx.Err() != nil || !c.cluster() || !transport.Transient(r.Err) {
 			return r
 		}
 		c.clusterHint(r.Err)
-		pause = min(max(2*pause, transport.MovingFirst), transport.MovingMax)
-		t := time.NewTimer(pause)
+		t := time.NewTimer(pause.Next())
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -161,7 +162,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	}
 	if err != nil {
 		// Not a leader after all: give the lock back before returning,
-		// as an acquire's undo does (Client.undo, graced): within ctx, or,
+		// as an acquire's undo does (hold.Keeper.Undo, graced): within ctx, or,
 		// when ctx has ended, within undoGrace more — never with the ended
 		// ctx, which sends nothing. Only when Redis does not answer by then
 		// does the release go on in the background (Lease.Unlock).
@@ -432,7 +433,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	stop := context.AfterFunc(c.life, cancel)
 	defer stop()
 	var last *LeaderInfo
-	retry := time.Duration(0)
+	retry := backoff.New(observeRetry, observeRetryMax)
 	blind := false // the last thing sent said Redis could not be read
 	check := func(ctx context.Context, _ string) (bool, time.Duration, error) {
 		info, expires, err := e.read(ctx, last)
@@ -440,7 +441,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 			if ctx.Err() != nil {
 				return true, 0, nil
 			}
-			retry = min(max(2*retry, observeRetry), observeRetryMax)
+			pause := retry.Next()
 			c.tel.Log.Warn("dlock: observing an election: reading its leader failed", "election", e.k.Name, "err", err)
 			if !blind {
 				var stale LeaderInfo
@@ -455,9 +456,9 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 					return true, 0, nil
 				}
 			}
-			return false, retry, nil
+			return false, pause, nil
 		}
-		retry = 0
+		retry.Reset()
 		if blind || last == nil || info.Term != last.Term || info.Value != last.Value {
 			blind = false
 			select {

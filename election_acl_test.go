@@ -12,7 +12,7 @@ import (
 
 // electionGrant is the narrowest ACL an election's users need: the
 // election's keys, its observers' channel, and the Clients' wake-up
-// channels (docs/deployment.md).
+// channels (docs/deployments.md).
 func electionGrant(name string) []string {
 	return []string{"~dlock:{" + name + "}:election*", "~dlock:fence*", "&dlock:{" + name + "}:election:*", "&dlock:wake:*", "+@all"}
 }

@@ -39,7 +39,7 @@ const (
 // lock; each primitive states its own beside its protocol (mutex.go,
 // election.go, rwmutex.go, semaphore.go, latch.go).
 type kindSpec struct {
-	primitive string         // for caps.supports
+	primitive string         // for backend.Caps.Supports
 	keys      *protocol.Kind // its key layout
 	queue     bool           // waiters queue in lib_queue.lua's queue and places
 	plain     bool           // a script-free Client keeps it as a string: the owner's token

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -69,7 +70,7 @@ const (
 
 func (p *pubSub) run() {
 	defer close(p.exited)
-	backoff := minBackoff
+	pause := backoff.New(minBackoff, maxBackoff)
 	for {
 		p.mu.Lock()
 		waiting := len(p.channels) == 0
@@ -110,16 +111,15 @@ func (p *pubSub) run() {
 		p.mu.Unlock()
 		c.dc.Close()
 		if time.Since(opened) > maxBackoff {
-			backoff = minBackoff // it worked for a while: reconnect at once
+			pause.Reset() // it worked for a while: reconnect at once
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(pause.Next())
 		select {
 		case <-t.C:
 		case <-p.ctx.Done():
 			t.Stop()
 			return
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
@@ -99,9 +100,9 @@ type Acquisition struct {
 	// moving is the last cluster error a Lock's attempt met and waited
 	// through (see "Topology changes" in the root's client.go), and pause how long it waited.
 	moving error
-	// why is why the last attempt was not won, when it says (outcome.why)
+	// why is why the last attempt was not won, when it says (backend.Outcome.Why)
 	why   error
-	pause time.Duration
+	pause backoff.Doubling
 	// soon are the give-backs of a round that ctx's end cut short, made
 	// at once beside Run's own undo (giveBack), which waits for them
 	soon sync.WaitGroup
@@ -109,7 +110,9 @@ type Acquisition struct {
 }
 
 // New returns an acquisition by c; the caller fills it in.
-func (c *Acquirer) New() *Acquisition { return &Acquisition{c: c} }
+func (c *Acquirer) New() *Acquisition {
+	return &Acquisition{c: c, pause: backoff.New(transport.MovingFirst, transport.MovingMax)}
+}
 
 // One makes p the one lock the acquisition takes (a Lock or TryLock).
 func (a *Acquisition) One(p Part) {
@@ -148,7 +151,7 @@ type unsettled struct {
 // and, finding the lock free, take it again for a token nobody holds (the
 // torture test saw it). So a lease whose acquire had an attempt that took
 // ResendAfter or more, was sent twice, or failed with its outcome
-// unknown, buries its token before its final release (hold.buryFirst),
+// unknown, buries its token before its final release (hold.Hold.buryFirst),
 // for as long as buryCall buries an undone acquire's; and an acquire
 // that ends without the lock after such an attempt is undone as one whose
 // outcome is unknown (Run: buried, then released), since a copy may still
@@ -186,13 +189,13 @@ func (a *Acquisition) each(ctx context.Context, mk func(p Part) protocol.Call) e
 	return errors.Join(errs...)
 }
 
-// run acquires: one attempt, then, for a Lock, waits woken by releases.
+// Run acquires: one attempt, then, for a Lock, waits woken by releases.
 // What an acquire that ends without the lock may have left in Redis — a
 // hold taken by an attempt whose outcome is unknown (a Redis error, a
 // reply that came after ctx ended), a place in a queue — is undone once
 // that attempt can no longer run on the server (transport.Settled): before run
 // returns when Redis answers within undoGrace, else in the background
-// (Client.undo). So no lock is left held by nobody, and run returns as
+// (hold.Keeper.Undo). So no lock is left held by nobody, and run returns as
 // soon as ctx ends.
 // Run runs the acquisition: a TryLock (wait false) or a Lock. It returns
 // the holds it took: its one lock's, or a set's, in its Parts' order.
@@ -333,7 +336,7 @@ func (c *Acquirer) WaitLoop(ctx context.Context, name, channel, token string, se
 	// Waits poll while pub/sub is refused, or while this wait's
 	// subscription is not confirmed: a SUBSCRIBE the ACL refuses is
 	// dropped by go-redis without a word, and its confirmation never comes.
-	poll := poller{d: c.dep}
+	poll := poller{d: c.dep, pause: backoff.New(pollFirst, pollMax)}
 	confirmed := listening
 	began, told := time.Now(), false
 	timer := time.NewTimer(poll.cap(bound, !confirmed))
@@ -424,12 +427,11 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 		}
 		if queued && a.c.onCluster && transport.Transient(err) {
 			a.moving = err
-			a.pause = min(max(2*a.pause, transport.MovingFirst), transport.MovingMax)
-			return nil, a.pause, nil
+			return nil, a.pause.Next(), nil
 		}
 		return nil, 0, err
 	}
-	a.pause = 0
+	a.pause.Reset()
 	if ctx.Err() == nil { // a round its ctx cut short says less than the one before
 		a.why = o.Why
 	}
@@ -552,8 +554,8 @@ const (
 
 // poller is one wait's polling backoff (fresh for every wait).
 type poller struct {
-	d    *deploy.Deployment
-	next time.Duration
+	d     *deploy.Deployment
+	pause backoff.Doubling
 }
 
 // cap returns how long the wait sleeps at most: bound, or less while
@@ -567,10 +569,5 @@ func (p *poller) cap(bound time.Duration, unconfirmed bool) time.Duration {
 		}
 		return bound
 	}
-	if p.next == 0 {
-		p.next = pollFirst
-	}
-	d := p.next
-	p.next = min(2*p.next, pollMax)
-	return min(d, bound)
+	return min(p.pause.Next(), bound)
 }

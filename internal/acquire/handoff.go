@@ -15,7 +15,7 @@ import (
 //
 //   - Who may be handed a lock: a waiter that renews its lease (a fixed
 //     lease has nothing to renew it from) on a deployment that hands off
-//     (caps.handOff: one deployment with scripts, no replica sync, which
+//     (backend.Caps.HandOff: one deployment with scripts, no replica sync, which
 //     a hand-off would skip). It says so by its member,
 //     '<member>:h<ttl ms>' (handoffMember), and the release gives it the
 //     lock for that TTL.
@@ -51,11 +51,11 @@ import (
 // fence f, the counter's value right after that script INCR'd it, and
 // made the hold expire ms later; nobody else can take the lock while the
 // hold is there (lock.lua takes only a lock whose hash is gone, or kept
-// for the caller). The waiter honours it only when f is above p.seen,
+// for the caller). The waiter honours it only when f is above p.Seen,
 // the counter's value that its latest waiting attempt read (its reply has
 // come): by (2) that attempt ran before R — one that ran after would have
-// read f or more — and was sent before it ran, at p.sent. So the lease,
-// counted from p.sent for ms less the drift margin, ends before the hold
+// read f or more — and was sent before it ran, at p.Sent. So the lease,
+// counted from p.Sent for ms less the drift margin, ends before the hold
 // can expire by (3). And the hold stays this token's until then: only its
 // expiry, a force (documented to break exclusion), or this acquire
 // itself could end it, and this acquire does not release what it does
@@ -74,7 +74,7 @@ import (
 // HandedOver reads msg, a hand-off to this waiter, whose latest place is
 // p (see "Hand-off" above), as the outcome of an attempt: the lock taken
 // with no request. ok is false when msg is not a hand-off, came before
-// p's attempt ran (its fence is not above p.seen), or leaves too little
+// p's attempt ran (its fence is not above p.Seen), or leaves too little
 // time to count on (less than a quarter of the lease after the drift
 // margin d): the caller then makes an attempt.
 func HandedOver(msg string, p backend.Place, d backend.Drift) (o backend.Outcome, ok bool) {
@@ -86,7 +86,7 @@ func HandedOver(msg string, p backend.Place, d backend.Drift) (o backend.Outcome
 	if time.Until(p.Sent.Add(granted-d.Of(granted))) < granted/4 {
 		return o, false
 	}
-	// Its validity counts from p.sent (above); its max hold from now, when
+	// Its validity counts from p.Sent (above); its max hold from now, when
 	// the hand-off has reached it: the release granted it before, for
 	// granted, at most the max hold (a TTL is cut to it), so Redis's hold
 	// ends before the max hold does, and renewals are cut to it (internal/hold/hold.go,

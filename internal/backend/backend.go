@@ -49,7 +49,7 @@ type AttemptSpec struct {
 	Need int     // permits a semaphore waits for; 0 for locks
 	// Queue: a Lock's attempts carry member (a place in the Queue)
 	Queue bool
-	// Call is the acquire script Call of one attempt (request.Call).
+	// Call is the acquire script Call of one attempt (the root's request.call).
 	Call func(token, member string, placed bool, cfg LockConfig) protocol.Call
 	// Leave is the call by which member gives up its place in the queue
 	// (request.leave; a quorum sends it to the nodes that kept the place
@@ -80,7 +80,7 @@ type Caps struct {
 	// OneScript: a set of Mutexes is taken by one script call (LockAll):
 	// one node with scripts.
 	OneScript bool
-	// Bury: an acquire given up on buries its token (Bury.lua) so that its
+	// Bury: an acquire given up on buries its token (bury.lua) so that its
 	// late attempts take nothing. Every deployment with scripts.
 	Bury bool
 }

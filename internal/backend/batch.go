@@ -14,7 +14,7 @@ import (
 // call's node). Calls that meet NOSCRIPT are sent again with their source
 // in a second pipeline, so a flushed script cache costs one extra round
 // trip, not a lost lease. With replica sync, the calls (of one node: see
-// single.batch) go on a dedicated connection, and each pipeline ends with
+// single.Batch) go on a dedicated connection, and each pipeline ends with
 // a WAIT on it. The result has one reply per call; each carries its own
 // error.
 func RunBatch(ctx context.Context, d driver.Driver, calls []protocol.Call, sync ReplicaSync) []driver.Reply {

@@ -36,7 +36,7 @@ type Outcome struct {
 	Placed Place
 	// GiveBack, if set, undoes what the attempt may have left (a quorum
 	// round that did not win): the acquire path runs it as it runs its
-	// own undo (Client.undo), at once, then, for what is unsettled, once
+	// own undo (hold.Keeper.Undo), at once, then, for what is unsettled, once
 	// it can no longer run.
 	GiveBack []UndoStep
 	// Why, if set, is Why a round that a majority granted was not won
@@ -51,8 +51,8 @@ type Outcome struct {
 }
 
 // UndoStep is one undo an attempt leaves to the acquire path: with after
-// nil, at once (and in the background if that fails: Client.undo); else
-// in the background once after has closed (Client.undoLater), the attempt
+// nil, at once (and in the background if that fails: hold.Keeper.Undo); else
+// in the background once after has closed (hold.Keeper.UndoLater), the attempt
 // being able to run until then.
 type UndoStep struct {
 	After <-chan struct{}

@@ -255,13 +255,13 @@ const fenceRetry = 200 * time.Millisecond
 
 // giveBack is how to undo a round that did not win: release (made by mk)
 // on the nodes that granted at once (the acquire path runs it as
-// Client.undo does), and on each node whose call failed once that call
+// hold.Keeper.Undo does), and on each node whose call failed once that call
 // is settled (a node that is down must not hold up the caller), after
 // burying the token there (made by bury): that node may still run the
 // attempt later (stopped, it runs what it was sent when it resumes), and
 // a release that comes first would leave it held by nobody; buried, the
 // late attempt takes nothing. The acquire path tries a failed node's
-// undo again until the node answers (Client.undoLater).
+// undo again until the node answers (hold.Keeper.UndoLater).
 func (q *Quorum) giveBack(t tally, mk, bury func(node int) protocol.Call) []UndoStep {
 	on := func(nodes []int) func(context.Context) error {
 		return func(ctx context.Context) error { return FirstErr(q.fanout(ctx, nodes, mk)) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/errs"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -21,7 +22,7 @@ import (
 // Hold is one owner's possession of a lock in Redis: a token with a hold
 // count. Re-entry adds leases to the same hold; the hold ends when its last
 // lease is unlocked, or for all of its leases at once when it is lost.
-// Its leases are dlock.Leases, which it knows by their End.
+// Its leases are dlock.Lease handles, which it knows by their End.
 type Hold struct {
 	// Set when it is made, read-only after: no lock.
 	c        *Keeper
@@ -431,11 +432,10 @@ func (h *Hold) Unlock(ctx context.Context, l *End) error {
 // unlock, sets the count itself, and a later one gets a later place.
 func (h *Hold) recount() {
 	h.c.Background(func() {
-		backoff := releaseMinBackoff
+		pause := backoff.New(releaseMinBackoff, releaseMaxBackoff)
 		wait := func() bool {
-			timer := time.NewTimer(backoff)
+			timer := time.NewTimer(pause.Next())
 			defer timer.Stop()
-			backoff = min(2*backoff, releaseMaxBackoff)
 			select {
 			case <-h.c.life.Done():
 				return false

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
 
@@ -33,13 +34,13 @@ const (
 	releaseMaxBackoff = 500 * time.Millisecond
 )
 
-// bounded returns a context that outlives ctx's end but lasts at most
+// Bounded returns a context that outlives ctx's end but lasts at most
 // cleanupTimeout.
 func Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
-// free is the hold's final release (protocol.free).
+// free is the hold's final release (protocol.UnlockArgs.FreeCall).
 func (h *Hold) free() backend.Op {
 	h.mu.Lock()
 	ttl := h.ttl
@@ -100,16 +101,15 @@ func unknownOutcome(err error) bool {
 // and ctx lasts, askTries calls in all, after a pause that doubles from
 // releaseMinBackoff; it returns the last reply.
 func (c *Keeper) askAgain(ctx context.Context, grant bool, o backend.Op, r driver.Reply) driver.Reply {
-	pause := releaseMinBackoff
+	pause := backoff.New(releaseMinBackoff, releaseMaxBackoff) // (askTries reaches no cap)
 	for try := 1; try < askTries && unknownOutcome(r.Err) && ctx.Err() == nil; try++ {
-		timer := time.NewTimer(pause)
+		timer := time.NewTimer(pause.Next())
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return r
 		case <-timer.C:
 		}
-		pause *= 2
 		r = c.run(ctx, grant, o)
 	}
 	return r
@@ -138,7 +138,7 @@ type releasers struct {
 	wg     sync.WaitGroup
 }
 
-// background runs f on a goroutine that Close waits for, and reports
+// Background runs f on a goroutine that Close waits for, and reports
 // true; once Close is under way it starts nothing and reports false (the
 // caller then makes its one bounded try itself).
 func (c *Keeper) Background(f func()) bool {
@@ -164,7 +164,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 		timer := time.NewTimer(0) // at once: the failed call may have been cut short by its ctx
 		defer timer.Stop()
 		var err error
-		for backoff := releaseMinBackoff; time.Now().Before(until); backoff = min(2*backoff, releaseMaxBackoff) {
+		for pause := backoff.New(releaseMinBackoff, releaseMaxBackoff); time.Now().Before(until); {
 			select {
 			case <-c.life.Done():
 				c.releaseNow(h)
@@ -178,14 +178,14 @@ func (c *Keeper) releaseLater(h *Hold) {
 				return
 			}
 			c.clusterHint(err)
-			timer.Reset(backoff)
+			timer.Reset(pause.Next())
 		}
 		c.tel.Log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
 			"lock", h.k.Name, "err", err)
 	}, func() { c.releaseNow(h) })
 }
 
-// undo runs undo — undoing what an acquire may have left in Redis — at
+// Undo runs undo — undoing what an acquire may have left in Redis — at
 // once, so that the acquire's caller usually finds it done: within ctx,
 // or, when ctx has ended, within undoGrace more. undo buries the
 // acquire's token first (bury.lua), so no attempt still on its way can
@@ -251,7 +251,7 @@ func Graced(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), undoGrace)
 }
 
-// undoLater runs undo in the background — undoing what an acquire may
+// UndoLater runs undo in the background — undoing what an acquire may
 // have left in Redis: a hold, a place in a queue — once after has closed:
 // the call that may have left it can no longer run on the server (see
 // transport.Settled), so the undoing cannot come first. Each try gets a ctx
@@ -287,7 +287,7 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 		timer := time.NewTimer(0)
 		defer timer.Stop()
 		var err error
-		for backoff := releaseMinBackoff; time.Now().Before(until); backoff = min(2*backoff, releaseMaxBackoff) {
+		for pause := backoff.New(releaseMinBackoff, releaseMaxBackoff); time.Now().Before(until); {
 			select {
 			case <-c.life.Done():
 				_ = once()
@@ -298,7 +298,7 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 				return
 			}
 			c.clusterHint(err)
-			timer.Reset(backoff)
+			timer.Reset(pause.Next())
 		}
 		c.tel.Log.Warn("dlock: undoing an acquire failed until its claim's TTL could have run out; a late attempt may hold the lock for its TTL",
 			"err", err)

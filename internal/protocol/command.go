@@ -8,10 +8,10 @@ import "github.com/dlock-go/dlock/driver"
 // FailedReply returns a reply that failed with err.
 func FailedReply(err error) driver.Reply { return driver.Reply{Err: err} }
 
-// cmd makes a command without keys.
+// Cmd makes a command without keys.
 func Cmd(args ...any) driver.Command { return driver.Command{Args: args} }
 
-// keyed makes a command whose key is its second word (GET key, PTTL key).
+// Keyed makes a command whose key is its second word (GET key, PTTL key).
 func Keyed(args ...any) driver.Command { return driver.Command{Args: args, FirstKey: 1, Keys: 1} }
 
 // ScriptCommand makes EVALSHA sha (or EVAL src) with keys and args.

@@ -65,7 +65,7 @@ func TokenOf(member string) string {
 }
 
 // WakeTo says where a release wakes the waiters whose turn it is: each on
-// its Client's channel, base + the Client's id (see Client.WakeTo).
+// its Client's channel, base + the Client's id (see the root's Client.wakeTo).
 type WakeTo struct {
 	Base    string
 	Publish string // PUBLISH, or SPUBLISH on a cluster

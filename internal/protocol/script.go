@@ -199,7 +199,7 @@ type Call struct {
 	Keys []string
 	Args []any
 	// Boxed, when set, are the keys already made interfaces (a lock's,
-	// made once: see keys.mutexWords), and keys is nil.
+	// made once: see Keys.MutexWords), and keys is nil.
 	Boxed []any
 	// words, when set (boxedCall), is the call's EVALSHA whole, Args its
 	// tail: one allocation for both.
@@ -341,7 +341,7 @@ func IsNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// flag is a boolean script argument: "1" or "0".
+// Flag is a boolean script argument: "1" or "0".
 func Flag(b bool) any {
 	if b {
 		return argTrue

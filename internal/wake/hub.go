@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -466,7 +467,7 @@ func (h *Hub) move(ch *listeners, name string, within time.Duration, ended bool)
 // (one lookup for 0); sooner if the hub closes.
 func (h *Hub) nodeAfter(name, old string, within time.Duration) string {
 	deadline := time.Now().Add(within)
-	pause := movedFirst
+	pause := backoff.New(movedFirst, movedMax)
 	for {
 		h.d.Refresh()
 		ctx, cancel := context.WithTimeout(context.Background(), movedMax)
@@ -481,8 +482,7 @@ func (h *Hub) nodeAfter(name, old string, within time.Duration) string {
 		if closed {
 			return addr
 		}
-		time.Sleep(pause)
-		pause = min(2*pause, movedMax)
+		time.Sleep(pause.Next())
 	}
 }
 
