@@ -283,7 +283,7 @@ func (ld *Leadership) Resign(ctx context.Context) error {
 type LeaderInfo struct {
 	Value string        // the leader's value (Campaign, Proclaim)
 	Term  int64         // the leader's term: its fencing token
-	Since time.Time     // when it won, by the server's clock
+	Since time.Time     // when it won: by its Client's clock if its first attempt did, else by the server's (Holder.Since)
 	TTL   time.Duration // how long its lease had left when read
 	// Owner is who the leader is (host, pid, program, label), nil when
 	// its Client did not record it, or when the reader's ACL user may not

@@ -184,8 +184,12 @@ type Holder struct {
 	// Holds is the hold count (1 + re-entries), or a Semaphore holder's
 	// permits.
 	Holds int64
-	Fence int64         // the holder's fencing token (0 if unknown: a script-free hold)
-	Since time.Time     // when it took the lock, by the server's clock (zero if unknown)
+	Fence int64 // the holder's fencing token (0 if unknown: a script-free hold)
+	// Since is when it took the lock (zero if unknown): by the server's
+	// clock, or, for a Mutex, FairMutex or Election hold whose first
+	// attempt found the lock free, by its Client's clock when it sent
+	// that attempt (which saves the server a TIME per Lock).
+	Since time.Time
 	TTL   time.Duration // how long its hold has left, as the server sees it
 	Owner *Owner        // who it is, if its Client said (nil otherwise)
 	// Label is what its acquire was given with WithLabel ("" if none, or
