@@ -49,6 +49,10 @@ type request struct {
 	// token, if set, returns the owner token to acquire with (a writer
 	// reading inside its write hold keeps its token), or refuses.
 	token func(ctx context.Context) (string, error)
+	// labelled: call writes the label (WithLabel) into the hold its
+	// attempt takes, so only a hold handed over by a release (which does
+	// not know it) needs label.lua after.
+	labelled bool
 	// call is the acquire script call of one attempt; member is the
 	// waiter's registration for a Lock's attempts (which take or keep a
 	// place in the queue), "" for a TryLock's; placed is true when an
@@ -122,7 +126,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	if err != nil {
 		return nil, c.busy(ctx, kindOfWhat(r.what), r.k.Name, token, err)
 	}
-	if cfg.Label != "" { // after any grant: an attempt's, or a release's hand-off
+	if cfg.Label != "" && (!r.labelled || hs[0].Handed()) { // after a grant that did not write it
 		c.label(ctx, r.k, token, cfg.Label)
 	}
 	return &Lease{of: hs[0], end: hs[0].FirstEnd()}, nil

@@ -412,7 +412,8 @@ func TestBusyErrorReadsAnOwnerOnce(t *testing.T) {
 		}
 		return n
 	}
-	unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx)) // the Client's first-acquire checks done
+	// the Client's first-acquire checks done
+	unlock(t, mustLock(t, c.Mutex(lockName(t)), ctx))
 	for i, want := range []int{2, 1} { // the lock's hold and the owner's record, then the hold alone
 		rec.take()
 		_, err := c.Mutex(name).TryLock(ctx)

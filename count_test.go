@@ -680,3 +680,67 @@ func warmMutex(t *testing.T) (*redis.Client, *dlock.Mutex) {
 	unlock(t, mustLock(t, m, context.Background()))
 	return rdb, m
 }
+
+// A labelled acquire writes its label into the hold it takes (lock.lua's
+// tail): an uncontended labelled Lock, a FairMutex's and a Campaign are
+// one round trip each, like an unlabelled one, and the label is there;
+// only a hold handed over by a release needs label.lua after
+// (TestLabelOfAWaiterHandedTheLock).
+func TestLabelledAcquireIsOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	c, rec := countedClient(t)
+	for _, kind := range []string{"Mutex", "FairMutex", "Campaign"} {
+		name := lockName(t)
+		label := dlock.WithLabel("nightly " + kind)
+		// lock acquires, and returns the release
+		var lock func() (func(context.Context) error, error)
+		switch kind {
+		case "Mutex", "FairMutex":
+			m := dlock.Locker(c.Mutex(name))
+			if kind == "FairMutex" {
+				m = c.FairMutex(name)
+			}
+			lock = func() (func(context.Context) error, error) {
+				l, err := m.Lock(ctx, label)
+				if err != nil {
+					return nil, err
+				}
+				return l.Unlock, nil
+			}
+		case "Campaign":
+			e := c.Election(name, label)
+			lock = func() (func(context.Context) error, error) {
+				ld, err := e.Campaign(ctx, "the value")
+				if err != nil {
+					return nil, err
+				}
+				return ld.Resign, nil
+			}
+		}
+		for i := range 2 { // the scripts loaded, then counted
+			rec.take()
+			release, err := lock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := rec.take()
+			inspectKind := dlock.KindMutex
+			if kind == "Campaign" {
+				inspectKind = dlock.KindElection
+			}
+			info, err := c.Inspect(ctx, inspectKind, name)
+			if err != nil || len(info.Holders) != 1 || info.Holders[0].Label != "nightly "+kind {
+				t.Fatalf("%s: Inspect %+v, %v; want the label", kind, info, err)
+			}
+			if kind == "Campaign" && info.Value != "the value" {
+				t.Fatalf("Campaign: the value %q; want it beside the label", info.Value)
+			}
+			if i == 1 && (len(calls) != 1 || len(calls[0]) != 1 || calls[0][0] != "evalsha") {
+				t.Errorf("%s: a labelled uncontended acquire sent %v; want exactly one evalsha", kind, calls)
+			}
+			if err := release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

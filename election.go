@@ -94,14 +94,19 @@ func (p electionProto) TTL(token string) backend.Op { return p.m.TTL(token) }
 
 // request is what a Campaign for value tells the acquire path: a
 // FairMutex's request, under the election's keys and protocol, whose
-// attempts record value when they win (lock.lua's ARGV[11]): a Campaign
+// attempts record value (and its label) when they win (lock.lua's ARGV[11]): a Campaign
 // that nobody stands in the way of is one round trip.
 func (e *Election) request(value string) *request {
 	r := *e.req // a copy: its call is this Campaign's
 	m := r.p.(electionProto).m
+	labels := e.c.labels()
 	r.call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
 		a := m.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), true)
-		a.Campaign, a.Value, a.Observers = true, value, e.k.Channel
+		label := ""
+		if labels {
+			label = cfg.Label
+		}
+		a.Campaign, a.Tail, a.Observers = true, protocol.HoldTail(label, value, true), e.k.Channel
 		return a.Acquire(e.k)
 	}
 	return &r

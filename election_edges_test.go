@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,7 +31,9 @@ type faultDriver struct {
 var errInjected = errors.New("injected fault")
 
 func (d faultDriver) hit(c driver.Command) bool {
-	return d.armed.Load() && slices.ContainsFunc(c.Args, func(a any) bool { s, _ := a.(string); return s == d.marker })
+	// (a Campaign's attempt carries the value at the end of the hold's
+	// tail, after its label: protocol.HoldTail; a Proclaim, the value)
+	return d.armed.Load() && slices.ContainsFunc(c.Args, func(a any) bool { s, _ := a.(string); return strings.HasSuffix(s, d.marker) })
 }
 
 func (d faultDriver) Do(ctx context.Context, c driver.Command) driver.Reply {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -295,7 +296,7 @@ func TestReceiptKeepsTheBurialElection(t *testing.T) {
 	if err := warm.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d.hold("slow") // the attempt, by its value
+	d.hold(protocol.HoldTail("", "slow", true)) // the attempt, by its value in the hold's tail
 	a, err := campaign(ctx, c, "slow")
 	if err != nil {
 		t.Fatal(err)

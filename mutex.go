@@ -113,9 +113,15 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.
 func (c *Client) mutexRequest(what string, k *protocol.Keys, opts []LockOption, fair bool) *request {
 	p := mutexProto{k, k.Wake}
+	labels := c.labels()
 	return &request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: backend.OptQueueTTL, leave: p.leave,
+		labelled: labels,
 		call: func(token, member string, queued bool, cfg lockConfig) protocol.Call {
-			return p.lock(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), fair)
+			a := p.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), fair)
+			if labels && cfg.Label != "" { // the hold written with its label (lock.lua's ARGV[11])
+				a.Labelled, a.Tail = true, protocol.HoldTail(cfg.Label, "", false)
+			}
+			return a.Acquire(p.k)
 		}}
 }
 

@@ -164,18 +164,20 @@ const MaxLabel = 256
 // most MaxLabel (256) of them; a longer one fails the acquire with an
 // error matching ErrInvalidArgument before anything is sent. Inspect
 // shows it (Holder.Label), and so does the *BusyError of another
-// acquire that this hold refuses. The label is a field of the hold in the
-// lock's own key ('l:<token>', docs/how-it-works.md): it lives, is renewed
-// and is deleted with the hold, whatever ends it (Unlock, expiry, a
-// ForceUnlock). It is written by one more call, after the grant (so an
-// acquire with a label costs a round trip more; one without sends nothing
-// more): between the grant and that call the hold shows no label, and if
-// that call fails (its ctx ended, Redis did not answer) the hold keeps
-// none — the lease is returned all the same. A re-entry keeps the label
-// of the hold it enters (its own is not recorded). A lock handed to a
-// waiter by a release is labelled the same way, by the waiter, once the
-// hand-off has reached it. Clients WithoutScripts and quorum Clients
-// (NewQuorum) keep no label; Default: none.
+// acquire that this hold refuses. The label is part of the hold in the
+// lock's own key (docs/how-it-works.md): it lives, is renewed and is
+// deleted with the hold, whatever ends it (Unlock, expiry, a
+// ForceUnlock). A Mutex's, FairMutex's or Election's hold is written with
+// its label by the attempt that takes it, at no cost in round trips. An
+// RWMutex's, a Semaphore's and a LockAll's holds, and a lock handed to a
+// waiter by a release (which does not know the label), are labelled by
+// one more call after the grant, by the acquire once the grant has
+// reached it: a round trip more, between the grant and which the hold
+// shows no label, and if that call fails (its ctx ended, Redis did not
+// answer) the hold keeps none — the lease is returned all the same. A
+// re-entry keeps the label of the hold it enters (its own is not
+// recorded). Clients WithoutScripts and quorum Clients (NewQuorum) keep
+// no label; Default: none.
 func WithLabel(label string) LockOption {
 	return func(c *lockConfig) { c.Label = label }
 }

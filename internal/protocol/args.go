@@ -33,22 +33,19 @@ type LockArgs struct {
 	// Reentry adds Seq, the re-entry's place in the hold's sequence.
 	Reentry bool  `lua:"variant"`
 	Seq     int64 `lua:"ARGV[10]"`
-	// Campaign adds Value and Observers (ARGV[10] is '' then).
+	// Campaign adds Tail (the candidate's value after its label, if
+	// any: HoldTail) and Observers (ARGV[10] is '' then).
 	Campaign  bool   `lua:"variant"`
-	Value     string `lua:"ARGV[11]"`
+	Tail      string `lua:"ARGV[11]"`
 	Observers string `lua:"ARGV[12]"`
+	// Labelled adds Tail (the hold's label: HoldTail) to a Mutex's or
+	// FairMutex's acquire (ARGV[10] is '' then).
+	Labelled bool `lua:"variant"`
 }
 
 // Call is lock.lua's call on k (a mutex's or an Election's keys).
 func (a LockArgs) Call(k *Keys) Call {
-	n := 9
-	switch {
-	case a.Campaign:
-		n = 12
-	case a.Reentry:
-		n = 10
-	}
-	return a.callIn(k, make([]any, 3+len(k.MutexWords)+n))
+	return a.callIn(k, make([]any, 3+len(k.MutexWords)+a.argc()))
 }
 
 // callIn is Call in words, made by the caller.
@@ -58,9 +55,11 @@ func (a LockArgs) callIn(k *Keys, words []any) Call {
 	args[5], args[6], args[7], args[8] = Flag(a.Fair), a.Wake.BaseArg, a.Wake.PublishArg, Flag(a.Queued)
 	switch {
 	case a.Campaign:
-		args[9], args[10], args[11] = "", a.Value, a.Observers
+		args[9], args[10], args[11] = "", a.Tail, a.Observers
 	case a.Reentry:
 		args[9] = a.Seq
+	case a.Labelled:
+		args[9], args[10] = "", a.Tail
 	}
 	return call
 }
@@ -79,7 +78,7 @@ func (a LockArgs) Acquire(k *Keys) Call {
 		}
 		return c
 	}
-	fast := LockFastArgs{Token: a.Token, TTL: a.TTL, Fair: a.Fair, Campaign: a.Campaign}
+	fast := LockFastArgs{Token: a.Token, TTL: a.TTL, Fair: a.Fair, Campaign: a.Campaign, Labelled: a.Labelled && !a.Campaign}
 	nf, n := fast.words(), 3+len(k.MutexWords)+a.argc()
 	words := make([]any, nf+n) // one allocation for both calls
 	full := a.callIn(k, words[nf:])
@@ -95,6 +94,8 @@ func (a LockArgs) argc() int {
 		return 12
 	case a.Reentry:
 		return 10
+	case a.Labelled:
+		return 11
 	}
 	return 9
 }
@@ -107,12 +108,15 @@ type LockFastArgs struct {
 	Stamp int64  `lua:"ARGV[3]"` // the Client's clock, Unix ms (0: now)
 	// Fair adds the queue, which must be empty.
 	Fair bool `lua:"variant"`
-	// Campaign adds an Election candidate's value, recorded with the
-	// hold, and the observers' channel, told.
+	// Campaign adds the hold's tail (an Election candidate's value after
+	// its label: HoldTail), recorded with the hold, and the observers'
+	// channel, told.
 	Campaign  bool   `lua:"variant"`
-	Value     string `lua:"ARGV[4]"`
+	Tail      string `lua:"ARGV[4]"`
 	Observers string `lua:"ARGV[5]"`
 	Publish   string `lua:"ARGV[6]"` // PUBLISH or SPUBLISH
+	// Labelled adds the hold's tail (its label: HoldTail) alone.
+	Labelled bool `lua:"variant"`
 }
 
 // words is the length of the call's EVALSHA.
@@ -123,6 +127,8 @@ func (a LockFastArgs) words() int {
 	}
 	if a.Campaign {
 		n += 3
+	} else if a.Labelled {
+		n++
 	}
 	return n
 }
@@ -133,7 +139,9 @@ func (a LockFastArgs) words() int {
 func (a LockFastArgs) Call(k *Keys) Call {
 	full := LockArgs{Token: a.Token, TTL: a.TTL, Fair: a.Fair, Wake: WakeTo{Publish: a.Publish, PublishArg: a.Publish}}
 	if a.Campaign {
-		full.Campaign, full.Value, full.Observers = true, a.Value, a.Observers
+		full.Campaign, full.Tail, full.Observers = true, a.Tail, a.Observers
+	} else if a.Labelled {
+		full.Labelled, full.Tail = true, a.Tail
 	}
 	c := full.Acquire(k)
 	if a.Stamp != 0 && c.S.SHA == LockFastScript.SHA {
@@ -157,7 +165,9 @@ func (a LockFastArgs) call(k *Keys, words []any, full []any, stamp any) Call {
 	args := words[3+nk:]
 	args[0], args[1], args[2] = full[0], full[1], stamp // token, TTL, when
 	if a.Campaign {
-		args[3], args[4], args[5] = full[10], full[11], full[7] // value, observers, publish
+		args[3], args[4], args[5] = full[10], full[11], full[7] // tail, observers, publish
+	} else if a.Labelled {
+		args[3] = full[10] // tail
 	}
 	return Call{S: LockFastScript, Boxed: words[3 : 3+nk], Args: args, words: words}
 }

@@ -58,9 +58,9 @@ func scriptCases() (map[string]scriptCase, map[string]string) {
 	}
 	w := wakeSample
 	cases := map[string]scriptCase{
-		"lock.lua": {LockArgs{Token: "tok", TTL: 30000, Count: 2, Member: "mem", PlaceTTL: 500, Wake: w, Seq: 3, Value: "val", Observers: "obs"},
+		"lock.lua": {LockArgs{Token: "tok", TTL: 30000, Count: 2, Member: "mem", PlaceTTL: 500, Wake: w, Seq: 3, Tail: "0v val", Observers: "obs"},
 			func(a any) Call { return a.(LockArgs).Call(mk) }},
-		"lock_fast.lua":   {LockFastArgs{Token: "tok", TTL: 30000, Value: "val", Observers: "obs", Publish: "PUBLISH"}, func(a any) Call { return a.(LockFastArgs).Call(mk) }},
+		"lock_fast.lua":   {LockFastArgs{Token: "tok", TTL: 30000, Stamp: 1, Tail: "0v val", Observers: "obs", Publish: "PUBLISH"}, func(a any) Call { return a.(LockFastArgs).Call(mk) }},
 		"unlock_fast.lua": {UnlockFastArgs{Token: "tok", Fence: 9, Observers: "obs", Publish: "PUBLISH", ReceiptTTL: 100}, func(a any) Call { return a.(UnlockFastArgs).Call(mk) }},
 		"unlock.lua": {UnlockArgs{Token: "tok", Left: 1, Wake: w, Observers: "obs", Seq: 3, Fence: 9, ReceiptTTL: 100},
 			func(a any) Call { return a.(UnlockArgs).Call(ek) }},

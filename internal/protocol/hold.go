@@ -53,6 +53,17 @@ func ParseHold(v string) (h Hold, ok bool) {
 	return h, true
 }
 
+// HoldTail is what a hold keeps after its sequence number (see Hold):
+// the label, after its length, then, for an Election's leader (value
+// true), its value. lock.lua and lock_fast.lua write it as Go made it.
+func HoldTail(label, val string, value bool) string {
+	v := ""
+	if value {
+		v = "v"
+	}
+	return strconv.Itoa(len(label)) + v + " " + label + val
+}
+
 // Fields is the hold as the hash fields that a lock's hash keeps for
 // the other kinds (owner token -> count, FieldTaken, FieldFence, FieldSeq,
 // FieldLabel, FieldValue + token; FieldNext): what inspection reads.

@@ -42,7 +42,7 @@ local seq = tonumber(ARGV[5])
 if seq < tonumber(q) then
   return {STALE}
 elseif seq > tonumber(q) then
-  put(KEYS[1], ARGV[1], f, stamp, count, ARGV[5], (set_value(tail, ARGV[2])))
+  put(KEYS[1], ARGV[1], f, stamp, count, ARGV[5], set_value(tail, ARGV[2]))
   publish(ARGV[4], ARGV[3], WAKE_ALL)
 end
 return {HELD, f}

@@ -111,15 +111,11 @@ local function put(lock, token, f, stamp, count, seq, tail)
   redis.call('SET', lock, token .. ' ' .. f .. ' ' .. stamp .. ' ' .. count .. ' ' .. seq .. ' ' .. tail, 'KEEPTTL')
 end
 
--- set_value sets the value of an Election's leader in a hold's tail
--- (when only is true, only where it has none yet); it returns the new
--- tail, and whether it changed.
-local function set_value(tail, value, only)
-  local n, has, rest = string.match(tail, '^(%d+)(v?) (.*)$')
-  if only and has == 'v' then
-    return tail, false
-  end
-  return n .. 'v ' .. string.sub(rest, 1, tonumber(n)) .. value, true
+-- set_value is a hold's tail with value as its Election leader's value,
+-- its label kept.
+local function set_value(tail, value)
+  local n, rest = string.match(tail, '^(%d+)v? (.*)$')
+  return n .. 'v ' .. string.sub(rest, 1, tonumber(n)) .. value
 end
 
 -- mutex_count sets token's hold count to n, in the hold's sequence (as

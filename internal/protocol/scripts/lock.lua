@@ -24,19 +24,21 @@
 -- ARGV[8]  (go: Wake) publish command (PUBLISH or SPUBLISH)
 -- ARGV[9]  (go: Queued) '1' if an earlier attempt of this acquire carried its
 --          member (it may have a place to give up when it takes the lock)
--- ARGV[10] (go: Seq, if Reentry|Campaign) re-entry only: its place in the
+-- ARGV[10] (go: Seq, if Reentry|Campaign|Labelled) re-entry only: its place in the
 --          hold's sequence (in_order in lib_queue.lua; internal/hold/hold.go, "Late
 --          commands"); '' otherwise
--- ARGV[11] (go: Value, if Campaign) an Election's Campaign only: the
---          candidate's value, recorded when this call grants it the lock
---          ('v:<token>', as elect.lua records it)
+-- ARGV[11] (go: Tail, if Campaign|Labelled) the hold's tail as Go made it
+--          (protocol.HoldTail: '<lablen>[v] <label><value>'): a hold's
+--          label (WithLabel), and an Election's Campaign's value,
+--          recorded when this call grants it the lock
 -- ARGV[12] (go: Observers, if Campaign) an Election's Campaign only: the
 --          observers' channel, told then.
 --          A Campaign that is handed the lock by a release records its
---          value itself (elect.lua): the release does not know it. As in
---          elect.lua, the value is a field of the caller's own token,
---          written only where this call has just found or made that
---          token the lock's holder: never another leader's.
+--          value itself (elect.lua), and a labelled hold its label
+--          (label.lua): the release knows neither. As in elect.lua, the
+--          tail is written only into the caller's own hold, where this
+--          call has just found or made that token the lock's holder:
+--          never another's.
 --
 -- Returns  {1, fence}  held; fence is the hold's fencing token
 --          {0, wait}   held by another owner (or kept for another waiter):
@@ -55,9 +57,10 @@
 --
 -- Idempotent: go-redis retries a call whose reply was lost, so a call that
 -- had already been applied answers the same when it runs again (the token
--- already holds the lock; the count is set, not added to). A Campaign's
--- value is set only where the hold has none (set_value): a copy that
--- arrives after a Proclaim does not undo it.
+-- already holds the lock; the count is set, not added to). A tail is
+-- written over a hold's only where it has none yet ('0 ': a hand-off's):
+-- a copy that arrives after a Proclaim, or after label.lua, does not undo
+-- them.
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, member = ARGV[1], ARGV[2], ARGV[4]
 
@@ -118,18 +121,14 @@ if common then
   -- hold as new_hold in lib_mutex.lua writes it, with an Election's new
   -- leader's value (elected below, written out here as take is)
   local t = redis.call('TIME')
-  local tail = '0 '
-  if ARGV[11] then
-    tail = '0v ' .. ARGV[11]
-  end
-  redis.call('SET', lock, token .. ' ' .. f .. ' ' .. t[1] .. string.sub('00000' .. t[2], -6, -4) .. ' 1 0 ' .. tail, 'PX', ttl)
+  redis.call('SET', lock, token .. ' ' .. f .. ' ' .. t[1] .. string.sub('00000' .. t[2], -6, -4) .. ' 1 0 ' .. (ARGV[11] or '0 '), 'PX', ttl)
   -- A first attempt has no place to give up (a call that go-redis sent
   -- again after losing its reply may have left one: the release skips
   -- it); a later one gives up its place (dequeue in lib_queue.lua).
   if ARGV[9] == '1' and member ~= '' and redis.call('ZREM', queue, member) == 1 then
     redis.call('ZREM', alive, member)
   end
-  if ARGV[11] then
+  if ARGV[12] then
     publish(ARGV[8], ARGV[12], WAKE_ALL)
   end
   return {HELD, f}
@@ -137,19 +136,17 @@ end
 -- @helpers
 local count, place_ttl = tonumber(ARGV[3]), tonumber(ARGV[5])
 
--- elected records an Election's candidate's value in its hold (f,
--- stamp, count, seq, tail: hold_of's) when it has none (a copy of the
--- call that made it the leader runs again, or it was handed the lock:
--- elect.lua), and tells the observers; nothing for a mutex.
-local function elected(f, stamp, count, seq, tail)
-  if not ARGV[11] then
-    return
-  end
-  local changed
-  tail, changed = set_value(tail, ARGV[11], true)
-  if changed then
-    put(lock, token, f, stamp, count, seq, tail)
-    publish(ARGV[8], ARGV[12], WAKE_ALL)
+-- recorded writes the caller's tail (its label; a Campaign's value) into
+-- its hold (f, stamp, count, seq, tail: split's) where the hold has none
+-- yet (it was handed the lock: a hand-off writes none), and tells an
+-- Election's observers then; a copy of the call that wrote it, or one
+-- after a Proclaim or label.lua, finds one and changes nothing.
+local function recorded(f, stamp, count, seq, tail)
+  if ARGV[11] and tail == '0 ' then
+    put(lock, token, f, stamp, count, seq, ARGV[11])
+    if ARGV[12] then
+      publish(ARGV[8], ARGV[12], WAKE_ALL)
+    end
   end
 end
 
@@ -157,15 +154,12 @@ end
 -- give up.
 local function take(queued)
   local f = next_fence(fence)
-  local tail
-  if ARGV[11] then -- an Election's new leader: its value with the hold
-    tail = '0v ' .. ARGV[11]
-  end
-  redis.call('SET', lock, new_hold(token, f, stamp_ms(), tail), 'PX', ttl)
+  -- the caller's tail: its label, an Election's new leader's value
+  redis.call('SET', lock, new_hold(token, f, stamp_ms(), ARGV[11]), 'PX', ttl)
   if queued then
     dequeue(queue, alive, member)
   end
-  if ARGV[11] then
+  if ARGV[12] then
     publish(ARGV[8], ARGV[12], WAKE_ALL)
   end
   return {HELD, f}
@@ -200,7 +194,7 @@ else
     -- our own earlier call, retried after its reply was lost; or the lock
     -- was handed to us and the message has not come (yet). It only
     -- lengthens: a late copy must not shorten what an Extend set.
-    elected(f, stamp, n, seq, tail)
+    recorded(f, stamp, n, seq, tail)
     stretch(lock, ttl)
     dequeue(queue, alive, member)
     return {HELD, f}

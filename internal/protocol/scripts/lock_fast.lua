@@ -16,8 +16,8 @@
 --          ms: kept as when the hold was taken (lib_mutex.lua), where
 --          lock.lua asks the server's TIME (some 10 000 of the server's
 --          instructions, a tenth of an uncontended pair's: bench/README)
--- ARGV[4]  (go: Value, if Campaign) an Election's Campaign only: the
---          candidate's value, recorded with the hold
+-- ARGV[4]  (go: Tail, if Campaign|Labelled) the hold's tail as Go made it
+--          (lock.lua's ARGV[11]): its label, a Campaign's value
 -- ARGV[5]  (go: Observers, if Campaign) the observers' channel, told then
 -- ARGV[6]  (go: Publish, if Campaign) publish command (PUBLISH or SPUBLISH)
 --
@@ -49,7 +49,7 @@ local lock, token = KEYS[1], ARGV[1]
 -- set (every Resign leaves a receipt there), so it skips the EXISTS that
 -- would count it and asks one by one at once: two calls, not three.
 local n = 1
-if ARGV[4] then
+if ARGV[5] then
   -- (a Campaign: asked one by one below)
 elseif KEYS[4] then
   n = redis.call('EXISTS', lock, KEYS[3], KEYS[4])
@@ -81,13 +81,9 @@ if f >= 100000000000000 then
   f = redis.call('GET', KEYS[2])
 end
 -- the hold (new_hold in lib_mutex.lua), taken at the Client's stamp, with
--- an Election's new leader's value
-local tail = '0 '
-if ARGV[4] then
-  tail = '0v ' .. ARGV[4]
-end
-redis.call('SET', lock, token .. ' ' .. f .. ' ' .. ARGV[3] .. ' 1 0 ' .. tail, 'PX', ARGV[2])
-if not ARGV[4] then
+-- its label and an Election's new leader's value
+redis.call('SET', lock, token .. ' ' .. f .. ' ' .. ARGV[3] .. ' 1 0 ' .. (ARGV[4] or '0 '), 'PX', ARGV[2])
+if not ARGV[5] then
   return {HELD, f}
 end
 -- @helpers
