@@ -15,7 +15,6 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
 
-	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
@@ -23,19 +22,11 @@ import (
 // for all of them: checks, options, re-entry, the attempt, the wait, the
 // lease and its watchdog registration.
 type request struct {
-	what   string           // the primitive, for errors: "Mutex", "RWMutex", ...
-	k      *protocol.Keys   // its keys
-	side   side             // an RWMutex's read or write side: a separate re-entry per side
-	p      backend.HoldOps  // its protocol on one deployment with scripts
+	// Request is what the acquire path below the root reads of it, by
+	// pointer: keys, protocol, the attempt's script call.
+	backend.Request
 	handle []LockOption     // the handle's defaults
 	takes  backend.LockOpts // the options it takes beyond TTL and lease
-	need   int              // permits a semaphore request waits for; 0 for locks
-	// queue: a Lock's waiter registers in Redis (lib_queue.lua), renews its
-	// place as it waits, runs leave when it gives up, and is told on its
-	// Client's channel when its turn comes. Without it (an RWMutex's
-	// readers), the waiter listens on the lock's channel.
-	queue bool
-	leave func(member string) protocol.Call
 	// handOff: a renewed lease's waiter asks to be handed the lock by the
 	// release itself (a Mutex, a FairMutex; see lib_mutex.lua).
 	handOff bool
@@ -53,20 +44,14 @@ type request struct {
 	// attempt takes, so only a hold handed over by a release (which does
 	// not know it) needs label.lua after.
 	labelled bool
-	// call is the acquire script call of one attempt; member is the
-	// waiter's registration for a Lock's attempts (which take or keep a
-	// place in the queue), "" for a TryLock's; placed is true when an
-	// earlier attempt of the same acquire made a place (it may have one
-	// to give up).
-	call func(token, member string, placed bool, cfg lockConfig) protocol.Call
 }
 
 // acquire runs a request: a TryLock (wait false) or a Lock.
 func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []LockOption) (*Lease, error) {
-	if err := checkCall(ctx, c, r.k.Name); err != nil {
+	if err := checkCall(ctx, c, r.K.Name); err != nil {
 		return nil, err
 	}
-	if err := c.caps.Supports(r.what); err != nil {
+	if err := c.caps.Supports(r.What); err != nil {
 		return nil, err
 	}
 	if r.check != nil {
@@ -78,18 +63,18 @@ func (c *Client) acquire(ctx context.Context, r *request, wait bool, opts []Lock
 	if err := validLock(cfg); err != nil {
 		return nil, err
 	}
-	if err := cfg.Refuse(r.what, r.takes); err != nil {
+	if err := cfg.Refuse(r.What, r.takes); err != nil {
 		return nil, err
 	}
-	if _, ok := r.p.(backend.Reentrant); ok {
-		if outer := leaseFrom(ctx, c, r.k.Lock, r.side); outer != nil {
+	if _, ok := r.Ops.(backend.Reentrant); ok {
+		if outer := leaseFrom(ctx, c, r.K.Lock, side(r.Side)); outer != nil {
 			if err := c.caps.Supports("re-entry"); err != nil {
 				return nil, err
 			}
 			return reenter(ctx, outer)
 		}
 	}
-	return valid(ctx, r.k.Name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
+	return valid(ctx, r.K.Name, wait && !r.once, func() (*Lease, error) { return c.acquireOnce(ctx, r, wait, cfg) })
 }
 
 // acquireOnce is one acquisition of r, with a token of its own.
@@ -106,17 +91,16 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	if handOff {
 		handOffTTL = cfg.TTL
 	}
-	member := c.member(token, r.need, handOffTTL)
+	member := c.member(token, r.Need, handOffTTL)
 	a := c.acq.New()
-	a.What, a.Name, a.Channel, a.Token, a.HandOff = r.what, r.k.Name, r.k.Channel, token, handOff
-	a.Spec = backend.AttemptSpec{K: r.k, What: r.what, Ops: r.p, Need: r.need, Queue: r.queue, Call: r.call, Leave: r.leave,
-		Token: token, Member: member, Cfg: cfg}
+	a.What, a.Name, a.Channel, a.Token, a.HandOff = r.What, r.K.Name, r.K.Channel, token, handOff
+	a.Spec = backend.AttemptSpec{Request: &r.Request, Token: token, Member: member, Cfg: cfg}
 	p, attempt := c.be.Attempt(&a.Spec)
 	a.Attempt = attempt
-	a.One(acquire.Part{K: r.k, What: r.what, Side: string(r.side), Ops: p, Cfg: cfg})
-	if r.queue && c.caps.Directed {
+	a.One(acquire.Part{Request: &r.Request, Held: p, Cfg: cfg})
+	if r.Queue && c.caps.Directed {
 		a.Channel = c.waitOn // one per Client, made once
-		if k := r.k; k.Wake != c.wake {
+		if k := r.K; k.Wake != c.wake {
 			a.Channel = c.wakeTo(k).Base + c.id // a lock's own (sharded, or an Election's)
 		}
 		a.KeepAlive = cfg.QueueTTL / 3
@@ -124,10 +108,10 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	}
 	hs, err := a.Run(ctx, wait)
 	if err != nil {
-		return nil, c.busy(ctx, kindOfWhat(r.what), r.k.Name, token, err)
+		return nil, c.busy(ctx, kindOfWhat(r.What), r.K.Name, token, err)
 	}
 	if cfg.Label != "" && (!r.labelled || hs[0].Handed()) { // after a grant that did not write it
-		c.label(ctx, r.k, token, cfg.Label)
+		c.label(ctx, r.K, token, cfg.Label)
 	}
 	return &Lease{of: hs[0], end: hs[0].FirstEnd()}, nil
 }

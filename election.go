@@ -56,7 +56,7 @@ type Election struct {
 func (c *Client) Election(name string, opts ...LockOption) *Election {
 	e := &Election{handle: handle{c, c.keys(protocol.ElectionKind, name), opts}}
 	r := c.mutexRequest("Election", e.k, e.opts, true)
-	r.p = electionProto{r.p.(mutexProto)}
+	r.Ops = electionProto{r.Ops.(mutexProto)}
 	r.once = true // a win already lost is an error (see Campaign)
 	e.req = r
 	return e
@@ -98,9 +98,9 @@ func (p electionProto) TTL(token string) backend.Op { return p.m.TTL(token) }
 // that nobody stands in the way of is one round trip.
 func (e *Election) request(value string) *request {
 	r := *e.req // a copy: its call is this Campaign's
-	m := r.p.(electionProto).m
+	m := r.Ops.(electionProto).m
 	labels := e.c.labels()
-	r.call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
+	r.Call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
 		a := m.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), true)
 		label := ""
 		if labels {

@@ -111,7 +111,7 @@ func oneScript(lockers []Locker) ([]*Mutex, bool) {
 	ms := make([]*Mutex, len(lockers))
 	for i, l := range lockers {
 		m, ok := l.(*Mutex)
-		if !ok || m.c != first.c {
+		if !ok || m.c != first.c || m.req == nil {
 			return nil, false
 		}
 		ms[i] = m
@@ -158,8 +158,8 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 		if err := cfg.Refuse("Mutex", backend.OptQueueTTL); err != nil {
 			return nil, err
 		}
-		p := mutexProto{m.k, m.k.Wake}
-		a.Parts = append(a.Parts, acquire.Part{K: m.k, What: "Mutex", Ops: p, Cfg: cfg})
+		p := m.req.Ops.(mutexProto)
+		a.Parts = append(a.Parts, acquire.Part{Request: &m.req.Request, Held: p, Cfg: cfg})
 		leave = append(leave, p.leave(member))
 		keys = append(keys, m.k)
 		place = max(place, cfg.QueueTTL)

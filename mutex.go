@@ -114,15 +114,15 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 func (c *Client) mutexRequest(what string, k *protocol.Keys, opts []LockOption, fair bool) *request {
 	p := mutexProto{k, k.Wake}
 	labels := c.labels()
-	return &request{what: what, k: k, p: p, handle: opts, queue: true, handOff: true, takes: backend.OptQueueTTL, leave: p.leave,
-		labelled: labels,
-		call: func(token, member string, queued bool, cfg lockConfig) protocol.Call {
+	return &request{Request: backend.Request{What: what, K: k, Ops: p, Queue: true, Leave: p.leave,
+		Call: func(token, member string, queued bool, cfg lockConfig) protocol.Call {
 			a := p.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), fair)
 			if labels && cfg.Label != "" { // the hold written with its label (lock.lua's ARGV[11])
 				a.Labelled, a.Tail = true, protocol.HoldTail(cfg.Label, "", false)
 			}
 			return a.Acquire(p.k)
-		}}
+		}},
+		handle: opts, handOff: true, takes: backend.OptQueueTTL, labelled: labels}
 }
 
 // mutexKind is what Inspect, Locks and ForceUnlock know of a Mutex (and

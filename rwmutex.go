@@ -121,8 +121,8 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 	}
 	c, k := rw.c, rw.k
 	p := rwProto{k, s, c.wakeTo(k)}
-	r := &request{what: "RWMutex", k: k, side: s, p: p, handle: rw.opts, takes: backend.OptQueueTTL | backend.OptReaders,
-		queue: true, leave: p.leave}
+	r := &request{Request: backend.Request{What: "RWMutex", K: k, Side: string(s), Ops: p, Queue: true, Leave: p.leave},
+		handle: rw.opts, takes: backend.OptQueueTTL | backend.OptReaders}
 	if s == sideRead {
 		// A read inside the caller's own write hold is a hold of its own
 		// (its own token, released or undone on its own), which the
@@ -131,7 +131,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 		if writer := leaseFrom(ctx, c, k.Lock, sideWrite); writer != nil {
 			parent = writer.of.First().Token()
 		}
-		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
+		r.Call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
 			return protocol.RWReadArgs{Token: token, TTL: cfg.TTL.Milliseconds(), Readers: cfg.Readers, Member: member,
 				PlaceTTL: placeTTL(cfg, member), Parent: parent}.Call(k)
 		}
@@ -142,7 +142,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			}
 			return c.newToken(), nil
 		}
-		r.call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
+		r.Call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
 			return p.write(token, cfg.TTL, 0, member, placeTTL(cfg, member))
 		}
 	}

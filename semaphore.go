@@ -94,8 +94,12 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 		}
 	}
 	p := semProto{k, c.wakeTo(k)}
-	l, err := c.acquire(ctx, &request{what: "Semaphore", k: k, p: p, handle: s.opts, need: n,
-		queue: true, leave: p.leave, takes: backend.OptQueueTTL,
+	l, err := c.acquire(ctx, &request{Request: backend.Request{What: "Semaphore", K: k, Ops: p, Need: n, Queue: true, Leave: p.leave,
+		Call: func(token, member string, _ bool, cfg lockConfig) protocol.Call {
+			return protocol.SemAcquireArgs{Token: token, TTL: cfg.TTL.Milliseconds(), Permits: n, Capacity: s.permits,
+				Member: member, PlaceTTL: placeTTL(cfg, member)}.Call(k)
+		}},
+		handle: s.opts, takes: backend.OptQueueTTL,
 		check: func() error {
 			if err := validPermits(k.Name, s.permits); err != nil {
 				return err
@@ -104,10 +108,6 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 				return invalid("semaphore %q: %d permits asked for; want 1 to MaxPermits (2^52)", k.Name, n)
 			}
 			return nil
-		},
-		call: func(token, member string, _ bool, cfg lockConfig) protocol.Call {
-			return protocol.SemAcquireArgs{Token: token, TTL: cfg.TTL.Milliseconds(), Permits: n, Capacity: s.permits,
-				Member: member, PlaceTTL: placeTTL(cfg, member)}.Call(k)
 		}}, wait, opts)
 	if nested && errors.Is(err, ErrNotObtained) {
 		err = fmt.Errorf("%w; a nested Acquire (its ctx carries a permit of this semaphore) does not wait, which could be a wait on its own permits", err)

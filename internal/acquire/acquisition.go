@@ -120,12 +120,12 @@ func (a *Acquisition) One(p Part) {
 	a.Parts = a.one[:]
 }
 
-// Part is one lock an acquisition takes.
+// Part is one lock an acquisition takes: its request (by pointer: the
+// handle's, or a LockAll part's), the hold's protocol as the backend runs
+// it (Held: a quorum's fans out to its nodes), and the acquire's options.
 type Part struct {
-	K    *protocol.Keys
-	What string
-	Side string // an RWMutex's side; "" for other locks
-	Ops  backend.HoldOps
+	*backend.Request
+	Held backend.HoldOps
 	Cfg  backend.LockConfig
 }
 
@@ -254,7 +254,7 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 			if a.unknown {
 				c.tel.Log.Info("dlock: acquire outcome unknown; undoing it", "lock", a.Name, "err", why)
 				for _, p := range a.Parts {
-					err1 = errors.Join(err1, c.be.Run(ctx, p.Ops.Release(a.Token, 0, 0)).Err)
+					err1 = errors.Join(err1, c.be.Run(ctx, p.Held.Release(a.Token, 0, 0)).Err)
 				}
 			}
 			both.Wait()
@@ -498,7 +498,7 @@ func (a *Acquisition) lease(ctx context.Context, o backend.Outcome) ([]*hold.Hol
 // leaseOf makes the hold of one lock taken with fence. If the Client was
 // closed meanwhile, what was taken is undone by run.
 func (a *Acquisition) leaseOf(ctx context.Context, p Part, fence int64, o backend.Outcome) (*hold.Hold, error) {
-	s := hold.Spec{Keys: p.K, What: p.What, Ops: p.Ops, Token: a.Token, Fence: fence, Cfg: p.Cfg, Side: p.Side,
+	s := hold.Spec{Keys: p.K, What: p.What, Ops: p.Held, Token: a.Token, Fence: fence, Cfg: p.Cfg, Side: p.Side,
 		Start: o.Start, Handed: o.Handed, TTL: o.TTL, MaxFrom: o.MaxFrom}
 	if a.unknown || a.resent {
 		s.BuryFor = backend.BuryFor(p.Cfg)

@@ -41,20 +41,40 @@ type Backend interface {
 	Close()
 }
 
-// AttemptSpec is what a backend is told of an acquire: data only.
-type AttemptSpec struct {
+// Request is what a primitive asks of the acquire path, data and the
+// calls that make its script calls: its lock, its protocol and how its
+// attempts are made. A handle builds it once (an RWMutex's and a
+// Semaphore's acquire, whose request depends on the call, build it per
+// acquire); an acquire's AttemptSpec, its acquire.Part and so its hold
+// read it by pointer, never a copy of its fields.
+type Request struct {
 	K    *protocol.Keys
-	What string  // the primitive, for errors
+	What string  // the primitive, for errors: "Mutex", "RWMutex", ...
+	Side string  // an RWMutex's side, "r" or "w" (a separate re-entry per side); "" for other locks
 	Ops  HoldOps // its protocol on a deployment with scripts
-	Need int     // permits a semaphore waits for; 0 for locks
-	// Queue: a Lock's attempts carry member (a place in the Queue)
+	Need int     // permits a semaphore request waits for; 0 for locks
+	// Queue: a Lock's waiter registers in Redis (lib_queue.lua), renews
+	// its place as it waits, runs Leave when it gives up, and is told on
+	// its Client's channel when its turn comes; its attempts carry its
+	// member. Without it (an RWMutex's readers), the waiter listens on
+	// the lock's channel.
 	Queue bool
-	// Call is the acquire script Call of one attempt (the root's request.call).
+	// Call is the acquire script call of one attempt; member is the
+	// waiter's registration for a Lock's attempts (which take or keep a
+	// place in the queue), "" for a TryLock's; placed is true when an
+	// earlier attempt of the same acquire made a place (it may have one
+	// to give up).
 	Call func(token, member string, placed bool, cfg LockConfig) protocol.Call
 	// Leave is the call by which member gives up its place in the queue
-	// (request.leave; a quorum sends it to the nodes that kept the place
-	// of a round it won).
-	Leave         func(member string) protocol.Call
+	// (a quorum sends it to the nodes that kept the place of a round it
+	// won).
+	Leave func(member string) protocol.Call
+}
+
+// AttemptSpec is what a backend is told of an acquire: its request, and
+// the acquire's own token, member and options.
+type AttemptSpec struct {
+	*Request
 	Token, Member string
 	Cfg           LockConfig
 }
