@@ -14,7 +14,6 @@ import (
 	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
-
 )
 
 // request is one Lock or TryLock of a primitive, stated by the primitive:
