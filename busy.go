@@ -25,7 +25,7 @@ import (
 // the end, as the acquire's undo is (hold.Graced), within this much more.
 const busyGrace = 10 * time.Millisecond
 
-// kindOfWhat maps a primitive (request.what) to the kind Inspect reads.
+// kindOfWhat maps a primitive (backend.Request.What) to the kind Inspect reads.
 func kindOfWhat(what string) Kind {
 	switch what {
 	case "RWMutex":
