@@ -250,7 +250,7 @@ func TestUncontendedSendsTheCommonCaseOnly(t *testing.T) {
 	if err := ld.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := rec.takeWords(), 3+4+6; got != want {
+	if got, want := rec.takeWords(), 3+4+5; got != want {
 		t.Errorf("its Resign sent %d words (%v); want %d", got, rec.take(), want)
 	}
 }
