@@ -36,7 +36,7 @@ type Client struct {
 	prefix  string
 	publish string // PUBLISH or SPUBLISH
 	// fence is the fence counter every lock shares, or "" for one per
-	// cluster slot (internal/protocol/keys.go, "Fence counters").
+	// cluster slot (internal/protocol/doc.go, "Fence counters").
 	fence string
 	// id names this Client's waiters in Redis and its wake-up channel.
 	id   string
@@ -59,7 +59,7 @@ type Client struct {
 	tel    *telemetry.Telemetry
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
 	wake   *protocol.WakeTo   // where releases wake this Client's waiters (not sharded)
-	hints  protocol.Hints     // whether its mutexes were found contended lately (internal/protocol/script.go, "Fast scripts")
+	hints  protocol.Hints     // whether its mutexes were found contended lately (internal/protocol/doc.go, "Fast scripts")
 	waitOn string             // its own wake-up channel (not sharded): wake's base and its id, made once
 
 	own       []io.Closer // drivers New or NewQuorum made: closed by Close

@@ -11,7 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// A fast script (internal/protocol/script.go, "Fast scripts") gives way
+// A fast script (internal/protocol/doc.go, "Fast scripts") gives way
 // to its full script where the lock is contended, one round trip later,
 // and the Client then sends the full script at once while the lock stays
 // contended, through any handle of the lock: a first attempt that finds

@@ -33,7 +33,7 @@ import (
 //
 // In Redis the lock is a hash "<prefix>:{<name>}" mapping the owner's token
 // to its hold count (and its fence, 'f:<token>'), with a PEXPIRE; fences
-// come from a counter the locks share (internal/protocol/keys.go, "Fence counters"); the
+// come from a counter the locks share (internal/protocol/doc.go, "Fence counters"); the
 // waiters are "<prefix>:{<name>}:queue" and ":alive".
 type Mutex struct {
 	handle

@@ -16,7 +16,7 @@ import (
 )
 
 // Folding fence counters. A Client takes fences from the counters of its
-// layout (the root's keys.go, "Fence counters"): one shared by every lock, or one per
+// layout (internal/protocol/doc.go, "Fence counters"): one shared by every lock, or one per
 // cluster slot (WithSlotFences). Other counters may hold fences already
 // given for the same locks: an older dlock's, one per lock name
 // (<lock>:fence), and those of the other layout, when a deployment

@@ -68,7 +68,7 @@ func (a LockArgs) callIn(k *Keys, words []any) Call {
 // (a Mutex's, a FairMutex's or an Election's keys): a first attempt (not
 // Queued) goes as lock_fast.lua, with lock.lua's call to make in its
 // place when the lock is contended, unless k was found contended lately
-// (script.go, "Fast scripts").
+// (doc.go, "Fast scripts").
 func (a LockArgs) Acquire(k *Keys) Call {
 	first := !a.Queued && !a.Reentry && a.Count == 0
 	if !first || k.Contended() {
@@ -231,7 +231,7 @@ func (a UnlockArgs) callIn(k *Keys, words []any) Call {
 // FreeCall is the call of the final release (Free) of a mutex hold on k
 // (a Mutex's, a FairMutex's or an Election's): as unlock_fast.lua, with
 // unlock.lua's call to make in its place when somebody waits, unless k
-// was found contended lately (script.go, "Fast scripts").
+// was found contended lately (doc.go, "Fast scripts").
 func (a UnlockArgs) FreeCall(k *Keys) Call {
 	if !a.Free || a.Left != 0 || k.Contended() {
 		return a.Call(k)

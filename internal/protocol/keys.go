@@ -68,14 +68,14 @@ type Keys struct {
 	Wake       *WakeTo
 	MutexWords *[5]any // lock, fence, queue, alive, dead (an array's pointer: 16 bytes fewer than a slice per lock)
 
-	// Hint is the mutex's contention hint (script.go, "Fast scripts"):
+	// Hint is the mutex's contention hint (doc.go, "Fast scripts"):
 	// until when (sinceStart) its Client takes it to be contended; one of
 	// the Client's Hints, set by Client.keys (nil: no hint kept).
 	Hint *atomic.Int64
 }
 
 // Contended reports whether the Client found the mutex contended within
-// the last BusyFor (script.go, "Fast scripts").
+// the last BusyFor (doc.go, "Fast scripts").
 func (k *Keys) Contended() bool { return k.Hint != nil && k.Hint.Load() > sinceStart() }
 
 // busy marks the mutex contended for BusyFor from now.
@@ -208,21 +208,10 @@ func (c *boxCache[T]) box(v T) any {
 	return b.word
 }
 
-// Fence counters. A lock's fences must grow, forever, across restarts of
-// its Clients, so the counter they come from can never expire; one per
-// lock name would leave a key behind for every name ever used (orders/42,
-// orders/43, ...). So the locks share counters: off a cluster, one per key
-// prefix, <prefix>:fence; on a cluster, where a script may only touch the
-// keys of one slot, one per hash slot, <prefix>:fence:{<tag>}, where tag
-// is a short string of the lock's slot (keyslot.Tag). The server keeps at
-// most 16 384 of them, whatever the number of names. A fence is the
-// shared counter's next value (next_fence in lib_queue.lua), so a lock's
-// fences still only grow, though not one by one; a hold keeps its own in
-// its lock's hash. Fences of an older dlock, which counted in a key per
-// name (<lock>:fence), are folded into the shared counters before the
-// first fence is taken (internal/deploy/fold.go).
-//
-// FenceKey names the counter of the lock whose key is lock.
+// FenceKey names the counter of the lock whose key is lock: one per
+// prefix, or one per hash slot on a cluster, where a script touches one
+// slot's keys only; never expiring, since fences must only grow (see the
+// package doc, "Fence counters").
 func FenceKey(prefix, lock string, cluster bool) string {
 	if !cluster {
 		return prefix + ":fence"

@@ -1,8 +1,3 @@
-// Package protocol names, once, what dlock's Go code and its Lua scripts
-// (scripts/*.lua, embedded) agree on: the kinds of lock and their keys in
-// Redis, the shared fence counters, reply codes, hash fields, wake
-// messages, and the scripts with the calls that run them. It imports only
-// the driver seam's values (package driver) and internal/keyslot.
 package protocol
 
 import (
@@ -24,7 +19,7 @@ const (
 	ReplyTooMany    = -2 // {-2, capacity}: more permits than the semaphore has
 	ReplyTTLNotHeld = -3 // a ttl script: the caller holds nothing
 	ReplyStale      = -4 // {-4} or -4: a later command of the hold ran first (internal/hold/hold.go, "Late commands")
-	ReplySlow       = -5 // -5: a fast script's common case did not hold; it changed nothing (script.go, "Fast scripts")
+	ReplySlow       = -5 // -5: a fast script's common case did not hold; it changed nothing (doc.go, "Fast scripts")
 )
 
 // RefusedMark starts the reply of a script whose publish was refused:

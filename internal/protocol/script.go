@@ -214,32 +214,6 @@ type Call struct {
 	hint  *Keys
 }
 
-// Fast scripts. Most Lock+Unlock pairs find the lock free and nobody
-// waiting. lock.lua and unlock.lua take every argument that any of their
-// cases reads (14 keys and arguments each), and the server pays for each
-// of them, read or not (some 1 000-1 700 of its instructions apiece, as
-// much as its common case's own work: bench/README, "the server's work
-// counted in instructions"). So a mutex's first attempt to acquire, and
-// its final release, go first as lock_fast.lua and unlock_fast.lua: each
-// is its full script's common case alone, with only the keys and
-// arguments that case reads (5 and 6), behind the same condition, and
-// otherwise changes nothing and answers ReplySlow; the full script then
-// runs in its place (Next), one round trip later. Both are the full
-// scripts' words under the full scripts' conditions, so every argument
-// written there for who may hold the lock holds for them unchanged (see
-// their headers).
-//
-// The round trip more is paid where the lock is contended: a first
-// attempt that finds it held, a release that finds waiters. So each lock
-// keeps a hint (Keys.Contended), per Client (Hints: every handle of the
-// lock shares it): a fast script that answers
-// slow, or a full first attempt that finds the lock held, marks the lock
-// contended for BusyFor, and meanwhile its calls go to the full scripts
-// at once. (A holder that took the lock at once cannot tell that waiters
-// came since; the hint, kept a while, tells it that they did lately.) A
-// hint wrong either way costs a round trip or the full scripts' price,
-// never a grant.
-
 // Next is the call to make after c answered r: when c is a fast script's
 // and answered ReplySlow, its full script's call. It keeps the lock's
 // contention hint: a fast script that answered slow, or a full first

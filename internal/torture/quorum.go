@@ -88,7 +88,7 @@ func (q *quorumWorld) close() {
 }
 
 // othersMarked reports whether every node but node holds its fence mark
-// (internal/backend/quorum.go, "Fences on a quorum"): the fences'
+// (internal/backend/doc.go, "Fences on a quorum"): the fences'
 // argument assumes that no majority loses its counters before being
 // marked again, so a node is restarted empty only when the others are
 // marked. (Two nodes of three

@@ -242,7 +242,7 @@ end
 -- next_fence INCRs the fence counter at key and returns the new value,
 -- the fence of a hold that is taken. The counter is not the lock's own:
 -- every lock of a cluster slot shares one (every lock of the deployment,
--- off a cluster; keys.go, "Fence counters"), so that the keys that stay
+-- off a cluster; internal/protocol/doc.go, "Fence counters"), so that the keys that stay
 -- forever are one per slot, not one per name ever used. A lock's fences
 -- still only grow, forever: each is the shared counter's next value, and
 -- the counter never goes down (it never expires; a restart keeps it as

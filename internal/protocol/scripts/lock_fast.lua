@@ -2,7 +2,7 @@
 -- FairMutex, an Election's Campaign) that nobody waits for: where
 -- lock.lua would take the lock, with only the keys and arguments it
 -- reads there. Elsewhere it changes nothing and answers SLOW, and Go runs
--- lock.lua in its place (internal/protocol/script.go, "Fast scripts").
+-- lock.lua in its place (internal/protocol/doc.go, "Fast scripts").
 --
 -- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua)
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot

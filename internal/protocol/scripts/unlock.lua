@@ -46,7 +46,7 @@
 -- may find its hold forced away). Else -1: the hold
 -- was lost before the release (expired, forced, lost with a failover),
 -- and another owner may have taken the lock. Since the counter is shared
--- (keys.go, "Fence counters"), a grant of another lock between the two
+-- (internal/protocol/doc.go, "Fence counters"), a grant of another lock between the two
 -- copies also makes it -1: a copy sent again on a busy server may report
 -- a release that ran as lost (never the reverse; a receipt on every
 -- release would tell them apart at the cost of a sorted-set write each).

@@ -2,7 +2,7 @@
 -- FairMutex's, an Election's leader's Resign) that nobody waits for:
 -- what unlock.lua does then, with only the keys and arguments it reads. When somebody waits it changes nothing and
 -- answers SLOW, and Go runs unlock.lua in its place, which hands the lock
--- on (internal/protocol/script.go, "Fast scripts").
+-- on (internal/protocol/doc.go, "Fast scripts").
 --
 -- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua)
 -- KEYS[2]  (go: Fence) the fence counter of the lock's slot
