@@ -28,7 +28,7 @@ total() {
   wait "$pid" || true
   awk '/^(summary|totals):/ { print $2; exit }' "$out"
 }
-for c in ${CASES:-dlock-scripts one-string redislock}; do
+for c in ${CASES:-dlock-scripts one-string redislock functions}; do
   a=$(total "$work/$c-2000.resp")
   b=$(total "$work/$c-4000.resp")
   printf '%-14s %8d instructions per Lock+Unlock\n' "$c" $(((b - a) / 2000))

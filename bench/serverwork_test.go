@@ -79,6 +79,48 @@ return -1`
 
 var oneStringLock, oneStringUnlock = redis.NewScript(oneStringLockSrc), redis.NewScript(oneStringUnlockSrc)
 
+// functionsSrc is a sketch for instructions.sh, not a lock dlock has:
+// dlock's two fast scripts, word for word in what they do and with the
+// same keys and arguments, as a library of Redis 7 functions (FUNCTION
+// LOAD, FCALL), which the server compiles once and calls without running
+// a script's text (its constants, its helpers' definitions) at each
+// call: what the server's work per pair would be if dlock called
+// functions rather than scripts.
+const functionsSrc = `#!lua name=dlocksketch
+local function lock(keys, args)
+  if redis.call('EXISTS', keys[1], keys[3]) ~= 0 then
+    if redis.call('ZSCORE', keys[3], args[1]) then
+      return -5
+    end
+    if redis.call('EXISTS', keys[1]) ~= 0 then
+      return -5
+    end
+  end
+  local f = redis.call('INCR', keys[2])
+  if f >= 100000000000000 then
+    f = redis.call('GET', keys[2])
+  end
+  redis.call('SET', keys[1], args[1] .. ' ' .. f .. ' ' .. args[3] .. ' 1 0 0 ', 'PX', args[2])
+  return {1, f}
+end
+local function unlock(keys, args)
+  if redis.call('EXISTS', keys[3]) == 1 then
+    return -5
+  end
+  local token = args[1]
+  local v = redis.call('GET', keys[1])
+  if not v or string.sub(v, 1, #token + 1) ~= token .. ' ' then
+    if redis.call('GET', keys[2]) == args[2] or redis.call('ZSCORE', keys[4], 'rel:' .. token) then
+      return 1
+    end
+    return -1
+  end
+  redis.call('DEL', keys[1])
+  return 1
+end
+redis.register_function('dlocksketch_lock', lock)
+redis.register_function('dlocksketch_unlock', unlock)`
+
 func serverWorkCases() []serverWorkCase {
 	// fenceOf reads a {1, fence} reply.
 	fenceOf := func(r any, err error) (int64, error) {
@@ -225,7 +267,7 @@ func TestServerWorkFeed(t *testing.T) {
 	obtain, release := script("luaObtain"), script("luaRelease")
 	sha := func(s string) string { return fmt.Sprintf("%x", sha1.Sum([]byte(s))) }
 	for _, n := range []int{2000, 4000} {
-		for _, c := range []string{"dlock-scripts", "one-string", "redislock"} {
+		for _, c := range []string{"dlock-scripts", "one-string", "redislock", "functions"} {
 			var b []byte
 			add := func(args ...any) { b = appendRESP(b, args...) }
 			switch c {
@@ -238,6 +280,8 @@ func TestServerWorkFeed(t *testing.T) {
 			case "redislock":
 				add("SCRIPT", "LOAD", obtain)
 				add("SCRIPT", "LOAD", release)
+			case "functions":
+				add("FUNCTION", "LOAD", "REPLACE", functionsSrc)
 			}
 			for i := range n {
 				name := "serverwork:" + strconv.Itoa(i%64)
@@ -254,6 +298,9 @@ func TestServerWorkFeed(t *testing.T) {
 				case "redislock":
 					add("EVALSHA", sha(obtain), 1, name, tok, len(tok), 30_000)
 					add("EVALSHA", sha(release), 1, name, tok)
+				case "functions":
+					add("FCALL", "dlocksketch_lock", 3, k.Lock, k.Fence, k.Dead, tok, 30_000, 1_765_000_000_000+i)
+					add("FCALL", "dlocksketch_unlock", 4, k.Lock, k.Fence, k.Queue, k.Dead, tok, fence)
 				}
 			}
 			if err := os.WriteFile(filepath.Join(*serverWorkFeed, fmt.Sprintf("%s-%d.resp", c, n)), b, 0o644); err != nil {
