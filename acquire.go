@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/acquire"
+	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/errs"
@@ -96,7 +96,7 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	a.Spec = backend.AttemptSpec{Request: &r.Request, Token: token, Member: member, Cfg: cfg}
 	p, attempt := c.be.Attempt(&a.Spec)
 	a.Attempt = attempt
-	a.One(acquire.Part{Request: &r.Request, Held: p, Cfg: cfg})
+	a.One(acquisition.Part{Request: &r.Request, Held: p, Cfg: cfg})
 	if r.Queue && c.caps.Directed {
 		a.Channel = c.waitOn // one per Client, made once
 		if k := r.K; k.Wake != c.wake {

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/acquire"
+	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/deploy"
@@ -44,17 +44,17 @@ type Client struct {
 	// resendAfter: a call may be sent twice by the client library when
 	// its reply takes this long (the least of the nodes'
 	// driver.Info.ResendAfter; 0: never). See "Acquires sent twice" in
-	// internal/acquire/acquisition.go.
+	// internal/acquisition/acquisition.go.
 	resendAfter time.Duration
 	// reloaded is when clusterHint last asked for a slot map (unix ns).
 	reloaded atomic.Int64
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
-	holds  *hold.Keeper      // its holds: made, renewed, ended, released
-	acq    *acquire.Acquirer // its acquire path
-	hubs   []*wake.Hub       // wake-ups: one per Redis node (one but for a quorum)
-	nodes  []driver.Driver   // the Redis nodes: one but for a quorum
+	holds  *hold.Keeper          // its holds: made, renewed, ended, released
+	acq    *acquisition.Acquirer // its acquire path
+	hubs   []*wake.Hub           // wake-ups: one per Redis node (one but for a quorum)
+	nodes  []driver.Driver       // the Redis nodes: one but for a quorum
 	drift  backend.Drift
 	tel    *telemetry.Telemetry
 	dep    *deploy.Deployment // its checks, refusals, fence fold and owner record
@@ -247,7 +247,7 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 	}
 	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id, Folds: folds,
 		Everywhere: be.Everywhere, Life: c.life, Background: c.holds.Background})
-	c.acq = acquire.New(acquire.Config{Backend: be, Dep: dep, Tel: tel, Hubs: c.hubs, Holds: c.holds, Drift: cfg.drift,
+	c.acq = acquisition.New(acquisition.Config{Backend: be, Dep: dep, Tel: tel, Hubs: c.hubs, Holds: c.holds, Drift: cfg.drift,
 		ResendAfter: c.resendAfter, Cluster: c.cluster(), ClusterHint: c.clusterHint, Life: c.life,
 		GaveBack: func(err error) bool { _, ok := errors.AsType[*QuorumError](err); return ok }})
 	return c

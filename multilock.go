@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/acquire"
+	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -159,7 +159,7 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 			return nil, err
 		}
 		p := m.req.Ops.(mutexProto)
-		a.Parts = append(a.Parts, acquire.Part{Request: &m.req.Request, Held: p, Cfg: cfg})
+		a.Parts = append(a.Parts, acquisition.Part{Request: &m.req.Request, Held: p, Cfg: cfg})
 		leave = append(leave, p.leave(member))
 		keys = append(keys, m.k)
 		place = max(place, cfg.QueueTTL)

@@ -179,7 +179,7 @@ func TestReplayedHandOffWithTheServerClockStandingStill(t *testing.T) {
 		t.Run(kind.mode, func(t *testing.T) {
 			t.Cleanup(func() { _ = s.SetClock(redistest.Clock{}) })
 			// As above, a race between two ready events after SIGCONT. The
-			// hand-off is the scripts' and acquire.HandedOver's, not the driver's:
+			// hand-off is the scripts' and acquisition.HandedOver's, not the driver's:
 			// 16 rounds on the default driver under ./test.sh --full, 4
 			// otherwise (f1acfe2: the stale hand-off was honoured 3 of 3 runs).
 			rounds := 4

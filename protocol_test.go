@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/acquire"
+	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
 
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -16,9 +16,9 @@ import (
 // The hand-off message lib_mutex.lua publishes is the one protocol.ParseHandOff
 // reads, and the value a waiting attempt of lock.lua reports (seen) is the
 // fence counter as it found it: a hand-off that comes after that attempt
-// has a fence above it (acquire.HandedOver honours it); an attempt after the
+// has a fence above it (acquisition.HandedOver honours it); an attempt after the
 // hand-off — here, once the handed hold is gone — reports a counter at
-// or above the hand-off's fence, so the message is refused (internal/acquire/handoff.go).
+// or above the hand-off's fence, so the message is refused (internal/acquisition/handoff.go).
 func TestHandOffMessageAgrees(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := serverClient(t)
@@ -64,8 +64,8 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if fence, _ := strconv.ParseInt(h.Fence, 10, 64); h.Token != "b" || fence != m.Fence || m.Fence <= b.Seen {
 		t.Fatalf("message fence %d, hold's fence %d, b's attempt saw the counter at %d", m.Fence, fence, b.Seen)
 	}
-	if o, ok := acquire.HandedOver(msg.Payload, b, c.drift); !ok || o.Fence != m.Fence {
-		t.Fatalf("acquire.HandedOver(%q, %+v) = %+v, %v; want the hand-off honoured", msg.Payload, b, o, ok)
+	if o, ok := acquisition.HandedOver(msg.Payload, b, c.drift); !ok || o.Fence != m.Fence {
+		t.Fatalf("acquisition.HandedOver(%q, %+v) = %+v, %v; want the hand-off honoured", msg.Payload, b, o, ok)
 	}
 
 	// The handed hold ends (as an expiry would end it); b's next attempt
@@ -77,14 +77,14 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if len(again) != 3 || again[0] != protocol.ReplyBusy || again[2] < m.Fence {
 		t.Fatalf("b's attempt after the hand-off = %v; want {busy, wait, >= %d}", again, m.Fence)
 	}
-	if _, ok := acquire.HandedOver(msg.Payload, backend.Place{Seen: again[2], Named: true, Sent: time.Now()}, c.drift); ok {
+	if _, ok := acquisition.HandedOver(msg.Payload, backend.Place{Seen: again[2], Named: true, Sent: time.Now()}, c.drift); ok {
 		t.Fatalf("a hand-off older than b's latest attempt was honoured")
 	}
 	// A message of an older dlock (a Client not yet upgraded released the
 	// lock: '<member> <fence> <ms> <place expiry>') is not one this waiter
 	// can count on: it makes an ordinary attempt, which takes the lock if
 	// it is its own.
-	if _, ok := acquire.HandedOver(member+" 99 30000 1764000000000", b, c.drift); ok {
+	if _, ok := acquisition.HandedOver(member+" 99 30000 1764000000000", b, c.drift); ok {
 		t.Fatalf("an older dlock's hand-off message was honoured")
 	}
 }

@@ -45,7 +45,7 @@ type Backend interface {
 // calls that make its script calls: its lock, its protocol and how its
 // attempts are made. A handle builds it once (an RWMutex's and a
 // Semaphore's acquire, whose request depends on the call, build it per
-// acquire); an acquire's AttemptSpec, its acquire.Part and so its hold
+// acquire); an acquire's AttemptSpec, its acquisition.Part and so its hold
 // read it by pointer, never a copy of its fields.
 type Request struct {
 	K    *protocol.Keys
@@ -88,7 +88,7 @@ type Caps struct {
 	// errNotOnQuorum).
 	NotThere func(what string) error
 	// HandOff: a release may hand a freed Mutex to its next waiter
-	// (internal/acquire/handoff.go): one deployment with scripts and no replica sync.
+	// (internal/acquisition/handoff.go): one deployment with scripts and no replica sync.
 	HandOff bool
 	// Reserve: a freed Mutex is kept for the waiter told (not on a
 	// quorum, whose nodes' queues may disagree on who is first).

@@ -23,7 +23,7 @@ type Outcome struct {
 	Fences []int64
 	Start  time.Time
 	TTL    time.Duration // the lease from start, when not the asked TTL (a hand-off's)
-	Handed bool          // granted by a release's hand-off (acquire.HandedOver), not by an attempt
+	Handed bool          // granted by a release's hand-off (acquisition.HandedOver), not by an attempt
 	// MaxFrom, if set, is when the hold's max hold (WithMaxHold) begins,
 	// when not start: a hand-off's, when it reached the waiter (the
 	// release granted it before), while its lease counts from the
@@ -31,7 +31,7 @@ type Outcome struct {
 	MaxFrom time.Time
 	// not granted: try again within Wait at the latest; placed, if its
 	// sent time is set, is the place in the queue that the attempt made
-	// or kept (internal/acquire/handoff.go).
+	// or kept (internal/acquisition/handoff.go).
 	Wait   time.Duration
 	Placed Place
 	// GiveBack, if set, undoes what the attempt may have left (a quorum

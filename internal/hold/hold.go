@@ -64,7 +64,7 @@ type Hold struct {
 	// is made, read-only after; the last three are guarded by mu.
 	side      byte // the side of an RWMutex hold ('r' or 'w', Spec.Side); 0 for other locks
 	renew     bool // the watchdog renews it
-	handed    bool // a release handed it over (acquire.HandedOver), no attempt of its own took it
+	handed    bool // a release handed it over (acquisition.HandedOver), no attempt of its own took it
 	limited   bool // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
 	renewing  bool // a renewal of it is in flight
 	releasing bool // its final Unlock is in flight: a renewal that finds it gone is not a loss
@@ -155,7 +155,7 @@ type Spec struct {
 	MaxFrom time.Time
 	// BuryFor, when set, buries the token for that long before the final
 	// release (an attempt of its acquire may still reach the server: see
-	// "Acquires sent twice" in internal/acquire/acquisition.go).
+	// "Acquires sent twice" in internal/acquisition/acquisition.go).
 	BuryFor time.Duration
 }
 

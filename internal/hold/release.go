@@ -117,7 +117,7 @@ func (c *Keeper) askAgain(ctx context.Context, grant bool, o backend.Op, r drive
 
 // buryFirst buries h's token (bury.lua) when an attempt of its acquire
 // may still reach the server (buryFor; see "Acquires sent twice" in
-// internal/acquire/acquisition.go), so that a copy landing after the release takes nothing. When
+// internal/acquisition/acquisition.go), so that a copy landing after the release takes nothing. When
 // the bury fails the release is made all the same: such a copy would
 // take the lock for its TTL at most, as a crashed holder's.
 func (h *Hold) buryFirst(ctx context.Context) {

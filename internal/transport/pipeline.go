@@ -26,7 +26,7 @@ import (
 // that matches ctx.Err() and is a *errs.Late: the command may still run on
 // the server, and its Done closes when go-redis is done with it (a
 // reply, or its own timeout). The acquire path waits for that before it
-// undoes what the call may have granted (internal/acquire/acquisition.go), so that the
+// undoes what the call may have granted (internal/acquisition/acquisition.go), so that the
 // undoing cannot run on the server before the grant does. A result a
 // caller gave up on is not read by anybody.
 //

@@ -44,7 +44,7 @@
 -- took it; every attempt that leaves the waiter waiting tells it the
 -- counter's value then (lock.lua), so the waiter honours the message only
 -- if its latest such attempt ran before the hand-off — the counter only
--- grows — whatever the server's clock did (see "Hand-off" in internal/acquire/handoff.go
+-- grows — whatever the server's clock did (see "Hand-off" in internal/acquisition/handoff.go
 -- for why that cannot grant twice).
 -- Any other (a LockAll set, a fixed lease, replica sync) finds
 -- the lock kept for it — the key holds only RESERVED and its member — and

@@ -118,7 +118,7 @@ end
 -- mutex's, on a fence counter nobody moved: unlock.lua), never because
 -- its lease buried its token (issue 45: a forced lease's Unlock said nil
 -- after another owner had held the lock). And GT is what "Acquires sent
--- twice" (internal/acquire/acquisition.go) assumes of a burial: that it
+-- twice" (internal/acquisition/acquisition.go) assumes of a burial: that it
 -- refuses the token's late copies for as long as it was asked to, so
 -- that a copy later still takes what it takes for its own TTL at most;
 -- the receipt that shortened it broke that, and a copy landing between

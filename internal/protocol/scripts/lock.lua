@@ -47,7 +47,7 @@
 --                      queue; seen is the fence counter's value (0 if it
 --                      has none yet) as this call found it: a hand-off to
 --                      the caller with a fence above seen came after this
---                      call ran (lib_mutex.lua; internal/acquire/handoff.go)
+--                      call ran (lib_mutex.lua; internal/acquisition/handoff.go)
 --          {-1}        re-entry asked for, but the caller holds nothing;
 --                      or an attempt of an acquire given up on (bury.lua)
 --          {-4}        STALE: a re-entry older than a command of the hold
