@@ -5,12 +5,10 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -46,8 +44,7 @@ type Client struct {
 	// driver.Info.ResendAfter; 0: never). See "Acquires sent twice" in
 	// internal/acquisition/acquisition.go.
 	resendAfter time.Duration
-	// reloaded is when clusterHint last asked for a slot map (unix ns).
-	reloaded atomic.Int64
+	topo        *transport.Topology // a cluster's shape: its slot map refreshed, a hold's call run again
 
 	life   context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -238,8 +235,9 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 		c.hubs = append(c.hubs, wake.New(n, wake.Config{Sharded: cfg.sharded, Own: own, ID: c.id, Closed: ErrClosed}))
 		c.nodes = append(c.nodes, n)
 	}
+	c.topo = transport.NewTopology(c.rdb)
 	c.life, c.cancel = context.WithCancel(context.Background())
-	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Cluster: c.cluster(), Moving: c.moving, ClusterHint: c.clusterHint})
+	c.holds = hold.NewKeeper(hold.Env{Backend: be, Drift: cfg.drift, Tel: tel, Life: c.life, Topology: c.topo})
 	var timeout time.Duration // a quorum's node timeout bounds its checks of one node
 	var folds *transport.Folds
 	if q, ok := be.(*backend.Quorum); ok {
@@ -248,7 +246,7 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 	dep.Attach(deploy.Reach{Nodes: c.nodes, NodeTimeout: timeout, Fence: c.fence, ID: c.id, Folds: folds,
 		Everywhere: be.Everywhere, Life: c.life, Background: c.holds.Background})
 	c.acq = acquisition.New(acquisition.Config{Backend: be, Dep: dep, Tel: tel, Hubs: c.hubs, Holds: c.holds, Drift: cfg.drift,
-		ResendAfter: c.resendAfter, Cluster: c.cluster(), ClusterHint: c.clusterHint, Life: c.life,
+		ResendAfter: c.resendAfter, Topology: c.topo, Life: c.life,
 		GaveBack: func(err error) bool { _, ok := errors.AsType[*QuorumError](err); return ok }})
 	return c
 }
@@ -327,62 +325,6 @@ func (c *Client) keys(kd *protocol.Kind, name string) *protocol.Keys {
 }
 
 // cluster reports whether the Client runs on a Redis Cluster.
-func (c *Client) cluster() bool { return c.rdb != nil && c.rdb.Info().Cluster }
-
-// clusterHint refreshes a cluster client's slot map after a failed call:
-// go-redis follows MOVED by itself, but after a master dies it keeps
-// dialling the dead node until its periodic reload (a minute). At most
-// one refresh a second; go-redis runs it in the background itself.
-func (c *Client) clusterHint(err error) {
-	if !c.cluster() || err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
-		return
-	}
-	now := time.Now().UnixNano()
-	last := c.reloaded.Load()
-	if now-last < int64(time.Second) || !c.reloaded.CompareAndSwap(last, now) {
-		return
-	}
-	c.rdb.Refresh()
-}
-
-// Topology changes. On a cluster a slot moves (a resharding) or its
-// master fails over, and for a while a command for it meets MOVED, ASK,
-// TRYAGAIN, CLUSTERDOWN, LOADING or READONLY, or a node that is gone. A
-// Lock's attempt that meets one of those (transient) while its ctx lasts
-// is not the end of the Lock: the Client refreshes its slot map
-// (clusterHint) and the Lock waits and tries again, from transport.MovingFirst
-// doubling to MovingMax, or sooner when woken; when its ctx ends, the
-// error says what the cluster was answering. The attempt's outcome is
-// unknown meanwhile (it may have taken the lock), so a Lock that ends
-// without the lock undoes it as for any failed attempt. A TryLock, and
-// a Lock on one server or a quorum, returns the error at once.
-
-// moving runs a command of a hold (call) again while a cluster answers
-// it with a transient error (see "Topology changes") and ctx lasts: an
-// Unlock, Extend, TTL or re-entry made during a failover follows the
-// slot instead of failing with the dead master's dial error. Running
-// one again is safe: a command that may have run (a connection reset
-// after it was sent) answers its copy as done (its receipt, or its
-// place in the hold's sequence: internal/hold/hold.go, "Late commands"); without
-// scripts a release that ran answers its copy "not held", which only
-// misreports it.
-func (c *Client) moving(ctx context.Context, call func() driver.Reply) driver.Reply {
-	pause := backoff.New(transport.MovingFirst, transport.MovingMax)
-	for {
-		r := call()
-		if r.Err == nil || ctx.Err() != nil || !c.cluster() || !transport.Transient(r.Err) {
-			return r
-		}
-		c.clusterHint(r.Err)
-		t := time.NewTimer(pause.Next())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return r
-		case <-t.C:
-		}
-	}
-}
 
 // Health returns nil, or an error saying what the deployment refuses that
 // the Client works around at a cost. It is an error matching

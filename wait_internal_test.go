@@ -172,7 +172,7 @@ func TestMessageBeforeJoinIsKept(t *testing.T) {
 }
 
 // transient tells a cluster's answers during a move or a failover from
-// every other error: those a Lock waits through (see "Topology changes" in client.go).
+// every other error: those a Lock waits through (see "Topology changes" in internal/transport/topology.go).
 func TestTransient(t *testing.T) {
 	reply := func(msg string) error { return &driver.ErrorReply{Err: errors.New(msg)} }
 	for _, tt := range []struct {

@@ -29,8 +29,7 @@ type Acquirer struct {
 	holds       *hold.Keeper
 	drift       backend.Drift
 	resendAfter time.Duration
-	onCluster   bool
-	clusterHint func(err error)
+	topo        *transport.Topology
 	gaveBack    func(err error) bool
 	life        context.Context
 }
@@ -47,11 +46,10 @@ type Config struct {
 	// its reply takes this long (the least of the nodes'
 	// driver.Info.ResendAfter; 0: never). See "Acquires sent twice".
 	ResendAfter time.Duration
-	// Cluster: the Client runs on a Redis Cluster (see "Topology
-	// changes" in the root's client.go); ClusterHint refreshes its slot
-	// map after a failed call.
-	Cluster     bool
-	ClusterHint func(err error)
+	// Topology says whether the Client runs on a Redis Cluster, and
+	// refreshes its slot map after a failed call
+	// (internal/transport/topology.go, "Topology changes").
+	Topology *transport.Topology
 	// GaveBack reports whether err is a quorum round's that failed and
 	// has given back, node by node, what it may have won: the acquire
 	// has nothing more to undo for it.
@@ -63,7 +61,7 @@ type Config struct {
 // New returns the Acquirer of a Client.
 func New(cfg Config) *Acquirer {
 	return &Acquirer{be: cfg.Backend, caps: cfg.Backend.Caps(), dep: cfg.Dep, tel: cfg.Tel, hubs: cfg.Hubs, holds: cfg.Holds,
-		drift: cfg.Drift, resendAfter: cfg.ResendAfter, onCluster: cfg.Cluster, clusterHint: cfg.ClusterHint,
+		drift: cfg.Drift, resendAfter: cfg.ResendAfter, topo: cfg.Topology,
 		gaveBack: cfg.GaveBack, life: cfg.Life}
 }
 
@@ -98,7 +96,7 @@ type Acquisition struct {
 	HandOff bool
 	last    backend.Place
 	// moving is the last cluster error a Lock's attempt met and waited
-	// through (see "Topology changes" in the root's client.go), and pause how long it waited.
+	// through (see "Topology changes" in internal/transport/topology.go), and pause how long it waited.
 	moving error
 	// why is why the last attempt was not won, when it says (backend.Outcome.Why)
 	why   error
@@ -416,7 +414,7 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 	}
 	a.giveBack(ctx, o.GiveBack)
 	if err != nil {
-		a.c.clusterHint(err)
+		a.c.topo.Hint(err)
 		// A quorum's round that failed has given back what it may have
 		// won, node by node (giveBack).
 		if !a.c.gaveBack(err) && !errors.Is(err, errs.Closed) && !errors.Is(err, errs.InvalidArgument) {
@@ -425,7 +423,7 @@ func (a *Acquisition) try(ctx context.Context, queued bool, msg string) ([]*hold
 		if ctx.Err() != nil {
 			return nil, 0, errs.WaitEnded(a.Name, ctx.Err())
 		}
-		if queued && a.c.onCluster && transport.Transient(err) {
+		if queued && a.c.topo.Cluster() && transport.Transient(err) {
 			a.moving = err
 			return nil, a.pause.Next(), nil
 		}

@@ -30,7 +30,7 @@ import (
 // migrated) is sent on as ASKING and the command, together, to the node
 // it names; up to maxRedirects. Other transient answers (TRYAGAIN,
 // CLUSTERDOWN, a dead master) come back to the Client, which refreshes
-// the map and tries again (client.go, "Topology changes"). A keyless
+// the map and tries again (internal/transport/topology.go, "Topology changes"). A keyless
 // command (PING, TIME) goes to the master of slot 0, as any master would
 // do; pub/sub, NodeOf and Masters stay with go-redis.
 type clusterWire struct {

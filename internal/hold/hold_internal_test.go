@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -96,7 +95,7 @@ func testKeeper(t *testing.T) *Keeper {
 	rdb := s.Client()
 	life, cancel := context.WithCancel(context.Background())
 	c := NewKeeper(Env{Backend: backend.NewSingle(goredis.New(rdb), false, backend.ReplicaSync{}), Tel: telemetry.New(telemetry.Config{}),
-		Life: life, Moving: func(_ context.Context, call func() driver.Reply) driver.Reply { return call() }, ClusterHint: func(error) {}})
+		Life: life})
 	t.Cleanup(func() {
 		cancel()
 		c.Close()
@@ -146,7 +145,7 @@ func TestUndoAfterCloseLeavesTheCallerFree(t *testing.T) {
 	defer rdb.Close()
 	life, cancel := context.WithCancel(context.Background())
 	c := NewKeeper(Env{Backend: backend.NewSingle(goredis.New(rdb), false, backend.ReplicaSync{}), Tel: telemetry.New(telemetry.Config{}),
-		Life: life, Moving: func(_ context.Context, call func() driver.Reply) driver.Reply { return call() }, ClusterHint: func(error) {}})
+		Life: life})
 	cancel()
 	c.Close()
 	release, tried := make(chan struct{}), make(chan struct{})

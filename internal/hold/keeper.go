@@ -7,22 +7,21 @@ import (
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/transport"
 )
 
 // Keeper keeps a Client's holds: it makes them, renews them (its
 // watchdog), ends those whose deadline passes, and releases them,
 // retrying in the background when a release fails. One per Client.
 type Keeper struct {
-	be          backend.Backend
-	caps        backend.Caps
-	drift       backend.Drift
-	tel         *telemetry.Telemetry
-	life        context.Context
-	cluster     bool
-	moving      func(ctx context.Context, call func() driver.Reply) driver.Reply
-	clusterHint func(err error)
-	wd          *watchdog
-	releasers   releasers
+	be        backend.Backend
+	caps      backend.Caps
+	drift     backend.Drift
+	tel       *telemetry.Telemetry
+	life      context.Context
+	topo      *transport.Topology
+	wd        *watchdog
+	releasers releasers
 }
 
 // Env is what a Keeper needs of its Client.
@@ -33,20 +32,18 @@ type Env struct {
 	// Life ends when the Client closes: the watchdog stops, ending the
 	// holds still kept (errs.Closed) and releasing them.
 	Life context.Context
-	// On a Cluster, Moving runs a call again while the cluster answers
-	// it with a transient error and its ctx lasts (the root's "Topology
-	// changes"); ClusterHint refreshes a cluster's slot map after a
-	// failed call.
-	Cluster     bool
-	Moving      func(ctx context.Context, call func() driver.Reply) driver.Reply
-	ClusterHint func(err error)
+	// Topology, on a cluster, runs a call again while the cluster
+	// answers it with a transient error and its ctx lasts, and refreshes
+	// the slot map after a failed call (internal/transport/topology.go,
+	// "Topology changes").
+	Topology *transport.Topology
 }
 
 // NewKeeper returns the Keeper of a Client, its watchdog running until
 // env.Life ends.
 func NewKeeper(env Env) *Keeper {
 	c := &Keeper{be: env.Backend, caps: env.Backend.Caps(), drift: env.Drift, tel: env.Tel, life: env.Life,
-		cluster: env.Cluster, moving: env.Moving, clusterHint: env.ClusterHint}
+		topo: env.Topology}
 	c.wd = newWatchdog(c)
 	go c.wd.run(c.life)
 	return c
@@ -81,16 +78,16 @@ func (c *Keeper) Tel() *telemetry.Telemetry { return c.tel }
 
 // run runs o, a command of a hold (a grant when grant is set: it makes or
 // extends the hold), and on a cluster again while the cluster answers it
-// with a transient error (Env.Moving). Off a cluster it makes no closure:
+// with a transient error (Topology.Retry). Off a cluster it makes no closure:
 // a call costs no allocation of its own.
 func (c *Keeper) run(ctx context.Context, grant bool, o backend.Op) driver.Reply {
-	if !c.cluster {
+	if !c.topo.Cluster() {
 		if grant {
 			return c.be.Grant(ctx, o)
 		}
 		return c.be.Run(ctx, o)
 	}
-	return c.moving(ctx, func() driver.Reply {
+	return c.topo.Retry(ctx, func() driver.Reply {
 		if grant {
 			return c.be.Grant(ctx, o)
 		}

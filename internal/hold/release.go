@@ -177,7 +177,7 @@ func (c *Keeper) releaseLater(h *Hold) {
 			if err == nil {
 				return
 			}
-			c.clusterHint(err)
+			c.topo.Hint(err)
 			timer.Reset(pause.Next())
 		}
 		c.tel.Log.Warn("dlock: release failed until the lease's expiry; the lock expires by itself",
@@ -297,7 +297,7 @@ func (c *Keeper) UndoLater(after <-chan struct{}, ttl time.Duration, undo func(c
 			if err = once(); err == nil {
 				return
 			}
-			c.clusterHint(err)
+			c.topo.Hint(err)
 			timer.Reset(pause.Next())
 		}
 		c.tel.Log.Warn("dlock: undoing an acquire failed until its claim's TTL could have run out; a late attempt may hold the lock for its TTL",

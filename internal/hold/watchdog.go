@@ -306,7 +306,7 @@ func (w *watchdog) apply(rs []renewal) {
 		case h.err != nil:
 		case r.err != nil:
 			// Unknown outcome: try again soon; the deadline still holds.
-			w.c.clusterHint(r.err)
+			w.c.topo.Hint(r.err)
 			h.nextRenew = mono(now.Add(h.ttl / 10))
 		case r.stale:
 			// A later command of the hold ran first (an Extend): this

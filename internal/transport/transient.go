@@ -13,7 +13,7 @@ import (
 )
 
 // Transient reports whether err is one a cluster answers while a slot
-// moves or a master fails over (see "Topology changes" in the root's client.go): a
+// moves or a master fails over (see "Topology changes" in internal/transport/topology.go): a
 // redirection, a cluster that is down or loading, a write sent to a
 // replica, a WAIT cut short because its master became a replica, a script
 // that met a key already migrated away (it stops at that key: the
@@ -40,7 +40,7 @@ func Transient(err error) bool {
 
 // A call that meets a transient error while a cluster changes is made
 // again after a pause that doubles from MovingFirst to MovingMax (see
-// "Topology changes" in the root's client.go).
+// "Topology changes" in internal/transport/topology.go).
 const (
 	MovingFirst = 25 * time.Millisecond
 	MovingMax   = 500 * time.Millisecond
