@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/redis/rueidis"
 )
@@ -23,6 +22,7 @@ type libDriver struct {
 	slots   *slotMap // the cluster's slot map (nil elsewhere)
 	name    string   // driver.Info.Name
 	settle  *settler // when calls given up on are settled (bound.go)
+	redial  redial   // whether rueidis may be dialing (bound.go)
 }
 
 func newDriver(client rueidis.Client, cluster bool) *libDriver {
@@ -42,6 +42,16 @@ func (d *libDriver) Info() driver.Info {
 }
 
 func (d *libDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
+	if ctx.Done() != nil && d.redial.unsure() {
+		return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c) }, failedOne, cleanOne)
+	}
+	r := d.do(ctx, c)
+	d.redial.saw(r.Err)
+	return r
+}
+
+// do runs c within ctx on the caller's goroutine.
+func (d *libDriver) do(ctx context.Context, c driver.Command) driver.Reply {
 	if err := ctx.Err(); err != nil {
 		return driver.Reply{Err: unsent(err)}
 	}
@@ -61,6 +71,13 @@ func (d *libDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
 		if attempt == retries || !broken(r.NonRedisError()) || ctx.Err() != nil {
 			d.settle.leave()
 			return reply(r)
+		}
+		// Sent again on a connection rueidis dials now: a wait its
+		// caller's ctx does not bound (see redial).
+		d.redial.saw(r.NonRedisError())
+		if ctx.Done() != nil {
+			d.settle.leave()
+			return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c) }, failedOne, cleanOne)
 		}
 	}
 }
@@ -82,6 +99,21 @@ func broken(err error) bool {
 }
 
 func (d *libDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	if ctx.Done() != nil && d.redial.unsure() {
+		return apart(ctx, &d.redial, func(ctx context.Context) []driver.Reply { return d.pipeline(ctx, cmds) },
+			func(err error) []driver.Reply { return failedAll(len(cmds), err) }, cleanAll)
+	}
+	out := d.pipeline(ctx, cmds)
+	for _, r := range out {
+		d.redial.saw(r.Err)
+	}
+	return out
+}
+
+// pipeline runs cmds within ctx on the caller's goroutine; those that
+// met a broken connection are sent again (on a goroutine of their own
+// when ctx can end: see redial).
+func (d *libDriver) pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	if err := ctx.Err(); err != nil {
 		return failedAll(len(cmds), unsent(err))
 	}
@@ -110,7 +142,16 @@ func (d *libDriver) Pipeline(ctx context.Context, cmds []driver.Command) []drive
 		for j, i := range again {
 			redo[j] = cmds[i]
 		}
-		for j, r := range pipeline(ctx, d.client, redo, d.cluster, "", given) {
+		d.redial.saw(out[again[0]].Err)
+		var rs []driver.Reply
+		if ctx.Done() != nil {
+			rs = apart(ctx, &d.redial, func(ctx context.Context) []driver.Reply {
+				return pipeline(ctx, d.client, redo, d.cluster, "", nil)
+			}, func(err error) []driver.Reply { return failedAll(len(redo), err) }, cleanAll)
+		} else {
+			rs = pipeline(ctx, d.client, redo, d.cluster, "", nil)
+		}
+		for j, r := range rs {
 			out[again[j]] = r
 		}
 	}
@@ -135,7 +176,7 @@ func failedAll(n int, err error) []driver.Reply {
 // node of pin's slot (a dedicated connection of a cluster: see conn). A
 // command that cannot be built fails on its own; the others are sent.
 // When ctx ends before the replies come, the commands sent fail with
-// late's error (called once).
+// late's error (called once; late is nil for a ctx that cannot end).
 func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []driver.Command, cluster bool, pin string, late func() error) []driver.Reply {
 	out := make([]driver.Reply, len(cmds))
 	all := pin != ""
@@ -158,7 +199,7 @@ func pipeline(ctx context.Context, client rueidis.CoreClient, cmds []driver.Comm
 	}
 	rs := client.DoMulti(queued(ctx), built...)
 	for _, r := range rs {
-		if gaveUp(ctx, r.NonRedisError()) {
+		if late != nil && gaveUp(ctx, r.NonRedisError()) {
 			err := late()
 			for _, i := range at {
 				out[i] = driver.Reply{Err: err}
@@ -273,32 +314,8 @@ func (d *libDriver) Dedicated(ctx context.Context, key string, fn func(driver.Co
 	if ctx.Done() == nil {
 		return d.dedicated(key, fn)
 	}
-	if err := ctx.Err(); err != nil {
-		return unsent(err)
-	}
-	x := &dedicatedCall{done: make(chan struct{})}
-	go func() {
-		x.err = d.dedicated(key, fn)
-		close(x.done)
-	}()
-	select {
-	case <-x.done:
-		return x.err
-	case <-ctx.Done():
-	}
-	select {
-	case <-x.done:
-		return x.err // it came as ctx ended
-	default:
-	}
-	return &errs.Late{Err: ctx.Err(), Done: x.done}
-}
-
-// dedicatedCall is the outcome of a Dedicated run on a goroutine of its
-// own: err, set before done is closed.
-type dedicatedCall struct {
-	err  error
-	done chan struct{}
+	return apart(ctx, &d.redial, func(context.Context) error { return d.dedicated(key, fn) },
+		func(err error) error { return err }, func(error) bool { return false })
 }
 
 func (d *libDriver) dedicated(key string, fn func(driver.Conn) error) error {

@@ -4,7 +4,9 @@ package valkeydlock
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -33,6 +35,15 @@ import (
 // leaves them, as on go-redis): its return is the call's settlement.
 // That probe is the one goroutine, on the rare path only; the probes of
 // calls given up together are one (settler).
+//
+// One wait in valkey-go no ctx bounds: a connection being dialed anew. A
+// call that finds its connection broken makes valkey-go dial another, and
+// waits for it, HELLO and all, for valkey-go's own timeouts whatever its
+// ctx says (and every call that comes meanwhile waits for that dial). So
+// once the driver has seen a call fail on its connection, its calls whose
+// ctx can end run on a goroutine of their own, as every call did before
+// (apart), until one of them has had a reply: the connection is up again
+// (redial).
 
 // queued returns the ctx a command is handed to valkey-go with: ctx
 // without its deadline, which still ends at it (Done closes). Given a
@@ -193,3 +204,90 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // unsent is the error of a call whose ctx ended before it was sent.
 func unsent(err error) error { return &errs.Late{Err: err, Done: closedChan} }
+
+// redial says whether valkey-go may be dialing the driver's connection
+// anew (see the top of this file): from a call's failure that was not the
+// server's answer (a broken or refused connection, valkey-go's timeout)
+// until a call run apart has had its reply, sent after it.
+type redial struct {
+	trouble atomic.Int64 // failures seen
+	healed  atomic.Int64 // the failures seen before a call that then had its reply
+}
+
+// unsure reports whether valkey-go may be dialing: calls run apart.
+func (r *redial) unsure() bool { return r.trouble.Load() > r.healed.Load() }
+
+// saw takes note of a call's error: one that is neither the server's
+// answer nor a ctx's end may mean that the connection is being redialed.
+func (r *redial) saw(err error) {
+	if err == nil || isReply(err) {
+		return
+	}
+	if _, late := errors.AsType[*errs.Late](err); late {
+		return
+	}
+	r.trouble.Add(1)
+}
+
+// heal takes note of a call that had its reply after the first from
+// failures were seen.
+func (r *redial) heal(from int64) {
+	for {
+		h := r.healed.Load()
+		if from <= h || r.healed.CompareAndSwap(h, from) {
+			return
+		}
+	}
+}
+
+// apart runs f with ctx's values but not its end on a goroutine of its
+// own and returns its result; or, when ctx ends first, fail's of an
+// *errs.Late whose Done closes when f has returned (f's commands are
+// then settled: nothing cut them short). When f's result is clean (every
+// reply came), the connection is up: r heals.
+func apart[T any](ctx context.Context, r *redial, f func(context.Context) T, fail func(error) T, clean func(T) bool) T {
+	if err := ctx.Err(); err != nil {
+		return fail(unsent(err))
+	}
+	from := r.trouble.Load()
+	x := &outcome[T]{done: make(chan struct{})}
+	go func() {
+		x.v = f(context.WithoutCancel(ctx))
+		if clean(x.v) {
+			r.heal(from)
+		}
+		close(x.done)
+	}()
+	select {
+	case <-x.done:
+		return x.v
+	case <-ctx.Done():
+	}
+	select {
+	case <-x.done:
+		return x.v // it came as ctx ended
+	default:
+	}
+	return fail(&errs.Late{Err: ctx.Err(), Done: x.done})
+}
+
+// outcome is the result v of a call run apart, set before done closes.
+type outcome[T any] struct {
+	v    T
+	done chan struct{}
+}
+
+func failedOne(err error) driver.Reply { return driver.Reply{Err: err} }
+
+// cleanOne and cleanAll report whether replies came: values or the
+// server's errors.
+func cleanOne(r driver.Reply) bool { return r.Err == nil || isReply(r.Err) }
+
+func cleanAll(rs []driver.Reply) bool {
+	for _, r := range rs {
+		if !cleanOne(r) {
+			return false
+		}
+	}
+	return true
+}

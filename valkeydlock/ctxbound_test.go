@@ -200,3 +200,71 @@ func stall(t *testing.T, s *redistest.Server, d time.Duration) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A call that meets its connection broken returns when its ctx ends even
+// though valkey-go, dialing a new one, waits for the server's answer to its
+// HELLO for its own dial timeout (5 s) whatever the ctx says; and so do
+// the calls that come while it dials. Here the driver's connection is
+// killed, then the server stopped (SIGSTOP: it still accepts connections,
+// and answers nothing). Before the driver ran those calls apart, the
+// first returned only at valkey-go's dial timeout. Once the server runs
+// again, a call has its reply and the calls go on their caller's
+// goroutine again (counted: no goroutine created).
+func TestCallBoundWhileRueidisRedials(t *testing.T) {
+	s := redistest.StartT(t, redistest.Options{})
+	d := valkeydlock.NewDriver(newClient(t, valkey.ClientOption{InitAddress: []string{s.Addr()}}))
+	ctx := context.Background()
+	id, err := d.Do(ctx, driver.Command{Args: []any{"CLIENT", "ID"}}).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := s.Client()
+	defer admin.Close()
+	if err := admin.Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // valkey-go reads the EOF
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = s.Resume()
+		}
+	}()
+	for i := range 3 {
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		start := time.Now()
+		r := d.Do(short, driver.Command{Args: []any{"SET", "redial", "x"}, FirstKey: 1, Keys: 1})
+		took := time.Since(start)
+		cancel()
+		t.Logf("call %d on a stopped server after its connection was killed: %v after %v", i, r.Err, took)
+		if r.Err == nil || took > time.Second {
+			t.Errorf("call %d: %+v after %v; want its ctx's error at 200 ms", i, r, took)
+		}
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	waitUntil := time.Now().Add(10 * time.Second)
+	for d.Do(ctx, driver.Command{Args: []any{"PING"}}).Err != nil && time.Now().Before(waitUntil) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ping := func() {
+		if r := d.Do(cctx, driver.Command{Args: []any{"PING"}}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	ping() // run apart: its reply says the connection is up again
+	before := goroutinesCreated()
+	for range 100 {
+		ping()
+	}
+	if n := goroutinesCreated() - before; n > 5 {
+		t.Errorf("%d goroutines created over 100 calls after the server came back; want none per call", n)
+	}
+}
