@@ -43,15 +43,16 @@ func (d *libDriver) Info() driver.Info {
 
 func (d *libDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
 	if ctx.Done() != nil && d.redial.unsure() {
-		return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c) }, failedOne, cleanOne)
+		return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c, retries) }, failedOne, cleanOne)
 	}
-	r := d.do(ctx, c)
+	r := d.do(ctx, c, retries)
 	d.redial.saw(r.Err)
 	return r
 }
 
-// do runs c within ctx on the caller's goroutine.
-func (d *libDriver) do(ctx context.Context, c driver.Command) driver.Reply {
+// do runs c within ctx on the caller's goroutine, and sends it again up to
+// resends times when it meets a broken connection.
+func (d *libDriver) do(ctx context.Context, c driver.Command, resends int) driver.Reply {
 	if err := ctx.Err(); err != nil {
 		return driver.Reply{Err: unsent(err)}
 	}
@@ -68,7 +69,7 @@ func (d *libDriver) do(ctx context.Context, c driver.Command) driver.Reply {
 		if err := r.NonRedisError(); gaveUp(ctx, err) {
 			return driver.Reply{Err: d.settle.late(ctx.Err(), firstKey([]driver.Command{c}))}
 		}
-		if attempt == retries || !broken(r.NonRedisError()) || ctx.Err() != nil {
+		if attempt == resends || !broken(r.NonRedisError()) || ctx.Err() != nil {
 			d.settle.leave()
 			return reply(r)
 		}
@@ -77,7 +78,8 @@ func (d *libDriver) do(ctx context.Context, c driver.Command) driver.Reply {
 		d.redial.saw(r.NonRedisError())
 		if ctx.Done() != nil {
 			d.settle.leave()
-			return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c) }, failedOne, cleanOne)
+			left := resends - attempt - 1
+			return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c, left) }, failedOne, cleanOne)
 		}
 	}
 }
