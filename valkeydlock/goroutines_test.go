@@ -97,7 +97,9 @@ func TestCancellableCtxAllocations(t *testing.T) {
 	defer cancel()
 	timed := count(ctx)
 	t.Logf("an uncontended Lock+Unlock: %.0f allocations with context.Background, %.0f with a cancel, %.0f with a deadline", plain, cancellable, timed)
-	if cancellable > plain+2 || timed > plain+5 {
-		t.Errorf("a ctx that can end costs %.0f (a cancel) and %.0f (a deadline) allocations more than context.Background; want at most 2 and 5", cancellable-plain, timed-plain)
+	// 2 more than measured: AllocsPerRun counts the whole process's, and
+	// the client's background (a ping, a timer) may fall in a run.
+	if cancellable > plain+4 || timed > plain+7 {
+		t.Errorf("a ctx that can end costs %.0f (a cancel) and %.0f (a deadline) allocations more than context.Background; want at most 4 and 7", cancellable-plain, timed-plain)
 	}
 }
