@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -618,6 +619,33 @@ func TestUncontendedAllocations(t *testing.T) {
 		}
 	})
 	allocsAtMost(t, "an uncontended Lock+Unlock", allocs, 19, 23)
+}
+
+// An uncontended Lock+Unlock whose ctx can end (a cancel, as every
+// request's has) creates no goroutine, on every driver (DLOCK_TEST_DRIVER):
+// its calls run on its caller's goroutine (issue 47: through rueidis and
+// valkey-go each ran on a goroutine of its own, two per pair; go-redis's
+// own connections never did). Counted over 200 pairs; what the clients'
+// background makes meanwhile (a ping, a timer) is a few at most.
+func TestUncontendedGoroutines(t *testing.T) {
+	_, m := warmMutex(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const pairs = 200
+	created := func() uint64 {
+		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := created()
+	for range pairs {
+		unlock(t, mustLock(t, m, ctx))
+	}
+	n := created() - before
+	t.Logf("%d Lock+Unlock pairs with a cancellable ctx on %s: %d goroutines created", pairs, envdriver.Name(), n)
+	if n > pairs/20 {
+		t.Errorf("%d goroutines created over %d Lock+Unlock pairs; want at most %d (none per call)", n, pairs, pairs/20)
+	}
 }
 
 // allocsAtMost fails t when what made more allocations than its bound:

@@ -82,8 +82,10 @@ type Info struct {
 	// command sent later on the same node (the client keeps one ordered
 	// connection per node), unless the call's error says when it is
 	// settled (dlock's own connections, whose large pipelines go on a
-	// connection of their own). The Client then runs calls on the
-	// caller's goroutine.
+	// connection of their own; rueidisdlock's and valkeydlock's, whose
+	// given-up calls are settled when a PING sent after them on their
+	// connection returns). The Client then runs calls on the caller's
+	// goroutine.
 	CtxBound bool
 	// ResendAfter: the client library may send a call again when its
 	// reply has not come within this long (go-redis after its

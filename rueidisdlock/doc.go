@@ -25,14 +25,34 @@
 //   - On a cluster, Masters lists the masters only (rueidis's Nodes lists
 //     replicas too), and NodeOf reads the slot map from CLUSTER SLOTS.
 //
-// A call's ctx does not cut a command short once it is handed to rueidis:
-// dlock bounds every call by its ctx itself, and needs to know when a
-// command it gave up on can no longer run on the server (a rueidis client
-// spreads a node's commands over several connections by default, see
-// ClientOption.PipelineMultiplex, so a command abandoned on one may run
-// after a later one sent on another). rueidis's own timeouts
-// (ClientOption.ConnWriteTimeout) still end a call to a server that does
-// not answer.
+// Every call returns when its ctx ends, on its caller's goroutine (no
+// goroutine per call, as on go-redis): the ctx goes into rueidis, without
+// its deadline (which it still ends at), so that rueidis queues the
+// command and watches the ctx rather than closing an idle connection at
+// the deadline. A call given up on fails with an error that matches
+// ctx.Err(), and dlock needs to know when its command can no longer run
+// on the server (its undo must not run first). A rueidis client spreads a
+// node's keyed commands over several connections
+// (ClientOption.PipelineMultiplex), so a command abandoned on one could
+// run after a later one sent on another; the driver therefore sends its
+// commands without a slot on a single node's client, which rueidis then
+// sends on one connection, in order, and knows a given-up command settled
+// when a PING sent after it on that connection returns (its reply came
+// first, or the connection failed). A cluster client keeps one connection
+// per node by default; with ClientOption.PipelineMultiplex above 0 on a
+// cluster, the PING may go on another connection than the command and
+// return first, so that an undo may reach the server before a given-up
+// acquire: leave it at 0 on a cluster client that dlock uses. At most 512
+// of the driver's calls are unsettled at once (rueidis waits for room in
+// a connection's ring without looking at the ctx; keep
+// ClientOption.RingScaleEachConn at its default or above). Two waits of
+// rueidis no ctx bounds are run on a goroutine of their own instead: a
+// dedicated connection (Dedicate: a WAIT after a write, the script-free
+// mode), and, from a call that found its connection broken until a call
+// has had its reply again, every call (rueidis dials a new connection
+// meanwhile, for its own dial timeout whatever the ctx says). rueidis's
+// own timeouts (ClientOption.ConnWriteTimeout) still end a call to a
+// server that does not answer.
 package rueidisdlock
 
 import (

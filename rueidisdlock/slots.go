@@ -128,7 +128,7 @@ func (s *slotMap) masters(ctx context.Context, client rueidis.Client) ([]string,
 
 // readSlots reads CLUSTER SLOTS: [first, last, [ip, port, ...], replicas...].
 func readSlots(ctx context.Context, client rueidis.Client) ([]slotRange, error) {
-	r := reply(client.Do(detach(ctx), client.B().Arbitrary("CLUSTER", "SLOTS").Build()))
+	r := reply(client.Do(queued(ctx), client.B().Arbitrary("CLUSTER", "SLOTS").Build()))
 	entries, err := r.Slice()
 	if err != nil {
 		return nil, fmt.Errorf("rueidisdlock: CLUSTER SLOTS: %w", err)

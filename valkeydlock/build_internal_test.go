@@ -4,7 +4,9 @@ package valkeydlock
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -27,7 +29,7 @@ func TestBuildAllocatesOnlyRueidisCommand(t *testing.T) {
 	words := []string{"EVALSHA", "0123456789abcdef", "1", "lock", "token", "30000"}
 	theirsOnce := func() { _ = client.B().Arbitrary(words[:3]...).Keys(words[3]).Args(words[4:]...).Build() }
 	oursOnce := func() {
-		if _, err := build(client.B(), c, "", false); err != nil {
+		if _, err := build(client.B(), c, true, "", false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,24 +47,32 @@ func TestBuildAllocatesOnlyRueidisCommand(t *testing.T) {
 	}
 }
 
-// detached keeps what detach returns on the heap, as a call does.
-var detached context.Context
+// handed keeps what queued returns on the heap, as a call does.
+var handed context.Context
 
-// detach keeps ctx's values and drops its end; a ctx that cannot end is
-// passed as it is, without an allocation.
-func TestDetach(t *testing.T) {
+// queued drops ctx's deadline and keeps its end and values; a ctx that
+// cannot end is passed as it is, without an allocation.
+func TestQueued(t *testing.T) {
 	type key struct{}
 	bg := context.WithValue(context.Background(), key{}, "v")
-	if n := testing.AllocsPerRun(100, func() { detached = detach(bg) }); n != 0 {
-		t.Errorf("detach of a ctx that cannot end made %.0f allocations", n)
+	if n := testing.AllocsPerRun(100, func() { handed = queued(bg) }); n != 0 {
+		t.Errorf("queued of a ctx that cannot end made %.0f allocations", n)
 	}
-	ctx, cancel := context.WithCancel(bg)
-	d := detach(ctx)
+	ctx, cancel := context.WithTimeout(bg, time.Hour)
+	q := queued(ctx)
+	if _, ok := q.Deadline(); ok {
+		t.Error("queued(ctx) has a deadline")
+	}
+	if q.Value(key{}) != "v" || queued(bg).Value(key{}) != "v" {
+		t.Error("queued lost ctx's values")
+	}
 	cancel()
-	if d.Err() != nil || d.Done() != nil {
-		t.Errorf("detach(ctx) ended with ctx: %v", d.Err())
+	select {
+	case <-q.Done():
+	default:
+		t.Error("queued(ctx) did not end with ctx")
 	}
-	if d.Value(key{}) != "v" || detach(bg).Value(key{}) != "v" {
-		t.Error("detach lost ctx's values")
+	if !errors.Is(q.Err(), context.Canceled) {
+		t.Errorf("queued(ctx).Err() = %v", q.Err())
 	}
 }

@@ -23,10 +23,12 @@ type libDriver struct {
 	cluster bool     // client is a cluster's
 	slots   *slotMap // the cluster's slot map (nil elsewhere)
 	name    string   // driver.Info.Name
+	settle  *settler // when calls given up on are settled (bound.go)
+	redial  redial   // whether valkey-go may be dialing (bound.go)
 }
 
 func newDriver(client valkey.Client, cluster bool) *libDriver {
-	d := &libDriver{client: client, cluster: cluster, name: "valkey-go"}
+	d := &libDriver{client: client, cluster: cluster, name: "valkey-go", settle: newSettler(client, cluster)}
 	if cluster {
 		d.slots = &slotMap{}
 	}
@@ -34,31 +36,52 @@ func newDriver(client valkey.Client, cluster bool) *libDriver {
 }
 
 // Info: valkey-go sends the commands of concurrent callers together by
-// itself (AutoPipeline). It is not CtxBound: see the package doc.
+// itself (AutoPipeline), and the driver bounds every call by its ctx on
+// its caller's goroutine, a call given up on failing with an *errs.Late
+// that says when it is settled (CtxBound): see bound.go.
 func (d *libDriver) Info() driver.Info {
-	return driver.Info{Name: d.name, Cluster: d.cluster, AutoPipeline: true}
-}
-
-// detach returns the ctx a command is sent with: ctx's values without
-// its end (see the package doc); ctx itself when it cannot end (no Done
-// channel: context.Background, and what is made from it without a
-// cancel or a deadline), which saves an allocation a call.
-func detach(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
+	return driver.Info{Name: d.name, Cluster: d.cluster, AutoPipeline: true, CtxBound: true}
 }
 
 func (d *libDriver) Do(ctx context.Context, c driver.Command) driver.Reply {
+	if ctx.Done() != nil && d.redial.unsure() {
+		return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c, retries) }, failedOne, cleanOne)
+	}
+	r := d.do(ctx, c, retries)
+	d.redial.saw(r.Err)
+	return r
+}
+
+// do runs c within ctx on the caller's goroutine, and sends it again up to
+// resends times when it meets a broken connection.
+func (d *libDriver) do(ctx context.Context, c driver.Command, resends int) driver.Reply {
+	if err := ctx.Err(); err != nil {
+		return driver.Reply{Err: unsent(err)}
+	}
+	if !d.settle.enter(ctx) {
+		return driver.Reply{Err: unsent(ctx.Err())}
+	}
 	for attempt := 0; ; attempt++ {
-		cmd, err := build(d.client.B(), c, "", false)
+		cmd, err := build(d.client.B(), c, d.cluster, "", false)
 		if err != nil {
+			d.settle.leave()
 			return driver.Reply{Err: err}
 		}
-		r := reply(d.client.Do(detach(ctx), cmd))
-		if attempt == retries || !broken(r.Err) || ctx.Err() != nil {
-			return r
+		r := d.client.Do(queued(ctx), cmd)
+		if err := r.NonValkeyError(); gaveUp(ctx, err) {
+			return driver.Reply{Err: d.settle.late(ctx.Err(), firstKey([]driver.Command{c}))}
+		}
+		if attempt == resends || !broken(r.NonValkeyError()) || ctx.Err() != nil {
+			d.settle.leave()
+			return reply(r)
+		}
+		// Sent again on a connection valkey-go dials now: a wait its
+		// caller's ctx does not bound (see redial).
+		d.redial.saw(r.NonValkeyError())
+		if ctx.Done() != nil {
+			d.settle.leave()
+			left := resends - attempt - 1
+			return apart(ctx, &d.redial, func(ctx context.Context) driver.Reply { return d.do(ctx, c, left) }, failedOne, cleanOne)
 		}
 	}
 }
@@ -80,8 +103,36 @@ func broken(err error) bool {
 }
 
 func (d *libDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
-	out := pipeline(ctx, d.client, cmds, d.cluster, "")
-	for attempt := 0; attempt < retries && ctx.Err() == nil; attempt++ {
+	if ctx.Done() != nil && d.redial.unsure() {
+		return apart(ctx, &d.redial, func(ctx context.Context) []driver.Reply { return d.pipeline(ctx, cmds) },
+			func(err error) []driver.Reply { return failedAll(len(cmds), err) }, cleanAll)
+	}
+	out := d.pipeline(ctx, cmds)
+	for _, r := range out {
+		d.redial.saw(r.Err)
+	}
+	return out
+}
+
+// pipeline runs cmds within ctx on the caller's goroutine; those that
+// met a broken connection are sent again (on a goroutine of their own
+// when ctx can end: see redial).
+func (d *libDriver) pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	if err := ctx.Err(); err != nil {
+		return failedAll(len(cmds), unsent(err))
+	}
+	if !d.settle.enter(ctx) {
+		return failedAll(len(cmds), unsent(ctx.Err()))
+	}
+	var late error // the error of the commands given up on, made once
+	given := func() error {
+		if late == nil {
+			late = d.settle.late(ctx.Err(), routes(cmds, d.cluster)...)
+		}
+		return late
+	}
+	out := pipeline(ctx, d.client, cmds, d.cluster, "", given)
+	for attempt := 0; attempt < retries && late == nil && ctx.Err() == nil; attempt++ {
 		var again []int
 		for i, r := range out {
 			if broken(r.Err) {
@@ -95,19 +146,42 @@ func (d *libDriver) Pipeline(ctx context.Context, cmds []driver.Command) []drive
 		for j, i := range again {
 			redo[j] = cmds[i]
 		}
-		for j, r := range pipeline(ctx, d.client, redo, d.cluster, "") {
+		d.redial.saw(out[again[0]].Err)
+		var rs []driver.Reply
+		if ctx.Done() != nil {
+			rs = apart(ctx, &d.redial, func(ctx context.Context) []driver.Reply {
+				return pipeline(ctx, d.client, redo, d.cluster, "", nil)
+			}, func(err error) []driver.Reply { return failedAll(len(redo), err) }, cleanAll)
+		} else {
+			rs = pipeline(ctx, d.client, redo, d.cluster, "", nil)
+		}
+		for j, r := range rs {
 			out[again[j]] = r
 		}
+	}
+	if late == nil {
+		d.settle.leave() // else the probe gives the place back
 	}
 	return out
 }
 
-// pipeline sends cmds with one DoMulti of client. On a cluster, commands
-// without keys go to the node of the first command's key (a TIME beside a
-// lock's keys); with pin, every command goes to the node of pin's slot (a
-// dedicated connection of a cluster: see conn). A command that cannot be
-// built fails on its own; the others are sent.
-func pipeline(ctx context.Context, client valkey.CoreClient, cmds []driver.Command, cluster bool, pin string) []driver.Reply {
+// failedAll returns n replies that failed with err.
+func failedAll(n int, err error) []driver.Reply {
+	out := make([]driver.Reply, n)
+	for i := range out {
+		out[i] = driver.Reply{Err: err}
+	}
+	return out
+}
+
+// pipeline sends cmds with one DoMulti of client, within ctx. On a
+// cluster, commands without keys go to the node of the first command's
+// key (a TIME beside a lock's keys); with pin, every command goes to the
+// node of pin's slot (a dedicated connection of a cluster: see conn). A
+// command that cannot be built fails on its own; the others are sent.
+// When ctx ends before the replies come, the commands sent fail with
+// late's error (called once; late is nil for a ctx that cannot end).
+func pipeline(ctx context.Context, client valkey.CoreClient, cmds []driver.Command, cluster bool, pin string, late func() error) []driver.Reply {
 	out := make([]driver.Reply, len(cmds))
 	all := pin != ""
 	if cluster && pin == "" {
@@ -116,7 +190,7 @@ func pipeline(ctx context.Context, client valkey.CoreClient, cmds []driver.Comma
 	built := make([]valkey.Completed, 0, len(cmds))
 	at := make([]int, 0, len(cmds)) // the index in cmds of each built command
 	for i, c := range cmds {
-		cmd, err := build(client.B(), c, pin, all)
+		cmd, err := build(client.B(), c, cluster || all, pin, all)
 		if err != nil {
 			out[i] = driver.Reply{Err: err}
 			continue
@@ -127,10 +201,38 @@ func pipeline(ctx context.Context, client valkey.CoreClient, cmds []driver.Comma
 	if len(built) == 0 {
 		return out
 	}
-	for j, r := range client.DoMulti(detach(ctx), built...) {
+	rs := client.DoMulti(queued(ctx), built...)
+	for _, r := range rs {
+		if late != nil && gaveUp(ctx, r.NonValkeyError()) {
+			err := late()
+			for _, i := range at {
+				out[i] = driver.Reply{Err: err}
+			}
+			return out
+		}
+	}
+	for j, r := range rs {
 		out[at[j]] = reply(r)
 	}
 	return out
+}
+
+// routes returns the keys that route cmds on a cluster (none elsewhere):
+// the first key of each, or the first command's key for those without.
+func routes(cmds []driver.Command, cluster bool) []string {
+	if !cluster {
+		return nil
+	}
+	pin := firstKey(cmds)
+	keys := make([]string, 0, len(cmds))
+	for _, c := range cmds {
+		if k := firstKey([]driver.Command{c}); k != "" {
+			keys = append(keys, k)
+		} else if pin != "" {
+			keys = append(keys, pin)
+		}
+	}
+	return keys
 }
 
 // firstKey returns the first key of the commands that have one.
@@ -143,13 +245,21 @@ func firstKey(cmds []driver.Command) string {
 	return ""
 }
 
-// build makes the valkey-go command of c. Its first key routes it on a
-// cluster (its other keys go as plain words: keys of several slots are
-// the server's CROSSSLOT error, not a panic in valkey-go's builder);
-// SPUBLISH, which has no key, is routed by its channel. A command without
-// keys goes to the node of pin's slot when pin is set; with all, every
-// command does (a dedicated connection of a cluster: see conn).
-func build(b valkey.Builder, c driver.Command, pin string, all bool) (valkey.Completed, error) {
+// build makes the valkey-go command of c. On a cluster (slotted), its
+// first key routes it (its other keys go as plain words: keys of several
+// slots are the server's CROSSSLOT error, not a panic in valkey-go's
+// builder); SPUBLISH, which has no key, is routed by its channel; a
+// command without keys goes to the node of pin's slot when pin is set;
+// with all, every command does (a dedicated connection of a cluster: see
+// conn). Elsewhere it has no slot, so that valkey-go sends every command of
+// the driver on the node's first connection, in order (bound.go): a
+// single node's client spreads commands with a slot over
+// ClientOption.PipelineMultiplex connections. Every command prefers
+// valkey-go's pipelined connections (ToPipe): under
+// ClientOption.DisableAutoPipelining a command without it goes on a
+// pooled connection that valkey-go reads on the caller's goroutine
+// without watching ctx.
+func build(b valkey.Builder, c driver.Command, slotted bool, pin string, all bool) (valkey.Completed, error) {
 	// the words in an array on the stack (a longer command's grow on the
 	// heap): valkey-go's builder copies them into a command of its own
 	var buf [24]string
@@ -160,6 +270,9 @@ func build(b valkey.Builder, c driver.Command, pin string, all bool) (valkey.Com
 	name := words[0] // compared without case, and not upper-cased: a copy per command
 	if n := len("SUBSCRIBE"); len(name) >= n && strings.EqualFold(name[len(name)-n:], "SUBSCRIBE") {
 		return valkey.Completed{}, fmt.Errorf("valkeydlock: %s outside a pub/sub connection", words[0])
+	}
+	if !slotted {
+		return b.Arbitrary(words...).Build().ToPipe(), nil
 	}
 	first, keys := c.FirstKey, c.Keys
 	if keys == 0 && strings.EqualFold(name, "SPUBLISH") && len(words) > 1 {
@@ -175,7 +288,7 @@ func build(b valkey.Builder, c driver.Command, pin string, all bool) (valkey.Com
 	if pin != "" && (all || !keyed) {
 		cmd = cmd.SetSlot(pin)
 	}
-	return cmd, nil
+	return cmd.ToPipe(), nil
 }
 
 // argString formats a word of a command as driver.Command.StringArgs does.
@@ -191,7 +304,25 @@ func argString(a any) string {
 // the first one takes it to key's master). A connection on which a round
 // trip failed is closed, not given back: its state (a WATCH, a MULTI) is
 // unknown.
+//
+// Unlike Do and Pipeline, it runs on a goroutine of its own when ctx can
+// end, and returns an *errs.Late when ctx ends first, whose Done closes
+// when fn has returned: valkey-go's Dedicate takes no ctx (it may dial, and
+// wait for the server's answer to its HELLO, while the server stalls),
+// and closing a connection whose call was given up on would settle that
+// call while its bytes may still reach the server. The commands fn sends
+// are not cut short by ctx (conn), so fn returns once they are settled.
+// Only a WAIT after a write (dlock.WithReplicaSync) and the script-free
+// mode come here.
 func (d *libDriver) Dedicated(ctx context.Context, key string, fn func(driver.Conn) error) error {
+	if ctx.Done() == nil {
+		return d.dedicated(key, fn)
+	}
+	return apart(ctx, &d.redial, func(context.Context) error { return d.dedicated(key, fn) },
+		func(err error) error { return err }, func(error) bool { return false })
+}
+
+func (d *libDriver) dedicated(key string, fn func(driver.Conn) error) error {
 	dc, release := d.client.Dedicate()
 	c := &conn{dc: dc, cluster: d.cluster, key: key}
 	defer func() {
@@ -213,12 +344,14 @@ type conn struct {
 	broken  bool // a round trip failed
 }
 
+// Pipeline sends cmds with ctx's values, not its end (Dedicated bounds the
+// call).
 func (c *conn) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
 	pin := ""
 	if c.cluster {
 		pin = c.key
 	}
-	out := pipeline(ctx, c.dc, cmds, false, pin)
+	out := pipeline(context.WithoutCancel(ctx), c.dc, cmds, false, pin, nil)
 	for _, r := range out {
 		if r.Err != nil && !isReply(r.Err) {
 			c.broken = true
@@ -257,7 +390,7 @@ func (d *libDriver) Masters(ctx context.Context) ([]driver.Driver, error) {
 		if n == nil {
 			return nil, fmt.Errorf("valkeydlock: master %s is not among the client's nodes", a)
 		}
-		out = append(out, &libDriver{client: n, name: d.name})
+		out = append(out, &libDriver{client: n, name: d.name, settle: newSettler(n, false)})
 	}
 	return out, nil
 }

@@ -130,7 +130,7 @@ func (s *slotMap) masters(ctx context.Context, client valkey.Client) ([]string, 
 
 // readSlots reads CLUSTER SLOTS: [first, last, [ip, port, ...], replicas...].
 func readSlots(ctx context.Context, client valkey.Client) ([]slotRange, error) {
-	r := reply(client.Do(detach(ctx), client.B().Arbitrary("CLUSTER", "SLOTS").Build()))
+	r := reply(client.Do(queued(ctx), client.B().Arbitrary("CLUSTER", "SLOTS").Build()))
 	entries, err := r.Slice()
 	if err != nil {
 		return nil, fmt.Errorf("valkeydlock: CLUSTER SLOTS: %w", err)

@@ -15,7 +15,11 @@ import (
 // pipelined is the Driver a Client talks to: the application's client's
 // driver wrapped so that every call returns when its ctx ends, and so that
 // single commands (script calls, mostly) from many goroutines share round
-// trips. A driver that does either itself (driver.Info) is left to it.
+// trips. A driver that does either itself (driver.Info) is left to it:
+// every built-in driver does both (go-redis on dlock's own connections,
+// internal/wire; rueidisdlock and valkeydlock on their caller's
+// goroutine), so what follows runs for the go-redis pool
+// (WithoutOwnConnections) and for a user's driver.
 //
 // Bounded. go-redis made with its defaults (no ContextTimeoutEnabled)
 // does not look at a ctx once a command is sent: it waits for the reply
@@ -168,10 +172,13 @@ func await(ctx context.Context, done chan struct{}) error {
 	}
 }
 
-// doCall is a command of an auto-pipelining driver run within its ctx
-// (pipelined.Do): the command, its result and the channel that says it
-// came, in two allocations, not within's four (a closure, its goroutine's,
-// two channels), since it runs at every call on rueidis and valkey-go.
+// doCall is a command of an auto-pipelining driver that does not bound its
+// calls run within its ctx (pipelined.Do): the command, its result and
+// the channel that says it came, in two allocations, not within's four (a
+// closure, its goroutine's, two channels), since it runs at every call of
+// such a driver (a user's; the built-in ones bound their calls: go-redis
+// on dlock's own connections, rueidis and valkey-go on their caller's
+// goroutine since issue 47).
 type doCall struct {
 	d    driver.Driver
 	ctx  context.Context

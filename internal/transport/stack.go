@@ -28,7 +28,9 @@ import (
 //     background;
 //   - pipelined: bounds every call by its ctx (the round trip runs on a
 //     goroutine of its own while the caller waits) and shares round trips
-//     among calls made at once (pipeline.go);
+//     among calls made at once (pipeline.go), unless the driver does both
+//     itself (driver.Info.CtxBound and AutoPipeline: go-redis on dlock's
+//     own connections, rueidisdlock, valkeydlock);
 //   - the Driver d: go-redis's (internal/goredis), rueidisdlock's,
 //     valkeydlock's, or one of the user's.
 func Stack(d driver.Driver, reports Reports) driver.Driver {
