@@ -198,3 +198,44 @@ func TestAttackFencesAround1e14(t *testing.T) {
 		unlock(t, set)
 	}
 }
+
+// A FairMutex freed while a fixed-lease waiter (which a release does not
+// hand the lock to) waits is kept for it ('@next <member>'), and its next
+// attempt takes it (lock.lua's take): that attempt writes the waiter's
+// label into the hold, replacing the kept lock's string, and no label
+// call follows. The label is there as soon as the Lock returns, and goes
+// with the hold.
+func TestAttackKeptLockTakenWithItsLabel(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	admin := newRedis(t, s)
+	c1, c2 := newClient(t, newRedis(t, s)), newClient(t, newRedis(t, s))
+	name := lockName(t)
+	const label = "@next 1 2 3 v\n"
+	held := mustLock(t, c1.FairMutex(name), ctx, dlock.WithLabel("first"))
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c2.FairMutex(name).Lock(ctx, dlock.WithLease(5*time.Second), dlock.WithLabel(label))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, "a waiter queued", func() bool {
+		info, err := c1.Inspect(ctx, dlock.KindMutex, name)
+		return err == nil && len(info.Waiters) == 1
+	})
+	unlock(t, held)
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	info, err := c1.Inspect(ctx, dlock.KindMutex, name)
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].Label != label || info.Holders[0].Token != l.Token() || info.KeptFor != "" {
+		t.Errorf("Inspect = %+v, %v; want one holder %s labelled %q", info, err, l.Token(), label)
+	}
+	unlock(t, l)
+	if n, _ := admin.Exists(ctx, keysOf(name).Lock).Result(); n != 0 {
+		t.Errorf("the hold (and its label) outlived the release")
+	}
+}
