@@ -11,7 +11,7 @@ import (
 
 // Who holds it. An acquire refused (a TryLock that found the lock held, a
 // Lock whose ctx ended while it waited) says who holds the lock, through
-// a *BusyError: one read of the lock (as Inspect reads it: its hash, its
+// a *BusyError: one read of the lock (as Inspect reads it: its hold, its
 // holders' fences, labels, since and TTLs, and their Clients' owner
 // records, which ownerCache keeps) that follows the refusal only. The
 // uncontended path, and a waiting Lock's attempts, read nothing more: the

@@ -67,7 +67,7 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 // Campaign on a Client that leads proclaims on its leadership (see
 // Campaign); every other Campaign is a candidate of its own.
 // electionKind is what Inspect, Locks and ForceUnlock know of an
-// Election: a Mutex's hash with the leader's value; a forced release also
+// Election: a Mutex's hold with the leader's value; a forced release also
 // tells its observers.
 var electionKind = kindSpec{primitive: "Election", keys: protocol.ElectionKind, queue: true, fill: mutexHolders,
 	force: func(ctx context.Context, c *Client, r driver.Driver, k *protocol.Keys, rc forceReceipt) driver.Reply {

@@ -597,7 +597,7 @@ func (c *Client) ForceUnlock(ctx context.Context, kd Kind, name string) (*LockIn
 // share the hash tag {<escaped name>}: '%', '{' and '}' in the name are
 // escaped as %25, %7B and %7D.
 type Keys struct {
-	Lock string // the lock: a hash of owner token -> hold count (a string WithoutScripts)
+	Lock string // the lock: its hold, one string '<token> <fence> <stamp> <count> <seq> <lablen>[v] <label><value>' (the owner's token alone WithoutScripts)
 	// Fence is the fencing counter the lock's fences come from, off a
 	// Redis Cluster: every lock of the prefix shares it. It never
 	// expires.

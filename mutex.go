@@ -31,8 +31,10 @@ import (
 // lock for the rest of its place at most. FairMutex differs only at the edges: its TryLock fails while
 // anyone waits, and a lock left free with waiters goes to the first.
 //
-// In Redis the lock is a hash "<prefix>:{<name>}" mapping the owner's token
-// to its hold count (and its fence, 'f:<token>'), with a PEXPIRE; fences
+// In Redis the lock is one string "<prefix>:{<name>}", the hold: the
+// owner's token, its fence, when it was taken, its hold count, its
+// sequence and its label (internal/protocol/scripts/lib_mutex.lua), set
+// with its TTL by SET PX; fences
 // come from a counter the locks share (internal/protocol/doc.go, "Fence counters"); the
 // waiters are "<prefix>:{<name>}:queue" and ":alive".
 type Mutex struct {

@@ -145,24 +145,28 @@ func exists(l *dlock.LockInfo) bool {
 }
 
 // lockKeyTypes are the Redis types a lock's own key (LockInfo.Key) may
-// have: a Mutex's is a string when taken WithoutScripts.
+// have: a Mutex's and an Election's hold is one string (internal/protocol/
+// scripts/lib_mutex.lua; a Mutex's is its owner's token alone when taken
+// WithoutScripts), a hash in the layout before it (which Inspect reads).
 var lockKeyTypes = map[dlock.Kind][]string{
 	dlock.KindMutex:     {"none", "hash", "string"},
 	dlock.KindRWMutex:   {"none", "hash"},
 	dlock.KindSemaphore: {"none", "hash"},
 	dlock.KindLatch:     {"none", "string"},
-	dlock.KindElection:  {"none", "hash"},
+	dlock.KindElection:  {"none", "hash", "string"},
 }
 
 // checkKeyType fails when the lock's key holds something that is no
 // dlock lock (a name clash under the prefix): unlock must not delete it,
-// and inspect must not call it free.
+// and inspect must not call it free. An Election's string is a dlock's
+// only when Inspect read it as a hold, or as a lock kept for a waiter
+// (an Election has no script-free string): any other string is a clash.
 func checkKeyType(ctx context.Context, rdb redis.Cmdable, l *dlock.LockInfo) error {
 	t, err := rdb.Type(ctx, l.Key).Result()
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", l.Kind, l.Name, err)
 	}
-	if !slices.Contains(lockKeyTypes[l.Kind], t) {
+	if !slices.Contains(lockKeyTypes[l.Kind], t) || (l.Kind == dlock.KindElection && t == "string" && !l.Held && l.KeptFor == "") {
 		return fmt.Errorf("key %s is a %s, not a dlock %s", l.Key, t, l.Kind)
 	}
 	return nil
