@@ -2,7 +2,7 @@
 -- the next waiter gets it as from a release. Its holder learns of the loss
 -- at its next renewal.
 --
--- KEYS[1]  (go: Lock) lock hash
+-- KEYS[1]  (go: Lock) lock: the hold, one string (lib_mutex.lua)
 -- KEYS[2]  (go: Fence) fence counter
 -- KEYS[3]  (go: Queue) queue
 -- KEYS[4]  (go: Alive) alive

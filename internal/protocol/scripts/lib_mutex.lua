@@ -55,7 +55,8 @@
 local RESERVED = '@next'
 
 -- stamp_ms is the server's time in milliseconds as a decimal string: when
--- a hold was taken ('t:<token>' in a lock hash, read by inspectors). It is
+-- a hold was taken (in a mutex's hold, or 't:<token>' in an RWMutex's or
+-- Semaphore's hash; read by inspectors). It is
 -- made from TIME's strings ('<seconds>', '<micros>' unpadded): cheaper
 -- than now_ms's numbers (lib_queue.lua) printed back into a string.
 -- lock.lua's common case writes the same out.
@@ -137,7 +138,7 @@ local function mutex_count(lock, token, n, seq)
   return STALE, f
 end
 
--- hand_on runs when lock has just become free (its hash is gone). released
+-- hand_on runs when lock has just become free (its key is gone). released
 -- is the token of the hold that ended, if any: a place of its own in the
 -- queue is stale (left by a call that go-redis sent again after losing its
 -- reply, which then took the lock) and is dropped. first, if given, is

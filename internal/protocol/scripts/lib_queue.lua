@@ -247,8 +247,9 @@ end
 -- still only grow, forever: each is the shared counter's next value, and
 -- the counter never goes down (it never expires; a restart keeps it as
 -- far as persistence does, as it kept a lock's own). A hold keeps its
--- fence in its lock's hash ('f:<token>'), where a re-entry and an
--- inspector read it.
+-- fence in its lock's key (a mutex's hold string, lib_mutex.lua; or
+-- 'f:<token>' in an RWMutex's or Semaphore's hash), where a re-entry and
+-- an inspector read it.
 local function next_fence(key)
   local f = redis.call('INCR', key)
   if f >= 9007199254740992 then
