@@ -63,7 +63,11 @@ func TestOneClientReport(t *testing.T) {
 			}
 			return fmt.Sprintf("%.2f×", v/d)
 		}
-		fmt.Printf("#### %s goroutine(s), one shared client, a key each\n\n", strings.TrimPrefix(g, "g"))
+		clients := "one shared client"
+		if *oneClientPerGoroutine {
+			clients = "a client per goroutine"
+		}
+		fmt.Printf("#### %s goroutine(s), %s, a key each\n\n", strings.TrimPrefix(g, "g"), clients)
 		fmt.Printf("| locker | ops/s | ops/s per round | ÷ best anchor (%s) | ÷ redislock | ÷ rueidislock | allocs/op | client µs/op | server µs/op | stalls | others' cores |\n", bestName)
 		fmt.Printf("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, lk := range lockers {
