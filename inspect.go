@@ -188,7 +188,8 @@ type Holder struct {
 	// Since is when it took the lock (zero if unknown): by the server's
 	// clock, or, for a Mutex, FairMutex or Election hold whose first
 	// attempt found the lock free, by its Client's clock when it sent
-	// that attempt (which saves the server a TIME per Lock).
+	// that attempt, to a tenth of a second (which saves the server a TIME
+	// per Lock).
 	Since time.Time
 	TTL   time.Duration // how long its hold has left, as the server sees it
 	Owner *Owner        // who it is, if its Client said (nil otherwise)

@@ -172,12 +172,16 @@ func (a LockFastArgs) call(k *Keys, words []any, full []any, stamp any) Call {
 	return Call{S: LockFastScript, Boxed: words[3 : 3+nk], Args: args, words: words}
 }
 
-// stampWord is the clock now, Unix ms, boxed: lock_fast.lua's Stamp. A
-// number boxed anew costs an allocation, so the box is kept while the
-// clock stays in its millisecond: at a thousand acquires a second and
-// more, most share one.
+// stampWord is the clock now, Unix ms rounded down to a tenth of a
+// second, boxed: lock_fast.lua's Stamp (what an inspector shows as when
+// the hold was taken; a tenth of a second is all it needs). A number
+// boxed anew costs an allocation, so the box is kept while the clock
+// stays in its tenth: at ten acquires a second and more, most share one
+// (to the millisecond, a Lock+Unlock slower than a millisecond — a loaded
+// machine's — paid one each: TestUncontendedAllocations saw it).
 func stampWord() any {
 	ms := time.Now().UnixMilli()
+	ms -= ms % stampGrain
 	if b := lastStamp.Load(); b != nil && b.ms == ms {
 		return b.word
 	}
@@ -192,6 +196,9 @@ type stampBox struct {
 }
 
 var lastStamp atomic.Pointer[stampBox]
+
+// stampGrain is the stamp's resolution, in ms.
+const stampGrain = 100
 
 // UnlockArgs are unlock.lua's: release holds, or (Free) the final
 // release with its receipt.
