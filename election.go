@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/backoff"
 	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/hold"
+	"github.com/dlock-go/dlock/internal/kinds"
 	"github.com/dlock-go/dlock/internal/protocol"
 
 	"github.com/dlock-go/dlock/driver"
@@ -56,16 +57,12 @@ type Election struct {
 func (c *Client) Election(name string, opts ...LockOption) *Election {
 	e := &Election{handle: handle{c, c.keys(protocol.ElectionKind, name), opts}}
 	r := c.mutexRequest("Election", e.k, e.opts, true)
-	r.Ops = electionProto{r.Ops.(mutexProto)}
+	r.Ops = kinds.Election{M: r.Ops.(kinds.Mutex)}
 	r.once = true // a win already lost is an error (see Campaign)
 	e.req = r
 	return e
 }
 
-// electionProto is the Redis side of a leadership: a FairMutex hold
-// whose release also tells the observers. It is not re-entrant: a
-// Campaign on a Client that leads proclaims on its leadership (see
-// Campaign); every other Campaign is a candidate of its own.
 // electionKind is what Inspect, Locks and ForceUnlock know of an
 // Election: a Mutex's hold with the leader's value; a forced release also
 // tells its observers.
@@ -75,33 +72,16 @@ var electionKind = kindSpec{primitive: "Election", keys: protocol.ElectionKind, 
 		return protocol.ForceArgs{Wake: w, ID: rc.id, ReceiptTTL: rc.ttl, Election: true, Observers: k.Channel}.Call(k).Run(ctx, r)
 	}}
 
-type electionProto struct{ m mutexProto }
-
-func (p electionProto) Release(token string, left int, seq int64) backend.Op {
-	a := p.m.unlockArgs(token, left, seq)
-	a.Observers = p.m.k.Channel
-	return a.Call(p.m.k)
-}
-func (p electionProto) Free(token string, fence int64, ttl time.Duration) backend.Op {
-	a := p.m.freeArgs(token, fence, ttl)
-	a.Observers = p.m.k.Channel
-	return a.FreeCall(p.m.k)
-}
-func (p electionProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
-	return p.m.Renew(token, ttl, exact, seq)
-}
-func (p electionProto) TTL(token string) backend.Op { return p.m.TTL(token) }
-
 // request is what a Campaign for value tells the acquire path: a
 // FairMutex's request, under the election's keys and protocol, whose
 // attempts record value (and its label) when they win (lock.lua's ARGV[11]): a Campaign
 // that nobody stands in the way of is one round trip.
 func (e *Election) request(value string) *request {
 	r := *e.req // a copy: its call is this Campaign's
-	m := r.Ops.(electionProto).m
+	m := r.Ops.(kinds.Election).M
 	labels := e.c.labels()
 	r.Call = func(token, member string, queued bool, cfg lockConfig) protocol.Call {
-		a := m.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), true)
+		a := m.LockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), true)
 		label := ""
 		if labels {
 			label = cfg.Label
@@ -480,5 +460,3 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	}
 	_ = c.acq.WaitLoop(ctx, e.k.Name, e.k.Channel, "", nil, 0, check)
 }
-
-func (electionProto) Ordered() bool { return true }

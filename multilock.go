@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/kinds"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 )
@@ -158,9 +159,9 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 		if err := cfg.Refuse("Mutex", backend.OptQueueTTL); err != nil {
 			return nil, err
 		}
-		p := m.req.Ops.(mutexProto)
+		p := m.req.Ops.(kinds.Mutex)
 		a.Parts = append(a.Parts, acquisition.Part{Request: &m.req.Request, Held: p, Cfg: cfg})
-		leave = append(leave, p.leave(member))
+		leave = append(leave, p.Leave(member))
 		keys = append(keys, m.k)
 		place = max(place, cfg.QueueTTL)
 	}

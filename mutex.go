@@ -4,9 +4,9 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/kinds"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 
@@ -114,15 +114,15 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, opts []LockOption) (*Lea
 
 // mutexRequest is what a Mutex or FairMutex tells the acquire path.
 func (c *Client) mutexRequest(what string, k *protocol.Keys, opts []LockOption, fair bool) *request {
-	p := mutexProto{k, k.Wake}
+	p := kinds.Mutex{K: k, W: k.Wake}
 	labels := c.labels()
-	return &request{Request: backend.Request{What: what, K: k, Ops: p, Queue: true, Leave: p.leave,
+	return &request{Request: backend.Request{What: what, K: k, Ops: p, Queue: true, Leave: p.Leave,
 		Call: func(token, member string, queued bool, cfg lockConfig) protocol.Call {
-			a := p.lockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), fair)
+			a := p.LockArgs(token, cfg.TTL, 0, member, queued, placeTTL(cfg, member), fair)
 			if labels && cfg.Label != "" { // the hold written with its label (lock.lua's ARGV[11])
 				a.Labelled, a.Tail = true, protocol.HoldTail(cfg.Label, "", false)
 			}
-			return a.Acquire(p.k)
+			return a.Acquire(p.K)
 		}},
 		handle: opts, handOff: true, takes: backend.OptQueueTTL, labelled: labels}
 }
@@ -161,90 +161,6 @@ func mutexHolders(in *inspection) bool {
 	return true
 }
 
-// mutexProto is the Redis side of a Mutex or FairMutex hold.
-type mutexProto struct {
-	k *protocol.Keys
-	w *protocol.WakeTo // the keys' own, set by Client.keys (a pointer: a hold keeps its protocol, boxed)
-}
-
-// The protocol's methods return the script calls (a quorum fans them
-// out; an Election builds on their args); the op-typed ones are the protocol
-// interfaces' (internal/backend/ops.go).
-
-func (p mutexProto) Reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
-	return p.reenterCall(token, count, ttl, seq)
-}
-
-func (p mutexProto) reenterCall(token string, count int, ttl time.Duration, seq int64) protocol.Call {
-	a := p.lockArgs(token, ttl, count, "", false, 0, false)
-	a.Reentry, a.Seq = true, seq
-	return a.Call(p.k)
-}
-
-// lock is lock.lua: count 0 acquires (as member, keeping a place for
-// placeTTL ms if it is held; queued: an earlier attempt carried member),
-// count >= 2 re-enters.
-func (p mutexProto) lock(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) protocol.Call {
-	return p.lockArgs(token, ttl, count, member, queued, placeTTL, fair).Acquire(p.k)
-}
-
-// lockArgs are lock's arguments, for a re-entry or a Campaign to add to.
-func (p mutexProto) lockArgs(token string, ttl time.Duration, count int, member string, queued bool, placeTTL int64, fair bool) protocol.LockArgs {
-	return protocol.LockArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Member: member, PlaceTTL: placeTTL,
-		Fair: fair, Wake: *p.w, Queued: queued}
-}
-
-func (p mutexProto) Release(token string, left int, seq int64) backend.Op {
-	return p.unlock(token, left, seq)
-}
-
-func (p mutexProto) Free(token string, fence int64, ttl time.Duration) backend.Op {
-	return p.freeCall(token, fence, ttl)
-}
-
-func (p mutexProto) freeCall(token string, fence int64, ttl time.Duration) protocol.Call {
-	return p.freeArgs(token, fence, ttl).FreeCall(p.k)
-}
-
-// freeArgs are the final release's, with its receipt (unlock.lua's
-// ARGV[8] and ARGV[9]).
-func (p mutexProto) freeArgs(token string, fence int64, ttl time.Duration) protocol.UnlockArgs {
-	a := p.unlockArgs(token, 0, 0)
-	a.Free, a.Fence, a.ReceiptTTL = true, fence, ttl.Milliseconds()
-	return a
-}
-
-// unlock is the script call behind release.
-func (p mutexProto) unlock(token string, left int, seq int64) protocol.Call {
-	return p.unlockArgs(token, left, seq).Call(p.k)
-}
-
-// unlockArgs are unlock's arguments, for an Election to add to.
-func (p mutexProto) unlockArgs(token string, left int, seq int64) protocol.UnlockArgs {
-	return protocol.UnlockArgs{Token: token, Left: left, Wake: *p.w, Reserve: p.w.Reserve, Seq: seq}
-}
-
-// leave is what a waiter that gives up runs.
-func (p mutexProto) leave(member string) protocol.Call {
-	return protocol.LeaveArgs{Member: member, Wake: *p.w, Reserve: p.w.Reserve}.Call(p.k)
-}
-
-func (p mutexProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
-	return p.renewCall(token, ttl, exact, seq)
-}
-
-func (p mutexProto) renewCall(token string, ttl time.Duration, exact bool, seq int64) protocol.Call {
-	return protocol.RenewArgs{Token: token, TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
-}
-
-func (p mutexProto) TTL(token string) backend.Op { return p.ttlCall(token) }
-
-func (p mutexProto) ttlCall(token string) protocol.Call {
-	return protocol.TTLArgs{Token: token}.Call(p.k)
-}
-
-func (mutexProto) Ordered() bool { return true }
-
 // plainForce is ForceUnlock without scripts: it deletes the key if it
 // still names the holder it read, so that a copy of the delete that the
 // client library sends again (the server may run both) cannot free a
@@ -262,10 +178,3 @@ func plainForce(ctx context.Context, c *Client, r driver.Driver, k *protocol.Key
 	}
 	return backend.PlainOps(c.be, k).Release(holder, 0, 0).Run(ctx, r)
 }
-
-// The protocols of the kinds that re-enter say so to the compiler: the
-// acquire path finds re-entry by a type assertion.
-var (
-	_ backend.Reentrant = mutexProto{}
-	_ backend.Reentrant = rwProto{}
-)

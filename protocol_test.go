@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/backend"
 
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/kinds"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -24,11 +25,11 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	c, rdb := serverClient(t)
 	d := goredis.New(rdb)
 	k := c.keys(protocol.MutexKind, "x")
-	p := mutexProto{k, k.Wake}
+	p := kinds.Mutex{K: k, W: k.Wake}
 	const ttl, placeTTL = time.Minute, 60000
 	attempt := func(token, member string) []int64 {
 		t.Helper()
-		res, err := backend.FenceReply("lock", "x", p.lock(token, ttl, 0, member, true, placeTTL, false).Run(ctx, d), nil)
+		res, err := backend.FenceReply("lock", "x", p.Lock(token, ttl, 0, member, true, placeTTL, false).Run(ctx, d), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +50,7 @@ func TestHandOffMessageAgrees(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.unlock("a", 0, 0).Run(ctx, d).Err; err != nil {
+	if err := p.Unlock("a", 0, 0).Run(ctx, d).Err; err != nil {
 		t.Fatal(err)
 	}
 	msg, err := sub.ReceiveMessage(ctx)

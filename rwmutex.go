@@ -4,9 +4,9 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/kinds"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 
@@ -120,8 +120,8 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 		return nil, invalid("nil RWMutex")
 	}
 	c, k := rw.c, rw.k
-	p := rwProto{k, s, c.wakeTo(k)}
-	r := &request{Request: backend.Request{What: "RWMutex", K: k, Side: string(s), Ops: p, Queue: true, Leave: p.leave},
+	p := kinds.RW{K: k, Side: string(s), W: c.wakeTo(k)}
+	r := &request{Request: backend.Request{What: "RWMutex", K: k, Side: string(s), Ops: p, Queue: true, Leave: p.Leave},
 		handle: rw.opts, takes: backend.OptQueueTTL | backend.OptReaders}
 	if s == sideRead {
 		// A read inside the caller's own write hold is a hold of its own
@@ -143,7 +143,7 @@ func (rw *RWMutex) acquire(ctx context.Context, s side, wait bool, opts []LockOp
 			return c.newToken(), nil
 		}
 		r.Call = func(token, member string, _ bool, cfg lockConfig) protocol.Call {
-			return p.write(token, cfg.TTL, 0, member, placeTTL(cfg, member))
+			return p.Write(token, cfg.TTL, 0, member, placeTTL(cfg, member))
 		}
 	}
 	return c.acquire(ctx, r, wait, opts)
@@ -212,65 +212,4 @@ func rwWaiters(in *inspection) {
 	readers(in.extra[2])
 	in.queued("write", false)
 	readers(in.extra[1])
-}
-
-// rwProto is the Redis side of a read or write hold of an RWMutex.
-type rwProto struct {
-	k    *protocol.Keys
-	side side
-	w    protocol.WakeTo
-}
-
-func (p rwProto) Reenter(token string, count int, ttl time.Duration, seq int64) backend.Op {
-	if p.side == sideRead {
-		return protocol.RWReadArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Readers: true, Reentry: true, Seq: seq}.Call(p.k)
-	}
-	a := p.writeArgs(token, ttl, count, "", 0)
-	a.Reentry, a.Seq = true, seq
-	return a.Call(p.k)
-}
-
-// write is rw_write.lua: count 0 acquires (as member, keeping a place for
-// placeTTL ms if it must wait), count >= 2 re-enters.
-func (p rwProto) write(token string, ttl time.Duration, count int, member string, placeTTL int64) protocol.Call {
-	return p.writeArgs(token, ttl, count, member, placeTTL).Call(p.k)
-}
-
-func (p rwProto) writeArgs(token string, ttl time.Duration, count int, member string, placeTTL int64) protocol.RWWriteArgs {
-	return protocol.RWWriteArgs{Token: token, TTL: ttl.Milliseconds(), Count: count, Member: member, PlaceTTL: placeTTL, Wake: p.w}
-}
-
-func (p rwProto) Release(token string, left int, seq int64) backend.Op {
-	return p.unlock(token, left, seq)
-}
-
-// unlock is the script call behind release.
-func (p rwProto) unlock(token string, left int, seq int64) protocol.Call {
-	return p.unlockArgs(token, left, seq).Call(p.k)
-}
-
-func (p rwProto) unlockArgs(token string, left int, seq int64) protocol.RWUnlockArgs {
-	return protocol.RWUnlockArgs{Token: token, Side: string(p.side), Left: left, Wake: p.w, Seq: seq}
-}
-
-// leave is what a reader or writer that gives up its wait runs.
-func (p rwProto) leave(member string) protocol.Call {
-	return protocol.RWLeaveArgs{Member: member, Side: string(p.side), Wake: p.w}.Call(p.k)
-}
-
-func (p rwProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
-	return protocol.RWRenewArgs{Token: token, Side: string(p.side), TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
-}
-
-func (p rwProto) TTL(token string) backend.Op {
-	return protocol.RWTTLArgs{Token: token, Side: string(p.side)}.Call(p.k)
-}
-
-func (rwProto) Ordered() bool { return true }
-
-// Free is the final release with its receipt (rw_unlock.lua, ARGV[7]).
-func (p rwProto) Free(token string, _ int64, ttl time.Duration) backend.Op {
-	a := p.unlockArgs(token, 0, 0)
-	a.Receipt, a.ReceiptTTL = true, max(ttl, time.Millisecond).Milliseconds()
-	return a.Call(p.k)
 }

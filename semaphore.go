@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/kinds"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 
@@ -93,8 +93,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 			nested, wait = wait, false // see Acquire
 		}
 	}
-	p := semProto{k, c.wakeTo(k)}
-	l, err := c.acquire(ctx, &request{Request: backend.Request{What: "Semaphore", K: k, Ops: p, Need: n, Queue: true, Leave: p.leave,
+	p := kinds.Semaphore{K: k, W: c.wakeTo(k)}
+	l, err := c.acquire(ctx, &request{Request: backend.Request{What: "Semaphore", K: k, Ops: p, Need: n, Queue: true, Leave: p.Leave,
 		Call: func(token, member string, _ bool, cfg lockConfig) protocol.Call {
 			return protocol.SemAcquireArgs{Token: token, TTL: cfg.TTL.Milliseconds(), Permits: n, Capacity: s.permits,
 				Member: member, PlaceTTL: placeTTL(cfg, member)}.Call(k)
@@ -216,39 +216,4 @@ func semHolders(in *inspection) bool {
 	}
 	info.Free = info.Capacity - used
 	return true
-}
-
-// semProto is the Redis side of a semaphore hold.
-type semProto struct {
-	k *protocol.Keys
-	w protocol.WakeTo
-}
-
-func (p semProto) Release(token string, left int, seq int64) backend.Op {
-	return p.unlock(token, left, seq)
-}
-
-// unlock is the script call behind release.
-func (p semProto) unlock(token string, left int, _ int64) protocol.Call {
-	return protocol.SemReleaseArgs{Token: token, Left: left, Wake: p.w}.Call(p.k)
-}
-
-// leave is what a waiter that gives up runs.
-func (p semProto) leave(member string) protocol.Call {
-	return protocol.SemLeaveArgs{Member: member, Wake: p.w}.Call(p.k)
-}
-
-func (p semProto) Renew(token string, ttl time.Duration, exact bool, seq int64) backend.Op {
-	return protocol.SemRenewArgs{Token: token, TTL: ttl.Milliseconds(), Exact: exact, Seq: seq}.Call(p.k)
-}
-
-func (p semProto) TTL(token string) backend.Op {
-	return protocol.SemTTLArgs{Token: token}.Call(p.k)
-}
-
-func (semProto) Ordered() bool { return true }
-
-// Free is the final release with its receipt (sem_release.lua, ARGV[5]).
-func (p semProto) Free(token string, _ int64, ttl time.Duration) backend.Op {
-	return protocol.SemReleaseArgs{Token: token, Wake: p.w, Receipt: true, ReceiptTTL: max(ttl, time.Millisecond).Milliseconds()}.Call(p.k)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/kinds"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -104,7 +105,7 @@ func TestHandedLockGivenUpGoesOn(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := serverClient(t)
 	k := c.keys(protocol.MutexKind, "x")
-	p := mutexProto{k, k.Wake}
+	p := kinds.Mutex{K: k, W: k.Wake}
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func TestHandedLockGivenUpGoesOn(t *testing.T) {
 	b := "c1:b:h30000"
 	rdb.ZAdd(ctx, k.Queue, redis.Z{Score: 1, Member: b})
 	rdb.ZAdd(ctx, k.Alive, redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: b})
-	if err := p.leave("c0:a:h30000").Run(ctx, goredis.New(rdb)).Err; err != nil {
+	if err := p.Leave("c0:a:h30000").Run(ctx, goredis.New(rdb)).Err; err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := protocol.ParseHold(rdb.Get(ctx, k.Lock).Val()); got.Token != "b" {
