@@ -431,6 +431,38 @@ func TestUncontendedServerCommands(t *testing.T) {
 	}
 }
 
+// The commands a watchdog renewal costs the server (issue 47: the
+// renewals of 100 000 leases of a 3 s TTL are 100 000 scripts a second):
+// it reads the hold (GET) and its TTL (PTTL) and lengthens it (PEXPIRE),
+// and rewrites no value (SET), as a renewal that only lengthens needs no
+// place kept in the hold (internal/hold/hold.go, "Late commands").
+func TestRenewalServerCommands(t *testing.T) {
+	ctx := context.Background()
+	rdb, m := warmMutex(t)
+	l := mustLock(t, m, ctx, dlock.WithTTL(600*time.Millisecond)) // renewed every 200 ms
+	defer unlock(t, l)
+	var got map[string]int
+	for range 2 { // the first renewal loads its script (NOSCRIPT, then EVAL): counted from the second
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got = nil
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if got = commandStats(t, rdb); got["evalsha"] > 0 {
+				break
+			}
+		}
+	}
+	n := got["evalsha"]
+	if n == 0 {
+		t.Fatal("no renewal within 5 s")
+	}
+	want := map[string]int{"evalsha": n, "get": n, "pttl": n, "pexpire": n}
+	if !maps.Equal(got, want) {
+		t.Fatalf("%d renewals ran %v; want %v", n, got, want)
+	}
+}
+
 // The commands an uncontended Campaign and Resign cost the server, as a
 // service that campaigns again within a receipt's TTL meets them: the
 // Resign before left its receipt, so the dead set exists.

@@ -7,16 +7,16 @@
 --          make it at least ARGV[2] (a watchdog renewal: one still in flight
 --          when Extend lengthened the lease must not shorten it again)
 -- ARGV[4]  (go: Seq) the command's place in its hold's sequence (see internal/hold/hold.go,
---          "Late commands"): the hold keeps the highest one that ran
+--          "Late commands"): the hold keeps the highest one that ran of
+--          the commands that set it exactly (ARGV[3] '1'); a renewal that
+--          only lengthens is checked against it and keeps none
 --
 -- Returns  1  renewed (or this very call ran already: a copy sent again)
 --          0  the caller holds nothing (the key expired, was deleted or
 --             belongs to another owner): the lease is lost
 --          -4 STALE: a later command of the hold ran first; nothing changed
 -- The hold, read as split in lib_mutex.lua does (written out: this
--- script has no helpers); a renewal writes its sequence number back into
--- it and sets the TTL in the same SET where it lengthens the lease (or
--- Extend asks for exactly this TTL), else keeps it.
+-- script has no helpers).
 local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
@@ -35,11 +35,14 @@ if s <= q then
   end
   return STALE
 end
-v = tok .. ' ' .. rest .. ' ' .. ARGV[4] .. ' ' .. tail
--- (stretch in lib_queue.lua, written out)
-if ARGV[3] == '1' or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
-else
-  redis.call('SET', KEYS[1], v, 'KEEPTTL')
+if ARGV[3] == '1' then
+  -- exactly this TTL (Extend; a renewal while an Extend given up on may
+  -- still land): its place written back in the same SET
+  redis.call('SET', KEYS[1], tok .. ' ' .. rest .. ' ' .. ARGV[4] .. ' ' .. tail, 'PX', ARGV[2])
+elseif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  -- at least this TTL (stretch in lib_queue.lua, written out): the value
+  -- is left as it is, its place with it (a copy of this renewal that runs
+  -- again lengthens again, from later: the lease only grows)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 1
