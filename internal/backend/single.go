@@ -96,6 +96,11 @@ func (s *single) Batch(ctx context.Context, ops []Op, grant bool) []driver.Reply
 			calls[i] = calls[i].Full() // as Grant
 		}
 	}
+	if !s.rdb.Info().Cluster {
+		if folded, split := foldRenewals(calls); split != nil {
+			return split(RunBatch(ctx, s.rdb, folded, sync))
+		}
+	}
 	return RunBatch(ctx, s.rdb, calls, sync)
 }
 
