@@ -46,11 +46,16 @@ local function renew(lock, token, ttl, exact, seq)
     -- exactly this TTL (Extend; a renewal while an Extend given up on may
     -- still land): its place written back in the same SET
     redis.call('SET', lock, tok .. ' ' .. rest .. ' ' .. seq .. ' ' .. tail, 'PX', ttl)
-  elseif redis.call('PTTL', lock) < tonumber(ttl) then
-    -- at least this TTL (stretch in lib_queue.lua, written out): the
-    -- value is left as it is, its place with it (a copy of this renewal
-    -- that runs again lengthens again, from later: the lease only grows)
-    redis.call('PEXPIRE', lock, ttl)
+  else
+    -- at least this TTL (stretch in lib_queue.lua, written out): Redis
+    -- 7's PEXPIRE GT in one call, which sets the expiry only where it
+    -- ends sooner; a server before Redis 7 refuses GT: there PTTL, then
+    -- PEXPIRE. The value is left as it is, its place with it (a copy of
+    -- this renewal that runs again lengthens again, from later: the lease
+    -- only grows)
+    if type(redis.pcall('PEXPIRE', lock, ttl, 'GT')) == 'table' and redis.call('PTTL', lock) < tonumber(ttl) then
+      redis.call('PEXPIRE', lock, ttl)
+    end
   end
   return 1
 end
