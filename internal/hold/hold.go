@@ -52,9 +52,8 @@ type Hold struct {
 	count     int32         // holds in Redis (written under calls too)
 	epoch     int32         // bumped by Extend: older renewals confirm nothing
 
-	// Guarded by the watchdog's mu: its keys (mono) and indexes in the
-	// watchdog's schedules, byDeadline and byRenewal (schedule.go).
-	at    [2]int64
+	// Guarded by the watchdog's mu: its indexes in the watchdog's
+	// schedules, byDeadline and byRenewal (schedule.go); -1: not in.
 	index [2]int32
 
 	// Its flags, side and primitive, together in one word (a hold per

@@ -323,7 +323,11 @@ func (w *watchdog) apply(rs []renewal) {
 		if h.err == nil && !gone {
 			w.mu.Lock()
 			if w.deadlines.in(h) {
-				w.deadlines.set(h, h.deadline)
+				// Its deadline's key stays: an outcome only ever moves a
+				// deadline later (confirmed), and a key may be earlier
+				// than its hold's deadline, never later (schedule): when
+				// it comes up, expire checks the hold and moves it. A
+				// round of renewals costs the deadlines' heap nothing.
 				w.renewals.set(h, h.nextRenew)
 			}
 			w.mu.Unlock()
@@ -341,9 +345,10 @@ func (w *watchdog) apply(rs []renewal) {
 func (w *watchdog) shutdown() {
 	w.mu.Lock()
 	w.closed = true
-	hs := w.deadlines.holds // every hold is in it
-	for _, h := range hs {
-		h.index = [2]int32{-1, -1}
+	hs := make([]*Hold, len(w.deadlines.holds)) // every hold is in it
+	for i, e := range w.deadlines.holds {
+		hs[i] = e.h
+		e.h.index = [2]int32{-1, -1}
 	}
 	w.deadlines, w.renewals = newSchedule(byDeadline), newSchedule(byRenewal)
 	w.mu.Unlock()
