@@ -1,7 +1,6 @@
 package hold
 
 import (
-	"container/heap"
 	"math"
 	"time"
 )
@@ -59,25 +58,56 @@ func fromMono(at int64) time.Time { return base.Add(time.Duration(at)) }
 
 func newSchedule(which int) *schedule { return &schedule{which: which} }
 
-func (s *schedule) Len() int           { return len(s.holds) }
-func (s *schedule) Less(i, j int) bool { return s.holds[i].at < s.holds[j].at }
-func (s *schedule) Swap(i, j int) {
+// The heap's operations, as container/heap's, written out on entries:
+// container/heap's Push and Pop take and give an interface, which would
+// box each entry (an allocation per renewal, twice).
+
+func (s *schedule) Len() int { return len(s.holds) }
+
+func (s *schedule) less(i, j int) bool { return s.holds[i].at < s.holds[j].at }
+
+func (s *schedule) swap(i, j int) {
 	s.holds[i], s.holds[j] = s.holds[j], s.holds[i]
 	s.holds[i].h.index[s.which] = int32(i)
 	s.holds[j].h.index[s.which] = int32(j)
 }
-func (s *schedule) Push(x any) {
-	e := x.(entry)
-	e.h.index[s.which] = int32(len(s.holds))
-	s.holds = append(s.holds, e)
+
+func (s *schedule) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !s.less(j, i) {
+			break
+		}
+		s.swap(i, j)
+		j = i
+	}
 }
-func (s *schedule) Pop() any {
-	n := len(s.holds) - 1
-	e := s.holds[n]
-	s.holds[n] = entry{}
-	s.holds = s.holds[:n]
-	e.h.index[s.which] = -1
-	return e
+
+func (s *schedule) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && s.less(j2, j1) {
+			j = j2 // = 2*i + 2  // right child
+		}
+		if !s.less(j, i) {
+			break
+		}
+		s.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// fix restores the heap after the entry at i changed its key.
+func (s *schedule) fix(i int) {
+	if !s.down(i, len(s.holds)) {
+		s.up(i)
+	}
 }
 
 // in reports whether h is in the schedule.
@@ -85,12 +115,14 @@ func (s *schedule) in(h *Hold) bool { return h.index[s.which] >= 0 }
 
 // set puts h in the schedule at at (mono), or moves it there.
 func (s *schedule) set(h *Hold, at int64) {
-	if i := h.index[s.which]; i < 0 {
-		heap.Push(s, entry{at, h})
-	} else {
+	if i := h.index[s.which]; i >= 0 {
 		s.holds[i].at = at
-		heap.Fix(s, int(i))
+		s.fix(int(i))
+		return
 	}
+	h.index[s.which] = int32(len(s.holds))
+	s.holds = append(s.holds, entry{at, h})
+	s.up(len(s.holds) - 1)
 }
 
 // at is h's key in the schedule; h is in it.
@@ -113,8 +145,19 @@ func (s *schedule) sooner(h *Hold, t time.Time, add bool) bool {
 
 // remove takes h out of the schedule, if it is in.
 func (s *schedule) remove(h *Hold) {
-	if i := h.index[s.which]; i >= 0 {
-		heap.Remove(s, int(i))
+	i := int(h.index[s.which])
+	if i < 0 {
+		return
+	}
+	n := len(s.holds) - 1
+	if n != i {
+		s.swap(i, n)
+	}
+	s.holds[n] = entry{}
+	s.holds = s.holds[:n]
+	h.index[s.which] = -1
+	if n != i {
+		s.fix(i)
 	}
 }
 

@@ -1,9 +1,11 @@
 package hold
 
 import (
+	"fmt"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -134,5 +136,43 @@ func TestRenewalLeavesTheDeadlineKey(t *testing.T) {
 	}
 	if got := w.deadlines.at(h); got != h.deadline {
 		t.Fatalf("the key came up and is now %v before the deadline; want at it", time.Duration(h.deadline-got))
+	}
+}
+
+// A batch of renewals is taken out of the schedule with one allocation
+// (its slice, made at the size it will have), not one per doubling as it
+// grows, and put back with none (issue 47: 100 000 renewals a second,
+// each allocation garbage for the collector).
+func TestDueAllocatesOnce(t *testing.T) {
+	c := &Keeper{}      // no server, no goroutine: the allocations counted are due's
+	w := newWatchdog(c) // not running: driven by hand
+	t0 := time.Now()
+	for i := range maxBatch {
+		h := newHold(c, Spec{Keys: &protocol.Keys{Name: fmt.Sprint(i)}, What: "Mutex", Ops: ordered{}, Token: "tok", Fence: 1,
+			Cfg: backend.LockConfig{TTL: time.Minute, Renew: true}, Start: t0})
+		if !w.add(h) {
+			t.Fatal("not watched")
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rs := w.due(t0.Add(time.Minute / 3))
+	runtime.ReadMemStats(&after)
+	if len(rs) != maxBatch {
+		t.Fatalf("%d renewals due; want %d", len(rs), maxBatch)
+	}
+	if n := after.Mallocs - before.Mallocs; n > 1 {
+		t.Fatalf("taking %d renewals made %d allocations; want 1", len(rs), n)
+	}
+	// and putting them back, renewed, none (an entry given to
+	// container/heap's Push or taken from its Pop would be boxed)
+	for i := range rs {
+		rs[i].ok = true
+	}
+	runtime.ReadMemStats(&before)
+	w.apply(rs)
+	runtime.ReadMemStats(&after)
+	if n := after.Mallocs - before.Mallocs; n > 0 || w.renewals.Len() != maxBatch {
+		t.Fatalf("putting %d renewed holds back made %d allocations (%d in the schedule); want none", len(rs), n, w.renewals.Len())
 	}
 }

@@ -238,6 +238,9 @@ func (w *watchdog) due(now time.Time) []renewal {
 			// them that would land after it. Only with a sequence: without
 			// one, an older renewal could land after it.
 			exact := h.unsure != nil && h.p.Ordered()
+			if rs == nil { // made once at the most it may hold: no garbage of growing
+				rs = make([]renewal, 0, min(maxBatch, w.renewals.Len()+1))
+			}
 			rs = append(rs, renewal{h: h, start: now, ttl: ttl, epoch: h.epoch, seq: h.next(), exact: exact})
 		}
 		w.mu.Unlock()
