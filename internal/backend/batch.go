@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/transport"
@@ -128,6 +129,11 @@ const renewFold = 100
 // renewal still runs as if alone. A folded call's error is each of its
 // renewals' error: its outcome is unknown for all of them, as it would
 // be for each call that went in one pipeline.
+//
+// It folds only a batch of renewals alone (the watchdog's): a batch that
+// a server refuses folded (crossSlot) may then be sent again whole, one
+// call each, as a renewal may run twice (a copy of one that ran
+// lengthens again, or answers done: renew.lua).
 func foldRenewals(calls []protocol.Call) ([]protocol.Call, func([]driver.Reply) []driver.Reply) {
 	renewals := 0
 	for _, c := range calls {
@@ -135,7 +141,7 @@ func foldRenewals(calls []protocol.Call) ([]protocol.Call, func([]driver.Reply) 
 			renewals++
 		}
 	}
-	if renewals < 2 {
+	if renewals < 2 || renewals < len(calls) {
 		return calls, nil
 	}
 	n := len(calls)
@@ -181,6 +187,13 @@ func foldRenewals(calls []protocol.Call) ([]protocol.Call, func([]driver.Reply) 
 		}
 		return out
 	}
+}
+
+// crossSlot reports whether r is the server's refusal of a call whose
+// keys are in different slots: a proxy that shards the keys without the
+// cluster protocol (docs/deployments.md).
+func crossSlot(r driver.Reply) bool {
+	return r.Err != nil && strings.HasPrefix(r.Err.Error(), "CROSSSLOT")
 }
 
 // isRenewal reports whether c is one mutex hold's renewal (renew.lua's

@@ -2,12 +2,14 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -92,4 +94,67 @@ func scriptCalls(t *testing.T, rdb *redis.Client) int {
 		}
 	}
 	return calls
+}
+
+// A proxy that shards the keys without the cluster protocol (docs/deployments.md)
+// refuses a script whose keys are in different slots (CROSSSLOT): the
+// renewals of such a folded call are sent again one by one, and none is
+// folded from then on.
+func TestRenewalsUnfoldedAfterCrossSlot(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartT(t, redistest.Options{})
+	rdb := s.Client()
+	defer rdb.Close()
+	d := &crossSlotDriver{Driver: goredis.New(rdb)}
+	w := protocol.WakeTo{Base: "dlock:wake:", Publish: "PUBLISH", BaseArg: "dlock:wake:", PublishArg: "PUBLISH"}
+	const n = 5
+	var ops []Op
+	for i := range n {
+		k := protocol.NewKeys("dlock", protocol.MutexKind, fmt.Sprintf("shard-%d", i))
+		k.Wake, k.Hint = &w, new(atomic.Int64)
+		r, err := protocol.LockArgs{Token: fmt.Sprint("t", i), TTL: 30000, Wake: w}.Acquire(k).Run(ctx, d).Int64Slice()
+		if err != nil || r[0] != protocol.ReplyHeld {
+			t.Fatalf("lock %d: %v, %v", i, r, err)
+		}
+		ops = append(ops, protocol.RenewArgs{Token: fmt.Sprint("t", i), TTL: 60000, Seq: 3}.Call(k))
+	}
+	be := NewSingle(d, false, ReplicaSync{})
+	for round := range 2 {
+		d.refused.Store(0)
+		for i, r := range be.Batch(ctx, ops, true) {
+			if v, err := r.Int64(); err != nil || v != 1 {
+				t.Fatalf("round %d: renewal %d answered %v, %v; want 1", round, i, v, err)
+			}
+		}
+		if want := int64(1 - round); d.refused.Load() != want {
+			t.Fatalf("round %d: %d folded calls refused; want %d", round, d.refused.Load(), want)
+		}
+	}
+}
+
+// crossSlotDriver refuses every command of more than one key, as a
+// proxy that shards them does.
+type crossSlotDriver struct {
+	driver.Driver
+	refused atomic.Int64
+}
+
+func (d *crossSlotDriver) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Reply {
+	out := make([]driver.Reply, len(cmds))
+	var pass []driver.Command
+	var at []int
+	for i, c := range cmds {
+		if c.Keys > 1 {
+			d.refused.Add(1)
+			out[i] = driver.Reply{Err: errors.New("CROSSSLOT Keys in request don't hash to the same slot")}
+			continue
+		}
+		pass, at = append(pass, c), append(at, i)
+	}
+	if len(pass) > 0 {
+		for j, r := range d.Driver.Pipeline(ctx, pass) {
+			out[at[j]] = r
+		}
+	}
+	return out
 }
