@@ -4,7 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"os"
 	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +27,7 @@ var (
 	scaleTTL   = flag.Duration("scale.ttl", 3*time.Second, "TestScale: their TTL (renewed by the watchdog)")
 	scaleHold  = flag.Duration("scale.hold", 30*time.Second, "TestScale: how long they are held")
 	scaleConns = flag.Int("scale.acquirers", 64, "TestScale: goroutines acquiring them")
+	scaleHeap  = flag.String("scale.heapprofile", "", "TestScale: write a heap profile of the allocations still live once the leases are acquired to this file")
 )
 
 // TestScale holds -scale.n leases of distinct locks on one Client, renewed
@@ -33,6 +40,9 @@ var (
 func TestScale(t *testing.T) {
 	if !*scaleFlag {
 		t.Skip("run with -scale")
+	}
+	if *scaleHeap != "" {
+		runtime.MemProfileRate = 4096 // a sample every 4 KiB: close enough, and not slow
 	}
 	s, err := redistest.Start(redistest.Options{})
 	if err != nil {
@@ -88,8 +98,24 @@ func TestScale(t *testing.T) {
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
+	if *scaleHeap != "" {
+		f, err := os.Create(*scaleHeap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
 
+	// The server's work while the leases are only held and renewed:
+	// INFO cpu and commandstats before and after the hold.
+	cpu0, calls0, usec0, inner0 := scaleServerWork(t, rdb)
+	held := time.Now()
 	time.Sleep(*scaleHold)
+	cpu1, calls1, usec1, inner1 := scaleServerWork(t, rdb)
+	heldFor := time.Since(held).Seconds()
 	lost := 0
 	for _, l := range leases {
 		if l.Err() != nil {
@@ -101,7 +127,89 @@ func TestScale(t *testing.T) {
 	t.Logf("%d leases, TTL %v, held %v: %d lost", n, *scaleTTL, *scaleHold, lost)
 	t.Logf("acquired in %v: %.0f/s overall, %.0f/s for the first tenth (ratio %.2f)", took.Round(time.Millisecond), rate, first, rate/first)
 	t.Logf("heap per lease: %.0f B", float64(after.HeapAlloc-before.HeapAlloc)/float64(n))
+	t.Logf("while held: server CPU %.0f%% of a core, %.0f script calls/s (%.0f per lease per TTL), %.1f us each",
+		100*(cpu1-cpu0)/heldFor, float64(calls1-calls0)/heldFor,
+		float64(calls1-calls0)/heldFor/float64(n)*scaleTTL.Seconds(), float64(usec1-usec0)/float64(max(calls1-calls0, 1)))
+	// Each renewal reads its hold once (renew.lua's GET), and nothing else
+	// runs while the leases are only held: the GETs count the renewals.
+	if renewals := inner1["get"][0] - inner0["get"][0]; renewals > 0 {
+		t.Logf("  %.0f renewals/s (%.2f per lease per TTL), server CPU %.2f us per renewal",
+			float64(renewals)/heldFor, float64(renewals)/heldFor/float64(n)*scaleTTL.Seconds(), 1e6*(cpu1-cpu0)/float64(renewals))
+	}
+	for _, name := range slices.Sorted(maps.Keys(inner1)) {
+		c := inner1[name]
+		c[0] -= inner0[name][0]
+		c[1] -= inner0[name][1]
+		if c[0] > 0 && name != "info" {
+			t.Logf("  %s: %.0f/s, %.2f us each", name, float64(c[0])/heldFor, float64(c[1])/float64(c[0]))
+		}
+	}
 	if lost > 0 {
 		t.Errorf("%d of %d leases lost", lost, n)
 	}
+
+	// Release them all, as many goroutines as acquired them.
+	next.Store(0)
+	start = time.Now()
+	for range *scaleConns {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				_ = leases[i].Unlock(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("released in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// scaleServerWork reads the server's CPU seconds (user and system) and its
+// script calls (EVALSHA and EVAL: how many, and their microseconds).
+func scaleServerWork(t *testing.T, rdb *redis.Client) (cpu float64, calls, usec int64, inner map[string][2]int64) {
+	inner = map[string][2]int64{}
+	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch k {
+		case "used_cpu_sys", "used_cpu_user":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		default:
+			if !strings.HasPrefix(k, "cmdstat_") {
+				continue
+			}
+			var c [2]int64
+			for _, kv := range strings.Split(v, ",") {
+				a, b, _ := strings.Cut(kv, "=")
+				x, _ := strconv.ParseInt(b, 10, 64)
+				switch a {
+				case "calls":
+					c[0] = x
+				case "usec":
+					c[1] = x
+				}
+			}
+			inner[strings.TrimPrefix(k, "cmdstat_")] = c
+			if k != "cmdstat_evalsha" && k != "cmdstat_eval" {
+				continue
+			}
+			for _, kv := range strings.Split(v, ",") {
+				a, b, _ := strings.Cut(kv, "=")
+				x, _ := strconv.ParseInt(b, 10, 64)
+				switch a {
+				case "calls":
+					calls += x
+				case "usec":
+					usec += x
+				}
+			}
+		}
+	}
+	return cpu, calls, usec, inner
 }

@@ -2,6 +2,8 @@ package backend
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
@@ -17,6 +19,9 @@ type single struct {
 	rdb     driver.Driver
 	sharded bool
 	sync    ReplicaSync
+	// unfolded: a folded call of renewals was refused (CROSSSLOT: a proxy
+	// that shards the keys); renewals go one a call from then on.
+	unfolded atomic.Bool
 }
 
 func (s *single) Run(ctx context.Context, o Op) driver.Reply { return o.Run(ctx, s.rdb) }
@@ -94,6 +99,18 @@ func (s *single) Batch(ctx context.Context, ops []Op, grant bool) []driver.Reply
 		calls[i] = o.(protocol.Call) // every op of a script deployment is a call
 		if sync.Replicas > 0 {
 			calls[i] = calls[i].Full() // as Grant
+		}
+	}
+	if !s.rdb.Info().Cluster && !s.unfolded.Load() {
+		if folded, split := foldRenewals(calls); split != nil {
+			rs := RunBatch(ctx, s.rdb, folded, sync)
+			if !slices.ContainsFunc(rs, crossSlot) {
+				return split(rs)
+			}
+			// A proxy that shards the keys refused a call of several (before
+			// running any of it): each renewal again, alone (every call of
+			// the batch is a renewal, which may run twice: foldRenewals).
+			s.unfolded.Store(true)
 		}
 	}
 	return RunBatch(ctx, s.rdb, calls, sync)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/backend"
@@ -28,16 +30,10 @@ type Hold struct {
 	c        *Keeper
 	k        *protocol.Keys
 	p        backend.HoldOps
-	what     string // the primitive, for telemetry
 	token    string
 	fence    int64
-	acquired int64         // when the attempt that took it was sent (mono, schedule.go)
-	maxHold  time.Duration // WithMaxHold: no command sets its lease past maxFrom+maxHold (maxEnd); 0: none
-	buryFor  time.Duration // its final release buries the token first, for this long (buryFirst); 0: not
-	// maxFrom is when its max hold began (mono): acquired, or, for a hold
-	// handed over by a release, when the hand-off reached the waiter. Set
-	// before it is shared (newHold).
-	maxFrom int64
+	acquired int64 // when the attempt that took it was sent (mono, schedule.go)
+	rare     *rare // its max hold and burial: noRare for the many holds that have neither
 
 	// calls serialises the calls that set the hold count in Redis (re-entry
 	// and unlock), so that the count they send is the one they read.
@@ -45,29 +41,32 @@ type Hold struct {
 
 	// Guarded by mu.
 	mu        sync.Mutex
-	count     int           // holds in Redis (written under calls too)
 	ttl       time.Duration // lease length used by renewals
 	deadline  int64         // local: the lease may be gone after this (mono, schedule.go; longAgo until confirmed)
 	nextRenew int64         // when the watchdog renews it next (mono)
-	epoch     int           // bumped by Extend: older renewals confirm nothing
 	seq       int64         // the last place given in the hold's sequence (see next)
-	unsure    []unsure      // Extends given up on that may still set the lease (see mayHaveSet)
+	unsure    *[]unsure     // Extends given up on that may still set the lease (see mayHaveSet); nil: none
 	err       error         // why the hold ended; nil while held
 	leases    []*End        // its leases' ends; unlocked ones are removed (few: one per re-entry)
 	leases1   [1]*End       // leases' first array (no allocation for a hold never re-entered)
+	count     int32         // holds in Redis (written under calls too)
+	epoch     int32         // bumped by Extend: older renewals confirm nothing
 
-	// Guarded by the watchdog's mu: its places in the watchdog's schedules.
-	deadlineAt, renewAt slot
+	// Guarded by the watchdog's mu: its indexes in the watchdog's
+	// schedules, byDeadline and byRenewal (schedule.go); -1: not in.
+	index [2]int32
 
-	// Its flags and side, together in one word (a hold per lease: 100 000
-	// held leases cost 100 000 of these). The first three are set when it
-	// is made, read-only after; the last three are guarded by mu.
-	side      byte // the side of an RWMutex hold ('r' or 'w', Spec.Side); 0 for other locks
-	renew     bool // the watchdog renews it
-	handed    bool // a release handed it over (acquisition.HandedOver), no attempt of its own took it
-	limited   bool // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
-	renewing  bool // a renewal of it is in flight
-	releasing bool // its final Unlock is in flight: a renewal that finds it gone is not a loss
+	// Its flags, side and primitive, together in one word (a hold per
+	// lease: 100 000 held leases cost 100 000 of these). The first four
+	// are set when it is made, read-only after; the last three are
+	// guarded by mu.
+	what      uint8 // the primitive, for telemetry: its place in whats (Spec.What)
+	side      byte  // the side of an RWMutex hold ('r' or 'w', Spec.Side); 0 for other locks
+	renew     bool  // the watchdog renews it
+	handed    bool  // a release handed it over (acquisition.HandedOver), no attempt of its own took it
+	limited   bool  // a confirmed lease reaches its max hold: when it runs out, the max hold did (set by confirmed only)
+	renewing  bool  // a renewal of it is in flight
+	releasing bool  // its final Unlock is in flight: a renewal that finds it gone is not a loss
 
 	// own is its first lease's End (FirstEnd), guarded by its own mu; a
 	// re-entered lease brings its own.
@@ -83,10 +82,24 @@ type Hold struct {
 // changes a hold after it was taken — a renewal, Extend, a re-entry, an
 // inner unlock, Proclaim — carries its place in the hold's sequence
 // (next: one more than the last, under h.mu), and the scripts keep, in
-// the hold's own hash field 'q:<token>', the highest place that ran
-// (in_order, scripts/lib_queue.lua). A command whose place is below it is
-// refused (STALE) and changes nothing; a copy of the one that ran answers
-// done and changes nothing. What that gives, for any order of arrival:
+// the hold (its place field, lib_mutex.lua; a hash field 'q:<token>' for
+// the other kinds), the highest place that ran (in_order,
+// scripts/lib_queue.lua). A command whose place is below it is refused
+// (STALE) and changes nothing; a copy of the one that ran answers done
+// and changes nothing. A mutex's renewal that only lengthens (renew.lua
+// with Exact unset: the watchdog's, while no Extend is unsure) is checked
+// against the place kept but keeps none of its own: it is the one
+// command that changes neither the value nor any lease the holder counts
+// on to something shorter, so whatever runs after it — a copy of it, an
+// older renewal, a late command it would have refused — finds what it
+// would have found had the renewal not run, but for a longer lease, and
+// no confirmation is taken from it to settle an Extend (watchdog.due
+// sends an exact one, which keeps its place, while one is unsure; settle
+// forgets only those below the renewal's place, and an Extend given up
+// on after it was sent has a higher one). Keeping none spares each
+// renewal a rewrite of the hold (issue 47: 100 000 leases are 100 000
+// renewals a second at a 3 s TTL). What that gives, for any order of
+// arrival:
 //
 //   - No command can shorten a lease the holder counts on. The holder
 //     counts on a confirmation: a command C with place c that ran, sent at
@@ -137,6 +150,71 @@ func (h *Hold) next() int64 {
 	return h.seq
 }
 
+// rare are the settings of a hold that few holds have, behind one
+// pointer (a hold per held lease): noRare, shared, for those that have
+// none. Set when the hold is made, read-only after.
+type rare struct {
+	maxHold time.Duration // WithMaxHold: no command sets its lease past maxFrom+maxHold (maxEnd); 0: none
+	buryFor time.Duration // its final release buries the token first, for this long (buryFirst); 0: not
+	// maxFrom is when its max hold began (mono): acquired, or, for a hold
+	// handed over by a release, when the hand-off reached the waiter.
+	maxFrom int64
+}
+
+var noRare = &rare{} // never written
+
+// whats are the primitives' names (Spec.What) that holds were made for,
+// each kept once: a hold keeps its place here, one byte, not a string's
+// 16 (the root names a handful of primitives).
+var whats struct {
+	mu    sync.Mutex
+	names atomic.Pointer[[]string]
+}
+
+// whatOf is what's place in whats, added if new.
+func whatOf(what string) uint8 {
+	if p := whats.names.Load(); p != nil {
+		if i := slices.Index(*p, what); i >= 0 {
+			return uint8(i)
+		}
+	}
+	whats.mu.Lock()
+	defer whats.mu.Unlock()
+	var names []string
+	if p := whats.names.Load(); p != nil {
+		names = *p
+	}
+	if i := slices.Index(names, what); i >= 0 {
+		return uint8(i)
+	}
+	if len(names) > math.MaxUint8 {
+		panic("dlock: more than 256 names of primitives given to holds")
+	}
+	names = append(slices.Clip(names), what)
+	whats.names.Store(&names)
+	return uint8(len(names) - 1)
+}
+
+// unsures are the Extends given up on that may still set the lease;
+// setUnsures keeps us as them (nil when empty). h.mu is held.
+func (h *Hold) unsures() []unsure {
+	if h.unsure == nil {
+		return nil
+	}
+	return *h.unsure
+}
+
+func (h *Hold) setUnsures(us []unsure) {
+	switch {
+	case len(us) == 0:
+		h.unsure = nil
+	case h.unsure == nil:
+		h.unsure = &us
+	default:
+		*h.unsure = us
+	}
+}
+
 // Spec is what an acquire that took a lock knows of its hold.
 type Spec struct {
 	Keys  *protocol.Keys
@@ -161,15 +239,18 @@ type Spec struct {
 
 // newHold makes the hold that s describes, not yet watched.
 func newHold(c *Keeper, s Spec) *Hold {
-	h := &Hold{c: c, k: s.Keys, what: s.What, acquired: mono(s.Start), maxFrom: mono(s.Start), p: s.Ops, token: s.Token, fence: s.Fence,
-		renew: s.Cfg.Renew, count: 1, ttl: s.Cfg.TTL, maxHold: s.Cfg.MaxHold, side: sideByte(s.Side), handed: s.Handed, buryFor: s.BuryFor,
-		deadline: longAgo, deadlineAt: slot{index: -1}, renewAt: slot{index: -1}}
+	h := &Hold{c: c, k: s.Keys, what: whatOf(s.What), acquired: mono(s.Start), rare: noRare, p: s.Ops, token: s.Token, fence: s.Fence,
+		renew: s.Cfg.Renew, count: 1, ttl: s.Cfg.TTL, side: sideByte(s.Side), handed: s.Handed,
+		deadline: longAgo, index: [2]int32{-1, -1}}
+	if s.Cfg.MaxHold > 0 || s.BuryFor > 0 {
+		h.rare = &rare{maxHold: s.Cfg.MaxHold, buryFor: s.BuryFor, maxFrom: mono(s.Start)}
+		if !s.MaxFrom.IsZero() {
+			h.rare.maxFrom = mono(s.MaxFrom)
+		}
+	}
 	h.leases = h.leases1[:0]
 	h.confirmed(s.Start, s.Cfg.TTL, 0)
 	if s.TTL > 0 || !s.MaxFrom.IsZero() {
-		if !s.MaxFrom.IsZero() {
-			h.maxFrom = mono(s.MaxFrom)
-		}
 		h.deadline, h.limited = longAgo, false
 		h.confirmed(s.Start, cmp.Or(s.TTL, s.Cfg.TTL), 0)
 	}
@@ -186,7 +267,7 @@ func (h *Hold) Fence() int64 { return h.fence }
 func (h *Hold) Keys() *protocol.Keys { return h.k }
 
 // What is the primitive that took it, for telemetry.
-func (h *Hold) What() string { return h.what }
+func (h *Hold) What() string { return (*whats.names.Load())[h.what] }
 
 // Side is an RWMutex hold's side; "" for other locks.
 func (h *Hold) Side() string {
@@ -242,17 +323,17 @@ func (h *Hold) NeverValid() bool { return h.ttl <= h.c.drift.Of(h.ttl) }
 
 // maxEnd is when the hold's max hold runs out; zero without one.
 func (h *Hold) maxEnd() time.Time {
-	if h.maxHold <= 0 {
+	if h.rare.maxHold <= 0 {
 		return time.Time{}
 	}
-	return fromMono(h.maxFrom).Add(h.maxHold)
+	return fromMono(h.rare.maxFrom).Add(h.rare.maxHold)
 }
 
 // cut returns ttl cut to what is left of the max hold at now, for a
 // command sent then, and false when less than MinTTL is left (the hold
 // cannot be given any more time). Without a max hold it returns ttl.
 func (h *Hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
-	if h.maxHold <= 0 {
+	if h.rare.maxHold <= 0 {
 		return ttl, true
 	}
 	left := h.maxEnd().Sub(now)
@@ -265,7 +346,7 @@ func (h *Hold) cut(ttl time.Duration, now time.Time) (time.Duration, bool) {
 // maxHoldReached is the error of a command refused because the hold's
 // max hold is (all but) over.
 func (h *Hold) maxHoldReached() error {
-	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", errs.NotHeld, h.k.Name, h.maxHold)
+	return fmt.Errorf("%w: lock %q: its max hold (WithMaxHold %v) is reached", errs.NotHeld, h.k.Name, h.rare.maxHold)
 }
 
 // confirmed records that a request sent at start, with place seq in the
@@ -273,14 +354,14 @@ func (h *Hold) maxHoldReached() error {
 // before start+ttl, and the local deadline keeps a drift margin below
 // that. Call with h.mu held, or before h is shared.
 func (h *Hold) confirmed(start time.Time, ttl time.Duration, seq int64) {
-	if len(h.unsure) > 0 {
+	if h.unsure != nil {
 		ttl = h.capped(start, ttl, seq)
 	}
 	if d := mono(start.Add(ttl - h.c.drift.Of(ttl))); d > h.deadline {
 		h.deadline = d
 	}
 	h.nextRenew = mono(start.Add(ttl / 3))
-	if h.maxHold > 0 && !start.Add(ttl).Before(h.maxEnd()) {
+	if h.rare.maxHold > 0 && !start.Add(ttl).Before(h.maxEnd()) {
 		h.limited = true // this lease reaches the max hold: nothing more to renew
 	}
 }
@@ -314,7 +395,7 @@ func (h *Hold) end(err error) {
 	}
 	h.c.wd.remove(h)
 	reason, why := lossOf(err)
-	h.c.tel.HoldEnded(h.what, h.k.Name, fromMono(h.acquired), reason, why)
+	h.c.tel.HoldEnded(h.What(), h.k.Name, fromMono(h.acquired), reason, why)
 }
 
 // expireIfLate ends the hold as lost when its local deadline has passed,
@@ -331,7 +412,7 @@ func (h *Hold) expireIfLate(now time.Time) error {
 	reason, why := reasonDeadline, "no renewal confirmed before its deadline"
 	switch {
 	case h.limited:
-		reason, why = reasonEnded, fmt.Sprintf("its max hold (WithMaxHold %v) ran out", h.maxHold)
+		reason, why = reasonEnded, fmt.Sprintf("its max hold (WithMaxHold %v) ran out", h.rare.maxHold)
 	case !h.renew:
 		reason, why = reasonEnded, "its fixed lease ran out"
 	}
@@ -392,7 +473,7 @@ func (h *Hold) Unlock(ctx context.Context, l *End) error {
 		h.end(errs.Unlocked)
 		res, err = h.releaseReply(ctx).Int64()
 	} else {
-		r, _, _ := h.inOrder(ctx, false, func(seq int64) backend.Op { return h.p.Release(h.token, left, seq) })
+		r, _, _ := h.inOrder(ctx, false, func(seq int64) backend.Op { return h.p.Release(h.token, int(left), seq) })
 		res, err = r.Int64()
 	}
 	if err == nil && res < 0 {
@@ -459,7 +540,7 @@ func (h *Hold) recount() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(h.c.life, releaseTry)
-			r := h.c.run(ctx, false, h.p.Release(h.token, count, seq))
+			r := h.c.run(ctx, false, h.p.Release(h.token, int(count), seq))
 			cancel()
 			if r.Err == nil || !wait() { // set, STALE (a later command set it) or gone
 				return
@@ -520,7 +601,7 @@ func (h *Hold) Extend(ctx context.Context, l *End, d time.Duration) error {
 func (h *Hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.unsure = append(h.unsure, unsure{d: d, seq: seq, done: done})
+	h.setUnsures(append(h.unsures(), unsure{d: d, seq: seq, done: done}))
 	if dl := mono(start.Add(d - h.c.drift.Of(d))); dl < h.deadline {
 		h.deadline = dl
 	}
@@ -536,7 +617,7 @@ func (h *Hold) mayHaveSet(start time.Time, d time.Duration, seq int64, done <-ch
 // never run after that. h.mu is held.
 func (h *Hold) capped(start time.Time, ttl time.Duration, seq int64) time.Duration {
 	h.settle(start, seq)
-	for _, u := range h.unsure {
+	for _, u := range h.unsures() {
 		ttl = min(ttl, u.d)
 	}
 	return ttl
@@ -548,12 +629,12 @@ func (h *Hold) capped(start time.Time, ttl time.Duration, seq int64) time.Durati
 // done on the client's side before start. h.mu is held.
 func (h *Hold) settle(start time.Time, seq int64) {
 	if h.p.Ordered() {
-		h.unsure = slices.DeleteFunc(h.unsure, func(u unsure) bool { return u.seq < seq })
+		h.setUnsures(slices.DeleteFunc(h.unsures(), func(u unsure) bool { return u.seq < seq }))
 		return
 	}
 	now := time.Now()
-	keep := h.unsure[:0]
-	for _, u := range h.unsure {
+	keep := h.unsures()[:0]
+	for _, u := range h.unsures() {
 		if u.seen.IsZero() {
 			select {
 			case <-u.done:
@@ -565,7 +646,7 @@ func (h *Hold) settle(start time.Time, seq int64) {
 			keep = append(keep, u)
 		}
 	}
-	h.unsure = keep
+	h.setUnsures(keep)
 }
 
 // inOrder runs a command of the hold that carries its place in the
@@ -654,7 +735,7 @@ func (h *Hold) Reenter(ctx context.Context, outer, e *End) error {
 	r, seq, start := h.inOrderAt(ctx, true, func(seq int64, start time.Time) backend.Op {
 		ttl, _ = h.cut(want, start)
 		ttl = max(ttl, MinTTL)
-		return h.p.(backend.Reentrant).Reenter(h.token, count, ttl, seq)
+		return h.p.(backend.Reentrant).Reenter(h.token, int(count), ttl, seq)
 	})
 	res, err := r.Int64Slice()
 	if err != nil {

@@ -46,8 +46,8 @@ func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	if want := t2.Add(long - c.drift.Of(long)); fromMono(h.deadline).Before(want) {
 		t.Fatalf("a confirmation placed after the late Extend still capped: deadline %v short", want.Sub(fromMono(h.deadline)))
 	}
-	if len(h.unsure) != 0 {
-		t.Fatalf("%d unsure Extends kept after a later command ran", len(h.unsure))
+	if len(h.unsures()) != 0 {
+		t.Fatalf("%d unsure Extends kept after a later command ran", len(h.unsures()))
 	}
 }
 
@@ -76,8 +76,8 @@ func TestUnsureExtendWithoutScriptsCapsUntilDone(t *testing.T) {
 	if want := t2.Add(long - c.drift.Of(long)); fromMono(h.deadline).Before(want) {
 		t.Fatalf("a confirmation sent after the Extend was done still capped: deadline %v short", want.Sub(fromMono(h.deadline)))
 	}
-	if len(h.unsure) != 0 {
-		t.Fatalf("%d unsure Extends kept after they were done and superseded", len(h.unsure))
+	if len(h.unsures()) != 0 {
+		t.Fatalf("%d unsure Extends kept after they were done and superseded", len(h.unsures()))
 	}
 }
 

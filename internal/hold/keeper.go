@@ -61,7 +61,7 @@ func (c *Keeper) Keep(ctx context.Context, s Spec) (*Hold, error) {
 		_ = h.release(ctx)
 		return nil, errs.Closed
 	}
-	c.tel.HoldStarted(h.what, h.k.Name)
+	c.tel.HoldStarted(h.What(), h.k.Name)
 	return h, nil
 }
 

@@ -121,10 +121,10 @@ func (c *Keeper) askAgain(ctx context.Context, grant bool, o backend.Op, r drive
 // the bury fails the release is made all the same: such a copy would
 // take the lock for its TTL at most, as a crashed holder's.
 func (h *Hold) buryFirst(ctx context.Context) {
-	if h.buryFor == 0 || !h.c.caps.Bury {
+	if h.rare.buryFor == 0 || !h.c.caps.Bury {
 		return
 	}
-	call := protocol.BuryArgs{Token: h.token, For: h.buryFor.Milliseconds()}.Call(h.k)
+	call := protocol.BuryArgs{Token: h.token, For: h.rare.buryFor.Milliseconds()}.Call(h.k)
 	if err := h.c.be.Everywhere(ctx, call); err != nil {
 		h.c.tel.Log.Info("dlock: burying a token before its release failed", "lock", h.k.Name, "err", err)
 	}

@@ -49,7 +49,7 @@ type renewal struct {
 	h     *Hold
 	start time.Time
 	ttl   time.Duration
-	epoch int
+	epoch int32
 	seq   int64 // its place in the hold's sequence (hold.go, "Late commands")
 	exact bool  // set the lease to exactly ttl (see due), not at least ttl
 	ok    bool  // the server renewed it
@@ -62,8 +62,8 @@ func newWatchdog(c *Keeper) *watchdog {
 		c:         c,
 		results:   make(chan []renewal),
 		done:      make(chan struct{}),
-		deadlines: newSchedule(func(h *Hold) *slot { return &h.deadlineAt }),
-		renewals:  newSchedule(func(h *Hold) *slot { return &h.renewAt }),
+		deadlines: newSchedule(byDeadline),
+		renewals:  newSchedule(byRenewal),
 	}
 }
 
@@ -91,12 +91,12 @@ func (w *watchdog) add(h *Hold) bool {
 func (w *watchdog) reschedule(h *Hold) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h.deadlineAt.index < 0 {
+	if !w.deadlines.in(h) {
 		return // ended, or not watched yet
 	}
 	w.deadlines.set(h, h.deadline)
 	first := h.deadline
-	if h.renewAt.index >= 0 {
+	if w.renewals.in(h) {
 		w.renewals.set(h, h.nextRenew)
 		first = min(first, h.nextRenew)
 	}
@@ -237,7 +237,10 @@ func (w *watchdog) due(now time.Time) []renewal {
 			// hold counts on to its own), and the sequence refuses any of
 			// them that would land after it. Only with a sequence: without
 			// one, an older renewal could land after it.
-			exact := len(h.unsure) > 0 && h.p.Ordered()
+			exact := h.unsure != nil && h.p.Ordered()
+			if rs == nil { // made once at the most it may hold: no garbage of growing
+				rs = make([]renewal, 0, min(maxBatch, w.renewals.Len()+1))
+			}
 			rs = append(rs, renewal{h: h, start: now, ttl: ttl, epoch: h.epoch, seq: h.next(), exact: exact})
 		}
 		w.mu.Unlock()
@@ -322,8 +325,12 @@ func (w *watchdog) apply(rs []renewal) {
 		gone := h.err == nil && r.err == nil && !r.ok && !r.stale && !h.releasing
 		if h.err == nil && !gone {
 			w.mu.Lock()
-			if h.deadlineAt.index >= 0 {
-				w.deadlines.set(h, h.deadline)
+			if w.deadlines.in(h) {
+				// Its deadline's key stays: an outcome only ever moves a
+				// deadline later (confirmed), and a key may be earlier
+				// than its hold's deadline, never later (schedule): when
+				// it comes up, expire checks the hold and moves it. A
+				// round of renewals costs the deadlines' heap nothing.
 				w.renewals.set(h, h.nextRenew)
 			}
 			w.mu.Unlock()
@@ -341,11 +348,12 @@ func (w *watchdog) apply(rs []renewal) {
 func (w *watchdog) shutdown() {
 	w.mu.Lock()
 	w.closed = true
-	hs := w.deadlines.holds // every hold is in it
-	for _, h := range hs {
-		h.deadlineAt.index, h.renewAt.index = -1, -1
+	hs := make([]*Hold, len(w.deadlines.holds)) // every hold is in it
+	for i, e := range w.deadlines.holds {
+		hs[i] = e.h
+		e.h.index = [2]int32{-1, -1}
 	}
-	w.deadlines, w.renewals = newSchedule(w.deadlines.slot), newSchedule(w.renewals.slot)
+	w.deadlines, w.renewals = newSchedule(byDeadline), newSchedule(byRenewal)
 	w.mu.Unlock()
 	for _, h := range hs {
 		h.end(errs.Closed)

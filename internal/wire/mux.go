@@ -64,8 +64,8 @@ type lane struct {
 }
 
 // The lanes: single commands and small pipelines go on the calls lane; a
-// pipeline of bulkMin commands or more (the watchdog's renewals, up to a
-// thousand at a tick) on a lane of its own, so that no Lock waits behind
+// pipeline of bulkMin commands or keys or more (the watchdog's renewals,
+// up to a thousand at a tick) on a lane of its own, so that no Lock waits behind
 // it on the wire. (Ordering across the two is not needed: a hold's
 // commands carry their place in its sequence, internal/hold "Late
 // commands", as they did on go-redis's pool of connections.)
@@ -74,6 +74,20 @@ const (
 	bulkLane  = 1
 	bulkMin   = 64
 )
+
+// bulk reports whether cmds go on the bulk lane: bulkMin commands or
+// more, or as many keys (few scripts of many holds' keys each: the
+// watchdog's renewals folded, internal/backend).
+func bulk(cmds []driver.Command) bool {
+	if len(cmds) >= bulkMin {
+		return true
+	}
+	keys := 0
+	for _, c := range cmds {
+		keys += c.Keys
+	}
+	return keys >= bulkMin
+}
 
 // maxFree is how many idle dedicated connections a Mux keeps.
 const maxFree = 8
@@ -107,7 +121,7 @@ func (m *Mux) Pipeline(ctx context.Context, cmds []driver.Command) []driver.Repl
 		return out
 	}
 	k, l := newCall(out), callsLane
-	if len(cmds) >= bulkMin {
+	if bulk(cmds) {
 		l = bulkLane
 	}
 	if twice, err := m.send(ctx, l, k, cmds...); err != nil {

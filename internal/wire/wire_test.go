@@ -439,6 +439,27 @@ func TestBulkPipelineHasItsOwnConnection(t *testing.T) {
 	if n := cn.dials.Load(); n != 2 {
 		t.Errorf("%d connections after a bulk pipeline, want 2", n)
 	}
+	// Few commands of many keys (renewals folded into scripts of 100
+	// holds each, internal/backend) are bulk too: on the calls' lane a
+	// Lock would wait behind them. (A third connection would mean they
+	// went there while the bulk one was busy; none is.)
+	m2, cn2 := newMux(t, s, Config{})
+	if r := m2.Do(context.Background(), cmd("PING")); r.Val != "PONG" {
+		t.Fatalf("PING = %+v", r)
+	}
+	keys := []any{"EXISTS"}
+	for i := range bulkMin {
+		keys = append(keys, fmt.Sprint("k", i))
+	}
+	many := driver.Command{Args: keys, FirstKey: 1, Keys: bulkMin}
+	for _, r := range m2.Pipeline(context.Background(), []driver.Command{many, many}) {
+		if r.Val != int64(0) {
+			t.Fatalf("EXISTS of %d keys = %+v", bulkMin, r)
+		}
+	}
+	if n := cn2.dials.Load(); n != 2 {
+		t.Errorf("%d connections after a pipeline of two commands of %d keys each, want 2", n, bulkMin)
+	}
 }
 
 // A lone call is written and read on its caller's goroutine: calls made
