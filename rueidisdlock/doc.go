@@ -52,7 +52,10 @@
 // has had its reply again, every call (rueidis dials a new connection
 // meanwhile, for its own dial timeout whatever the ctx says). rueidis's
 // own timeouts (ClientOption.ConnWriteTimeout) still end a call to a
-// server that does not answer.
+// server that does not answer; a reply that is only late is waited for
+// (one 300 ms late under a ConnWriteTimeout of 100 ms returned its
+// result: TestAmbiguousAcquireFailedCleansUp), so bound a call by its
+// ctx, not by the client's timeouts.
 package rueidisdlock
 
 import (
