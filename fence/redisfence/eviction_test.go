@@ -31,9 +31,30 @@ func evictingServer(t *testing.T, policy string) *redistest.Server {
 // alone: EXISTS touches it, so a key asked after every batch stayed the
 // most recently used and an LRU policy evicted everything else first
 // (TestEvictionRiskWarnsNamingTheRisk failed once in ./test.sh so).
+//
+// The server's LRU clock counts whole seconds: a key last touched in the
+// same second as the cache's keys is no older than they are to it, and
+// an LRU policy may then never pick it (a run that went fast enough
+// failed so once). So the filling starts only once the server's clock has
+// moved on by more than a second since the call: key is then older than
+// every key of the cache.
 func fillCache(t *testing.T, rdb *redis.Client, key string) bool {
 	t.Helper()
 	ctx := context.Background()
+	start, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.Sub(start) > 1100*time.Millisecond {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server's clock, the signal here
+	}
 	gone := func() bool { return rdb.Type(ctx, key).Val() == "none" }
 	value := strings.Repeat("c", 16<<10)
 	for batch := range 64 {
