@@ -445,7 +445,7 @@ func TestUncontendedServerCommands(t *testing.T) {
 // it reads the hold (GET) and lengthens it where it ends sooner (PEXPIRE
 // GT: before Redis 7, PTTL then PEXPIRE), and rewrites no value (SET), as
 // a renewal that only lengthens needs no place kept in the hold
-// (internal/hold/hold.go, "Late commands").
+// (internal/hold/doc.go, "Late commands").
 func TestRenewalServerCommands(t *testing.T) {
 	ctx := context.Background()
 	rdb, m := warmMutex(t)

@@ -92,7 +92,7 @@
 //     message that wakes it) is honoured only while it is provably still
 //     the waiter's: a waiting process paused past its place and its TTL,
 //     with the message unread, is not granted the stale hand-off when it
-//     resumes (see "Hand-off" in internal/acquisition/handoff.go for the argument).
+//     resumes (see "Hand-off" in internal/acquisition/doc.go for the argument).
 //   - A ctx bounds every call that takes one, whatever the server does
 //     (slow, paused, stopped, unreachable), on any go-redis client — no
 //     ContextTimeoutEnabled needed: the Client's commands go on

@@ -138,33 +138,6 @@ type unsettled struct {
 	settled <-chan struct{}
 }
 
-// Acquires sent twice. go-redis sends a call again when its reply has
-// not come within its ReadTimeout (driver.Info.ResendAfter), and after
-// its connection closed or reset at any time (a proxy restarting), which
-// the reply then says (driver.Reply.SentTwice, the attempt's
-// Outcome.SentTwice; dlock's own connections say it too); and the
-// first copy's bytes may still reach the server after the second copy
-// ran: the path stalled, and TCP delivers them later. When the second
-// copy took the lock, that first copy may land after the lease's Unlock
-// and, finding the lock free, take it again for a token nobody holds (the
-// torture test saw it). So a lease whose acquire had an attempt that took
-// ResendAfter or more, was sent twice, or failed with its outcome
-// unknown, buries its token before its final release (hold.Hold.buryFirst),
-// for as long as buryCall buries an undone acquire's; and an acquire
-// that ends without the lock after such an attempt is undone as one whose
-// outcome is unknown (Run: buried, then released), since a copy may still
-// take the lock for its token after the call returned.
-//
-// Why this cannot grant twice, nor for nobody: every acquire script
-// refuses a buried token first; the release is sent only once the bury
-// has answered, so it runs after it; so a copy that runs after the
-// release takes nothing, and one that runs before it finds its own token
-// holding (lock.lua: it only lengthens the lease, which the release then
-// ends). A copy later still than the burial takes what it takes for its
-// own TTL at most, as a holder that crashed at once would; and so does
-// one whose bury failed (the release is made all the same).
-// The cost, a call, is paid only by leases whose acquire was that slow.
-
 // failed records an attempt that failed with err, its outcome unknown.
 func (o *unsettled) failed(err error) { o.unknown, o.settled = true, transport.Settled(err) }
 

@@ -21,7 +21,7 @@ import (
 // renew with exact set makes the hold's TTL exactly ttl (Extend); without,
 // at least ttl (the watchdog): a renewal still in flight when Extend
 // lengthened a lease must not shorten it again on the server. seq is the
-// command's place in its hold's sequence (internal/hold/hold.go, "Late commands"); a
+// command's place in its hold's sequence (internal/hold/doc.go, "Late commands"); a
 // final release (left = 0) needs none.
 type HoldOps interface {
 	Release(token string, left int, seq int64) Op

@@ -19,7 +19,7 @@ import (
 // (a shorter lease, say), caps every confirmation of a command placed
 // before it in the hold's sequence — such a command may run first, and the
 // late Extend after it — and none of a command placed after it: once that
-// has run, the server refuses the late Extend (hold.go, "Late commands").
+// has run, the server refuses the late Extend (doc.go, "Late commands").
 func TestUnsureExtendCapsEarlierCommandsOnly(t *testing.T) {
 	c := testKeeper(t)
 	const short, long = 300 * time.Millisecond, time.Minute

@@ -60,27 +60,6 @@ func (h *Hold) releaseReply(ctx context.Context) driver.Reply {
 	return h.c.askAgain(ctx, false, o, h.c.run(ctx, false, o))
 }
 
-// Unknown outcomes. A call whose reply did not come (a read timeout: the
-// server busy longer than the client's ReadTimeout; a connection closed
-// or reset after the call was sent) may have run or not. A call that is
-// safe twice — a final release (its copy answers done when it ran: its
-// receipt, or the fence nobody moved, unlock.lua's "Sent again"), and
-// every command in a hold's sequence, sent again with the same place (a
-// renewal, Extend, a re-entry, an inner unlock, Proclaim: its copy
-// answers 'again', done) — is asked again while ctx lasts, up to
-// askTries calls in all, and the caller is told what happened, not
-// that the reply was lost (issue 45: a Semaphore's Unlock whose reply
-// came after the ReadTimeout returned an i/o timeout although the permit
-// was free). A call never sent (a connection refused) and a reply
-// from Redis are outcomes known: they are returned as they are. When the
-// last try's outcome is unknown too, the caller gets its error (and a
-// release goes on in the background, as before).
-//
-// A copy that answers "not held" can only misreport a release that ran
-// (a Mutex's release nobody waited for leaves no receipt; its copy says
-// done only while the shared fence counter has not moved: on a busy
-// server it says not held), never report one that did not run as done.
-
 // askTries is how many calls at most an idempotent call of unknown
 // outcome makes in all.
 const askTries = 3

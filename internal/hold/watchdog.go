@@ -50,7 +50,7 @@ type renewal struct {
 	start time.Time
 	ttl   time.Duration
 	epoch int32
-	seq   int64 // its place in the hold's sequence (hold.go, "Late commands")
+	seq   int64 // its place in the hold's sequence (doc.go, "Late commands")
 	exact bool  // set the lease to exactly ttl (see due), not at least ttl
 	ok    bool  // the server renewed it
 	stale bool  // a later command of the hold ran first: nothing changed

@@ -18,7 +18,7 @@ const (
 	ReplyNotHeld    = -1 // {-1} or -1: the caller holds nothing
 	ReplyTooMany    = -2 // {-2, capacity}: more permits than the semaphore has
 	ReplyTTLNotHeld = -3 // a ttl script: the caller holds nothing
-	ReplyStale      = -4 // {-4} or -4: a later command of the hold ran first (internal/hold/hold.go, "Late commands")
+	ReplyStale      = -4 // {-4} or -4: a later command of the hold ran first (internal/hold/doc.go, "Late commands")
 	ReplySlow       = -5 // -5: a fast script's common case did not hold; it changed nothing (doc.go, "Fast scripts")
 )
 
@@ -41,7 +41,7 @@ const (
 // scripts name each.
 const (
 	FieldTaken   = "t:"    // when the hold began, server ms
-	FieldSeq     = "q:"    // the hold's last sequence number (internal/hold/hold.go, "Late commands")
+	FieldSeq     = "q:"    // the hold's last sequence number (internal/hold/doc.go, "Late commands")
 	FieldValue   = "v:"    // an Election leader's value
 	FieldFence   = "f:"    // an RWMutex's or Semaphore's hold's own fence
 	FieldPermits = "p:"    // a Semaphore holder's permits

@@ -68,7 +68,7 @@ func (t *Topology) Hint(err error) {
 // slot instead of failing with the dead master's dial error. Running one
 // again is safe: a command that may have run (a connection reset after
 // it was sent) answers its copy as done (its receipt, or its place in the
-// hold's sequence: internal/hold/hold.go, "Late commands"); without
+// hold's sequence: internal/hold/doc.go, "Late commands"); without
 // scripts a release that ran answers its copy "not held", which only
 // misreports it.
 func (t *Topology) Retry(ctx context.Context, call func() driver.Reply) driver.Reply {

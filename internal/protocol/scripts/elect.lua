@@ -12,7 +12,7 @@
 -- ARGV[4]  (go: Publish) publish command (PUBLISH or
 --          SPUBLISH)
 -- ARGV[5]  (go: Seq) the call's place in the hold's sequence (in_order in
---          lib_queue.lua; internal/hold/hold.go, "Late commands")
+--          lib_queue.lua; internal/hold/doc.go, "Late commands")
 --
 -- Returns  {1, term}  recorded (or this very call ran already)
 --          {-1}        the caller does not lead (its lease was lost)

@@ -11,7 +11,7 @@
 -- as the counter gave it); stamp, when it was taken (server ms, read by
 -- inspectors); count, the hold count (re-entry); seq, the highest of the
 -- hold's sequence numbers that ran (in_order in lib_queue.lua; internal/
--- hold/hold.go, "Late commands"); lablen, the length in bytes of the
+-- hold/doc.go, "Late commands"); lablen, the length in bytes of the
 -- hold's label (WithLabel; label.lua), which comes next; a 'v' after it
 -- says that an Election's leader's value follows the label, to the end.
 -- A new hold is 'token fence stamp 1 0 0 ' (internal/protocol/hold.go
@@ -44,7 +44,7 @@
 -- took it; every attempt that leaves the waiter waiting tells it the
 -- counter's value then (lock.lua), so the waiter honours the message only
 -- if its latest such attempt ran before the hand-off — the counter only
--- grows — whatever the server's clock did (see "Hand-off" in internal/acquisition/handoff.go
+-- grows — whatever the server's clock did (see "Hand-off" in internal/acquisition/doc.go
 -- for why that cannot grant twice).
 -- Any other (a LockAll set, a fixed lease, replica sync) finds
 -- the lock kept for it — the key holds only RESERVED and its member — and
