@@ -119,7 +119,7 @@ if common then
   end
   -- when it was taken, in server ms (stamp_ms in lib_mutex.lua); the
   -- hold as new_hold in lib_mutex.lua writes it, with an Election's new
-  -- leader's value (elected below, written out here as take is)
+  -- leader's value (take below, written out here)
   local t = redis.call('TIME')
   redis.call('SET', lock, token .. ' ' .. f .. ' ' .. t[1] .. string.sub('00000' .. t[2], -6, -4) .. ' 1 0 ' .. (ARGV[11] or '0 '), 'PX', ttl)
   -- A first attempt has no place to give up (a call that go-redis sent
