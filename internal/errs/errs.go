@@ -13,6 +13,7 @@ import (
 // The sentinel errors; their documentation is the root's (errors.go).
 var (
 	NotObtained     = errors.New("dlock: lock not obtained")                   // dlock.ErrNotObtained
+	Deadlock        = errors.New("dlock: deadlock")                            // dlock.ErrDeadlock
 	NotHeld         = errors.New("dlock: lock not held")                       // dlock.ErrNotHeld
 	LeaseLost       = errors.New("dlock: lease lost")                          // dlock.ErrLeaseLost
 	Unlocked        = errors.New("dlock: lease unlocked")                      // dlock.ErrUnlocked

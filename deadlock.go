@@ -1,0 +1,192 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+)
+
+// ErrDeadlock is the error of a Lock (RLock, Acquire, Campaign, LockAll)
+// given up because it was part of a deadlock: it waited while holding
+// leases (passed in its ctx with Lease.Context), and the locks it waited
+// for were held by acquires that waited, in turn, for what it held. Of
+// the cycle's waits exactly one gives up — the youngest, the one that
+// began waiting last — and the others are served. It matches
+// ErrNotObtained; errors.As with a *DeadlockError gives the cycle.
+// docs/guarantees.md, "Deadlocks".
+var ErrDeadlock = errs.Deadlock
+
+// DeadlockError is the error of an acquire given up to break a deadlock
+// (ErrDeadlock). It matches ErrDeadlock and ErrNotObtained.
+type DeadlockError struct {
+	Deadlock
+}
+
+// Error names the cycle: each wait, what it holds, what it waits for.
+func (e *DeadlockError) Error() string {
+	return "dlock: deadlock: " + e.Deadlock.String() + "; this acquire gave up"
+}
+
+// Is reports whether target is ErrDeadlock or ErrNotObtained.
+func (e *DeadlockError) Is(target error) bool {
+	return target == ErrDeadlock || target == ErrNotObtained
+}
+
+// LockRef names one lock, or one side of an RWMutex.
+type LockRef struct {
+	Kind Kind
+	Name string
+	Side string // an RWMutex's: "read" or "write"
+}
+
+// String is the lock as the CLI writes it: kind, name, and side.
+func (r LockRef) String() string {
+	s := string(r.Kind) + " " + fmt.Sprintf("%q", r.Name)
+	if r.Side != "" {
+		s += " (" + r.Side + ")"
+	}
+	return s
+}
+
+// HeldLock is one lease that a waiting acquire holds.
+type HeldLock struct {
+	LockRef
+	Token string // the lease's owner token, as its lock's Holder shows it
+}
+
+// Wait is one acquire that waits while it holds leases, as it recorded
+// itself in Redis for the deadlock detector (only such acquires record
+// anything: a wait that holds nothing cannot close a cycle).
+type Wait struct {
+	Token string    // the waiting acquire's own owner token
+	Since time.Time // when it began waiting, by its Client's clock
+	// For is what it waits for: one lock, or a LockAll's set (all of
+	// them, taken together by one script).
+	For     []LockRef
+	Permits int64      // a Semaphore wait's permits
+	Holds   []HeldLock // the leases it holds while it waits
+	Label   string     // its acquire's WithLabel
+	Owner   *Owner     // who it is, if its Client said
+}
+
+// Deadlock is a cycle of waits: each waits for a lock that the next
+// holds, and the last for one the first holds.
+type Deadlock struct {
+	Waits []Wait
+	// Victim is the Token of the wait that gives up: the youngest (latest
+	// Since; of equal ones, the greatest Token).
+	Victim string
+	// At is when it was found: for a deadlock broken (Snapshot.Broken),
+	// when its victim gave up.
+	At time.Time
+}
+
+// String writes the cycle on one line.
+func (d Deadlock) String() string {
+	var b strings.Builder
+	for i, w := range d.Waits {
+		if i > 0 {
+			b.WriteString(", then ")
+		}
+		b.WriteString(w.describe())
+		if w.Token == d.Victim {
+			b.WriteString(" [gives up]")
+		}
+	}
+	return b.String()
+}
+
+// describe writes who the wait is, what it holds and what it waits for.
+func (w Wait) describe() string {
+	var b strings.Builder
+	switch {
+	case w.Label != "":
+		fmt.Fprintf(&b, "%q", w.Label)
+	case w.Owner != nil:
+		fmt.Fprintf(&b, "%s pid %d", w.Owner.Host, w.Owner.PID)
+	default:
+		b.WriteString("token " + w.Token)
+	}
+	b.WriteString(" holding ")
+	for i, h := range w.Holds {
+		if i > 0 {
+			b.WriteString(" and ")
+		}
+		b.WriteString(h.LockRef.String())
+	}
+	b.WriteString(" waits for ")
+	for i, f := range w.For {
+		if i > 0 {
+			b.WriteString(" and ")
+		}
+		b.WriteString(f.String())
+	}
+	return b.String()
+}
+
+// SnapshotOptions says what Snapshot reads.
+type SnapshotOptions struct {
+	// Pattern keeps the locks whose name matches it (path.Match syntax;
+	// "" for all). Waits and deadlocks are all read, whatever it is.
+	Pattern string
+	// Limit is how many locks are inspected at most (0: 1000); the rest
+	// are counted in More, not read.
+	Limit int
+}
+
+// Snapshot is the state of a prefix's locks at one moment, read by one
+// SCAN pass: what a live page or `dlock top` shows.
+type Snapshot struct {
+	At    time.Time   // when the pass began, by this process's clock
+	Locks []*LockInfo // the locks found that match, inspected, by name
+	// More is how many matching locks were found beyond Limit, and not
+	// inspected.
+	More int
+	// Waits are the waits recorded by acquires that hold leases.
+	Waits []Wait
+	// Deadlocks are the cycles among Waits now (each found as the
+	// detector finds it; its victim gives up once it has waited the
+	// Client's WithDeadlockDelay).
+	Deadlocks []Deadlock
+	// Broken are the deadlocks broken in the last hour, newest first: a
+	// victim records its cycle when it gives up.
+	Broken []Deadlock
+	// Keys is how many keys the SCAN pass walked.
+	Keys int
+}
+
+// Snapshot reads the state of the Client's prefix: one SCAN pass (on a
+// cluster, one per master) finds the locks, the waits and the deadlocks
+// broken lately; then the first Limit locks that match are inspected, the
+// waits read, and the cycles among them found. Its cost on Redis is that
+// pass and one inspection per lock shown: a page that refreshes shares
+// one Snapshot among its viewers (package web).
+func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot, error) {
+	if err := checkCall(ctx, c, "*"); err != nil {
+		return nil, err
+	}
+	if opts.Limit < 0 {
+		return nil, invalid("Snapshot: negative Limit %d", opts.Limit)
+	}
+	s := &Snapshot{At: time.Now()}
+	locks, err := c.Locks(ctx, opts.Pattern)
+	if err != nil {
+		return nil, err
+	}
+	limit := opts.Limit
+	if limit == 0 {
+		limit = defaultSnapshotLimit
+	}
+	if len(locks) > limit {
+		s.More = len(locks) - limit
+		locks = locks[:limit]
+	}
+	s.Locks = locks
+	return s, nil
+}
+
+// defaultSnapshotLimit is how many locks a Snapshot inspects by default.
+const defaultSnapshotLimit = 1000
