@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/backoff"
+	"github.com/dlock-go/dlock/internal/deadlock"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/hold"
 )
@@ -97,6 +98,9 @@ func (c *Client) acquireOnce(ctx context.Context, r *request, wait bool, cfg loc
 	p, attempt := c.be.Attempt(&a.Spec)
 	a.Attempt = attempt
 	a.One(acquisition.Part{Request: &r.Request, Held: p, Cfg: cfg})
+	if wait {
+		a.Detect = c.detectorFor(ctx, r.What, token, func() []deadlock.Lock { return lockFor(r) }, r.Need, cfg)
+	}
 	if r.Queue && c.caps.Directed {
 		a.Channel = c.waitOn // one per Client, made once
 		if k := r.K; k.Wake != c.wake {

@@ -50,6 +50,9 @@ func (c *Client) busy(ctx context.Context, kd Kind, name, token string, err erro
 	if be := (*BusyError)(nil); errors.As(err, &be) {
 		return err
 	}
+	if errors.Is(err, ErrDeadlock) { // (a *DeadlockError names its cycle)
+		return err
+	}
 	be := &BusyError{Kind: kd, Name: name, err: err}
 	if c.rdb == nil { // a quorum: its nodes are not inspected
 		return be

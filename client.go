@@ -67,6 +67,10 @@ type Client struct {
 	leading sync.Map
 	// owners are the owner records a BusyError read lately (busy.go)
 	owners ownerCache
+	// deadlockDelay is how long a wait that holds leases waits before it
+	// looks for a deadlock (WithDeadlockDelay); 0: it never does
+	// (WithoutDeadlockDetection, or a quorum: deadlock_detect.go).
+	deadlockDelay time.Duration
 }
 
 // Redis is what New needs of a go-redis v9 client. Every go-redis client
@@ -197,6 +201,12 @@ func configure(opts []Option) (clientConfig, error) {
 	if err := cfg.drift.Validate(); err != nil {
 		return clientConfig{}, err
 	}
+	if d := cfg.deadlockDelay; cfg.deadlockSet && (d <= 0 || d > time.Hour) {
+		return clientConfig{}, invalid("WithDeadlockDelay(%v): must be positive and at most an hour", d)
+	}
+	if !cfg.deadlockSet {
+		cfg.deadlockDelay = defaultDeadlockDelay
+	}
 	if cfg.noScripts && cfg.sync != (backend.ReplicaSync{}) {
 		return clientConfig{}, invalid("WithoutScripts and WithReplicaSync cannot be combined")
 	}
@@ -217,6 +227,9 @@ func start(be backend.Backend, nodes []driver.Driver, cfg clientConfig, tel *tel
 		id: randomHex(8), caps: be.Caps(), tel: tel, dep: dep}
 	if len(nodes) == 1 {
 		c.rdb = nodes[0]
+		if !cfg.noDeadlocks {
+			c.deadlockDelay = cfg.deadlockDelay
+		}
 	}
 	if !cfg.slotFences {
 		c.fence = protocol.FenceKey(cfg.prefix, "", false)

@@ -1,12 +1,20 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"path"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/deadlock"
+	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // ErrDeadlock is the error of a Lock (RLock, Acquire, Campaign, LockAll)
@@ -162,8 +170,9 @@ type Snapshot struct {
 // cluster, one per master) finds the locks, the waits and the deadlocks
 // broken lately; then the first Limit locks that match are inspected, the
 // waits read, and the cycles among them found. Its cost on Redis is that
-// pass and one inspection per lock shown: a page that refreshes shares
-// one Snapshot among its viewers (package web).
+// pass, one inspection per lock shown, and a GET per wait recorded: a
+// page that refreshes shares one Snapshot among its viewers (package web).
+// On a quorum Client it fails: its nodes are not inspected.
 func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot, error) {
 	if err := checkCall(ctx, c, "*"); err != nil {
 		return nil, err
@@ -171,21 +180,152 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 	if opts.Limit < 0 {
 		return nil, invalid("Snapshot: negative Limit %d", opts.Limit)
 	}
-	s := &Snapshot{At: time.Now()}
-	locks, err := c.Locks(ctx, opts.Pattern)
+	if opts.Pattern != "" {
+		if _, err := path.Match(opts.Pattern, ""); err != nil {
+			return nil, invalid("pattern %q: %v", opts.Pattern, err)
+		}
+	}
+	r, err := c.reader()
 	if err != nil {
 		return nil, err
 	}
-	limit := opts.Limit
-	if limit == 0 {
-		limit = defaultSnapshotLimit
+	limit := cmp.Or(opts.Limit, defaultSnapshotLimit)
+	s := &Snapshot{At: time.Now()}
+	type id struct {
+		kd   Kind
+		name string
 	}
-	if len(locks) > limit {
-		s.More = len(locks) - limit
-		locks = locks[:limit]
+	var mu sync.Mutex
+	found := map[id]bool{}
+	var waitKeys, brokenKeys []string
+	waitPre, brokenPre := waitKey(c.prefix, ""), brokenKey(c.prefix, "")
+	err = c.scan(ctx, r, deploy.EscapeGlob(c.prefix)+":*", func(keys []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		s.Keys += len(keys)
+		for _, k := range keys {
+			switch {
+			case strings.HasPrefix(k, waitPre):
+				waitKeys = append(waitKeys, k)
+			case strings.HasPrefix(k, brokenPre):
+				brokenKeys = append(brokenKeys, k)
+			default:
+				if kd, name, ok := parseKey(c.prefix, k); ok && (opts.Pattern == "" || matches(opts.Pattern, name)) {
+					found[id{kd, name}] = true
+				}
+			}
+		}
+	})
+	if err != nil {
+		return nil, redisErr("scan", opts.Pattern, err)
 	}
-	s.Locks = locks
+	ids := make([]id, 0, len(found))
+	for l := range found {
+		ids = append(ids, l)
+	}
+	slices.SortFunc(ids, func(a, b id) int { return cmp.Or(strings.Compare(a.name, b.name), strings.Compare(string(a.kd), string(b.kd))) })
+	if len(ids) > limit {
+		s.More = len(ids) - limit
+		ids = ids[:limit]
+	}
+	for _, l := range ids {
+		info, err := c.inspect(ctx, l.kd, l.name, &c.owners)
+		if err != nil {
+			return nil, err
+		}
+		s.Locks = append(s.Locks, info)
+	}
+	g := &snapshotGraph{graphReader: graphReader{c}, states: map[deadlock.Lock]deadlock.State{}, waits: map[string]*deadlock.Wait{}}
+	var waits []*deadlock.Wait
+	for _, k := range waitKeys {
+		w, err := c.readWait(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if w == nil || !slices.ContainsFunc(w.Holds, func(h deadlock.Held) bool { return waitKey(c.prefix, h.Token) == k }) {
+			continue
+		}
+		for _, h := range w.Holds {
+			if x, ok := g.waits[h.Token]; ok && x.Token == w.Token {
+				w = x // one Wait per wait, however many tokens it holds
+			}
+		}
+		if !slices.Contains(waits, w) {
+			waits = append(waits, w)
+		}
+		for _, h := range w.Holds {
+			g.waits[h.Token] = w
+		}
+	}
+	slices.SortFunc(waits, func(a, b *deadlock.Wait) int { return cmp.Or(cmp.Compare(a.Since, b.Since), strings.Compare(a.Token, b.Token)) })
+	g.read = true
+	public := map[*deadlock.Wait]Wait{}
+	pub := func(w *deadlock.Wait) Wait {
+		if p, ok := public[w]; ok {
+			return p
+		}
+		p := c.publicWait(ctx, w)
+		public[w] = p
+		return p
+	}
+	inCycle := map[string]bool{}
+	for _, w := range waits {
+		s.Waits = append(s.Waits, pub(w))
+		if inCycle[w.Token] {
+			continue
+		}
+		cycle, victim, err := deadlock.Find(ctx, g, w)
+		if err != nil {
+			return nil, err
+		}
+		if cycle == nil {
+			continue
+		}
+		d := Deadlock{Victim: victim.Token, At: s.At}
+		for _, x := range cycle {
+			inCycle[x.Token] = true
+			d.Waits = append(d.Waits, pub(x))
+		}
+		s.Deadlocks = append(s.Deadlocks, d)
+	}
+	for _, k := range brokenKeys {
+		v, err := r.Do(ctx, protocol.Keyed("GET", k)).Text()
+		var b brokenRecord
+		if err != nil || json.Unmarshal([]byte(v), &b) != nil {
+			continue // (expired since the scan, or not a record)
+		}
+		d := Deadlock{Victim: b.Victim, At: time.UnixMilli(b.At)}
+		for _, w := range b.Waits {
+			d.Waits = append(d.Waits, c.publicWait(ctx, w))
+		}
+		s.Broken = append(s.Broken, d)
+	}
+	slices.SortFunc(s.Broken, func(a, b Deadlock) int { return b.At.Compare(a.At) })
 	return s, nil
+}
+
+// snapshotGraph is the graph as a Snapshot reads it: each lock's state
+// read once, and the waits that the scan found (no other).
+type snapshotGraph struct {
+	graphReader
+	states map[deadlock.Lock]deadlock.State
+	waits  map[string]*deadlock.Wait // by held token
+	read   bool
+}
+
+func (g *snapshotGraph) State(ctx context.Context, l deadlock.Lock) (deadlock.State, error) {
+	if st, ok := g.states[l]; ok {
+		return st, nil
+	}
+	st, err := g.graphReader.State(ctx, l)
+	if err == nil {
+		g.states[l] = st
+	}
+	return st, err
+}
+
+func (g *snapshotGraph) WaitOf(_ context.Context, token string) (*deadlock.Wait, error) {
+	return g.waits[token], nil
 }
 
 // defaultSnapshotLimit is how many locks a Snapshot inspects by default.

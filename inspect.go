@@ -488,29 +488,16 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 	}
 	var mu sync.Mutex
 	found := map[id]bool{}
-	scan := func(ctx context.Context, r driver.Driver) error {
-		return deploy.ScanKeys(ctx, r, deploy.EscapeGlob(c.prefix)+":{*", func(keys []string) error {
-			for _, s := range keys {
-				kd, name, ok := parseKey(c.prefix, s)
-				if ok && (pattern == "" || matches(pattern, name)) {
-					mu.Lock()
-					found[id{kd, name}] = true
-					mu.Unlock()
-				}
+	err = c.scan(ctx, r, deploy.EscapeGlob(c.prefix)+":{*", func(keys []string) {
+		for _, s := range keys {
+			kd, name, ok := parseKey(c.prefix, s)
+			if ok && (pattern == "" || matches(pattern, name)) {
+				mu.Lock()
+				found[id{kd, name}] = true
+				mu.Unlock()
 			}
-			return nil
-		})
-	}
-	nodes, err := r.Masters(ctx)
-	if err == nil {
-		errs := make([]error, len(nodes))
-		var wg sync.WaitGroup
-		for i, n := range nodes {
-			wg.Go(func() { errs[i] = scan(ctx, n) })
 		}
-		wg.Wait()
-		err = errors.Join(errs...)
-	}
+	})
 	if err != nil {
 		return nil, redisErr("scan", pattern, err)
 	}
@@ -526,6 +513,24 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(string(a.Kind), string(b.Kind)))
 	})
 	return out, nil
+}
+
+// scan walks the keys that match pattern with SCAN — on a cluster, on
+// every master at once (fn must be safe for that) — never KEYS.
+func (c *Client) scan(ctx context.Context, r driver.Driver, pattern string, fn func(keys []string)) error {
+	nodes, err := r.Masters(ctx)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			errs[i] = deploy.ScanKeys(ctx, n, pattern, func(keys []string) error { fn(keys); return nil })
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func matches(pattern, name string) bool {

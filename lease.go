@@ -95,16 +95,29 @@ func (l *Lease) carry(ctx context.Context) context.Context {
 		return ctx
 	}
 	h := l.of.First()
-	if ctx.Value(carrying{}) == nil {
-		ctx = context.WithValue(ctx, carrying{}, true)
-	}
-	return context.WithValue(ctx, leaseKey{h.Keeper(), h.Keys().Lock, side(h.Side())}, l)
+	return context.WithValue(holding(ctx, l), leaseKey{h.Keeper(), h.Keys().Lock, side(h.Side())}, l)
 }
 
 // carrying marks a context that carries a lease, of any lock: a Lock
 // whose ctx carries none (the common case) looks no further, without
-// making a leaseKey (which, boxed, costs an allocation).
+// making a leaseKey (which, boxed, costs an allocation). Its value is
+// the list of the leases the context carries (*carried), which a wait's
+// deadlock record names (deadlock_detect.go).
 type carrying struct{}
+
+// carried is one lease a context carries, and the ones it carried before.
+type carried struct {
+	l    *Lease
+	next *carried
+}
+
+// holding returns ctx with l added to the leases it is known to hold
+// while it waits, without carrying it for re-entry (a LockAll's parts
+// taken so far): what deadlock detection reads.
+func holding(ctx context.Context, l *Lease) context.Context {
+	prev, _ := ctx.Value(carrying{}).(*carried)
+	return context.WithValue(ctx, carrying{}, &carried{l: l, next: prev})
+}
 
 // Unlock releases the lease. When it was the last lease of its hold (no
 // re-entered lease is still held) the lock becomes free and one waiter is

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/acquisition"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/deadlock"
 	"github.com/dlock-go/dlock/internal/kinds"
 
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -59,13 +60,15 @@ func LockAll(ctx context.Context, lockers ...Locker) (*Lease, error) {
 	// fixed lease shorter than the wait); valid takes the set again then.
 	return valid(ctx, joinNames(sorted), true, func() (*Lease, error) {
 		parts := make([]*Lease, 0, len(sorted))
+		held := ctx // carries the parts taken so far, for deadlock detection
 		for _, l := range sorted {
-			lease, err := l.Lock(ctx)
+			lease, err := l.Lock(held)
 			if err != nil {
 				releaseAll(ctx, parts)
 				return nil, err
 			}
 			parts = append(parts, lease)
+			held = holding(held, lease)
 		}
 		return newSet(parts), nil
 	})
@@ -167,6 +170,13 @@ func lockMutexesOnce(ctx context.Context, c *Client, ms []*Mutex, name string) (
 	}
 	a.KeepAlive = place / 3
 	a.Leave = func() []protocol.Call { return leave }
+	a.Detect = c.detectorFor(ctx, "LockAll", token, func() []deadlock.Lock {
+		var fors []deadlock.Lock
+		for _, m := range ms {
+			fors = append(fors, lockFor(m.req)...)
+		}
+		return fors
+	}, 0, lockConfig{QueueTTL: place})
 	w := c.wakeTo(ms[0].k)
 	args := protocol.LockAllArgs{Token: token, Member: member, PlaceTTL: place.Milliseconds(), Wake: w}
 	for _, p := range a.Parts {

@@ -46,6 +46,10 @@ type clientConfig struct {
 	throughClient             bool // WithoutOwnConnections
 
 	evictionRisk bool // WithEvictionRisk (internal/deploy)
+
+	deadlockDelay time.Duration // WithDeadlockDelay
+	deadlockSet   bool          // WithDeadlockDelay was given
+	noDeadlocks   bool          // WithoutDeadlockDetection
 }
 
 // WithPrefix sets the prefix of every key and channel the Client uses:
@@ -378,3 +382,23 @@ func newTelemetry(cfg clientConfig) *telemetry.Telemetry {
 func WithEvictionRisk() Option {
 	return func(c *clientConfig) { c.evictionRisk = true }
 }
+
+// WithDeadlockDelay sets how long a Lock that waits while it holds leases
+// (passed in its ctx with Lease.Context) waits before it looks for a
+// deadlock, and how often it looks again while it waits (as PostgreSQL's
+// deadlock_timeout). A cycle that forms and dissolves within it is never
+// reported. Default: one second; it must be positive and at most an hour.
+// docs/guarantees.md, "Deadlocks".
+func WithDeadlockDelay(d time.Duration) Option {
+	return func(c *clientConfig) { c.deadlockDelay, c.deadlockSet = d, true }
+}
+
+// WithoutDeadlockDetection turns deadlock detection off for the Client:
+// its waits record nothing and look for no cycle, so a cycle through them
+// is seen by nobody, and none of its acquires returns ErrDeadlock.
+func WithoutDeadlockDetection() Option {
+	return func(c *clientConfig) { c.noDeadlocks = true }
+}
+
+// defaultDeadlockDelay is WithDeadlockDelay's default.
+const defaultDeadlockDelay = time.Second

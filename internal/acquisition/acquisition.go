@@ -104,7 +104,23 @@ type Acquisition struct {
 	// soon are the give-backs of a round that ctx's end cut short, made
 	// at once beside Run's own undo (giveBack), which waits for them
 	soon sync.WaitGroup
+	// Detect, if set, looks for a deadlock while the acquire waits (a
+	// Lock whose ctx carries leases: the root's deadlock_detect.go).
+	Detect Detector
 	unsettled
+}
+
+// Detector is a wait's deadlock detection. Run records the wait when it
+// begins (Record), checks once it has waited Every and every Every after,
+// and removes the record when the wait ends however it ends (Done).
+type Detector interface {
+	Every() time.Duration
+	Record(ctx context.Context)
+	// Check returns the error to end the wait with (its victim's
+	// *DeadlockError) when the wait is a deadlock's victim, else nil:
+	// a failed read is no deadlock, and is looked at again.
+	Check(ctx context.Context) error
+	Done(ctx context.Context)
 }
 
 // New returns an acquisition by c; the caller fills it in.
@@ -250,11 +266,27 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 	c.dep.Announce(ctx) // inspectors can tell who waits
 	c.tel.Waiting(a.What, a.Name, 1)
 	defer c.tel.Waiting(a.What, a.Name, -1)
+	var due time.Time // the next deadlock check's (Detect)
+	if a.Detect != nil {
+		a.Detect.Record(ctx)
+		defer a.Detect.Done(ctx)
+		due = time.Now().Add(a.Detect.Every())
+		next = min(next, a.Detect.Every())
+	}
 	err = c.WaitLoop(ctx, a.Name, a.Channel, a.Token, seen, a.bound(next),
 		func(ctx context.Context, msg string) (bool, time.Duration, error) {
 			var next time.Duration
 			hs, next, err = a.try(ctx, true, msg)
-			return hs != nil || err != nil, a.bound(next), err
+			if hs != nil || err != nil || a.Detect == nil {
+				return hs != nil || err != nil, a.bound(next), err
+			}
+			if now := time.Now(); !now.Before(due) {
+				if err = a.Detect.Check(ctx); err != nil {
+					return true, 0, err
+				}
+				due = now.Add(a.Detect.Every())
+			}
+			return false, a.bound(min(next, time.Until(due))), nil
 		})
 	if err != nil && a.moving != nil && errors.Is(err, errs.NotObtained) {
 		err = fmt.Errorf("%w (the cluster was failing meanwhile: %w)", err, a.moving)

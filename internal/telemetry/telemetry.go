@@ -11,6 +11,7 @@
 //	dlock.leases.held             up-down counter  holds held now; by primitive
 //	dlock.waiters                 up-down counter  Locks waiting now; by primitive
 //	dlock.leases.lost             counter        holds lost; by primitive and reason
+//	dlock.deadlocks               counter        acquires given up to break a deadlock (ErrDeadlock)
 //	dlock.renewals                counter        renewals sent by the watchdog
 //	dlock.renewal.failures        counter        renewals whose outcome is unknown (Redis errors)
 //	dlock.renewal.batch.size      histogram      renewals per watchdog batch
@@ -99,6 +100,7 @@ type Telemetry struct {
 	held       metric.Int64UpDownCounter
 	waiters    metric.Int64UpDownCounter
 	lost       metric.Int64Counter
+	deadlocks  metric.Int64Counter
 	renewals   metric.Int64Counter
 	renewFails metric.Int64Counter
 	batchSize  metric.Int64Histogram
@@ -164,6 +166,8 @@ func New(cfg Config) *Telemetry {
 		metric.WithDescription("Locks waiting now"))
 	t.lost, _ = m.Int64Counter("dlock.leases.lost", metric.WithUnit("{hold}"),
 		metric.WithDescription("Holds lost before their Unlock"))
+	t.deadlocks, _ = m.Int64Counter("dlock.deadlocks", metric.WithUnit("{acquire}"),
+		metric.WithDescription("Acquires given up to break a deadlock"))
 	t.renewals, _ = m.Int64Counter("dlock.renewals", metric.WithUnit("{renewal}"),
 		metric.WithDescription("Renewals sent by the watchdog"))
 	t.renewFails, _ = m.Int64Counter("dlock.renewal.failures", metric.WithUnit("{renewal}"),
@@ -311,6 +315,11 @@ func (t *Telemetry) HoldEnded(what, name string, acquired time.Time, reason, why
 // Waiting counts a Lock that waits (n = 1) or stops waiting (n = -1).
 func (t *Telemetry) Waiting(what, name string, n int64) {
 	t.waiters.Add(context.Background(), n, t.attrs(what, name, "", ""))
+}
+
+// Deadlock counts an acquire of lock name given up to break a deadlock.
+func (t *Telemetry) Deadlock(what, name string) {
+	t.deadlocks.Add(context.Background(), 1, t.attrs(what, name, "", ""))
 }
 
 // Renewed records a watchdog batch of size renewals and its round trip
