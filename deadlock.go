@@ -223,7 +223,9 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 	for l := range found {
 		ids = append(ids, l)
 	}
-	slices.SortFunc(ids, func(a, b id) int { return cmp.Or(strings.Compare(a.name, b.name), strings.Compare(string(a.kd), string(b.kd))) })
+	slices.SortFunc(ids, func(a, b id) int {
+		return cmp.Or(strings.Compare(a.name, b.name), strings.Compare(string(a.kd), string(b.kd)))
+	})
 	if len(ids) > limit {
 		s.More = len(ids) - limit
 		ids = ids[:limit]
@@ -257,7 +259,9 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 			g.waits[h.Token] = w
 		}
 	}
-	slices.SortFunc(waits, func(a, b *deadlock.Wait) int { return cmp.Or(cmp.Compare(a.Since, b.Since), strings.Compare(a.Token, b.Token)) })
+	slices.SortFunc(waits, func(a, b *deadlock.Wait) int {
+		return cmp.Or(cmp.Compare(a.Since, b.Since), strings.Compare(a.Token, b.Token))
+	})
 	g.read = true
 	public := map[*deadlock.Wait]Wait{}
 	pub := func(w *deadlock.Wait) Wait {

@@ -51,7 +51,7 @@ type detector struct {
 	self deadlock.Wait
 	body string // self, as JSON
 	ttl  time.Duration
-	off  bool // its record could not be written: it checks nothing
+	off  bool   // its record could not be written: it checks nothing
 	what string // the primitive, for telemetry
 }
 
