@@ -360,3 +360,52 @@ func ExampleBusyError() {
 	// held by: schema v42 by deploy #1337
 	// same fence: true
 }
+
+func ExampleDeadlockError() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
+	defer rdb.Close()
+	// Two services, each with its own Client (as two processes would):
+	// each holds one lock and, holding it, waits for the other's.
+	start := make(chan struct{})
+	service := func(have, want string, out chan<- error) {
+		c, _ := dlock.New(rdb, dlock.WithPrefix("example"), dlock.WithDeadlockDelay(100*time.Millisecond))
+		defer c.Close()
+		held, err := c.Mutex(have).Lock(ctx)
+		if err != nil {
+			out <- err
+			return
+		}
+		defer held.Unlock(ctx) // on ErrDeadlock, letting go serves the other
+		out <- nil             // holding
+		<-start
+		wctx, cancel := context.WithTimeout(held.Context(ctx), 10*time.Second)
+		defer cancel()
+		second, err := c.Mutex(want).Lock(wctx) // waits holding `have`: the ctx says so
+		if err == nil {
+			second.Unlock(ctx)
+		}
+		out <- err
+	}
+	a, b := make(chan error, 2), make(chan error, 2)
+	go service("ledger", "inventory", a)
+	go service("inventory", "ledger", b)
+	<-a // both hold their first lock before either waits
+	<-b
+	close(start)
+	deadlocks, served := 0, 0
+	for _, err := range []error{<-a, <-b} {
+		var de *dlock.DeadlockError
+		switch {
+		case errors.As(err, &de):
+			deadlocks++
+			fmt.Println("gave up:", errors.Is(err, dlock.ErrDeadlock), errors.Is(err, dlock.ErrNotObtained), "cycle of", len(de.Waits))
+		case err == nil:
+			served++
+		}
+	}
+	fmt.Println("deadlocks:", deadlocks, "served:", served)
+	// Output:
+	// gave up: true true cycle of 2
+	// deadlocks: 1 served: 1
+}
