@@ -113,8 +113,8 @@ func (d *detector) Record(ctx context.Context) {
 	d.body = string(b)
 	if err := d.write(ctx); err != nil && ctx.Err() == nil {
 		d.off = true
-		d.c.tel.Log.Warn("dlock: a wait that holds leases could not record itself: no deadlock through it can be found",
-			"lock", d.self.For[0].Name, "err", err)
+		d.c.dep.WarnOnce("deadlock records", "dlock: a wait that holds leases could not record itself: no deadlock "+
+			"through it can be found (an ACL user needs ~<prefix>:wait:*: docs/deployments.md)", "lock", d.self.For[0].Name, "err", err)
 	}
 }
 

@@ -404,6 +404,9 @@ func (d *Deployment) CommandRefused(cmd driver.Command, err error) {
 		"prints (dlock check names what is missing)", "prefix", d.prefix, "err", err)
 }
 
+// WarnOnce logs a warning the first time it is given for key.
+func (d *Deployment) WarnOnce(key, msg string, args ...any) { d.warnOnce(key, msg, args...) }
+
 // warnOnce logs a warning the first time it is given for key.
 func (d *Deployment) warnOnce(key, msg string, args ...any) {
 	d.wmu.Lock()
