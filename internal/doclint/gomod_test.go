@@ -22,6 +22,7 @@ var allowed = map[string]string{
 	"go.opentelemetry.io/otel/sdk":        "tests only: they read what was recorded",
 	"go.opentelemetry.io/otel/sdk/metric": "tests only",
 	"go.uber.org/goleak":                  "tests only: no goroutine outlives a test",
+	"pgregory.net/rapid":                  "tests only: property tests of the deadlock rule (internal/deadlock)",
 	// what those require
 	"github.com/cespare/xxhash/v2": "go-redis",
 	"go.uber.org/atomic":           "go-redis's pool",
