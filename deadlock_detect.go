@@ -53,6 +53,9 @@ type detector struct {
 	ttl  time.Duration
 	off  bool   // its record could not be written: it checks nothing
 	what string // the primitive, for telemetry
+	// pause is the last pause Next returned, and checks how many it has.
+	pause  time.Duration
+	checks int
 }
 
 // detectorFor returns the detection of an acquire that may wait for the
@@ -83,7 +86,7 @@ func (c *Client) detectorFor(ctx context.Context, what, token string, fors func(
 	}
 	d := &detector{c: c, what: what, self: deadlock.Wait{Token: token, For: fors(),
 		Permits: int64(permits), Holds: holds, Label: cfg.Label}}
-	d.ttl = max(3*c.deadlockDelay, cfg.QueueTTL)
+	d.ttl = max(9*c.deadlockDelay, cfg.QueueTTL) // (outlives the longest pause between checks, which write it again)
 	return d
 }
 
@@ -103,7 +106,19 @@ func sideName(s string) string {
 	return ""
 }
 
-func (d *detector) Every() time.Duration { return d.c.deadlockDelay }
+// Next is the pause before the next check: the delay, then doubling up
+// to 8 delays. Checks after the first only serve where a victim failed
+// to look (a failed read) or clocks disagree on who is youngest: a cycle
+// is closed by a wait that begins, the youngest, whose first check
+// finds it (internal/deadlock's doc, "One victim").
+func (d *detector) Next() time.Duration {
+	d.pause = min(max(2*d.pause, d.c.deadlockDelay), 8*d.c.deadlockDelay)
+	if d.checks == 0 {
+		d.pause = d.c.deadlockDelay
+	}
+	d.checks++
+	return d.pause
+}
 
 // Record writes the wait's record under each token it holds; its Since
 // is now, when the wait begins (its first attempt has failed).

@@ -385,8 +385,8 @@ func WithEvictionRisk() Option {
 
 // WithDeadlockDelay sets how long a Lock that waits while it holds leases
 // (passed in its ctx with Lease.Context) waits before it looks for a
-// deadlock, and how often it looks again while it waits (as PostgreSQL's
-// deadlock_timeout). A cycle that forms and dissolves within it is never
+// deadlock (as PostgreSQL's deadlock_timeout); it looks again after pauses
+// that double from it up to eight times it while it waits. A cycle that forms and dissolves within it is never
 // reported. Default: one second; it must be positive and at most an hour.
 // docs/guarantees.md, "Deadlocks".
 func WithDeadlockDelay(d time.Duration) Option {

@@ -111,10 +111,10 @@ type Acquisition struct {
 }
 
 // Detector is a wait's deadlock detection. Run records the wait when it
-// begins (Record), checks once it has waited Every and every Every after,
-// and removes the record when the wait ends however it ends (Done).
+// begins (Record), checks after each pause Next returns, and removes the
+// record when the wait ends however it ends (Done).
 type Detector interface {
-	Every() time.Duration
+	Next() time.Duration
 	Record(ctx context.Context)
 	// Check returns the error to end the wait with (its victim's
 	// *DeadlockError) when the wait is a deadlock's victim, else nil:
@@ -270,8 +270,9 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 	if a.Detect != nil {
 		a.Detect.Record(ctx)
 		defer a.Detect.Done(ctx)
-		due = time.Now().Add(a.Detect.Every())
-		next = min(next, a.Detect.Every())
+		first := a.Detect.Next()
+		due = time.Now().Add(first)
+		next = min(next, first)
 	}
 	err = c.WaitLoop(ctx, a.Name, a.Channel, a.Token, seen, a.bound(next),
 		func(ctx context.Context, msg string) (bool, time.Duration, error) {
@@ -284,7 +285,7 @@ func (a *Acquisition) Run(ctx context.Context, wait bool) (hs []*hold.Hold, err 
 				if err = a.Detect.Check(ctx); err != nil {
 					return true, 0, err
 				}
-				due = now.Add(a.Detect.Every())
+				due = now.Add(a.Detect.Next())
 			}
 			return false, a.bound(min(next, time.Until(due))), nil
 		})
