@@ -62,6 +62,7 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 		ck.keys(ctx)
 		ck.pubsub(ctx)
 		ck.owners(ctx)
+		ck.waits(ctx)
 		servers, err := masters(ctx, rdb)
 		if err != nil {
 			ck.say(checkMissing, "cluster", "cannot list the masters: %v", err)
@@ -113,7 +114,7 @@ type checkJSON struct {
 // checkResult is one check's outcome.
 type checkResult struct {
 	Outcome string `json:"outcome"`        // ok, MISSING (required), warning, info
-	What    string `json:"what"`           // connection, version, scripts, commands, keys, pub/sub, owners, eviction, persistence, replicas, cluster
+	What    string `json:"what"`           // connection, version, scripts, commands, keys, pub/sub, owners, deadlocks, eviction, persistence, replicas, cluster
 	Node    string `json:"node,omitempty"` // a cluster's master the check is of
 	Detail  string `json:"detail"`
 }
@@ -531,6 +532,29 @@ func (c *checker) owners(ctx context.Context) {
 		return
 	}
 	c.say(checkOK, "owners", "owner records %s:client:* read and written", c.prefix)
+}
+
+// waits checks deadlock detection's records, <prefix>:wait:<token> and
+// <prefix>:deadlock:<token>: a wait that holds leases writes one, and the
+// detector, Snapshot, dlock deadlocks and dlock web read them. Optional
+// as the owner records are: without them deadlocks go unseen, so a
+// refusal is a warning.
+func (c *checker) waits(ctx context.Context) {
+	id := "dlock-check-" + randomHex()
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range []string{c.prefix + ":wait:" + id, c.prefix + ":deadlock:" + id} {
+			p.Set(ctx, k, "{}", 10*time.Second)
+			p.Get(ctx, k)
+			p.Del(ctx, k)
+		}
+		return nil
+	})
+	if err != nil {
+		c.say(checkWarning, "deadlocks", "deadlock records %s:wait:* and %s:deadlock:*: %v: locks work, but no deadlock is found "+
+			"(grant them: ACL SETUSER <user> ~%s:wait:* ~%s:deadlock:*)", c.prefix, c.prefix, err, c.prefix, c.prefix)
+		return
+	}
+	c.say(checkOK, "deadlocks", "deadlock records %s:wait:* and %s:deadlock:* read and written", c.prefix, c.prefix)
 }
 
 // serverName returns what the server says it is, "Redis 7.0.15" or
