@@ -67,8 +67,9 @@ func (h *history) checkDeadlocks() []Violation {
 		}
 		for i, w := range rec.Waits {
 			if i != vi && dlYounger(w, rec.Waits[vi]) {
-				bad("victim not the youngest", "the victim %.8s… (since %s) is not the youngest: %.8s… began waiting at %s",
-					rec.Victim, h.rel(rec.Waits[vi].Since), w.Token, h.rel(w.Since))
+				bad("victim not the youngest", "the victim …%s (since %s) is not the youngest: …%s began waiting at %s",
+					tail8(rec.Victim), h.rel(rec.Waits[vi].Since), tail8(w.Token), h.rel(w.Since))
+				break
 			}
 		}
 		if !dlIsCall(rec.Waits[vi], c) {
@@ -152,6 +153,10 @@ func dlYounger(a, b dlWait) bool {
 	}
 	return a.Token > b.Token
 }
+
+// tail8 is a token's last 8 characters (a Client's tokens share their
+// first half).
+func tail8(tok string) string { return tok[max(0, len(tok)-8):] }
 
 // heldName is the name of a recorded hold ("name|side|token").
 func heldName(hd string) string {
