@@ -559,16 +559,8 @@ func TestDeadlockAttackACLNoWaitWrites(t *testing.T) {
 	s := redistest.StartT(t, redistest.Options{})
 	admin := newRedis(t, s)
 	ctx := context.Background()
-	grant := documentedGrant(t)
 	// every key of the prefix but dlock:wait:*, which is read only
-	var words []any
-	for _, w := range grant {
-		if w == "~dlock:*" {
-			words = append(words, "~dlock:[^w]*", "~dlock:w[^a]*", "~dlock:wa[^i]*", "~dlock:wai[^t]*", "~dlock:wait[^:]*", "%R~dlock:wait:*")
-			continue
-		}
-		words = append(words, w)
-	}
+	words := grantWithWaits(t, "")
 	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, words...)...).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -684,5 +676,75 @@ func TestDeadlockAttackDetectionOff(t *testing.T) {
 	}
 	if ks, _ := rdb.Keys(ctx, p+":deadlock:*").Result(); len(ks) > 0 {
 		t.Errorf("deadlocks recorded with detection off: %v", ks)
+	}
+}
+
+// grantWithWaits is the documented grant with every key of the prefix but
+// dlock:wait:*, and for those, sel: the ACL selector's commands ("" for
+// read only).
+func grantWithWaits(t *testing.T, sel string) []any {
+	t.Helper()
+	var words []any
+	for _, w := range documentedGrant(t) {
+		if w == "~dlock:*" {
+			words = append(words, "~dlock:[^w]*", "~dlock:w[^a]*", "~dlock:wa[^i]*", "~dlock:wai[^t]*", "~dlock:wait[^:]*")
+			if sel == "" {
+				words = append(words, "%R~dlock:wait:*")
+			}
+			continue
+		}
+		words = append(words, w)
+	}
+	if sel != "" {
+		words = append(words, "(~dlock:wait:* "+sel+")")
+	}
+	return words
+}
+
+// No false report through a record left behind: a wait whose record's
+// DEL failed (here the ACL refuses DEL on dlock:wait:*; in production a
+// connection lost or a server stalled at that moment) leaves a record
+// that says it waits for x, for the record's TTL (the queue TTL, 3 s).
+// Its owner got x, released it, and runs holding a. B takes x and waits
+// for a: a chain to a running holder. B must not give up.
+func TestDeadlockAttackStaleRecordNoReport(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartT(t, redistest.Options{})
+	admin := newRedis(t, s)
+	ctx := context.Background()
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, grantWithWaits(t, "+get +set")...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	asApp := func(o *redis.Options) { o.Username, o.Password = "app", "secret" }
+	ca := newClient(t, newRedis(t, s, asApp), dlock.WithDeadlockDelay(atkDelay))
+	cb := newClient(t, newRedis(t, s), dlock.WithDeadlockDelay(atkDelay))
+	cr := newClient(t, newRedis(t, s))
+	lx := mustLock(t, cr.Mutex("x"), ctx)
+	la := mustLock(t, ca.Mutex("a"), ctx)
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := ca.Mutex("x").Lock(la.Context(ctx))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	rec := "dlock:wait:" + la.Token()
+	waitFor(t, "A's wait recorded", func() bool { n, _ := admin.Exists(ctx, rec).Result(); return n == 1 })
+	unlock(t, lx)
+	ax := <-got
+	if ax == nil {
+		t.FailNow()
+	}
+	if n, _ := admin.Exists(ctx, rec).Result(); n != 1 {
+		t.Fatal("A's record was deleted: the ACL did not refuse its DEL")
+	}
+	unlock(t, ax) // A runs on, holding a
+	lb := mustLock(t, cb.Mutex("x"), ctx)
+	B := holding(lb).wait(t, 5*time.Second, lockOf(cb.Mutex("a")))
+	time.Sleep(4 * atkDelay) // (B's checks run meanwhile: no signal marks them)
+	unlock(t, la)
+	if err := B.result(t); err != nil {
+		t.Errorf("B, waiting for a lock whose holder runs (its wait's record left behind): %v", err)
 	}
 }
