@@ -208,6 +208,11 @@ func (g graphReader) State(ctx context.Context, l deadlock.Lock) (deadlock.State
 	for _, h := range info.Holders {
 		st.Holders = append(st.Holders, deadlock.Holder{Token: h.Token, Permits: h.Holds})
 	}
+	for _, w := range info.Waiters {
+		if w.Expires > 0 { // (a place past its expiry is a wait gone)
+			st.Waiters = append(st.Waiters, w.Token)
+		}
+	}
 	return st, nil
 }
 

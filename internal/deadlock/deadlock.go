@@ -30,7 +30,16 @@
 //     take it) blocks nothing.
 //
 // A wait the exploration did not reach (past its bound), or whose record
-// could not be read, counts as running. So a wait is reported only when
+// could not be read, counts as running; so does a wait whose record is
+// read but which is queued for none of its locks (no live place in any
+// of their queues): a record outlives its wait when its DEL fails (a
+// connection lost, a server stalled, as the wait ended), for up to its
+// TTL, and such a record says its owner waits while it runs — with a
+// lock it has since released and another has taken, a cycle that is not
+// there (deadlock_attack_test.go, StaleRecordNoReport). A live wait
+// keeps its place in its lock's queue until it ends, and loses it (takes
+// the lock, or leaves) before its record is deleted (Run's undo runs
+// after the detector's Done). So a wait is reported only when
 // every way it could be served passes through waits that are themselves
 // blocked as read: a chain that ends in a running holder is never
 // reported, however long.
@@ -99,7 +108,10 @@ type Holder struct {
 
 // State is a lock's holders as read at one moment.
 type State struct {
-	Holders   []Holder
+	Holders []Holder
+	// Waiters are the tokens of the waits queued for the lock, any side,
+	// whose places live.
+	Waiters   []string
 	Semaphore bool
 	Free      int64 // a Semaphore's free permits
 }
@@ -213,8 +225,8 @@ func explore(ctx context.Context, r Reader, self *Wait) ([]*node, error) {
 // another (the package's doc, "Deadlocked waits").
 func deadlocked(nodes []*node) map[*node]bool {
 	in := map[*node]bool{}
-	for _, n := range nodes {
-		if n.on != nil {
+	for i, n := range nodes {
+		if n.on != nil && (i == 0 || queued(n)) { // (nodes[0] is self: it waits)
 			in[n] = true
 		}
 	}
@@ -228,6 +240,18 @@ func deadlocked(nodes []*node) map[*node]bool {
 		}
 	}
 	return in
+}
+
+// queued reports whether n's wait is queued for one of its locks, as
+// read: else its record outlived it (the package's doc, "Deadlocked
+// waits").
+func queued(n *node) bool {
+	for _, e := range n.on {
+		if slices.Contains(e.st.Waiters, n.w.Token) {
+			return true
+		}
+	}
+	return false
 }
 
 // blocked reports whether the set in blocks n's wait.
