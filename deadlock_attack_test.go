@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/envdriver"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -746,5 +748,54 @@ func TestDeadlockAttackStaleRecordNoReport(t *testing.T) {
 	unlock(t, la)
 	if err := B.result(t); err != nil {
 		t.Errorf("B, waiting for a lock whose holder runs (its wait's record left behind): %v", err)
+	}
+}
+
+// No false report through a wait that ended while its connection was
+// cut: its record's DEL and its place's leave are lost, and both outlive
+// it (the queue TTL, 3 s). Its owner runs on, holding a; B, holding x
+// (what the ended wait was for), waits for a: a chain to a running
+// holder. B must not give up.
+func TestDeadlockAttackCutConnectionRecordNoReport(t *testing.T) {
+	t.Parallel()
+	px, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	p := atkPrefix(t)
+	rdb := newRedis(t, srv)
+	rdbA := redis.NewClient(&redis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() {
+		_ = rdbA.Close()
+		envdriver.Forget(rdbA)
+	})
+	ca := newClient(t, rdbA, dlock.WithPrefix(p), dlock.WithDeadlockDelay(atkDelay))
+	t.Cleanup(func() { px.Blackhole(false) }) // (before ca closes)
+	cb := atkClient(t, p)
+	ctx := context.Background()
+	la := mustLock(t, ca.Mutex("a"), ctx, dlock.WithTTL(5*time.Second))
+	lx := mustLock(t, cb.Mutex("x"), ctx)
+	actx, cancel := context.WithCancel(la.Context(ctx))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ca.Mutex("x").Lock(actx)
+		done <- err
+	}()
+	recorded(t, rdb, p, la)
+	px.Blackhole(true)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("A's Lock did not return within 5 s of its ctx's end")
+	}
+	if n, _ := rdb.Exists(ctx, p+":wait:"+la.Token()).Result(); n != 1 {
+		t.Skip("A's record was deleted: the cut came too late")
+	}
+	B := holding(lx).wait(t, 8*atkDelay, lockOf(cb.Mutex("a")))
+	if err := B.result(t); errors.Is(err, dlock.ErrDeadlock) {
+		t.Errorf("B gave up for a cycle through a wait that had ended (its record and place left by a cut connection): %v", err)
 	}
 }
