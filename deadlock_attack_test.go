@@ -794,6 +794,14 @@ func TestDeadlockAttackCutConnectionRecordNoReport(t *testing.T) {
 	if n, _ := rdb.Exists(ctx, p+":wait:"+la.Token()).Result(); n != 1 {
 		t.Skip("A's record was deleted: the cut came too late")
 	}
+	// Within two delays of its last write a record left behind still
+	// counts (as one read between a wait's end and its DEL does): B
+	// begins once the record is older (internal/deadlock, Wait.Stale).
+	ttl := max(3*atkDelay, dlock.DefaultQueueTTL)
+	waitFor(t, "A's record to age past two delays", func() bool {
+		pt, err := rdb.PTTL(ctx, p+":wait:"+la.Token()).Result()
+		return err == nil && ttl-pt > 2*atkDelay+50*time.Millisecond
+	})
 	B := holding(lx).wait(t, 8*atkDelay, lockOf(cb.Mutex("a")))
 	if err := B.result(t); errors.Is(err, dlock.ErrDeadlock) {
 		t.Errorf("B gave up for a cycle through a wait that had ended (its record and place left by a cut connection): %v", err)

@@ -84,6 +84,7 @@ func (c *Client) detectorFor(ctx context.Context, what, token string, fors func(
 	d := &detector{c: c, what: what, self: deadlock.Wait{Token: token, For: fors(),
 		Permits: int64(permits), Holds: holds, Label: cfg.Label}}
 	d.ttl = max(3*c.deadlockDelay, cfg.QueueTTL)
+	d.self.Every, d.self.TTL = c.deadlockDelay.Milliseconds(), d.ttl.Milliseconds()
 	return d
 }
 
@@ -216,8 +217,22 @@ func (g graphReader) State(ctx context.Context, l deadlock.Lock) (deadlock.State
 	return st, nil
 }
 
+// WaitOf reads the wait recorded under token, with its record's PTTL: a
+// record left behind by a wait that ended (Wait.Stale) is no wait.
 func (g graphReader) WaitOf(ctx context.Context, token string) (*deadlock.Wait, error) {
-	return g.c.readWait(ctx, waitKey(g.c.prefix, token))
+	key := waitKey(g.c.prefix, token)
+	rs := g.c.rdb.Pipeline(ctx, []driver.Command{protocol.Keyed("GET", key), protocol.Keyed("PTTL", key)})
+	if err := backend.FirstErr(rs); err != nil {
+		return nil, redisErr("deadlock check", key, err)
+	}
+	w := parseWait(rs[0])
+	if w == nil {
+		return nil, nil
+	}
+	if pttl, err := rs[1].Int64(); err == nil && w.Stale(pttl) {
+		return nil, nil
+	}
+	return w, nil
 }
 
 // readWait reads one wait's record: nil if there is none, or it is not
@@ -227,15 +242,21 @@ func (c *Client) readWait(ctx context.Context, key string) (*deadlock.Wait, erro
 	if r.Err != nil {
 		return nil, redisErr("deadlock check", key, r.Err)
 	}
+	return parseWait(r), nil
+}
+
+// parseWait reads a wait's record from a GET's reply: nil if there is
+// none, or it is not one.
+func parseWait(r driver.Reply) *deadlock.Wait {
 	v, err := r.Text()
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	var w deadlock.Wait
 	if json.Unmarshal([]byte(v), &w) != nil || w.Token == "" || len(w.For) == 0 {
-		return nil, nil
+		return nil
 	}
-	return &w, nil
+	return &w
 }
 
 // lockFor is what a request's acquire waits for, as the graph names it.
