@@ -697,6 +697,9 @@ func grantWithWaits(t *testing.T, sel string) []any {
 		}
 		words = append(words, w)
 	}
+	if envdriver.Name() != "go-redis" {
+		words = append(words, "+client|tracking", "+cluster|slots") // (as acl_grants_test.go's)
+	}
 	if sel != "" {
 		words = append(words, "(~dlock:wait:* "+sel+")")
 	}
