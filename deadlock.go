@@ -240,7 +240,7 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 	g := &snapshotGraph{graphReader: graphReader{c}, states: map[deadlock.Lock]deadlock.State{}, waits: map[string]*deadlock.Wait{}}
 	var waits []*deadlock.Wait
 	for _, k := range waitKeys {
-		w, err := c.readWait(ctx, k)
+		w, err := graphReader{c}.WaitOf(ctx, strings.TrimPrefix(k, waitPre)) // (a record left behind is none)
 		if err != nil {
 			return nil, err
 		}

@@ -53,9 +53,9 @@ type detector struct {
 	ttl  time.Duration
 	off  bool   // its record could not be written: it checks nothing
 	what string // the primitive, for telemetry
-	// pause is the last pause Next returned, and checks how many it has.
-	pause  time.Duration
-	checks int
+	// checks counts the checks made, and readAt is the one that reads
+	// the graph next (readGraph).
+	checks, readAt int
 }
 
 // detectorFor returns the detection of an acquire that may wait for the
@@ -86,7 +86,8 @@ func (c *Client) detectorFor(ctx context.Context, what, token string, fors func(
 	}
 	d := &detector{c: c, what: what, self: deadlock.Wait{Token: token, For: fors(),
 		Permits: int64(permits), Holds: holds, Label: cfg.Label}}
-	d.ttl = max(9*c.deadlockDelay, cfg.QueueTTL) // (outlives the longest pause between checks, which write it again)
+	d.ttl = max(3*c.deadlockDelay, cfg.QueueTTL)
+	d.self.Every, d.self.TTL = c.deadlockDelay.Milliseconds(), d.ttl.Milliseconds()
 	return d
 }
 
@@ -106,18 +107,25 @@ func sideName(s string) string {
 	return ""
 }
 
-// Next is the pause before the next check: the delay, then doubling up
-// to 8 delays. Checks after the first only serve where a victim failed
-// to look (a failed read) or clocks disagree on who is youngest: a cycle
-// is closed by a wait that begins, the youngest, whose first check
-// finds it (internal/deadlock's doc, "One victim").
-func (d *detector) Next() time.Duration {
-	d.pause = min(max(2*d.pause, d.c.deadlockDelay), 8*d.c.deadlockDelay)
-	if d.checks == 0 {
-		d.pause = d.c.deadlockDelay
-	}
+// Next is the pause before the next check: the delay. Each check writes
+// the records again (a record not written for two delays counts as left
+// behind: deadlock.Wait.Stale); the graph is read at the first
+// check, then at checks whose gaps double up to eight delays (readGraph).
+// Reads after the first only serve where a victim failed to look (a
+// failed read) or clocks disagree on who is youngest: a cycle is closed by
+// a wait that begins, the youngest, whose first check finds it
+// (internal/deadlock's doc, "One victim").
+func (d *detector) Next() time.Duration { return d.c.deadlockDelay }
+
+// readGraph reports whether this check reads the graph: checks 1, 2, 4,
+// 8, then every eighth.
+func (d *detector) readGraph() bool {
 	d.checks++
-	return d.pause
+	if d.checks < d.readAt {
+		return false
+	}
+	d.readAt = d.checks + min(max(d.checks, 1), 8)
+	return true
 }
 
 // Record writes the wait's record under each token it holds; its Since
@@ -159,7 +167,7 @@ func (d *detector) Check(ctx context.Context) error {
 	if d.off {
 		return nil
 	}
-	if err := d.write(ctx); err != nil { // (lengthens the records)
+	if err := d.write(ctx); err != nil || !d.readGraph() { // (write lengthens the records)
 		return nil
 	}
 	cycle, victim, err := deadlock.Find(ctx, graphReader{d.c}, &d.self)
@@ -223,29 +231,44 @@ func (g graphReader) State(ctx context.Context, l deadlock.Lock) (deadlock.State
 	for _, h := range info.Holders {
 		st.Holders = append(st.Holders, deadlock.Holder{Token: h.Token, Permits: h.Holds})
 	}
+	for _, w := range info.Waiters {
+		if w.Expires > 0 { // (a place past its expiry is a wait gone)
+			st.Waiters = append(st.Waiters, w.Token)
+		}
+	}
 	return st, nil
 }
 
+// WaitOf reads the wait recorded under token, with its record's PTTL: a
+// record left behind by a wait that ended (deadlock.Wait.Stale) is no wait.
 func (g graphReader) WaitOf(ctx context.Context, token string) (*deadlock.Wait, error) {
-	return g.c.readWait(ctx, waitKey(g.c.prefix, token))
+	key := waitKey(g.c.prefix, token)
+	rs := g.c.rdb.Pipeline(ctx, []driver.Command{protocol.Keyed("GET", key), protocol.Keyed("PTTL", key)})
+	if err := backend.FirstErr(rs); err != nil {
+		return nil, redisErr("deadlock check", key, err)
+	}
+	w := parseWait(rs[0])
+	if w == nil {
+		return nil, nil
+	}
+	if pttl, err := rs[1].Int64(); err == nil && w.Stale(pttl) {
+		return nil, nil
+	}
+	return w, nil
 }
 
-// readWait reads one wait's record: nil if there is none, or it is not
-// one (another version's, say).
-func (c *Client) readWait(ctx context.Context, key string) (*deadlock.Wait, error) {
-	r := c.rdb.Do(ctx, protocol.Keyed("GET", key))
-	if r.Err != nil {
-		return nil, redisErr("deadlock check", key, r.Err)
-	}
+// parseWait reads a wait's record from a GET's reply: nil if there is
+// none, or it is not one.
+func parseWait(r driver.Reply) *deadlock.Wait {
 	v, err := r.Text()
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	var w deadlock.Wait
 	if json.Unmarshal([]byte(v), &w) != nil || w.Token == "" || len(w.For) == 0 {
-		return nil, nil
+		return nil
 	}
-	return &w, nil
+	return &w
 }
 
 // lockFor is what a request's acquire waits for, as the graph names it.

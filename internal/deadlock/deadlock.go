@@ -30,7 +30,21 @@
 //     take it) blocks nothing.
 //
 // A wait the exploration did not reach (past its bound), or whose record
-// could not be read, counts as running. So a wait is reported only when
+// could not be read, counts as running; so does a wait whose record is
+// read but which is queued for none of its locks (no live place in any
+// of their queues): a record outlives its wait when its DEL fails (a
+// connection lost, a server stalled, as the wait ended), for up to its
+// TTL, and such a record says its owner waits while it runs — with a
+// lock it has since released and another has taken, a cycle that is not
+// there (deadlock_attack_test.go, StaleRecordNoReport). A live wait
+// keeps its place in its lock's queue until it ends, and loses it (takes
+// the lock, or leaves) before its record is deleted (Run's undo runs
+// after the detector's Done). A record not written again for more than
+// two of its writer's delays is one left behind too (Wait.Stale): a
+// connection cut as its wait ended loses the DEL and the leave alike.
+// Within those two delays of its end such a record can still be read,
+// as any record can between its wait's end and its DEL: the cycle it
+// completes was real at most two delays before (below). So a wait is reported only when
 // every way it could be served passes through waits that are themselves
 // blocked as read: a chain that ends in a running holder is never
 // reported, however long.
@@ -83,7 +97,27 @@ type Wait struct {
 	Permits int64  `json:"p,omitempty"` // a Semaphore wait's
 	Holds   []Held `json:"h"`           // the leases it holds
 	Label   string `json:"l,omitempty"`
+	// Every is how often the wait writes its record again (its Client's
+	// delay, ms), and TTL the record's TTL at each write (ms): a reader
+	// tells from the record's PTTL how long ago it was last written.
+	Every int64 `json:"e,omitempty"`
+	TTL   int64 `json:"x,omitempty"`
 }
+
+// Stale reports whether a record whose TTL left is pttl (ms, as the
+// server says) was last written more than two of its writer's delays
+// ago: its wait has ended (or its owner stopped) without deleting it —
+// a connection cut as the wait ended loses the DEL and the queue's leave
+// alike, and both outlive the wait by up to the queue TTL. Such a wait
+// counts as running (the package's doc, "Deadlocked waits"). A live wait
+// writes its record at each check, every delay; two of them cover a
+// check that starts late (its attempt's round trip, a busy process).
+func (w *Wait) Stale(pttl int64) bool {
+	return w.Every > 0 && w.TTL > 0 && pttl >= 0 && w.TTL-pttl > 2*w.Every+StaleSlack
+}
+
+// StaleSlack is Stale's margin beyond two delays (ms).
+const StaleSlack = 50
 
 // Younger reports whether w began waiting after x (the victim rule's
 // order: Since, then Token).
@@ -99,7 +133,10 @@ type Holder struct {
 
 // State is a lock's holders as read at one moment.
 type State struct {
-	Holders   []Holder
+	Holders []Holder
+	// Waiters are the tokens of the waits queued for the lock, any side,
+	// whose places live.
+	Waiters   []string
 	Semaphore bool
 	Free      int64 // a Semaphore's free permits
 }
@@ -213,8 +250,8 @@ func explore(ctx context.Context, r Reader, self *Wait) ([]*node, error) {
 // another (the package's doc, "Deadlocked waits").
 func deadlocked(nodes []*node) map[*node]bool {
 	in := map[*node]bool{}
-	for _, n := range nodes {
-		if n.on != nil {
+	for i, n := range nodes {
+		if n.on != nil && (i == 0 || queued(n)) { // (nodes[0] is self: it waits)
 			in[n] = true
 		}
 	}
@@ -228,6 +265,18 @@ func deadlocked(nodes []*node) map[*node]bool {
 		}
 	}
 	return in
+}
+
+// queued reports whether n's wait is queued for one of its locks, as
+// read: else its record outlived it (the package's doc, "Deadlocked
+// waits").
+func queued(n *node) bool {
+	for _, e := range n.on {
+		if slices.Contains(e.st.Waiters, n.w.Token) {
+			return true
+		}
+	}
+	return false
 }
 
 // blocked reports whether the set in blocks n's wait.

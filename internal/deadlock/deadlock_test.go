@@ -15,13 +15,14 @@ type world struct {
 	holders map[string][]Holder // lock name -> holders
 	sem     map[string]int64    // lock name -> free permits (a Semaphore)
 	waits   map[string]*Wait    // held token -> wait
+	queued  map[string][]string // lock name -> the waits queued for it
 	reads   int
 }
 
 func (w *world) State(_ context.Context, l Lock) (State, error) {
 	w.reads++
 	free, sem := w.sem[l.Name]
-	return State{Holders: w.holders[l.Name], Semaphore: sem, Free: free}, nil
+	return State{Holders: w.holders[l.Name], Waiters: w.queued[l.Name], Semaphore: sem, Free: free}, nil
 }
 
 func (w *world) WaitOf(_ context.Context, token string) (*Wait, error) {
@@ -30,13 +31,14 @@ func (w *world) WaitOf(_ context.Context, token string) (*Wait, error) {
 }
 
 func newWorld() *world {
-	return &world{holders: map[string][]Holder{}, sem: map[string]int64{}, waits: map[string]*Wait{}}
+	return &world{holders: map[string][]Holder{}, sem: map[string]int64{}, waits: map[string]*Wait{}, queued: map[string][]string{}}
 }
 
 // party adds a wait: id holds the locks held (its token for each:
 // id+"@"+lock) and waits for the lock wants.
 func (w *world) party(id string, since int64, wants string, held ...string) *Wait {
 	wt := &Wait{Token: id, Since: since, For: []Lock{{Kind: "mutex", Name: wants}}}
+	w.queued[wants] = append(w.queued[wants], id)
 	for _, l := range held {
 		t := id + "@" + l
 		wt.Holds = append(wt.Holds, Held{Lock: Lock{Kind: "mutex", Name: l}, Token: t})
@@ -171,4 +173,22 @@ func TestRandomGraphs(t *testing.T) {
 			t.Fatalf("%d waits gave up for %d cycles", found, len(victimsNamed))
 		}
 	})
+}
+
+// A record that outlived its wait (its DEL failed): it names a lock its
+// owner no longer waits for (not queued there). Its owner runs: the
+// younger wait through it is no victim; once the record's wait is queued
+// again, the cycle is found.
+func TestRecordLeftBehindIsRunning(t *testing.T) {
+	w := newWorld()
+	w.party("a", 1, "y", "x")
+	b := w.party("b", 2, "x", "y")
+	w.queued["y"] = nil // a's wait ended; its record did not
+	if v := victims(t, w, b); len(v) != 0 {
+		t.Fatalf("victims %v through a record left behind, want none", v)
+	}
+	w.queued["y"] = []string{"a"}
+	if v := victims(t, w, b); len(v) != 1 {
+		t.Fatalf("victims %v, want [b]", v)
+	}
 }

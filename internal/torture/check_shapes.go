@@ -23,6 +23,7 @@ func (h *history) checkShapes() []Violation {
 	vs = append(vs, h.checkSelfWaits()...)
 	vs = append(vs, h.checkFIFO()...)
 	vs = append(vs, h.checkLatches()...)
+	vs = append(vs, h.checkDeadlocks()...)
 	return vs
 }
 

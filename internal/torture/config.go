@@ -63,7 +63,7 @@ func aliasOf(name string) string {
 const rwStreamName = "rws"
 
 // semCap is the capacity of each semaphore (fixed for the whole run).
-var semCap = map[string]int{"s0": 2, "s1": 3}
+var semCap = map[string]int{"s0": 2, "s1": 3, "sD0": 2, "sC0": 2}
 
 // queueTTL is the queue TTL of every waiter (each registers in its lock's
 // queue): a dead waiter stalls its queue for at most 4/3 of it.
@@ -131,6 +131,8 @@ func allNames(slots, goroutines int) []string {
 	out = append(out, semNames...)
 	out = append(out, elecNames...)
 	out = append(out, quorumNames...)
+	out = append(out, dlOrdered...)
+	out = append(out, dlCycle...)
 	out = append(out, keys(longNames)...)
 	for s := range slots {
 		for i := range resetBurstGoroutines {
@@ -148,21 +150,23 @@ func allNames(slots, goroutines int) []string {
 
 // scenarios a worker goroutine picks from, with default weights.
 var defaultWeights = map[string]int{
-	"mix":         40, // one random operation on the shared names
-	"relay":       16, // hand-offs on a long-TTL private name (lost wake-ups)
-	"relaycancel": 10, // the same, after Lock calls that gave up at once on the same Client
-	"close":       3,  // Client.Close while holding, with a waiter on another Client
-	"extend":      15, // Extend to a long d racing the watchdog's renewal
-	"unlock":      8,  // Unlock with an ended context, then again or not
-	"waiter":      8,  // a long wait on a shared name
-	"reopen":      1,  // Client.Close and a new Client
-	"lockall":     6,  // LockAll over 2-3 locks
-	"shortctx":    6,  // Lock/TryLock/Acquire with a 100-300 ms ctx on the Client without ContextTimeoutEnabled
-	"election":    12, // 1-3 candidates Campaign on a shared election; the leader works, Proclaims, reads, resigns
-	"nested":      8,  // holds nested through a lease's context on every primitive, released in any order (issue 23)
-	"mixedopts":   6,  // per-call QueueTTL/TTL/WithLease mixed on one name; FairMutex arrival-order rounds (issue 23)
-	"latch":       4,  // latches reused across phases: TrySetCount, CountDown(Once) retried, Wait (issue 23)
-	"redlock":     6,  // RedLock Mutexes on 3 quorum nodes, through proxies qpart cuts; qrestart restarts a node empty (issue 23)
+	"mix":           40, // one random operation on the shared names
+	"relay":         16, // hand-offs on a long-TTL private name (lost wake-ups)
+	"relaycancel":   10, // the same, after Lock calls that gave up at once on the same Client
+	"close":         3,  // Client.Close while holding, with a waiter on another Client
+	"extend":        15, // Extend to a long d racing the watchdog's renewal
+	"unlock":        8,  // Unlock with an ended context, then again or not
+	"waiter":        8,  // a long wait on a shared name
+	"reopen":        1,  // Client.Close and a new Client
+	"lockall":       6,  // LockAll over 2-3 locks
+	"shortctx":      6,  // Lock/TryLock/Acquire with a 100-300 ms ctx on the Client without ContextTimeoutEnabled
+	"election":      12, // 1-3 candidates Campaign on a shared election; the leader works, Proclaims, reads, resigns
+	"nested":        8,  // holds nested through a lease's context on every primitive, released in any order (issue 23)
+	"mixedopts":     6,  // per-call QueueTTL/TTL/WithLease mixed on one name; FairMutex arrival-order rounds (issue 23)
+	"latch":         4,  // latches reused across phases: TrySetCount, CountDown(Once) retried, Wait (issue 23)
+	"deadlock":      5,  // holding random locks of every kind, wait for more through the leases' contexts, in one global order: no ErrDeadlock (shapes_deadlock.go)
+	"deadlockcycle": 4,  // the same in random orders: cycles; each ErrDeadlock names a real cycle, one victim each
+	"redlock":       6,  // RedLock Mutexes on 3 quorum nodes, through proxies qpart cuts; qrestart restarts a node empty (issue 23)
 	// rwstream is a switch, not a weight: > 0 starts, in every worker, a
 	// stream of RWMutex writers and readers looping on one name beside
 	// the driver goroutines (2 writers and 4 readers with 3 workers).

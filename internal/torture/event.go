@@ -79,6 +79,13 @@ type Event struct {
 	Scn     string   `json:"sc,omitempty"` // scenario
 	End     int64    `json:"end,omitempty"`
 	Msg     string   `json:"m,omitempty"`
+	// Hold: a call made through contexts that carry leases (the deadlock
+	// shapes): each carried lease as "name|side|token" (token "" for a
+	// leadership, whose token the API does not give).
+	Hold []string `json:"hd,omitempty"`
+	// Cycle: a fail with ErrDeadlock, the *DeadlockError's cycle as JSON
+	// (dlCycle).
+	Cycle string `json:"cy,omitempty"`
 }
 
 func (e Event) String() string {
@@ -103,6 +110,8 @@ func errKind(err error) string {
 		return "lost"
 	case errors.Is(err, dlock.ErrNotHeld):
 		return "notheld"
+	case errors.Is(err, dlock.ErrDeadlock):
+		return "deadlock"
 	case errors.Is(err, dlock.ErrNotObtained) &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return "ctx"

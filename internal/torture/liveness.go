@@ -46,7 +46,7 @@ func (h *history) occupancy(name string) []busy {
 			if k, ok := h.killed[c.call.W]; ok {
 				out = append(out, busy{from: c.call.T, to: h.expireBy(c.call.T, k+ttl), why: "an acquire in flight when its process was killed"})
 			}
-		case c.result.K == kFail && c.result.EK != "ctx" && c.result.EK != "notobtained" && c.result.EK != "invalid":
+		case c.result.K == kFail && c.result.EK != "ctx" && c.result.EK != "notobtained" && c.result.EK != "deadlock" && c.result.EK != "invalid":
 			to, why := c.result.T, "an acquire that failed ("+c.result.EK+")"
 			if h.serverFaultIn(c.call.T, c.result.T) {
 				to, why = h.expireBy(c.call.T, to+ttl), why+" during a server fault"

@@ -22,6 +22,7 @@ type spec struct {
 	timeout time.Duration  // 0: until the worker stops
 	outer   int64          // a nested acquire: the lease whose context it is made through (recorded as the call's ls)
 	began   func(op int64) // if set, told the call's op once its call event is written
+	hold    []string       // the leases its ctx carries (Event.Hold)
 }
 
 // held is a lease the goroutine holds (or a leadership: ld), with its
@@ -65,7 +66,7 @@ func (g *gor) begin(parent context.Context, sp spec) (op int64, ctx context.Cont
 		ctx, cancel = context.WithDeadline(parent, time.Unix(0, t0).Add(sp.timeout))
 	}
 	e = Event{T: t0, K: kCall, Op: op, Client: sp.client, Names: sp.names, Permits: sp.permits,
-		Wait: sp.wait, Reent: sp.reent, Fixed: sp.fixed, Timeout: us(sp.timeout), Scn: sp.scn, Lease: sp.outer}
+		Wait: sp.wait, Reent: sp.reent, Fixed: sp.fixed, Timeout: us(sp.timeout), Scn: sp.scn, Lease: sp.outer, Hold: sp.hold}
 	if d, ok := ctx.Deadline(); ok {
 		e.DL = d.UnixNano()
 	}
@@ -82,7 +83,7 @@ func (g *gor) begin(parent context.Context, sp spec) (op int64, ctx context.Cont
 
 // failed records an acquire (call event c) that returned err at t.
 func (g *gor) failed(c Event, st, t int64, err error) {
-	g.emit(Event{T: t, K: kFail, Op: c.Op, EK: errKind(err), Err: err.Error(), St: st, DL: c.DL})
+	g.emit(Event{T: t, K: kFail, Op: c.Op, EK: errKind(err), Err: err.Error(), St: st, DL: c.DL, Cycle: cycleOf(err)})
 }
 
 // acquire records and makes one acquire call; nil when it failed.

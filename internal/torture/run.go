@@ -176,6 +176,7 @@ func Run(opts Options) (*Result, error) {
 	r.logf("workers quiet %s after the stop", time.Duration(now()-stop).Round(time.Millisecond))
 
 	vs = append(vs, r.probe(index(r.rec.snapshot(), r.start, stop))...)
+	vs = append(vs, r.checkWaitRecords(now())...)
 	r.readFencedLogs()
 	if r.ho.close != nil {
 		r.ho.close()

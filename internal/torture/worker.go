@@ -56,6 +56,9 @@ type worker struct {
 	// quorum is the RedLock Client on the quorum nodes, and its nodes.
 	quorum *dlock.Client
 	qnodes []*redis.Client
+	// dl are the deadlock shapes' Clients (shapes_deadlock.go): on slots
+	// 0 and 1's go-redis clients, with a short WithDeadlockDelay.
+	dl []*dlock.Client
 }
 
 // slot is a go-redis client with the dlock Client currently made on it;
@@ -112,6 +115,17 @@ func WorkerMain(leaks func() error) int {
 			return 2
 		}
 		w.slots = append(w.slots, &slot{idx: i, rdb: rdb, c: c})
+	}
+
+	if cfg.Weights["deadlock"] > 0 || cfg.Weights["deadlockcycle"] > 0 {
+		for _, s := range w.slots[:2] {
+			c, err := envdriver.New(s.rdb, dlock.WithPrefix(prefix), dlock.WithDeadlockDelay(dlDelay))
+			if err != nil {
+				stderrf("torture worker: dlock.New: %v", err)
+				return 2
+			}
+			w.dl = append(w.dl, c)
+		}
 	}
 
 	if len(cfg.QuorumAddrs) > 0 {
@@ -203,6 +217,9 @@ func WorkerMain(leaks func() error) int {
 		}
 	}
 	for range cmds { // the reader has returned once cmds is closed
+	}
+	for _, c := range w.dl {
+		_ = c.Close()
 	}
 	for _, s := range w.slots {
 		c, _ := s.current()
@@ -300,6 +317,10 @@ func (g *gor) run(ctx context.Context) {
 			g.latchPhases(ctx)
 		case "redlock":
 			g.redlock(ctx)
+		case "deadlock":
+			g.deadlockShape(ctx, false)
+		case "deadlockcycle":
+			g.deadlockShape(ctx, true)
 		default:
 			sleepCtx(ctx, 50*time.Millisecond)
 		}
