@@ -175,11 +175,12 @@ func TestOneSnapshotForEveryViewer(t *testing.T) {
 	}
 	t.Logf("%d Snapshots in %v for 20 pages and 4 API clients", n, elapsed)
 
-	// nobody looks: the loop ends within an interval, and reads nothing more
-	waitFor(t, 5*time.Second, "the refresher stopped", func() bool {
+	// nobody looks: no read (a read under way when the last page left
+	// ends first)
+	waitFor(t, 5*time.Second, "the last read ended", func() bool {
 		h.hub.mu.Lock()
 		defer h.hub.mu.Unlock()
-		return !h.hub.running
+		return h.hub.inflight == nil
 	})
 	idle := reads.Load()
 	time.Sleep(5 * interval) // nothing to wait for: this measures that nothing happens

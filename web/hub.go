@@ -11,15 +11,14 @@ import (
 
 // The hub is the one refresher behind every page, API call and scrape of
 // a handler: it reads one Snapshot per interval while anyone looks, and
-// none while nobody does.
-//
-// "Someone looks" is: a page's feed is open (watch), or the API or the
-// metrics asked within the last interval (fresh). The refresh loop runs
-// only then: it is started by the first of them, reads a snapshot at
-// once, then one an interval after the last one ended, and ends by
-// itself at the first tick that finds nobody looking. So N open pages
-// cost one Snapshot an interval, as one page does; a scrape every 15 s
-// costs one Snapshot a scrape.
+// none while nobody does. It starts no goroutine: a read runs in the
+// request that finds the last state older than the interval (the others
+// that come meanwhile wait for it: a single flight), so with nobody
+// looking nothing runs at all. An open page's feed (follow) asks again
+// exactly an interval after the state it got, which every page got at
+// once: the first feed to wake reads, the others share its read. So N
+// open pages cost one Snapshot an interval, as one page does, and a
+// scrape every 15 s costs one Snapshot a scrape.
 
 // state is one refresh's outcome, as every viewer gets it.
 type state struct {
@@ -40,112 +39,76 @@ type hub struct {
 	timeout  time.Duration // bounds one read
 	log      *slog.Logger
 
-	mu      sync.Mutex    // guards the fields below
-	cur     *state        // the last refresh's; nil before the first
-	next    chan struct{} // closed when cur is replaced
-	viewers int           // feeds open
-	wanted  time.Time     // the last API or metrics request
-	running bool          // the loop runs
-	failing bool          // the last refresh failed (logged once a run of failures)
-	counts  struct{ refreshes, errors uint64 }
+	mu       sync.Mutex    // guards the fields below
+	cur      *state        // the last refresh's; nil before the first
+	inflight chan struct{} // while a read runs: closed when it has ended and cur is its
+	failing  bool          // the last refresh failed (logged once a run of failures)
+	counts   struct{ refreshes, errors uint64 }
 }
 
 // newHub returns a hub that reads with read and renders with render.
 func newHub(interval, timeout time.Duration, log *slog.Logger, read func(context.Context) (*dlock.Snapshot, error), render func(*state) []byte) *hub {
-	return &hub{read: read, render: render, interval: interval, timeout: timeout, log: log, next: make(chan struct{})}
+	return &hub{read: read, render: render, interval: interval, timeout: timeout, log: log}
 }
 
-// watch counts a viewer in until stop is called, and starts the loop if
-// it is not running.
-func (h *hub) watch() (stop func()) {
-	h.mu.Lock()
-	h.viewers++
-	h.startLocked()
-	h.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			h.mu.Lock()
-			h.viewers--
-			h.mu.Unlock()
-		})
-	}
-}
-
-// latest returns the last refresh's state (nil before the first) and a
-// channel closed when there is a newer one.
-func (h *hub) latest() (*state, <-chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.cur, h.next
-}
-
-// fresh returns a state no older than the interval: the last one if it
-// is, else the next one, which it has the loop read. It blocks until
-// then or until ctx ends (returning ctx's error).
+// fresh returns a state younger than the interval: the last one if it
+// is; else the one of the read under way, or of a read it makes itself.
+// It blocks until then, or until ctx ends (returning ctx's error; a read
+// it makes itself runs to its end, bounded by the timeout, for the others
+// waiting on it).
 func (h *hub) fresh(ctx context.Context) (*state, error) {
 	h.mu.Lock()
-	now := time.Now()
-	h.wanted = now
-	if h.cur != nil && now.Sub(h.cur.at) <= h.interval {
+	if h.cur != nil && time.Since(h.cur.at) < h.interval {
 		st := h.cur
 		h.mu.Unlock()
 		return st, nil
 	}
-	h.startLocked()
-	next := h.next
+	if ch := h.inflight; ch != nil {
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ch:
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.cur, nil
+	}
+	ch := make(chan struct{})
+	h.inflight = ch
 	h.mu.Unlock()
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-next:
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.cur, nil
+	return h.refresh(context.WithoutCancel(ctx), ch), nil
 }
 
-// startLocked starts the loop unless it runs. h.mu is held.
-func (h *hub) startLocked() {
-	if h.running {
-		return
-	}
-	h.running = true
-	go h.loop()
-}
-
-// loop refreshes at once, then an interval after each refresh ended,
-// until a tick finds nobody looking. It is the only goroutine the hub
-// starts, and at most one runs.
-func (h *hub) loop() {
-	t := time.NewTimer(h.interval)
+// follow calls show with a fresh state at once, and then each time the
+// interval has passed since the state it showed, until ctx ends or show
+// fails. It returns ctx's error or show's.
+func (h *hub) follow(ctx context.Context, show func(*state) error) error {
+	t := time.NewTimer(0)
 	defer t.Stop()
+	<-t.C
 	for {
-		h.refresh()
-		t.Reset(h.interval)
-		<-t.C
-		if !h.keepGoing() {
-			return
+		st, err := h.fresh(ctx)
+		if err != nil {
+			return err
+		}
+		if err := show(st); err != nil {
+			return err
+		}
+		t.Reset(time.Until(st.at.Add(h.interval)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
 }
 
-// keepGoing says whether someone looks; if not, it marks the loop
-// stopped (under the lock, so that the next viewer starts another).
-func (h *hub) keepGoing() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.viewers > 0 || time.Since(h.wanted) < h.interval {
-		return true
-	}
-	h.running = false
-	return false
-}
-
-// refresh reads one snapshot, bounded by the timeout, and publishes it.
-// A failed read keeps the last good snapshot, with the error beside it.
-func (h *hub) refresh() {
-	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+// refresh reads one snapshot, bounded by the timeout, publishes it as
+// cur, closes done and returns it. A failed read keeps the last good
+// snapshot, with the error beside it.
+func (h *hub) refresh(ctx context.Context, done chan struct{}) *state {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	began := time.Now()
 	snap, err := h.read(ctx)
 	cancel()
@@ -153,7 +116,7 @@ func (h *hub) refresh() {
 
 	h.mu.Lock()
 	h.counts.refreshes++
-	st := &state{snap: snap, err: err, at: time.Now(), took: took}
+	st := &state{snap: snap, err: err, took: took}
 	logErr := false
 	switch {
 	case err != nil:
@@ -174,15 +137,17 @@ func (h *hub) refresh() {
 	st.refreshes, st.errors = h.counts.refreshes, h.counts.errors
 	h.mu.Unlock()
 
-	// rendered outside the lock: viewers keep reading the last state
+	// rendered outside the lock: the others wait on done meanwhile
 	st.view = h.render(st)
 	if logErr {
 		h.log.Warn("dlock/web: refresh failed (logged once until one succeeds)", "err", err)
 	}
+	st.at = time.Now()
 
 	h.mu.Lock()
 	h.cur = st
-	close(h.next)
-	h.next = make(chan struct{})
+	h.inflight = nil
+	close(done)
 	h.mu.Unlock()
+	return st
 }

@@ -35,22 +35,15 @@ func TestHubOneReadPerIntervalForEveryone(t *testing.T) {
 		var wg sync.WaitGroup
 		seen := make([]int, 50)
 		for i := range seen {
-			stop := h.watch()
 			wg.Go(func() {
-				defer stop()
 				var last *state
-				for {
-					st, next := h.latest()
-					if st != nil && st != last {
+				_ = h.follow(ctx, func(st *state) error {
+					if st != last {
 						last = st
 						seen[i]++
 					}
-					select {
-					case <-ctx.Done():
-						return
-					case <-next:
-					}
-				}
+					return nil
+				})
 			})
 		}
 		for range 10 {
@@ -76,13 +69,12 @@ func TestHubOneReadPerIntervalForEveryone(t *testing.T) {
 				t.Errorf("page %d saw %d refreshes, want 10", i, n)
 			}
 		}
-		time.Sleep(3 * time.Second) // the loop ends by itself (or the bubble panics)
-		synctest.Wait()
 	})
 }
 
-// TestHubIdleReadsNothing: nobody looking, no read; the loop ends within
-// an interval of the last look, and the next look starts it again.
+// TestHubIdleReadsNothing: nobody looking, no read; a scrape reads once
+// and a second within the interval reads nothing; a page reads once an
+// interval while it is open, and nothing after.
 func TestHubIdleReadsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var reads atomic.Int64
@@ -107,23 +99,21 @@ func TestHubIdleReadsNothing(t *testing.T) {
 		if n := reads.Load(); n > 2 {
 			t.Errorf("%d reads after two scrapes and a minute of nobody looking, want at most 2", n)
 		}
-		h.mu.Lock()
-		running := h.running
-		h.mu.Unlock()
-		if running {
-			t.Error("the refresh loop still runs a minute after the last look")
-		}
 		// a page opens: reads start again, and stop once it closes
 		before := reads.Load()
-		stop := h.watch()
+		ctx, closePage := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = h.follow(ctx, func(*state) error { return nil })
+		}()
 		time.Sleep(5*time.Second - time.Millisecond)
 		synctest.Wait()
 		if n := reads.Load() - before; n != 5 {
 			t.Errorf("%d reads in 5 intervals with a page open, want 5", n)
 		}
-		stop()
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
+		closePage()
+		<-done
 		after := reads.Load()
 		time.Sleep(time.Minute)
 		synctest.Wait()
@@ -156,30 +146,47 @@ func TestHubKeepsTheLastGoodSnapshot(t *testing.T) {
 			t.Errorf("after a failed refresh: err %v, same snapshot %v, errors %d, refreshes %d; want an error, the last good snapshot, 1, 2",
 				bad.err, bad.snap == good.snap, bad.errors, bad.refreshes)
 		}
-		time.Sleep(time.Minute)
-		synctest.Wait()
 	})
 }
 
-// TestHubFreshEndsWithItsContext: a request whose context ends while it
-// waits for a refresh returns the context's error.
+// TestHubFreshEndsWithItsContext: a request that waits for another's
+// read returns when its context ends; the read goes on for the others,
+// bounded by the timeout, and its state is kept.
 func TestHubFreshEndsWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		h := newHub(time.Second, 10*time.Second, quiet, func(ctx context.Context) (*dlock.Snapshot, error) {
 			select {
 			case <-release:
+				return &dlock.Snapshot{}, nil
 			case <-ctx.Done():
+				return nil, ctx.Err()
 			}
-			return &dlock.Snapshot{}, nil
 		}, func(*state) []byte { return nil })
+		first := make(chan *state)
+		go func() {
+			st, _ := h.fresh(t.Context())
+			first <- st
+		}()
+		synctest.Wait() // the first request reads, stalled
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		if _, err := h.fresh(ctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("fresh on a stalled read: %v, want context.DeadlineExceeded", err)
+			t.Errorf("fresh waiting on a stalled read: %v, want context.DeadlineExceeded", err)
 		}
 		close(release)
-		time.Sleep(time.Minute)
-		synctest.Wait()
+		if st := <-first; st == nil || st.err != nil {
+			t.Errorf("the stalled read's state: %+v", st)
+		}
+		// a read that stalls past the timeout ends with an error
+		h2 := newHub(time.Second, 3*time.Second, quiet, func(ctx context.Context) (*dlock.Snapshot, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}, func(*state) []byte { return nil })
+		began := time.Now()
+		st, err := h2.fresh(t.Context())
+		if err != nil || !errors.Is(st.err, context.DeadlineExceeded) || time.Since(began) != 3*time.Second {
+			t.Errorf("a stalled read: %v, %v after %v; want its timeout's error after 3s", err, st.err, time.Since(began))
+		}
 	})
 }

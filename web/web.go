@@ -135,9 +135,9 @@ type handler struct {
 }
 
 // New returns the handler of the page, the API and the metrics of c's
-// locks. It starts nothing: the refresher runs while someone looks (a
-// page open, a request in the last Refresh) and stops by itself within
-// Refresh after the last. It is safe for concurrent use. It panics if c
+// locks. It starts no goroutine: each Snapshot is read by a request that
+// finds the last one older than Refresh, and shared with every other. It
+// is safe for concurrent use. It panics if c
 // is nil; with Options that fail Check it answers every request with
 // 500 and the reason.
 func New(c *dlock.Client, opts Options) http.Handler {
@@ -223,34 +223,24 @@ func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(st.view)
 }
 
-// events is the page's live feed: the current snapshot at once, then
-// each new one, as server-sent events, until the viewer goes away. A
-// viewer slower than the refreshes skips to the latest.
+// events is the page's live feed: a fresh snapshot at once, then one
+// each refresh interval, as server-sent events, until the viewer goes
+// away (every open feed shares the one read of each interval: hub).
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
-	stop := h.hub.watch()
-	defer stop()
-	ctx := r.Context()
 	var last *state
-	for {
-		st, next := h.hub.latest()
-		if st != nil && st != last {
-			last = st
-			_ = rc.SetWriteDeadline(time.Now().Add(h.opts.Timeout))
-			if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", st.view); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
-				return
-			}
+	_ = h.hub.follow(r.Context(), func(st *state) error {
+		if st == last {
+			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-next:
+		last = st
+		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.Timeout))
+		if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", st.view); err != nil {
+			return err
 		}
-	}
+		return rc.Flush()
+	})
 }
