@@ -80,7 +80,8 @@
     }
     let sum = `${v.locks.length} lock${v.locks.length === 1 ? "" : "s"}, ${held} held, ${waiters} waiter${waiters === 1 ? "" : "s"}`;
     if (filterText() !== "") sum += ` · ${shown.length} match the filter`;
-    if (v.at) sum += ` · snapshot of ${new Date(v.at).toLocaleTimeString()}, one every ${dur(v.refresh_ms)} · ${v.keys} keys scanned`;
+    if (v.at) sum += ` · snapshot of ${new Date(v.at).toLocaleTimeString()}, one every ${dur(v.refresh_ms)}`;
+    if (v.keys > 0) sum += ` · ${v.keys} keys scanned`;
     if (v.pattern) sum += ` · pattern ${JSON.stringify(v.pattern)}`;
     $("summary").textContent = sum;
 
