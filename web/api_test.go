@@ -178,9 +178,9 @@ func TestOneSnapshotForEveryViewer(t *testing.T) {
 	// nobody looks: no read (a read under way when the last page left
 	// ends first)
 	waitFor(t, 5*time.Second, "the last read ended", func() bool {
-		h.hub.mu.Lock()
-		defer h.hub.mu.Unlock()
-		return h.hub.inflight == nil
+		h.snaps.mu.Lock()
+		defer h.snaps.mu.Unlock()
+		return h.snaps.inflight == nil
 	})
 	idle := reads.Load()
 	time.Sleep(5 * interval) // nothing to wait for: this measures that nothing happens

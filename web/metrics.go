@@ -66,7 +66,7 @@ func (s *lockStats) add(l *dlock.LockInfo, now time.Time) {
 // metrics serves /metrics from a fresh snapshot: the last one if it is
 // younger than the interval, else the next one.
 func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
-	st, err := h.hub.fresh(r.Context())
+	st, err := h.snaps.fresh(r.Context())
 	if err != nil {
 		http.Error(w, "dlock/web: "+err.Error(), http.StatusServiceUnavailable)
 		return

@@ -128,10 +128,10 @@ var pageFS embed.FS
 
 // handler is what New returns.
 type handler struct {
-	c    *dlock.Client
-	opts Options
-	hub  *hub
-	mux  *http.ServeMux
+	c     *dlock.Client
+	opts  Options
+	snaps *refresher
+	mux   *http.ServeMux
 }
 
 // New returns the handler of the page, the API and the metrics of c's
@@ -156,7 +156,7 @@ func New(c *dlock.Client, opts Options) http.Handler {
 	}
 	h := &handler{c: c, opts: opts}
 	snapOpts := dlock.SnapshotOptions{Pattern: opts.Pattern, Limit: opts.Limit}
-	h.hub = newHub(opts.Refresh, opts.Timeout, opts.Logger,
+	h.snaps = newRefresher(opts.Refresh, opts.Timeout, opts.Logger,
 		func(ctx context.Context) (*dlock.Snapshot, error) { return read(ctx, snapOpts) },
 		h.render)
 	mux := http.NewServeMux()
@@ -213,7 +213,7 @@ func (h *handler) asset(name, contentType string) http.HandlerFunc {
 // snapshot serves the current snapshot as JSON: the last refresh's if it
 // is fresh (younger than Refresh), else the next one's.
 func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) {
-	st, err := h.hub.fresh(r.Context())
+	st, err := h.snaps.fresh(r.Context())
 	if err != nil {
 		http.Error(w, "dlock/web: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -225,14 +225,14 @@ func (h *handler) snapshot(w http.ResponseWriter, r *http.Request) {
 
 // events is the page's live feed: a fresh snapshot at once, then one
 // each refresh interval, as server-sent events, until the viewer goes
-// away (every open feed shares the one read of each interval: hub).
+// away (every open feed shares the one read of each interval: refresher.go).
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	var last *state
-	_ = h.hub.follow(r.Context(), func(st *state) error {
+	_ = h.snaps.follow(r.Context(), func(st *state) error {
 		if st == last {
 			return nil
 		}

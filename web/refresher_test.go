@@ -12,10 +12,10 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// countingHub is a hub whose reads are counted and instant, in a
+// countingRefresher is a refresher whose reads are counted and instant, in a
 // synctest bubble's virtual time.
-func countingHub(interval time.Duration, reads *atomic.Int64, fail *atomic.Bool) *hub {
-	return newHub(interval, 10*time.Second, quiet, func(context.Context) (*dlock.Snapshot, error) {
+func countingRefresher(interval time.Duration, reads *atomic.Int64, fail *atomic.Bool) *refresher {
+	return newRefresher(interval, 10*time.Second, quiet, func(context.Context) (*dlock.Snapshot, error) {
 		reads.Add(1)
 		if fail != nil && fail.Load() {
 			return nil, errors.New("redis is down")
@@ -24,13 +24,13 @@ func countingHub(interval time.Duration, reads *atomic.Int64, fail *atomic.Bool)
 	}, func(*state) []byte { return []byte("{}") })
 }
 
-// TestHubOneReadPerIntervalForEveryone: fifty open pages and ten clients
+// TestRefresherOneReadPerIntervalForEveryone: fifty open pages and ten clients
 // asking the API or the metrics ten times an interval cost one Snapshot
 // an interval, as one page does; every page sees every refresh.
-func TestHubOneReadPerIntervalForEveryone(t *testing.T) {
+func TestRefresherOneReadPerIntervalForEveryone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var reads atomic.Int64
-		h := countingHub(time.Second, &reads, nil)
+		h := countingRefresher(time.Second, &reads, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		var wg sync.WaitGroup
 		seen := make([]int, 50)
@@ -72,13 +72,13 @@ func TestHubOneReadPerIntervalForEveryone(t *testing.T) {
 	})
 }
 
-// TestHubIdleReadsNothing: nobody looking, no read; a scrape reads once
+// TestRefresherIdleReadsNothing: nobody looking, no read; a scrape reads once
 // and a second within the interval reads nothing; a page reads once an
 // interval while it is open, and nothing after.
-func TestHubIdleReadsNothing(t *testing.T) {
+func TestRefresherIdleReadsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var reads atomic.Int64
-		h := countingHub(time.Second, &reads, nil)
+		h := countingRefresher(time.Second, &reads, nil)
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		if n := reads.Load(); n != 0 {
@@ -123,15 +123,15 @@ func TestHubIdleReadsNothing(t *testing.T) {
 	})
 }
 
-// TestHubKeepsTheLastGoodSnapshot: a failed refresh is counted and
+// TestRefresherKeepsTheLastGoodSnapshot: a failed refresh is counted and
 // shown beside the last good snapshot, which is not lost.
-func TestHubKeepsTheLastGoodSnapshot(t *testing.T) {
+func TestRefresherKeepsTheLastGoodSnapshot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
 			reads atomic.Int64
 			fail  atomic.Bool
 		)
-		h := countingHub(time.Second, &reads, &fail)
+		h := countingRefresher(time.Second, &reads, &fail)
 		good, err := h.fresh(t.Context())
 		if err != nil || good.err != nil {
 			t.Fatalf("first refresh: %v %v", err, good.err)
@@ -149,13 +149,13 @@ func TestHubKeepsTheLastGoodSnapshot(t *testing.T) {
 	})
 }
 
-// TestHubFreshEndsWithItsContext: a request that waits for another's
+// TestRefresherFreshEndsWithItsContext: a request that waits for another's
 // read returns when its context ends; the read goes on for the others,
 // bounded by the timeout, and its state is kept.
-func TestHubFreshEndsWithItsContext(t *testing.T) {
+func TestRefresherFreshEndsWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		h := newHub(time.Second, 10*time.Second, quiet, func(ctx context.Context) (*dlock.Snapshot, error) {
+		h := newRefresher(time.Second, 10*time.Second, quiet, func(ctx context.Context) (*dlock.Snapshot, error) {
 			select {
 			case <-release:
 				return &dlock.Snapshot{}, nil
@@ -179,7 +179,7 @@ func TestHubFreshEndsWithItsContext(t *testing.T) {
 			t.Errorf("the stalled read's state: %+v", st)
 		}
 		// a read that stalls past the timeout ends with an error
-		h2 := newHub(time.Second, 3*time.Second, quiet, func(ctx context.Context) (*dlock.Snapshot, error) {
+		h2 := newRefresher(time.Second, 3*time.Second, quiet, func(ctx context.Context) (*dlock.Snapshot, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}, func(*state) []byte { return nil })

@@ -9,7 +9,7 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// The hub is the one refresher behind every page, API call and scrape of
+// The refresher is the one reader behind every page, API call and scrape of
 // a handler: it reads one Snapshot per interval while anyone looks, and
 // none while nobody does. It starts no goroutine: a read runs in the
 // request that finds the last state older than the interval (the others
@@ -31,8 +31,8 @@ type state struct {
 	refreshes, errors uint64
 }
 
-// hub is safe for concurrent use.
-type hub struct {
+// refresher is safe for concurrent use.
+type refresher struct {
 	read     func(ctx context.Context) (*dlock.Snapshot, error)
 	render   func(st *state) []byte // the view of a state
 	interval time.Duration
@@ -46,9 +46,9 @@ type hub struct {
 	counts   struct{ refreshes, errors uint64 }
 }
 
-// newHub returns a hub that reads with read and renders with render.
-func newHub(interval, timeout time.Duration, log *slog.Logger, read func(context.Context) (*dlock.Snapshot, error), render func(*state) []byte) *hub {
-	return &hub{read: read, render: render, interval: interval, timeout: timeout, log: log}
+// newRefresher returns a refresher that reads with read and renders with render.
+func newRefresher(interval, timeout time.Duration, log *slog.Logger, read func(context.Context) (*dlock.Snapshot, error), render func(*state) []byte) *refresher {
+	return &refresher{read: read, render: render, interval: interval, timeout: timeout, log: log}
 }
 
 // fresh returns a state younger than the interval: the last one if it
@@ -56,7 +56,7 @@ func newHub(interval, timeout time.Duration, log *slog.Logger, read func(context
 // It blocks until then, or until ctx ends (returning ctx's error; a read
 // it makes itself runs to its end, bounded by the timeout, for the others
 // waiting on it).
-func (h *hub) fresh(ctx context.Context) (*state, error) {
+func (h *refresher) fresh(ctx context.Context) (*state, error) {
 	h.mu.Lock()
 	if h.cur != nil && time.Since(h.cur.at) < h.interval {
 		st := h.cur
@@ -83,7 +83,7 @@ func (h *hub) fresh(ctx context.Context) (*state, error) {
 // follow calls show with a fresh state at once, and then each time the
 // interval has passed since the state it showed, until ctx ends or show
 // fails. It returns ctx's error or show's.
-func (h *hub) follow(ctx context.Context, show func(*state) error) error {
+func (h *refresher) follow(ctx context.Context, show func(*state) error) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	<-t.C
@@ -107,7 +107,7 @@ func (h *hub) follow(ctx context.Context, show func(*state) error) error {
 // refresh reads one snapshot, bounded by the timeout, publishes it as
 // cur, closes done and returns it. A failed read keeps the last good
 // snapshot, with the error beside it.
-func (h *hub) refresh(ctx context.Context, done chan struct{}) *state {
+func (h *refresher) refresh(ctx context.Context, done chan struct{}) *state {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	began := time.Now()
 	snap, err := h.read(ctx)
