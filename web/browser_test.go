@@ -167,12 +167,15 @@ func TestPageLive(t *testing.T) {
 // TestPageDrawsADeadlock: given a snapshot with a three-party deadlock
 // (a fake source), the page draws the cycle in the wait-for graph —
 // six red edges, the victim's node marked and named — lists it, and
-// marks each of its locks DEADLOCK.
+// marks each of its locks DEADLOCK; the locks found past the limit are
+// counted ("5 more not shown; narrow the filter").
 func TestPageDrawsADeadlock(t *testing.T) {
 	c := newClient(t, testPrefix(t), "")
 	srv, _ := serve(t, c, Options{Refresh: 200 * time.Millisecond, Title: "dlock: prefix \"shop\"",
 		source: func(context.Context, dlock.SnapshotOptions) (*dlock.Snapshot, error) {
-			return threeCycle(time.Now()), nil
+			s := threeCycle(time.Now())
+			s.More = 5
+			return s, nil
 		}})
 	tab := browser(t)
 	if err := chromedp.Do(tab, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(`svg#graph .edge.cycle`)); err != nil {
@@ -182,8 +185,12 @@ func TestPageDrawsADeadlock(t *testing.T) {
 	markers, err2 := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('.lock [data-deadlock]').length`))
 	victim, err3 := chromedp.Run(tab, chromedp.TextContent(`svg#graph g.node.victim`))
 	listed, err4 := chromedp.Run(tab, chromedp.Text(`#deadlocks li`))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	more, err5 := chromedp.Run(tab, chromedp.Text(`#more`))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasPrefix(more, "5 more not shown; narrow the filter") {
+		t.Errorf("#more says %q", more)
 	}
 	if cycleEdges != 6 {
 		t.Errorf("%d red edges, want 6 (three waits, three locks)", cycleEdges)

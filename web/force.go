@@ -49,6 +49,10 @@ func (h *handler) force(w http.ResponseWriter, r *http.Request) {
 		forceError(w, http.StatusForbidden, "forcing is off: this page is read-only (dlock web --allow-force turns it on)")
 		return
 	}
+	if h.c == nil { // a test's handler on a fake source
+		forceError(w, http.StatusServiceUnavailable, "no Client to force with")
+		return
+	}
 	if err := sameOrigin(r); err != nil {
 		forceError(w, http.StatusForbidden, err.Error())
 		return

@@ -144,7 +144,7 @@ func (h *handler) render(st *state) []byte {
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(true) // the view goes into an event stream, and is never HTML
+	enc.SetEscapeHTML(true) // <, > and & as \u escapes: harmless, and safe should a client ever take it for HTML
 	if err := enc.Encode(v); err != nil {
 		// nothing in viewJSON can fail to encode; say so if it ever does
 		b.Reset()
