@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,43 +24,70 @@ import (
 // chromiumNames are the names the browser is installed under.
 var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"}
 
-// browser starts a headless Chromium for the test and returns a tab's
-// context, ended (and the browser stopped) with the test. It skips the
-// test when no Chromium is installed.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	var exe string
+// shared is the one Chromium the package's tests share (a tab each):
+// started by the first browser test, stopped by TestMain (closeBrowser).
+var shared struct {
+	once   sync.Once
+	ctx    context.Context // the browser's first tab; new tabs are made from it
+	cancel func()          // closes the browser and waits for it to exit
+	err    error
+}
+
+// findChromium returns the browser's path, or "".
+func findChromium() string {
 	for _, n := range chromiumNames {
 		if p, err := exec.LookPath(n); err == nil {
-			exe = p
-			break
+			return p
 		}
 	}
+	return ""
+}
+
+// browser returns a new tab of the package's headless Chromium (started
+// at the first call), closed with the test, its calls bounded by a
+// minute. It skips the test when no Chromium is installed.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	exe := findChromium()
 	if exe == "" {
 		t.Skip("no Chromium found (looked for " + strings.Join(chromiumNames, ", ") + "): the page's browser tests need one; ./test.sh installs Debian's chromium package")
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.Flag("headless", true),
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 1000),
-	)
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // Chromium's sandbox refuses to run as root
+	shared.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(exe),
+			chromedp.Flag("headless", true),
+			chromedp.DisableGPU,
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.WindowSize(1280, 1000),
+		)
+		if os.Geteuid() == 0 {
+			opts = append(opts, chromedp.NoSandbox) // Chromium's sandbox refuses to run as root
+		}
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		shared.ctx, shared.cancel = bctx, func() { cancelBrowser(); cancelAlloc() }
+		shared.err = chromedp.Do(bctx)
+	})
+	if shared.err != nil {
+		t.Fatalf("starting %s: %v", exe, shared.err)
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelTab := chromedp.NewContext(actx)
-	ctx, cancelTime := context.WithTimeout(ctx, 60*time.Second)
+	tab, cancelTab := chromedp.NewContext(shared.ctx)
+	tab, cancelTime := context.WithTimeout(tab, time.Minute)
 	t.Cleanup(func() {
 		cancelTime()
-		cancelTab()
-		cancelAlloc() // waits for the browser to exit
+		cancelTab() // closes the tab
 	})
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting %s: %v", exe, err)
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("opening a tab: %v", err)
 	}
-	return ctx
+	return tab
+}
+
+// closeBrowser stops the shared Chromium, if it was started.
+func closeBrowser() {
+	if shared.cancel != nil {
+		shared.cancel()
+	}
 }
 
 // screenshot writes the page as DIR/name when DLOCK_SCREENSHOT=DIR.

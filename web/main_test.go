@@ -12,16 +12,32 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"go.uber.org/goleak"
 )
 
 // testServer is the redis-server the package's tests share (each uses a
 // prefix of its own).
 var testServer *redistest.Server
 
-// TestMain starts the shared server, runs the tests and fails on
-// goroutines left behind (goleak).
+// TestMain starts the shared server, runs the tests, stops the shared
+// browser and the server, and fails on goroutines left behind (goleak).
 func TestMain(m *testing.M) {
-	os.Exit(redistest.Main(m, &testServer))
+	srv, err := redistest.Start(redistest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "these tests need redis-server:", err)
+		os.Exit(1)
+	}
+	testServer = srv
+	code := m.Run()
+	closeBrowser()
+	srv.Close()
+	if code == 0 {
+		if err := goleak.Find(redistest.Ignored()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // quiet is a logger that drops everything.

@@ -101,7 +101,7 @@
     const ul = $("deadlocks");
     ul.replaceChildren();
     v.deadlocks.forEach((d, i) => {
-      ul.append(el("li", { "data-deadlock": i, "data-victim": d.victim },
+      ul.append(el("li", { "data-cycle": i, "data-victim": d.victim },
         `Cycle ${i + 1}: ${d.text}. Victim: `, el("span", { class: "victim-name" }, d.victim_who || d.victim), " gives up."));
     });
     $("broken-section").hidden = v.broken.length === 0;
@@ -155,7 +155,7 @@
       if (n.victim) cls.push("victim");
       const grp = svg("g", { class: cls.join(" "), transform: `translate(${n.x},${n.y})`, "data-node": n.type });
       if (n.type === "wait") grp.setAttribute("data-token", n.token);
-      else grp.setAttribute("data-lock", n.label);
+      else grp.setAttribute("data-graph-lock", n.label); // not data-lock: that finds the lock's row
       const title = svg("title");
       title.textContent = n.title;
       grp.append(title);
