@@ -18,8 +18,10 @@ import (
 // The page in a real browser: Debian's headless Chromium (./test.sh
 // installs the chromium package), driven through the DevTools protocol
 // with chromedp. With DLOCK_SCREENSHOT=DIR each test also writes a PNG of
-// the page into DIR (TestPageDrawsADeadlock: deadlock-page.png, the
-// picture docs/operating.md shows).
+// the page into DIR; TestPageThreePartyDeadlock's is deadlock-page.png,
+// the picture docs/operating.md shows:
+//
+//	DLOCK_SCREENSHOT=$PWD/docs go test ./web -run TestPageThreePartyDeadlock
 
 // chromiumNames are the names the browser is installed under.
 var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"}
@@ -232,7 +234,7 @@ func TestPageDrawsADeadlock(t *testing.T) {
 	if !strings.Contains(listed, "Victim: export gives up") {
 		t.Errorf("deadlock listed as %q", listed)
 	}
-	screenshot(t, tab, "deadlock-page.png")
+	screenshot(t, tab, "deadlock-page-drawn.png")
 }
 
 // TestPageForceButton: with AllowForce the page shows a force button
@@ -283,7 +285,7 @@ func TestPageForceButton(t *testing.T) {
 // next one's: the page draws the cycle (while the detector lets it
 // stand: its delay) and, once the victim has given up, lists it among
 // the deadlocks broken. With DLOCK_SCREENSHOT=DIR it writes
-// DIR/deadlock-page-live.png while the cycle is drawn. It skips when the
+// DIR/deadlock-page.png while the cycle is drawn. It skips when the
 // library records no waits (a library without the detector).
 func TestPageThreePartyDeadlock(t *testing.T) {
 	prefix := testPrefix(t)
@@ -327,7 +329,7 @@ func TestPageThreePartyDeadlock(t *testing.T) {
 	}
 	cycleErr := chromedp.Do(tab, chromedp.WaitVisible(`svg#graph .edge.cycle`))
 	if cycleErr == nil {
-		screenshot(t, tab, "deadlock-page-live.png")
+		screenshot(t, tab, "deadlock-page.png")
 	}
 	if err := chromedp.Do(tab, chromedp.WaitVisible(`#broken li`)); err != nil {
 		t.Fatalf("the broken deadlock is not listed (%v); the cycle was drawn: %v", err, cycleErr == nil)
