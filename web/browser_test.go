@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -110,9 +111,12 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Logf("wrote %s", p)
 }
 
-// cssString quotes s for a CSS attribute selector.
-func cssString(s string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+// textOf reads the text of the first element sel finds, in one step of
+// the page's script: the page redraws its rows every refresh, so a node
+// looked up in one call may be gone by the next.
+func textOf(sel string) chromedp.Action[string] {
+	q, _ := json.Marshal(sel)
+	return chromedp.Evaluate[string](`(() => { const e = document.querySelector(` + string(q) + `); return e ? e.textContent : "" })()`)
 }
 
 // TestPageLive: the page shows a holder (its label) within a second of
@@ -142,7 +146,7 @@ func TestPageLive(t *testing.T) {
 	if d := time.Since(locked); d > time.Second {
 		t.Errorf("the holder appeared %v after the Lock, want within a second", d)
 	}
-	text, err := chromedp.Run(tab, chromedp.Text(holderSel))
+	text, err := chromedp.Run(tab, textOf(holderSel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +217,9 @@ func TestPageDrawsADeadlock(t *testing.T) {
 	}
 	cycleEdges, err1 := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('svg#graph path.edge.cycle').length`))
 	markers, err2 := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('.lock [data-deadlock]').length`))
-	victim, err3 := chromedp.Run(tab, chromedp.TextContent(`svg#graph g.node.victim`))
-	listed, err4 := chromedp.Run(tab, chromedp.Text(`#deadlocks li`))
-	more, err5 := chromedp.Run(tab, chromedp.Text(`#more`))
+	victim, err3 := chromedp.Run(tab, textOf(`svg#graph g.node.victim`))
+	listed, err4 := chromedp.Run(tab, textOf(`#deadlocks li`))
+	more, err5 := chromedp.Run(tab, textOf(`#more`))
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		t.Fatal(err)
 	}
