@@ -60,9 +60,9 @@ if $full; then export DLOCK_TEST_FULL=1; fi
 # vet runs beside them, and the default run has four test binaries at once
 # (-p 4); --full keeps Go's default (one a core), sparing its long runs'
 # timing the extra load.
-# The page's tests (web) run after the others, alone: their headless
-# Chromium's bursts of CPU, beside the library's timing tests, made those
-# miss their bounds (a max hold's end, renewal counts) in two runs of two.
+# The page's tests (web, about 20 s) run after the others, alone: their
+# headless Chromium's bursts of CPU would add to the load on the library's
+# timing tests running beside them (a max hold's end, renewal counts).
 mods=(./... ./cmd/dlock/... ./fence/pgfence/...)
 par=(-p 4)
 if $full; then par=(); fi
