@@ -36,6 +36,8 @@ if [ "$(id -u)" -eq 0 ] && ! command -v iptables >/dev/null 2>&1; then
 fi
 # dlock top's terminal test (cmd/dlock) runs it in a tmux pane.
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+# The live page's tests (web) drive it in headless Chromium.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: ${missing[*]} not found; installing with apt-get" >&2
   sudo=""
@@ -50,20 +52,25 @@ fi
 # default run shortens or skips, saying so.
 if $full; then export DLOCK_TEST_FULL=1; fi
 
-# Three modules, one workspace (go.work): the library (.), the dlock
-# command (cmd/dlock) and PostgreSQL fencing (fence/pgfence). The library
+# Four modules, one workspace (go.work): the library (.), the dlock
+# command (cmd/dlock), PostgreSQL fencing (fence/pgfence) and the live
+# page and metrics handler (web). The library
 # must also build from its own go.mod alone, as a service importing it does.
 # The tests mostly wait on servers (about one core busy on average), so
 # vet runs beside them, and the default run has four test binaries at once
 # (-p 4); --full keeps Go's default (one a core), sparing its long runs'
 # timing the extra load.
+# The page's tests (web, about 20 s) run after the others, alone: their
+# headless Chromium's bursts of CPU would add to the load on the library's
+# timing tests running beside them (a max hold's end, renewal counts).
 mods=(./... ./cmd/dlock/... ./fence/pgfence/...)
 par=(-p 4)
 if $full; then par=(); fi
 GOWORK=off go build ./...
-go vet "${mods[@]}" &
+go vet "${mods[@]}" ./web/... &
 vet=$!
 go test -race -count=1 "${par[@]}" -timeout 15m "${mods[@]}"
+go test -race -count=1 -timeout 5m ./web/...
 wait "$vet"
 $full || exit 0
 

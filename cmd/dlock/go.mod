@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/web v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/pflag v1.1.0
 	go.opentelemetry.io/otel/metric v1.47.0

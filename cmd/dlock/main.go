@@ -7,6 +7,8 @@
 //	dlock inspect NAME                  show who holds a lock, who waits, and its state
 //	dlock ls [PATTERN]                  list the locks, of every kind
 //	dlock top [PATTERN]                 watch the locks live, busiest first
+//	dlock web [--listen ADDR]           serve a live page of the locks, and their metrics
+//	dlock deadlocks [--json]            show the deadlocks now, and those broken lately
 //	dlock unlock --force NAME           free a lock whoever holds it (admin)
 //	dlock leader [--watch] NAME         show (or follow) who leads an election
 //	dlock check                         check a server against what dlock needs
@@ -77,6 +79,8 @@ var commands = []command{
 	{name: "inspect", summary: "show a lock's holders and their owners, its waiters in order, TTL, fence and state", fn: inspectCmd},
 	{name: "ls", summary: "list the locks under the prefix, of every kind, with holders, waiters and TTL", fn: lsCmd},
 	{name: "top", summary: "a live view of the locks, busiest first: holders, hold times, waiters, acquisitions/s", fn: topCmd},
+	{name: "web", summary: "serve a live page of the locks (holders, waiters, the wait-for graph, deadlocks), /metrics and /api/snapshot", fn: webCmd},
+	{name: "deadlocks", summary: "show the deadlocks now (each cycle: who holds what, waits for what, its victim) and those broken in the last hour", fn: deadlocksCmd},
 	{name: "unlock", summary: "free a lock whoever holds it (--force; admin); its holders find out at their next renewal", fn: unlockCmd},
 	{name: "leader", summary: "show who leads an election: value, term, since, TTL, owner; --watch follows every change", fn: leaderCmd},
 	{name: "check", summary: "check a server against what dlock needs: its version (supported or not), scripts, commands, keys and channels under the prefix, noeviction, persistence", fn: checkCmd},
@@ -111,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // synopses are the one-line forms of the public commands, for the usage:
 // each command's own, so that the overview lists every flag it does.
-var synopses = []string{demoSynopsis, runSynopsis, inspectSynopsis, lsSynopsis, topSynopsis, unlockSynopsis,
+var synopses = []string{demoSynopsis, runSynopsis, inspectSynopsis, lsSynopsis, topSynopsis, webSynopsis, deadlocksSynopsis, unlockSynopsis,
 	leaderSynopsis, checkSynopsis, "dlock version"}
 
 // usage writes the overview of all public commands to w.

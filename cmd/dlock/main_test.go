@@ -145,7 +145,7 @@ func TestUsage(t *testing.T) {
 	if r.code != exitOK {
 		t.Errorf("-h: code %d, want 0", r.code)
 	}
-	for _, cmd := range []string{"demo", "run", "inspect", "ls", "top", "unlock"} {
+	for _, cmd := range []string{"demo", "run", "inspect", "ls", "top", "web", "deadlocks", "unlock"} {
 		if !strings.Contains(r.stdout, "\n  "+cmd+" ") {
 			t.Errorf("-h does not list %q:\n%s", cmd, r.stdout)
 		}

@@ -146,7 +146,16 @@ type snapshot struct {
 	at    time.Time // when the refresh returned
 	locks []*dlock.LockInfo
 	err   error // the refresh failed; locks is empty
+	// dead are the locks in a deadlock now, deadlocks how many cycles
+	// there are, more how many locks were found past topInspectLimit.
+	dead      map[lockID]bool
+	deadlocks int
+	more      int
 }
+
+// topInspectLimit is how many locks one refresh of top inspects at most
+// (the rest are counted, not read).
+const topInspectLimit = 1000
 
 // topView is what top shows, besides the snapshots.
 type topView struct {
@@ -158,6 +167,7 @@ type topView struct {
 // topRow is one lock in top's table.
 type topRow struct {
 	l       *dlock.LockInfo
+	dead    bool          // in a deadlock now
 	heldFor time.Duration // the longest hold's age; -1 when unknown or free
 	rate    float64       // acquisitions per second since the last refresh
 	hasRate bool          // rate is known: not the first refresh, not a latch
@@ -259,12 +269,16 @@ func topLoop(ctx context.Context, c *dlock.Client, v topView, n int, draw func(f
 	}
 }
 
-// refresh reads the locks, bounded by adminTimeout.
+// refresh reads the locks and the deadlocks (one Client.Snapshot),
+// bounded by adminTimeout.
 func refresh(ctx context.Context, c *dlock.Client, pattern string) *snapshot {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	locks, err := c.Locks(ctx, pattern)
-	return &snapshot{at: time.Now(), locks: locks, err: err}
+	s, err := c.Snapshot(ctx, dlock.SnapshotOptions{Pattern: pattern, Limit: topInspectLimit})
+	if err != nil {
+		return &snapshot{at: time.Now(), err: err}
+	}
+	return &snapshot{at: time.Now(), locks: s.Locks, dead: deadlockedLocks(s), deadlocks: len(s.Deadlocks), more: s.More}
 }
 
 // lockID names a lock in a snapshot.
@@ -291,7 +305,7 @@ func topRows(prev, cur *snapshot) []topRow {
 	}
 	rows := make([]topRow, 0, len(cur.locks))
 	for _, l := range cur.locks {
-		r := topRow{l: l, heldFor: -1}
+		r := topRow{l: l, heldFor: -1, dead: cur.dead[lockID{l.Kind, l.Name}]}
 		for _, h := range l.Holders {
 			if !h.Since.IsZero() {
 				r.heldFor = max(r.heldFor, cur.at.Sub(h.Since), 0)
@@ -309,10 +323,21 @@ func topRows(prev, cur *snapshot) []topRow {
 		rows = append(rows, r)
 	}
 	slices.SortStableFunc(rows, func(a, b topRow) int {
-		return cmp.Or(cmp.Compare(b.rate, a.rate), cmp.Compare(len(b.l.Waiters), len(a.l.Waiters)),
+		return cmp.Or(compareBool(b.dead, a.dead), cmp.Compare(b.rate, a.rate), cmp.Compare(len(b.l.Waiters), len(a.l.Waiters)),
 			cmp.Compare(b.heldFor, a.heldFor), cmp.Compare(a.l.Name, b.l.Name), cmp.Compare(a.l.Kind, b.l.Kind))
 	})
 	return rows
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // timeOf is a snapshot's time, zero for none.
@@ -352,6 +377,10 @@ func renderTop(v topView, prev, cur *snapshot) string {
 		fmt.Fprintf(&b, ", %.1f acquisitions/s", rate)
 	}
 	fmt.Fprintln(&b)
+	if cur.deadlocks > 0 {
+		fmt.Fprintf(&b, "DEADLOCK: %d cycle%s of waits now (dlock deadlocks tells who); its locks are marked and first\n",
+			cur.deadlocks, plural(cur.deadlocks))
+	}
 	fmt.Fprintln(&b)
 	t := newTable(&b)
 	row(t, "KIND", "NAME", "HOLDER", "HELD FOR", "WAITERS", "ACQ/S", "LOST/S")
@@ -374,11 +403,18 @@ func renderTop(v topView, prev, cur *snapshot) string {
 		if r.hasRate {
 			acq = strconv.FormatFloat(r.rate, 'f', 1, 64)
 		}
-		row(t, string(r.l.Kind), display(r.l.Name), holder, heldFor, strconv.Itoa(len(r.l.Waiters)), acq, "–")
+		name := display(r.l.Name)
+		if r.dead {
+			name = "DEADLOCK " + name
+		}
+		row(t, string(r.l.Kind), name, holder, heldFor, strconv.Itoa(len(r.l.Waiters)), acq, "–")
 	}
 	t.Flush()
 	if len(shown) < len(rows) {
 		fmt.Fprintf(&b, "… and %d more (--limit)\n", len(rows)-len(shown))
+	}
+	if cur.more > 0 {
+		fmt.Fprintf(&b, "… and %d more not inspected (a refresh reads %d at most): narrow PATTERN\n", cur.more, topInspectLimit)
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "ACQ/S: holds seen to begin per second since the last refresh (one that began and ended between two refreshes is not seen).")
