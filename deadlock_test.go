@@ -130,6 +130,9 @@ func waitRecorded(t *testing.T, c *dlock.Client, spec string) {
 func checkOneVictim(t *testing.T, rs []partyResult, delay time.Duration) {
 	t.Helper()
 	for i, r := range rs {
+		if r.deadlock {
+			t.Logf("party %d of %d gave up %v after its wait began (delay %v)", i+1, len(rs), r.after, delay)
+		}
 		last := i == len(rs)-1
 		switch {
 		case last && !r.deadlock:
