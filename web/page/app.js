@@ -297,7 +297,15 @@
   document.addEventListener("DOMContentLoaded", () => {
     const f = $("filter");
     const m = /^#filter=(.*)$/.exec(location.hash);
-    if (m) f.value = decodeURIComponent(m[1]);
+    if (m) {
+      // a link's fragment is anyone's text: one that is not valid
+      // percent encoding is taken as it is, never allowed to stop the page
+      try {
+        f.value = decodeURIComponent(m[1]);
+      } catch (e) {
+        f.value = m[1];
+      }
+    }
     f.addEventListener("input", () => {
       history.replaceState(null, "", f.value ? "#filter=" + encodeURIComponent(f.value) : location.pathname + location.search);
       render();
