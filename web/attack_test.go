@@ -586,3 +586,71 @@ func TestAttackRedisStops(t *testing.T) {
 		t.Errorf("the lock lost with the restart is still shown: %v", err)
 	}
 }
+
+// rebindHost is a name the tests' Chromium resolves to 127.0.0.1: an
+// attacker's domain after DNS rebinding (its page first loaded from the
+// attacker's address, then the name pointed at this machine).
+const rebindHost = "rebind.test"
+
+// TestAttackDNSRebinding: a page that listens on loopback, reached under
+// an attacker's name that now resolves to 127.0.0.1, is "same origin" to
+// the attacker's script: Origin and Sec-Fetch-Site say so, and it may
+// set any header. With Options.Hosts (what dlock web sets: the names it
+// is reached by) the handler answers such a request 421 and reads or
+// frees nothing; by its IP address and as localhost it still works.
+func TestAttackDNSRebinding(t *testing.T) {
+	prefix := testPrefix(t)
+	ctx := testCtx(t)
+	c := newClient(t, prefix, "")
+	l, err := c.Mutex("vault").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	srv, _ := serve(t, c, Options{AllowForce: true, Hosts: []string{"dlock.internal"}})
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	tab := browser(t)
+	// the attacker's script, on the page of its (rebound) name: it reads
+	// the snapshot and forces the lock as the page itself would
+	attack := `(async () => {
+	  const out = [];
+	  const s = await fetch("/api/snapshot");
+	  out.push("snapshot " + s.status);
+	  const r = await fetch("/api/force", {method: "POST", headers: {"Content-Type": "application/json", "X-Dlock-Force": "1"},
+	    body: JSON.stringify({kind: "mutex", name: "vault", confirm: "vault"})});
+	  out.push("force " + r.status);
+	  return out.join(", ");
+	})()`
+	if err := chromedp.Do(tab, chromedp.Navigate("http://"+rebindHost+":"+port+"/")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := chromedp.Run(tab, chromedp.Evaluate[string](attack, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "snapshot 421, force 421" {
+		t.Errorf("under the rebound name: %s, want 421 for both", got)
+	}
+	if !held(t, c, "vault") {
+		t.Fatal("a DNS-rebinding page freed the lock")
+	}
+	// the names it is reached by still work: its IP, localhost, a listed name
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "dlock.internal", "DLOCK.internal.:80", "[::1]:" + port} {
+		req := httptest.NewRequest("GET", "/api/snapshot", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		srv.Config.Handler.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Errorf("Host %s: %d %s", host, rec.Code, rec.Body)
+		}
+	}
+	// without Hosts, any name is served (a handler inside a service, behind its own checks)
+	open, _ := serve(t, c, Options{})
+	req := httptest.NewRequest("GET", "/api/snapshot", nil)
+	req.Host = rebindHost
+	rec := httptest.NewRecorder()
+	open.Config.Handler.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Errorf("no Hosts, Host %s: %d", rebindHost, rec.Code)
+	}
+}

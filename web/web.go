@@ -58,6 +58,16 @@ type Options struct {
 	// AllowForce lets the page free a lock (Client.ForceUnlock), after a
 	// confirmation; false (the default) makes the handler read-only.
 	AllowForce bool
+	// Hosts guards against DNS rebinding: a page on loopback (or on a
+	// private address) reached by an attacker's name, which resolved to
+	// the attacker first and to this machine next, is same-origin to the
+	// attacker's script, which could then read every snapshot and, with
+	// AllowForce, free locks. With Hosts set, a request whose Host header
+	// is neither an IP address, nor localhost, nor one of these names
+	// (case-insensitive, the port ignored; "*" for any) is answered 421
+	// and does nothing. nil: any Host (a handler inside a service that
+	// checks Host itself, or behind a proxy that does). dlock web sets it.
+	Hosts []string
 	// Title is the page's title (default "dlock").
 	Title string
 	// Logger receives the forced unlocks and the failed refreshes (nil:
