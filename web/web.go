@@ -30,8 +30,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -191,7 +194,37 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "no-referrer")
+	if !h.hostAllowed(r.Host) {
+		http.Error(w, "dlock/web: this page does not answer to the name "+jsonQuote(r.Host)+
+			" (a defence against DNS rebinding; dlock web --host NAME adds a name)", http.StatusMisdirectedRequest)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether a request for host (a Host header) is
+// answered: with Options.Hosts nil, any; else an IP address, localhost
+// or a listed name.
+func (h *handler) hostAllowed(host string) bool {
+	if h.opts.Hosts == nil {
+		return true
+	}
+	if hn, _, err := net.SplitHostPort(host); err == nil {
+		host = hn
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	for _, n := range h.opts.Hosts {
+		if n == "*" || strings.TrimSuffix(strings.ToLower(n), ".") == host {
+			return true
+		}
+	}
+	return false
 }
 
 // page serves the page, its title filled in.
