@@ -654,3 +654,140 @@ func TestAttackDNSRebinding(t *testing.T) {
 		t.Errorf("no Hosts, Host %s: %d", rebindHost, rec.Code)
 	}
 }
+
+// TestAttackMetricsNamesNotUTF8: two listed names that differ only in
+// bytes that are not UTF-8 must not come out as one label set twice
+// (Prometheus drops duplicate samples of a scrape): each name's series
+// is its own.
+func TestAttackMetricsNamesNotUTF8(t *testing.T) {
+	prefix := testPrefix(t)
+	ctx := testCtx(t)
+	c := newClient(t, prefix, "")
+	names := []string{"blob-\xff", "blob-\xfe", "blob-\uFFFD"}
+	for _, n := range names {
+		l, err := c.Mutex(n).Lock(ctx)
+		if err != nil {
+			t.Fatalf("%q: %v", n, err)
+		}
+		defer l.Unlock(ctx)
+	}
+	srv, _ := serve(t, c, Options{Refresh: 100 * time.Millisecond, MetricNames: names})
+	fams := parseMetrics(t, get(t, srv, "/metrics", 200))
+	seen := map[string]bool{}
+	for _, m := range fams["dlock_lock_held"].GetMetric() {
+		var key string
+		for _, l := range m.GetLabel() {
+			key += l.GetName() + "=" + l.GetValue() + ","
+		}
+		if seen[key] {
+			t.Errorf("dlock_lock_held{%s} twice", key)
+		}
+		seen[key] = true
+	}
+	if len(seen) != len(names) {
+		t.Errorf("%d series of dlock_lock_held for %d names: %v", len(seen), len(names), seen)
+	}
+}
+
+// TestAttackViewersWhileRedisStalls: Redis stopped (SIGSTOP) for several
+// refresh timeouts while twenty pages follow the feed and clients
+// hammer /api/snapshot and /metrics: still at most one Snapshot at a
+// time, one an interval once each stalled one has failed, every viewer
+// told of the failure, and all of them back to fresh snapshots once it
+// resumes.
+func TestAttackViewersWhileRedisStalls(t *testing.T) {
+	rs := redistest.StartT(t, redistest.Options{})
+	rdb := rs.Client()
+	defer rdb.Close()
+	c, err := dlock.New(rdb, dlock.WithPrefix(testPrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	var reads, concurrent, most atomic.Int64
+	const interval, timeout = 100 * time.Millisecond, 300 * time.Millisecond
+	srv, _ := serve(t, c, Options{Refresh: interval, Timeout: timeout, source: func(ctx context.Context, o dlock.SnapshotOptions) (*dlock.Snapshot, error) {
+		reads.Add(1)
+		n := concurrent.Add(1)
+		defer concurrent.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return c.Snapshot(ctx, o)
+	}})
+	viewCtx, stopViewing := context.WithCancel(ctx)
+	defer stopViewing()
+	var errorsSeen, okAfter atomic.Int64
+	var resumed atomic.Bool
+	const pages = 20
+	finished := make(chan struct{}, pages+4)
+	for range pages {
+		req, _ := http.NewRequestWithContext(viewCtx, "GET", srv.URL+"/events", nil)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer func() { finished <- struct{}{} }()
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				data, ok := strings.CutPrefix(sc.Text(), "data: ")
+				if !ok {
+					continue
+				}
+				var v viewJSON
+				if json.Unmarshal([]byte(data), &v) != nil {
+					continue
+				}
+				if v.Error != "" {
+					errorsSeen.Add(1)
+				} else if resumed.Load() {
+					okAfter.Add(1)
+				}
+			}
+		}()
+	}
+	for range 4 {
+		go func() {
+			defer func() { finished <- struct{}{} }()
+			for viewCtx.Err() == nil {
+				for _, p := range []string{"/api/snapshot", "/metrics"} {
+					req, _ := http.NewRequestWithContext(viewCtx, "GET", srv.URL+p, nil)
+					if resp, err := srv.Client().Do(req); err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}
+			}
+		}()
+	}
+	if err := rs.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	waitFor(t, 10*time.Second, "every page told of the failure", func() bool { return errorsSeen.Load() >= pages })
+	for time.Since(paused) < 5*timeout {
+		time.Sleep(10 * time.Millisecond) // the stall itself is what is measured
+	}
+	stalledFor := time.Since(paused)
+	stalledReads := reads.Load()
+	resumed.Store(true)
+	if err := rs.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "every page back to fresh snapshots", func() bool { return okAfter.Load() >= 2*pages })
+	stopViewing()
+	for range pages + 4 {
+		<-finished
+	}
+	if m := most.Load(); m != 1 {
+		t.Errorf("%d Snapshots at once, want 1", m)
+	}
+	// each stalled read lasts a timeout, then the next comes an interval later
+	if bound := int64(stalledFor/(timeout+interval)) + 3; stalledReads > bound {
+		t.Errorf("%d Snapshots in a %v stall (timeout %v, interval %v): want at most %d", stalledReads, stalledFor, timeout, interval, bound)
+	}
+	t.Logf("%d Snapshots in a %v stall with %d pages and 4 API clients", stalledReads, stalledFor, pages)
+}
