@@ -791,3 +791,52 @@ func TestAttackViewersWhileRedisStalls(t *testing.T) {
 	}
 	t.Logf("%d Snapshots in a %v stall with %d pages and 4 API clients", stalledReads, stalledFor, pages)
 }
+
+// TestAttackForceNameNotUTF8: a lock named with bytes that are not UTF-8
+// ("blob-\xff") beside one whose name is what JSON would turn it into
+// ("blob-\uFFFD"): the page shows two names, and its force button frees
+// the lock of its row, never the other.
+func TestAttackForceNameNotUTF8(t *testing.T) {
+	prefix := testPrefix(t)
+	ctx := testCtx(t)
+	c := newClient(t, prefix, "")
+	raw, lookalike := "blob-\xff", "blob-\uFFFD"
+	for _, n := range []string{raw, lookalike} {
+		l, err := c.Mutex(n).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+	}
+	srv, _ := serve(t, c, Options{Refresh: 200 * time.Millisecond, AllowForce: true})
+	tab := browser(t)
+	if err := chromedp.Do(tab, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(`#status[data-status="live"]`)); err != nil {
+		t.Fatal(err)
+	}
+	names, err := chromedp.Run(tab, chromedp.Poll[[]string](`(() => { const n = Array.from(document.querySelectorAll(".lock")).map(e => e.dataset.lock); return n.length == 2 && n })()`,
+		chromedp.WithPollingTimeout(5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names[0] == names[1] {
+		t.Fatalf("the page shows both locks as %q", names[0])
+	}
+	q, _ := json.Marshal(strconv.Quote(raw))
+	sel := `[data-lock=` + strconv.Quote(strconv.Quote(raw)) + `] button.force`
+	js := `window.confirm = () => true; window.alert = (m) => { window.lastAlert = m; };
+	  const b = document.querySelector(` + strconv.Quote(sel) + `); b ? (b.click(), true) : false`
+	clicked, err := chromedp.Run(tab, chromedp.Evaluate[bool](js))
+	if err != nil || !clicked {
+		t.Fatalf("no force button for %s among %q (%v)", q, names, err)
+	}
+	alerted, err := chromedp.Run(tab, chromedp.Poll[string](`window.lastAlert`, chromedp.WithPollingTimeout(5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held(t, c, raw) {
+		t.Errorf("%q still held after its row's force (the page said %q)", raw, alerted)
+	}
+	if !held(t, c, lookalike) {
+		t.Errorf("%q, the other row's lock, was freed (the page said %q)", lookalike, alerted)
+	}
+}
