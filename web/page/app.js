@@ -247,7 +247,8 @@
       const r = await fetch("api/force", {
         method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-Dlock-Force": "1" },
-        body: JSON.stringify({ kind: l.kind, name: l.name, confirm: l.name }),
+        // name_bytes: the name itself when it is not UTF-8 (l.name is then quoted)
+        body: JSON.stringify({ kind: l.kind, name: l.name, confirm: l.name, name_bytes: l.name_bytes }),
       });
       const body = await r.json().catch(() => ({}));
       window.alert(r.ok ? `Freed ${l.kind} "${l.name}".` : (body.error || `force failed: HTTP ${r.status}`));
