@@ -33,7 +33,7 @@ var (
 	evilImg    = `<img src=x onerror="window.__pwned='img'">`
 	evilScript = `</script><script>window.__pwned='script'</script>`
 	evilQuote  = "\"'><svg onload=\"window.__pwned='svg'\"><a href=javascript:alert(1)>x</a>\nsecond line"
-	evilLong   = strings.Repeat(`<b onclick="window.__pwned='long'">long</b>`, 2000) // 88 KB
+	evilLong   = strings.Repeat(`<b onclick="window.__pwned='long'">long</b>`, 500) // 22 KB
 	// evilLabel is as long as a label may be (256 bytes)
 	evilLabel = strings.Repeat(`<i onclick=1>`, 19)
 )
@@ -69,7 +69,7 @@ func checkNotInjected(t *testing.T, tab context.Context) {
 
 // TestAttackHostileTextOnThePage: lock names, hold labels, owner labels
 // and an Election's value that carry HTML and script, quotes, new lines
-// and 88 KB (a name; a label's longest, 256 bytes), on real Clients: the page stays live, adds no element nor
+// and 22 KB (a name; a label's longest, 256 bytes), on real Clients: the page stays live, adds no element nor
 // handler, and shows each text literally (the title too).
 func TestAttackHostileTextOnThePage(t *testing.T) {
 	prefix := testPrefix(t)
@@ -192,7 +192,7 @@ func hostile(s *dlock.Snapshot) *dlock.Snapshot {
 // its text and tooltips literally, and the deadlock listed literally.
 func TestAttackHostileTextInTheGraph(t *testing.T) {
 	c := newClient(t, testPrefix(t), "")
-	// a refresh of a second: the view is 3 MB (the 88 KB name is in
+	// a refresh of a second: the view is 0.8 MB (the 22 KB name is in
 	// it some thirty times), and the page redraws it each refresh
 	srv, _ := serve(t, c, Options{Refresh: time.Second,
 		source: func(context.Context, dlock.SnapshotOptions) (*dlock.Snapshot, error) {
@@ -410,7 +410,9 @@ func TestAttackNothingFreesWhenReadOnly(t *testing.T) {
 			req.Header.Set("Sec-Fetch-Site", "same-origin")
 			resp, err := srv.Client().Do(req)
 			if err == nil {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				if p != "/events" { // a feed: its headers are its answer
+					_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				}
 				resp.Body.Close()
 				if resp.StatusCode == 200 && strings.Contains(p, "force") && method != "GET" {
 					t.Errorf("%s %s: 200", method, p)
@@ -732,6 +734,7 @@ func TestAttackViewersWhileRedisStalls(t *testing.T) {
 			defer resp.Body.Close()
 			sc := bufio.NewScanner(resp.Body)
 			sc.Buffer(nil, 1<<20)
+			told := false
 			for sc.Scan() {
 				data, ok := strings.CutPrefix(sc.Text(), "data: ")
 				if !ok {
@@ -741,9 +744,10 @@ func TestAttackViewersWhileRedisStalls(t *testing.T) {
 				if json.Unmarshal([]byte(data), &v) != nil {
 					continue
 				}
-				if v.Error != "" {
-					errorsSeen.Add(1)
-				} else if resumed.Load() {
+				if v.Error != "" && !told {
+					told = true
+					errorsSeen.Add(1) // pages told
+				} else if v.Error == "" && resumed.Load() {
 					okAfter.Add(1)
 				}
 			}
@@ -763,6 +767,7 @@ func TestAttackViewersWhileRedisStalls(t *testing.T) {
 			}
 		}()
 	}
+	readsBefore := reads.Load()
 	if err := rs.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -772,7 +777,7 @@ func TestAttackViewersWhileRedisStalls(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the stall itself is what is measured
 	}
 	stalledFor := time.Since(paused)
-	stalledReads := reads.Load()
+	stalledReads := reads.Load() - readsBefore
 	resumed.Store(true)
 	if err := rs.Resume(); err != nil {
 		t.Fatal(err)
@@ -785,8 +790,9 @@ func TestAttackViewersWhileRedisStalls(t *testing.T) {
 	if m := most.Load(); m != 1 {
 		t.Errorf("%d Snapshots at once, want 1", m)
 	}
-	// each stalled read lasts a timeout, then the next comes an interval later
-	if bound := int64(stalledFor/(timeout+interval)) + 3; stalledReads > bound {
+	// each stalled read lasts a timeout, then the next comes an interval
+	// later (one may have begun just before the stall)
+	if bound := int64(stalledFor/(timeout+interval)) + 2; stalledReads > bound {
 		t.Errorf("%d Snapshots in a %v stall (timeout %v, interval %v): want at most %d", stalledReads, stalledFor, timeout, interval, bound)
 	}
 	t.Logf("%d Snapshots in a %v stall with %d pages and 4 API clients", stalledReads, stalledFor, pages)

@@ -24,6 +24,9 @@ import (
 //     grants;
 //   - confirm: its "confirm" field repeats the lock's name (the page asks
 //     for it in a confirm dialog first).
+//
+// A name that is not UTF-8 travels as the view shows it (Go-quoted) with
+// its bytes in "name_bytes"; the two must agree.
 
 // forceHeader is the header the page sets on a force request.
 const forceHeader = "X-Dlock-Force"
