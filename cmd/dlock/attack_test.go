@@ -103,13 +103,16 @@ func TestAttackTerminalEscapesInReports(t *testing.T) {
 	}
 	cancel()
 	<-errs
-	for _, cmd := range [][]string{{"deadlocks"}, {"ls"}, {"inspect", "x" + esc}} {
+	for _, cmd := range [][]string{{"deadlocks"}, {"ls"}, {"inspect", "x" + esc}, {"top", "--iterations", "1"}} {
 		r := admin(prefix, cmd[0], cmd[1:]...)
 		if r.code != exitOK {
 			t.Errorf("dlock %q: code %d; stderr %s", cmd, r.code, r.stderr)
 		}
 		if strings.ContainsAny(r.stdout, "\x1b\a") {
 			t.Errorf("dlock %q wrote raw escape bytes to the terminal:\n%q", cmd, r.stdout)
+		}
+		if !strings.Contains(r.stdout, `\x1b[2J\x1b]0;pwned\a`) {
+			t.Errorf("dlock %q does not show the texts, quoted:\n%s", cmd, r.stdout)
 		}
 	}
 }
