@@ -62,6 +62,9 @@ func browser(t *testing.T) context.Context {
 			chromedp.DisableGPU,
 			chromedp.Flag("disable-dev-shm-usage", true),
 			chromedp.WindowSize(1280, 1000),
+			// rebind.test is this machine, as a DNS-rebinding attacker's
+			// name would be (TestAttackDNSRebinding)
+			chromedp.Flag("host-resolver-rules", "MAP "+rebindHost+" 127.0.0.1"),
 		)
 		if os.Geteuid() == 0 {
 			opts = append(opts, chromedp.NoSandbox) // Chromium's sandbox refuses to run as root

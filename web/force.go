@@ -24,6 +24,9 @@ import (
 //     grants;
 //   - confirm: its "confirm" field repeats the lock's name (the page asks
 //     for it in a confirm dialog first).
+//
+// A name that is not UTF-8 travels as the view shows it (Go-quoted) with
+// its bytes in "name_bytes"; the two must agree.
 
 // forceHeader is the header the page sets on a force request.
 const forceHeader = "X-Dlock-Force"
@@ -34,8 +37,11 @@ const maxForceBody = 64 << 10
 // forceRequest is the body of a force request.
 type forceRequest struct {
 	Kind    string `json:"kind"`
-	Name    string `json:"name"`
+	Name    string `json:"name"`    // as the view shows it
 	Confirm string `json:"confirm"` // the name again
+	// NameBytes is the name itself when it is not UTF-8 (the view's
+	// name_bytes): Name is then its Go-quoted form
+	NameBytes []byte `json:"name_bytes,omitempty"`
 }
 
 // forceReply is the answer: what the lock was just before.
@@ -80,15 +86,23 @@ func (h *handler) force(w http.ResponseWriter, r *http.Request) {
 		forceError(w, http.StatusBadRequest, "not confirmed: confirm must repeat the lock's name")
 		return
 	}
+	name := req.Name
+	if req.NameBytes != nil {
+		name = string(req.NameBytes)
+	}
+	if nameLabel(name) != req.Name { // a name not UTF-8 without its bytes, or bytes of another name
+		forceError(w, http.StatusBadRequest, "name "+jsonQuote(req.Name)+" is not what name_bytes spell")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
 	defer cancel()
-	before, err := h.c.ForceUnlock(ctx, kind, req.Name)
+	before, err := h.c.ForceUnlock(ctx, kind, name)
 	if err != nil {
-		h.opts.Logger.Warn("dlock/web: forced unlock failed", "kind", kind, "name", req.Name, "from", r.RemoteAddr, "err", err)
+		h.opts.Logger.Warn("dlock/web: forced unlock failed", "kind", kind, "name", name, "from", r.RemoteAddr, "err", err)
 		forceError(w, http.StatusBadGateway, "unlock --force "+jsonQuote(req.Name)+": "+err.Error())
 		return
 	}
-	h.opts.Logger.Warn("dlock/web: lock freed by force from the page", "kind", kind, "name", req.Name,
+	h.opts.Logger.Warn("dlock/web: lock freed by force from the page", "kind", kind, "name", name,
 		"from", r.RemoteAddr, "holders", len(before.Holders))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(forceReply{Freed: lockOf(before, time.Now(), false)})

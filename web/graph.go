@@ -179,7 +179,7 @@ func (b *graphBuilder) lock(k lockKey) string {
 			title += fmt.Sprintf("\n%d waiting", len(l.Waiters))
 		}
 	}
-	b.add(nodeView{ID: id, Type: "lock", Label: k.name, Kind: string(k.kind), Title: title})
+	b.add(nodeView{ID: id, Type: "lock", Label: nameLabel(k.name), Kind: string(k.kind), Title: title})
 	return id
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,10 +44,29 @@ func TestMain(m *testing.M) {
 // quiet is a logger that drops everything.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// testPrefix is a key prefix of the test's own.
+// testPrefix is a key prefix of the test's own, and of this run of it:
+// under -count=N a run must not find the records (a broken deadlock's
+// lasts an hour) that the one before left on the shared server.
 func testPrefix(t *testing.T) string {
-	return "web-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	prefixMu.Lock()
+	defer prefixMu.Unlock()
+	if p, ok := prefixOf[t]; ok {
+		return p
+	}
+	p := "web-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	if runs[p]++; runs[p] > 1 {
+		p += fmt.Sprintf("-run%d", runs[p])
+	}
+	prefixOf[t] = p
+	return p
 }
+
+// the prefixes given, by test and by name (testPrefix)
+var (
+	prefixMu sync.Mutex
+	prefixOf = map[*testing.T]string{}
+	runs     = map[string]int{}
+)
 
 // newClient returns a Client of the shared server under prefix, its
 // owner labelled label, closed with the test.

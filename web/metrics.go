@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -27,7 +28,8 @@ import (
 //	dlock_oldest_hold_age_seconds       the oldest hold's age (0: none known)
 //
 // The same four for each name in Options.MetricNames (labels kind and
-// name; a name that has no lock in Redis has no series), named
+// name, a name that is not UTF-8 Go-quoted; a name that has no lock in
+// Redis has no series), named
 // dlock_lock_held, dlock_lock_holders, dlock_lock_waiters and
 // dlock_lock_oldest_hold_age_seconds. Then:
 //
@@ -130,7 +132,7 @@ func writeMetrics(w *bufio.Writer, st *state, names []string, now time.Time) {
 		name := "dlock_lock_" + strings.TrimPrefix(f.name, "locks_")
 		family(w, name, "gauge", strings.Replace(f.help, "by kind", "of a lock listed for metrics, by kind and name", 1))
 		for _, n := range perName {
-			sample(w, name, f.value(&n.stats), "kind", string(n.kind), "name", n.name)
+			sample(w, name, f.value(&n.stats), "kind", string(n.kind), "name", nameLabel(n.name))
 		}
 	}
 	broken := 0
@@ -183,6 +185,17 @@ func sample(w *bufio.Writer, name string, v float64, labels ...string) {
 	w.WriteByte(' ')
 	w.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
 	w.WriteByte('\n')
+}
+
+// nameLabel is a lock name as a label value: the name itself when it is
+// UTF-8 (the format's text is), else the name Go-quoted ("blob-\xff",
+// quotes included), so that two names that differ only in bytes that
+// are not UTF-8 stay two series (Prometheus drops a scrape's duplicates).
+func nameLabel(name string) string {
+	if utf8.ValidString(name) {
+		return name
+	}
+	return strconv.Quote(name)
 }
 
 // escapeLabel escapes a label value as the text format wants: \\, \"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,7 +131,7 @@ func TestMetricsOfAHeldLockAndItsWaiter(t *testing.T) {
 
 // TestMetricsEscapeNames: names with quotes, backslashes, new lines and
 // bytes that are not UTF-8 come out as label values the parser reads
-// back; a deadlock and a broken one are counted.
+// back (a name that is not UTF-8, Go-quoted); a deadlock and a broken one are counted.
 func TestMetricsEscapeNames(t *testing.T) {
 	at := time.Now()
 	s := threeCycle(at)
@@ -142,7 +143,7 @@ func TestMetricsEscapeNames(t *testing.T) {
 	writeMetrics(w, st, []string{odd, "accounts"}, at)
 	w.Flush()
 	fams := parseMetrics(t, b.String())
-	if v, ok := value(fams, "dlock_lock_held", "kind", "latch", "name", strings.ToValidUTF8(odd, "\uFFFD")); !ok || v != 1 {
+	if v, ok := value(fams, "dlock_lock_held", "kind", "latch", "name", strconv.Quote(odd)); !ok || v != 1 {
 		t.Errorf("the odd name's series: %v %v\n%s", v, ok, b.String())
 	}
 	for _, want := range []struct {

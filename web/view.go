@@ -44,20 +44,24 @@ type viewJSON struct {
 
 // lockView is one lock.
 type lockView struct {
-	Kind     string       `json:"kind"`
-	Name     string       `json:"name"`
-	Held     bool         `json:"held"`
-	TTLMs    int64        `json:"ttl_ms"` // 0: no key, -1: no expiry
-	Fence    int64        `json:"fence"`
-	Mode     string       `json:"mode"`     // rwmutex: read, write or ""
-	KeptFor  string       `json:"kept_for"` // mutex: the waiter a free lock is kept for
-	Capacity int64        `json:"capacity"` // semaphore
-	Free     int64        `json:"free"`     // semaphore
-	Count    int64        `json:"count"`    // latch
-	Value    string       `json:"value"`    // election: the leader's value
-	Deadlock bool         `json:"deadlock"` // in a deadlock cycle now
-	Holders  []holderView `json:"holders"`
-	Waiters  []waiterView `json:"waiters"` // in the order they will be served
+	Kind string `json:"kind"`
+	// Name is the lock's name; one that is not UTF-8 Go-quoted
+	// ("blob-\xff", quotes included: JSON would make its bytes U+FFFD,
+	// the name of another lock), its bytes then in NameBytes (base64)
+	Name      string       `json:"name"`
+	NameBytes []byte       `json:"name_bytes,omitempty"`
+	Held      bool         `json:"held"`
+	TTLMs     int64        `json:"ttl_ms"` // 0: no key, -1: no expiry
+	Fence     int64        `json:"fence"`
+	Mode      string       `json:"mode"`     // rwmutex: read, write or ""
+	KeptFor   string       `json:"kept_for"` // mutex: the waiter a free lock is kept for
+	Capacity  int64        `json:"capacity"` // semaphore
+	Free      int64        `json:"free"`     // semaphore
+	Count     int64        `json:"count"`    // latch
+	Value     string       `json:"value"`    // election: the leader's value
+	Deadlock  bool         `json:"deadlock"` // in a deadlock cycle now
+	Holders   []holderView `json:"holders"`
+	Waiters   []waiterView `json:"waiters"` // in the order they will be served
 }
 
 // holderView is one holder.
@@ -186,9 +190,12 @@ func fillView(v *viewJSON, s *dlock.Snapshot) {
 
 // lockOf is the view of one lock at now.
 func lockOf(l *dlock.LockInfo, now time.Time, deadlocked bool) lockView {
-	lv := lockView{Kind: string(l.Kind), Name: l.Name, Held: l.Held, TTLMs: ms(l.TTL), Fence: l.Fence, Mode: l.Mode,
+	lv := lockView{Kind: string(l.Kind), Name: nameLabel(l.Name), Held: l.Held, TTLMs: ms(l.TTL), Fence: l.Fence, Mode: l.Mode,
 		KeptFor: l.KeptFor, Capacity: l.Capacity, Free: l.Free, Count: l.Count, Value: l.Value, Deadlock: deadlocked,
 		Holders: []holderView{}, Waiters: []waiterView{}}
+	if lv.Name != l.Name {
+		lv.NameBytes = []byte(l.Name)
+	}
 	if l.TTL < 0 {
 		lv.TTLMs = -1
 	}
@@ -246,7 +253,9 @@ func who(w dlock.Wait) string {
 }
 
 // refOf is the view of a lock reference.
-func refOf(r dlock.LockRef) refView { return refView{Kind: string(r.Kind), Name: r.Name, Side: r.Side} }
+func refOf(r dlock.LockRef) refView {
+	return refView{Kind: string(r.Kind), Name: nameLabel(r.Name), Side: r.Side}
+}
 
 // ownerOf is the view of an owner record (nil for none).
 func ownerOf(o *dlock.Owner) *ownerView {

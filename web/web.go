@@ -30,8 +30,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -58,6 +61,16 @@ type Options struct {
 	// AllowForce lets the page free a lock (Client.ForceUnlock), after a
 	// confirmation; false (the default) makes the handler read-only.
 	AllowForce bool
+	// Hosts guards against DNS rebinding: a page on loopback (or on a
+	// private address) reached by an attacker's name, which resolved to
+	// the attacker first and to this machine next, is same-origin to the
+	// attacker's script, which could then read every snapshot and, with
+	// AllowForce, free locks. With Hosts set, a request whose Host header
+	// is neither an IP address, nor localhost, nor one of these names
+	// (case-insensitive, the port ignored; "*" for any) is answered 421
+	// and does nothing. nil: any Host (a handler inside a service that
+	// checks Host itself, or behind a proxy that does). dlock web sets it.
+	Hosts []string
 	// Title is the page's title (default "dlock").
 	Title string
 	// Logger receives the forced unlocks and the failed refreshes (nil:
@@ -181,7 +194,37 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "no-referrer")
+	if !h.hostAllowed(r.Host) {
+		http.Error(w, "dlock/web: this page does not answer to the name "+jsonQuote(r.Host)+
+			" (a defence against DNS rebinding; dlock web --host NAME adds a name)", http.StatusMisdirectedRequest)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether a request for host (a Host header) is
+// answered: with Options.Hosts nil, any; else an IP address, localhost
+// or a listed name.
+func (h *handler) hostAllowed(host string) bool {
+	if h.opts.Hosts == nil {
+		return true
+	}
+	if hn, _, err := net.SplitHostPort(host); err == nil {
+		host = hn
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	for _, n := range h.opts.Hosts {
+		if n == "*" || strings.TrimSuffix(strings.ToLower(n), ".") == host {
+			return true
+		}
+	}
+	return false
 }
 
 // page serves the page, its title filled in.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +58,61 @@ func TestAttackElectionStringThatIsNoHold(t *testing.T) {
 	}
 	if v, err := rdb.Get(ctx, key).Result(); err != nil || v != "somebody else's value" {
 		t.Errorf("the key was changed: %q, %v", v, err)
+	}
+}
+
+// TestAttackTerminalEscapesInReports: owner labels, hold labels and
+// lock names that carry terminal escape sequences (clear the screen, set
+// the window's title, a BEL) reach the operator's terminal through
+// dlock deadlocks, ls and inspect: never as raw bytes, always quoted. A
+// real two-party deadlock, broken by the detector, is what deadlocks
+// reports.
+func TestAttackTerminalEscapesInReports(t *testing.T) {
+	prefix := testPrefix(t)
+	ctx := testCtx(t)
+	const esc = "\x1b[2J\x1b]0;pwned\a"
+	a, b := labelled(t, prefix, "a"+esc), labelled(t, prefix, "b"+esc)
+	la, err := a.Mutex("x"+esc, dlock.WithLabel("hold"+esc)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Unlock(context.Background())
+	lb, err := b.Mutex("y"+esc, dlock.WithLabel("hold"+esc)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Unlock(context.Background())
+	errs := make(chan error, 2)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for _, w := range []struct {
+		c    *dlock.Client
+		held *dlock.Lease
+		want string
+	}{{a, la, "y" + esc}, {b, lb, "x" + esc}} {
+		go func() {
+			l, err := w.c.Mutex(w.want, dlock.WithLabel("wait"+esc)).Lock(w.held.Context(wctx))
+			if err == nil {
+				_ = l.Unlock(context.Background())
+			}
+			errs <- err
+		}()
+	}
+	if err := <-errs; !errors.Is(err, dlock.ErrDeadlock) {
+		t.Fatalf("the first wait to end: %v, want ErrDeadlock", err)
+	}
+	cancel()
+	<-errs
+	for _, cmd := range [][]string{{"deadlocks"}, {"ls"}, {"inspect", "x" + esc}, {"top", "--iterations", "1"}} {
+		r := admin(prefix, cmd[0], cmd[1:]...)
+		if r.code != exitOK {
+			t.Errorf("dlock %q: code %d; stderr %s", cmd, r.code, r.stderr)
+		}
+		if strings.ContainsAny(r.stdout, "\x1b\a") {
+			t.Errorf("dlock %q wrote raw escape bytes to the terminal:\n%q", cmd, r.stdout)
+		}
+		if !strings.Contains(r.stdout, `\x1b[2J\x1b]0;pwned\a`) {
+			t.Errorf("dlock %q does not show the texts, quoted:\n%s", cmd, r.stdout)
+		}
 	}
 }

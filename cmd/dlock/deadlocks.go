@@ -118,13 +118,13 @@ func waitWho(x dlock.Wait) string {
 	if x.Label != "" {
 		parts = append(parts, fmt.Sprintf("%q", x.Label))
 	}
-	if o := x.Owner; o != nil {
-		s := fmt.Sprintf("%s/%d", o.Host, o.PID)
+	if o := x.Owner; o != nil { // display: quoted if it carries control characters (a terminal's escapes)
+		s := fmt.Sprintf("%s/%d", display(o.Host), o.PID)
 		if o.Program != "" {
-			s += " " + o.Program
+			s += " " + display(o.Program)
 		}
 		if o.Label != "" {
-			s = o.Label + " @ " + s
+			s = display(o.Label) + " @ " + s
 		}
 		parts = append(parts, s)
 	}

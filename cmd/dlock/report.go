@@ -22,7 +22,7 @@ func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 
 
 // writeLock writes inspect's report of one lock.
 func writeLock(w io.Writer, l *dlock.LockInfo, now time.Time) {
-	fmt.Fprintf(w, "%s %s (key %s)\n", l.Kind, strconv.Quote(l.Name), l.Key)
+	fmt.Fprintf(w, "%s %s (key %s)\n", l.Kind, strconv.Quote(l.Name), display(l.Key))
 	if l.Kind == dlock.KindLatch {
 		if l.Held {
 			fmt.Fprintf(w, "  count:     %d (closed: Wait blocks)\n", l.Count)
@@ -124,16 +124,16 @@ func writeFreed(w io.Writer, before *dlock.LockInfo, now time.Time) {
 		fmt.Fprintf(w, "latch %s was open: nothing to do\n", name)
 		return
 	case before.Kind == dlock.KindLatch:
-		fmt.Fprintf(w, "opened latch %s (key %s), whose count was %d: its waiters are woken\n", name, before.Key, before.Count)
+		fmt.Fprintf(w, "opened latch %s (key %s), whose count was %d: its waiters are woken\n", name, display(before.Key), before.Count)
 		return
 	case !before.Held && before.KeptFor == "":
 		fmt.Fprintf(w, "%s %s was not held: nothing freed\n", before.Kind, name)
 		return
 	case before.Kind == dlock.KindSemaphore:
 		fmt.Fprintf(w, "took back the %d permit%s held of semaphore %s (key %s), capacity %d\n",
-			before.Capacity-before.Free, plural(int(before.Capacity-before.Free)), name, before.Key, before.Capacity)
+			before.Capacity-before.Free, plural(int(before.Capacity-before.Free)), name, display(before.Key), before.Capacity)
 	default:
-		fmt.Fprintf(w, "freed %s %s (key %s), which had %s left\n", before.Kind, name, before.Key, lockTTL(before.TTL))
+		fmt.Fprintf(w, "freed %s %s (key %s), which had %s left\n", before.Kind, name, display(before.Key), lockTTL(before.TTL))
 	}
 	if before.Kind == dlock.KindElection && before.Held {
 		fmt.Fprintf(w, "  its leader's value was %s; observers are told nobody leads\n", strconv.Quote(before.Value))

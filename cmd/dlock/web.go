@@ -20,7 +20,7 @@ import (
 
 // webSynopsis is web's usage line.
 const webSynopsis = "dlock web [--redis URL] [--tls-*] [--prefix P] [--listen ADDR] [--pattern P] [--limit N] [--refresh 1s] " +
-	"[--metrics-names a,b] [--allow-force]"
+	"[--metrics-names a,b] [--host NAME,...] [--allow-force]"
 
 // defaultListen is where web listens without --listen: this machine
 // only (the page shows who holds what; --listen :8080 opens it wider).
@@ -39,6 +39,7 @@ func webCmd(args []string, stdout, stderr io.Writer) int {
 		listen  string
 		opts    web.Options
 		metrics []string
+		hosts   []string
 	)
 	fs := newFlags("web")
 	a.register(fs)
@@ -47,6 +48,8 @@ func webCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.Limit, "limit", 1000, "inspect at most `N` locks a refresh (the page says how many more it found)")
 	durationVar(fs, &opts.Refresh, "refresh", "", time.Second, "read the locks every `DURATION` while someone looks (each read SCANs the keyspace)")
 	fs.StringSliceVar(&metrics, "metrics-names", nil, "lock `NAMES` (comma separated) that get /metrics series of their own")
+	fs.StringSliceVar(&hosts, "host", nil, "host `NAMES` (comma separated) the page is reached by, besides its IP addresses and localhost: "+
+		"a proxy's or a DNS name (any other Host is refused, against DNS rebinding; '*' for any)")
 	fs.BoolVar(&opts.AllowForce, "allow-force", false, "let the page free a lock whoever holds it, after a confirmation (default: read-only)")
 	if code, ok := parseFlags(fs, webSynopsis, args, stdout, stderr); !ok {
 		return code
@@ -60,6 +63,14 @@ func webCmd(args []string, stdout, stderr io.Writer) int {
 	for _, n := range metrics {
 		if strings.TrimSpace(n) != "" {
 			opts.MetricNames = append(opts.MetricNames, strings.TrimSpace(n))
+		}
+	}
+	// never nil: IP addresses and localhost, and the names given (DNS
+	// rebinding: web.Options.Hosts)
+	opts.Hosts = []string{"localhost"}
+	for _, h := range hosts {
+		if strings.TrimSpace(h) != "" {
+			opts.Hosts = append(opts.Hosts, strings.TrimSpace(h))
 		}
 	}
 	opts.Title = fmt.Sprintf("dlock: prefix %q", a.prefix)

@@ -21,7 +21,8 @@ import (
 // TestWebServes runs "dlock web" as its own process on a free port: it
 // says where it serves, the snapshot shows a held lock and its label,
 // /metrics has the listed name's series, the force endpoint is refused
-// (no --allow-force), and SIGTERM ends it with status 0 although a page's
+// (no --allow-force), a Host that is not its (DNS rebinding) is refused
+// while --host's is served, and SIGTERM ends it with status 0 although a page's
 // feed is open.
 func TestWebServes(t *testing.T) {
 	exe, err := os.Executable()
@@ -36,7 +37,7 @@ func TestWebServes(t *testing.T) {
 	}
 	defer l.Unlock(ctx)
 	cmd := exec.Command(exe, "web", "--redis", serverURL(), "--prefix", prefix, "--listen", "127.0.0.1:0",
-		"--refresh", "100ms", "--metrics-names", "web/held,other")
+		"--refresh", "100ms", "--metrics-names", "web/held,other", "--host", "dlock.example")
 	cmd.Env = append(os.Environ(), cliEnv+"=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -97,6 +98,19 @@ func TestWebServes(t *testing.T) {
 	}
 	if page := get("/"); !strings.Contains(page, `dlock: prefix &#34;`+prefix) {
 		t.Errorf("the page's title does not name the prefix:\n%.400s", page)
+	}
+	// under another name (DNS rebinding): refused; under --host's: served
+	for host, want := range map[string]int{"rebound.example": http.StatusMisdirectedRequest, "dlock.example:7373": 200} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/snapshot", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: %s, want %d", host, resp.Status, want)
+		}
 	}
 	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/api/force", strings.NewReader(`{"kind":"mutex","name":"web/held","confirm":"web/held"}`))
 	req.Header.Set("Content-Type", "application/json")

@@ -247,7 +247,8 @@
       const r = await fetch("api/force", {
         method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-Dlock-Force": "1" },
-        body: JSON.stringify({ kind: l.kind, name: l.name, confirm: l.name }),
+        // name_bytes: the name itself when it is not UTF-8 (l.name is then quoted)
+        body: JSON.stringify({ kind: l.kind, name: l.name, confirm: l.name, name_bytes: l.name_bytes }),
       });
       const body = await r.json().catch(() => ({}));
       window.alert(r.ok ? `Freed ${l.kind} "${l.name}".` : (body.error || `force failed: HTTP ${r.status}`));
@@ -297,7 +298,15 @@
   document.addEventListener("DOMContentLoaded", () => {
     const f = $("filter");
     const m = /^#filter=(.*)$/.exec(location.hash);
-    if (m) f.value = decodeURIComponent(m[1]);
+    if (m) {
+      // a link's fragment is anyone's text: one that is not valid
+      // percent encoding is taken as it is, never allowed to stop the page
+      try {
+        f.value = decodeURIComponent(m[1]);
+      } catch (e) {
+        f.value = m[1];
+      }
+    }
     f.addEventListener("input", () => {
       history.replaceState(null, "", f.value ? "#filter=" + encodeURIComponent(f.value) : location.pathname + location.search);
       render();
