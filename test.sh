@@ -9,7 +9,7 @@
 #   ./test.sh --full   that with the long runs (DLOCK_TEST_FULL=1), then the
 #                      behaviour suite and the torture test again on rueidis
 #                      and on valkey-go, and the benchmark module's build and
-#                      vet (about 12 minutes: 11m15s, 11m48s, 11m44s; what CI runs)
+#                      vet (about 13 minutes: 11m48s, 11m44s, and 13m10s with the live page's and deadlock tests; what CI runs)
 set -euo pipefail
 cd "$(dirname "$0")"
 
