@@ -491,7 +491,7 @@ func TestAttackFeedsThatVanishOrNeverRead(t *testing.T) {
 		}
 		tc := conn.(*net.TCPConn)
 		_ = tc.SetReadBuffer(4096)
-		if _, err := io.WriteString(tc, "GET /events HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(tc, "GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
 		return tc
@@ -646,14 +646,20 @@ func TestAttackDNSRebinding(t *testing.T) {
 			t.Errorf("Host %s: %d %s", host, rec.Code, rec.Body)
 		}
 	}
-	// without Hosts, any name is served (a handler inside a service, behind its own checks)
-	open, _ := serve(t, c, Options{})
-	req := httptest.NewRequest("GET", "/api/snapshot", nil)
-	req.Host = rebindHost
-	rec := httptest.NewRecorder()
-	open.Config.Handler.ServeHTTP(rec, req)
-	if rec.Code != 200 {
-		t.Errorf("no Hosts, Host %s: %d", rebindHost, rec.Code)
+	// without Hosts (the default) the rebound name is refused too; "*"
+	// serves any name (a handler inside a service, behind its own checks)
+	for _, tc := range []struct {
+		hosts []string
+		code  int
+	}{{nil, http.StatusMisdirectedRequest}, {[]string{"*"}, http.StatusOK}} {
+		open, _ := serve(t, c, Options{Hosts: tc.hosts})
+		req := httptest.NewRequest("GET", "/api/snapshot", nil)
+		req.Host = rebindHost
+		rec := httptest.NewRecorder()
+		open.Config.Handler.ServeHTTP(rec, req)
+		if rec.Code != tc.code {
+			t.Errorf("Hosts %q, Host %s: %d, want %d", tc.hosts, rebindHost, rec.Code, tc.code)
+		}
 	}
 }
 

@@ -72,7 +72,7 @@ func TestForceRefusedUnlessAllowed(t *testing.T) {
 		t.Error("the view says forcing is allowed")
 	}
 	rec := httptest.NewRecorder()
-	New(c, Options{}).ServeHTTP(rec, httptest.NewRequest("GET", "/api/force", nil))
+	New(c, Options{}).ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/api/force", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /api/force: %d, want 405", rec.Code)
 	}

@@ -16,6 +16,10 @@
 //	POST /api/force     free a lock whoever holds it: only with
 //	                    Options.AllowForce (403 otherwise)
 //
+// It answers only requests whose Host is an IP address, localhost, or a
+// name in Options.Hosts (DNS rebinding: see Hosts), so a service reached
+// by name lists it there.
+//
 // Its cost on Redis is bounded: one Client.Snapshot per Options.Refresh,
 // shared by every open page, API call and scrape, and none at all while
 // nobody looks (docs/operating.md, "A live page and metrics").
@@ -65,11 +69,13 @@ type Options struct {
 	// private address) reached by an attacker's name, which resolved to
 	// the attacker first and to this machine next, is same-origin to the
 	// attacker's script, which could then read every snapshot and, with
-	// AllowForce, free locks. With Hosts set, a request whose Host header
-	// is neither an IP address, nor localhost, nor one of these names
-	// (case-insensitive, the port ignored; "*" for any) is answered 421
-	// and does nothing. nil: any Host (a handler inside a service that
-	// checks Host itself, or behind a proxy that does). dlock web sets it.
+	// AllowForce, free locks. So a request whose Host header is neither
+	// an IP address, nor localhost, nor one of these names
+	// (case-insensitive, the port ignored) is answered 421 and does
+	// nothing. nil: IP addresses and localhost only. A handler mounted in
+	// a service reached by name lists that name; {"*"} answers any Host
+	// (a service that checks Host itself, or sits behind a proxy that
+	// does).
 	Hosts []string
 	// Title is the page's title (default "dlock").
 	Title string
@@ -203,12 +209,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // hostAllowed reports whether a request for host (a Host header) is
-// answered: with Options.Hosts nil, any; else an IP address, localhost
-// or a listed name.
+// answered: an IP address, localhost or a listed name (Options.Hosts;
+// "*": any).
 func (h *handler) hostAllowed(host string) bool {
-	if h.opts.Hosts == nil {
-		return true
-	}
 	if hn, _, err := net.SplitHostPort(host); err == nil {
 		host = hn
 	}

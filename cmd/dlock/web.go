@@ -65,9 +65,8 @@ func webCmd(args []string, stdout, stderr io.Writer) int {
 			opts.MetricNames = append(opts.MetricNames, strings.TrimSpace(n))
 		}
 	}
-	// never nil: IP addresses and localhost, and the names given (DNS
-	// rebinding: web.Options.Hosts)
-	opts.Hosts = []string{"localhost"}
+	// IP addresses and localhost, and the names given (DNS rebinding:
+	// web.Options.Hosts)
 	for _, h := range hosts {
 		if strings.TrimSpace(h) != "" {
 			opts.Hosts = append(opts.Hosts, strings.TrimSpace(h))
