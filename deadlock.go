@@ -5,14 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/deadlock"
-	"github.com/dlock-go/dlock/internal/deploy"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
@@ -180,52 +177,20 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 	if opts.Limit < 0 {
 		return nil, invalid("Snapshot: negative Limit %d", opts.Limit)
 	}
-	if opts.Pattern != "" {
-		if _, err := path.Match(opts.Pattern, ""); err != nil {
-			return nil, invalid("pattern %q: %v", opts.Pattern, err)
-		}
-	}
 	r, err := c.reader()
 	if err != nil {
 		return nil, err
 	}
 	limit := cmp.Or(opts.Limit, defaultSnapshotLimit)
 	s := &Snapshot{At: time.Now()}
-	type id struct {
-		kd   Kind
-		name string
-	}
-	var mu sync.Mutex
-	found := map[id]bool{}
-	var waitKeys, brokenKeys []string
-	waitPre, brokenPre := waitKey(c.prefix, ""), brokenKey(c.prefix, "")
-	err = c.scan(ctx, r, deploy.EscapeGlob(c.prefix)+":*", func(keys []string) {
-		mu.Lock()
-		defer mu.Unlock()
-		s.Keys += len(keys)
-		for _, k := range keys {
-			switch {
-			case strings.HasPrefix(k, waitPre):
-				waitKeys = append(waitKeys, k)
-			case strings.HasPrefix(k, brokenPre):
-				brokenKeys = append(brokenKeys, k)
-			default:
-				if kd, name, ok := parseKey(c.prefix, k); ok && (opts.Pattern == "" || matches(opts.Pattern, name)) {
-					found[id{kd, name}] = true
-				}
-			}
-		}
-	})
+	found, err := c.scanPrefix(ctx, r, opts.Pattern, true)
 	if err != nil {
-		return nil, redisErr("scan", opts.Pattern, err)
+		return nil, err
 	}
-	ids := make([]id, 0, len(found))
-	for l := range found {
-		ids = append(ids, l)
-	}
-	slices.SortFunc(ids, func(a, b id) int {
-		return cmp.Or(strings.Compare(a.name, b.name), strings.Compare(string(a.kd), string(b.kd)))
-	})
+	s.Keys = found.keys
+	waitKeys, brokenKeys := found.waits, found.broken
+	waitPre := waitKey(c.prefix, "")
+	ids := found.sorted()
 	if len(ids) > limit {
 		s.More = len(ids) - limit
 		ids = ids[:limit]
@@ -262,7 +227,6 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 	slices.SortFunc(waits, func(a, b *deadlock.Wait) int {
 		return cmp.Or(cmp.Compare(a.Since, b.Since), strings.Compare(a.Token, b.Token))
 	})
-	g.read = true
 	public := map[*deadlock.Wait]Wait{}
 	pub := func(w *deadlock.Wait) Wait {
 		if p, ok := public[w]; ok {
@@ -314,7 +278,6 @@ type snapshotGraph struct {
 	graphReader
 	states map[deadlock.Lock]deadlock.State
 	waits  map[string]*deadlock.Wait // by held token
-	read   bool
 }
 
 func (g *snapshotGraph) State(ctx context.Context, l deadlock.Lock) (deadlock.State, error) {

@@ -473,46 +473,89 @@ func (c *Client) Locks(ctx context.Context, pattern string) ([]*LockInfo, error)
 	if err := checkCall(ctx, c, "*"); err != nil {
 		return nil, err
 	}
-	if pattern != "" {
-		if _, err := path.Match(pattern, ""); err != nil {
-			return nil, invalid("pattern %q: %v", pattern, err)
-		}
-	}
 	r, err := c.reader()
 	if err != nil {
 		return nil, err
 	}
-	type id struct {
-		kd   Kind
-		name string
-	}
-	var mu sync.Mutex
-	found := map[id]bool{}
-	err = c.scan(ctx, r, deploy.EscapeGlob(c.prefix)+":{*", func(keys []string) {
-		for _, s := range keys {
-			kd, name, ok := parseKey(c.prefix, s)
-			if ok && (pattern == "" || matches(pattern, name)) {
-				mu.Lock()
-				found[id{kd, name}] = true
-				mu.Unlock()
-			}
-		}
-	})
+	found, err := c.scanPrefix(ctx, r, pattern, false)
 	if err != nil {
-		return nil, redisErr("scan", pattern, err)
+		return nil, err
 	}
 	var out []*LockInfo
-	for l := range found {
+	for _, l := range found.sorted() {
 		info, err := c.Inspect(ctx, l.kd, l.name)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b *LockInfo) int {
-		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(string(a.Kind), string(b.Kind)))
-	})
 	return out, nil
+}
+
+// lockID is a lock a scan found.
+type lockID struct {
+	kd   Kind
+	name string
+}
+
+// prefixScan is what one SCAN pass found under the Client's prefix: the
+// locks whose name matches its pattern, and (a pass over every key of
+// the prefix) deadlock detection's records.
+type prefixScan struct {
+	mu            sync.Mutex
+	locks         map[lockID]bool
+	waits, broken []string // keys of wait records and of deadlocks broken
+	keys          int      // keys walked
+}
+
+// scanPrefix walks the prefix's keys once (on a cluster, on every
+// master): only its locks' (<prefix>:{*), or with all every key, records
+// too. A pattern that path.Match refuses is an invalid argument.
+func (c *Client) scanPrefix(ctx context.Context, r driver.Driver, pattern string, all bool) (*prefixScan, error) {
+	if pattern != "" {
+		if _, err := path.Match(pattern, ""); err != nil {
+			return nil, invalid("pattern %q: %v", pattern, err)
+		}
+	}
+	s := &prefixScan{locks: map[lockID]bool{}}
+	match := deploy.EscapeGlob(c.prefix) + ":{*"
+	if all {
+		match = deploy.EscapeGlob(c.prefix) + ":*"
+	}
+	waitPre, brokenPre := waitKey(c.prefix, ""), brokenKey(c.prefix, "")
+	err := c.scan(ctx, r, match, func(keys []string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.keys += len(keys)
+		for _, k := range keys {
+			switch {
+			case strings.HasPrefix(k, waitPre):
+				s.waits = append(s.waits, k)
+			case strings.HasPrefix(k, brokenPre):
+				s.broken = append(s.broken, k)
+			default:
+				if kd, name, ok := parseKey(c.prefix, k); ok && (pattern == "" || matches(pattern, name)) {
+					s.locks[lockID{kd, name}] = true
+				}
+			}
+		}
+	})
+	if err != nil {
+		return nil, redisErr("scan", pattern, err)
+	}
+	return s, nil
+}
+
+// sorted returns the locks found, by name, then kind.
+func (s *prefixScan) sorted() []lockID {
+	ids := make([]lockID, 0, len(s.locks))
+	for l := range s.locks {
+		ids = append(ids, l)
+	}
+	slices.SortFunc(ids, func(a, b lockID) int {
+		return cmp.Or(strings.Compare(a.name, b.name), strings.Compare(string(a.kd), string(b.kd)))
+	})
+	return ids
 }
 
 // scan walks the keys that match pattern with SCAN — on a cluster, on
